@@ -1,0 +1,279 @@
+#include "transport/data_client.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "transport/internal/zmq_util.h"
+
+namespace downpour {
+
+using transport_internal::AlignedView;
+using transport_internal::MultipartMessage;
+
+// Everything here is touched only by the I/O thread.
+class DataClient::Loop {
+ public:
+  Loop(DataClient* owner, void* context) : owner_(owner), context_(context) {}
+
+  ~Loop() {
+    for (auto& [endpoint, socket] : sockets_) zmq_close(socket);
+    zmq_ctx_term(context_);
+  }
+
+  void Run();
+
+ private:
+  struct Pending {
+    ReplyCallback done;
+    absl::Time deadline;
+    void* socket;
+  };
+
+  void* SocketFor(const std::string& endpoint);
+  void SendOne(Queued q);
+  void ReceiveFrom(void* socket);
+  void ExpireDeadlines();
+  void ResetSocket(void* socket);
+  void FailAll(const absl::Status& status);
+  bool DrainQueue();  // false once stopping
+
+  DataClient* const owner_;
+  void* const context_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<std::string, void*> sockets_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  // (deadline, id), earliest first; entries whose id is gone are skipped.
+  std::priority_queue<std::pair<absl::Time, uint64_t>,
+                      std::vector<std::pair<absl::Time, uint64_t>>,
+                      std::greater<>>
+      deadlines_;
+  MultipartMessage msg_;
+  Buffer scratch_;
+  std::string header_bytes_;
+};
+
+absl::StatusOr<std::unique_ptr<DataClient>> DataClient::Create(
+    const DataClientOptions& options, BufferPool* pool) {
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return absl::InternalError("eventfd failed");
+  void* context = zmq_ctx_new();
+  if (context == nullptr) {
+    ::close(fd);
+    return transport_internal::ErrnoStatus("zmq_ctx_new");
+  }
+  std::unique_ptr<DataClient> client(new DataClient(options, pool, fd));
+  client->loop_ = std::make_unique<Loop>(client.get(), context);
+  client->thread_ = std::thread([c = client.get()] { c->loop_->Run(); });
+  return client;
+}
+
+DataClient::DataClient(const DataClientOptions& options, BufferPool* pool,
+                       int event_fd)
+    : options_(options), pool_(pool), event_fd_(event_fd) {}
+
+DataClient::~DataClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  uint64_t one = 1;
+  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
+  (void)unused;
+  if (thread_.joinable()) thread_.join();
+  loop_.reset();
+  ::close(event_fd_);
+}
+
+void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
+                      absl::Time deadline, ReplyCallback done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back(
+          Queued{endpoint, std::move(request), deadline, std::move(done)});
+      done = nullptr;
+    }
+  }
+  if (done) {
+    if (auto r = request.keys.TakeReleaseCallback()) r();
+    if (auto r = request.values.TakeReleaseCallback()) r();
+    done(absl::UnavailableError("data client is shutting down"), nullptr);
+    return;
+  }
+  uint64_t one = 1;
+  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
+void* DataClient::Loop::SocketFor(const std::string& endpoint) {
+  auto it = sockets_.find(endpoint);
+  if (it != sockets_.end()) return it->second;
+  void* s = transport_internal::OpenSocket(context_, ZMQ_DEALER,
+                                           owner_->options_.max_message_bytes);
+  if (s == nullptr || zmq_connect(s, endpoint.c_str()) != 0) {
+    if (s != nullptr) zmq_close(s);
+    return nullptr;
+  }
+  sockets_[endpoint] = s;
+  return s;
+}
+
+void DataClient::Loop::SendOne(Queued q) {
+  void* socket = SocketFor(q.endpoint);
+  auto release_all = [&q] {
+    if (auto r = q.request.keys.TakeReleaseCallback()) r();
+    if (auto r = q.request.values.TakeReleaseCallback()) r();
+  };
+  if (socket == nullptr) {
+    release_all();
+    q.done(absl::UnavailableError(
+               absl::StrCat("cannot connect to ", q.endpoint)),
+           nullptr);
+    return;
+  }
+  const uint64_t id = next_id_++;
+  q.request.header.set_request_id(id);
+  q.request.header.SerializeToString(&header_bytes_);
+  bool ok = transport_internal::SendCopy(socket, header_bytes_.data(),
+                                         header_bytes_.size(), ZMQ_SNDMORE);
+  ok = ok && transport_internal::SendPayload(socket, &q.request.keys,
+                                             ZMQ_SNDMORE);
+  ok = ok && transport_internal::SendPayload(socket, &q.request.values, 0);
+  if (!ok) {
+    release_all();  // whatever was not handed to ZeroMQ
+    q.done(transport_internal::ErrnoStatus(
+               absl::StrCat("send to ", q.endpoint)),
+           nullptr);
+    return;
+  }
+  pending_[id] = Pending{std::move(q.done), q.deadline, socket};
+  deadlines_.emplace(q.deadline, id);
+}
+
+void DataClient::Loop::ReceiveFrom(void* socket) {
+  while (msg_.Receive(socket, ZMQ_DONTWAIT)) {
+    IncomingMessage reply;
+    if (msg_.size() != 2 ||
+        !reply.header.ParseFromArray(msg_.data(0), msg_.frame_size(0))) {
+      DP_LOG(WARNING) << "dropping malformed reply of " << msg_.size()
+                      << " frames";
+      continue;
+    }
+    auto it = pending_.find(reply.header.request_id());
+    if (it == pending_.end()) continue;  // late reply after a timeout
+    ReplyCallback done = std::move(it->second.done);
+    pending_.erase(it);
+    if (msg_.frame_size(1) % sizeof(float) != 0) {
+      done(absl::DataLossError("reply values frame is not whole floats"),
+           nullptr);
+      continue;
+    }
+    reply.values = AlignedView<float>(msg_.data(1), msg_.frame_size(1),
+                                      owner_->pool_, &scratch_);
+    done(absl::OkStatus(), &reply);
+  }
+  msg_.Clear();
+}
+
+void DataClient::Loop::ResetSocket(void* socket) {
+  // Closing with linger 0 drops queued messages, which releases their
+  // borrowed payloads; every request still waiting on it fails.
+  std::vector<ReplyCallback> failed;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.socket == socket) {
+      failed.push_back(std::move(it->second.done));
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::string endpoint;
+  for (auto it = sockets_.begin(); it != sockets_.end(); ++it) {
+    if (it->second == socket) {
+      endpoint = it->first;
+      sockets_.erase(it);
+      break;
+    }
+  }
+  zmq_close(socket);
+  for (auto& done : failed) {
+    done(absl::UnavailableError(absl::StrCat(
+             "connection to ", endpoint,
+             " was reset after another request to it timed out")),
+         nullptr);
+  }
+}
+
+void DataClient::Loop::ExpireDeadlines() {
+  const absl::Time now = absl::Now();
+  while (!deadlines_.empty() && deadlines_.top().first <= now) {
+    const uint64_t id = deadlines_.top().second;
+    deadlines_.pop();
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;
+    ReplyCallback done = std::move(it->second.done);
+    void* socket = it->second.socket;
+    pending_.erase(it);
+    done(absl::DeadlineExceededError("no reply before the deadline"), nullptr);
+    ResetSocket(socket);
+  }
+}
+
+void DataClient::Loop::FailAll(const absl::Status& status) {
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& [id, p] : pending) p.done(status, nullptr);
+}
+
+bool DataClient::Loop::DrainQueue() {
+  uint64_t count;
+  ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
+  (void)unused;
+  std::deque<Queued> batch;
+  bool stopping;
+  {
+    absl::MutexLock lock(&owner_->mu_);
+    batch.swap(owner_->queue_);
+    stopping = owner_->stopping_;
+  }
+  for (auto& q : batch) SendOne(std::move(q));
+  return !stopping;
+}
+
+void DataClient::Loop::Run() {
+  std::vector<zmq_pollitem_t> items;
+  std::vector<void*> polled;
+  while (true) {
+    items.clear();
+    polled.clear();
+    items.push_back(zmq_pollitem_t{nullptr, owner_->event_fd_, ZMQ_POLLIN, 0});
+    for (auto& [endpoint, socket] : sockets_) {
+      items.push_back(zmq_pollitem_t{socket, 0, ZMQ_POLLIN, 0});
+      polled.push_back(socket);
+    }
+    long timeout_ms = 100;
+    if (!deadlines_.empty()) {
+      const absl::Duration left = deadlines_.top().first - absl::Now();
+      timeout_ms = std::max<long>(
+          0, std::min<long>(timeout_ms, absl::ToInt64Milliseconds(left) + 1));
+    }
+    int n = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
+    if (n > 0) {
+      for (size_t i = 1; i < items.size(); ++i) {
+        if (items[i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i - 1]);
+      }
+      if ((items[0].revents & ZMQ_POLLIN) && !DrainQueue()) break;
+    }
+    ExpireDeadlines();
+  }
+  FailAll(absl::UnavailableError("data client is shutting down"));
+}
+
+}  // namespace downpour

@@ -1,0 +1,80 @@
+// The client side of the data plane: one DEALER socket per server endpoint,
+// owned by a single I/O thread, with any number of requests in flight per
+// connection, matched to their replies by request id.
+//
+// Send() may be called from any thread; it queues the request and wakes the
+// I/O thread through an eventfd, so no ZeroMQ socket is ever touched by two
+// threads.
+#ifndef DOWNPOUR_TRANSPORT_DATA_CLIENT_H_
+#define DOWNPOUR_TRANSPORT_DATA_CLIENT_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/buffer_pool.h"
+#include "transport/frames.h"
+
+namespace downpour {
+
+struct DataClientOptions {
+  // Replies above twice this make ZeroMQ drop the connection.
+  size_t max_message_bytes = size_t{256} << 20;
+};
+
+class DataClient {
+ public:
+  // Runs on the I/O thread, exactly once per Send. On success `status` is OK
+  // and `reply` is valid only during the call (its header may still carry an
+  // error from the server). Otherwise `reply` is null and `status` is
+  // kDeadlineExceeded (no reply by the deadline) or kUnavailable (the client
+  // is shutting down). Must not block.
+  using ReplyCallback =
+      std::function<void(const absl::Status& status,
+                         const IncomingMessage* reply)>;
+
+  // `pool` must outlive the client.
+  static absl::StatusOr<std::unique_ptr<DataClient>> Create(
+      const DataClientOptions& options, BufferPool* pool);
+  ~DataClient();  // fails what is in flight with kUnavailable, then stops
+
+  // Thread-safe, non-blocking. Assigns the request id. Connects to
+  // `endpoint` on first use. After a timeout the connection to that endpoint
+  // is reset, so that queued messages (and their borrowed payloads) are
+  // released; other requests in flight on it fail with kUnavailable.
+  void Send(const std::string& endpoint, OutgoingRequest request,
+            absl::Time deadline, ReplyCallback done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Queued {
+    std::string endpoint;
+    OutgoingRequest request;
+    absl::Time deadline;
+    ReplyCallback done;
+  };
+  class Loop;
+
+  DataClient(const DataClientOptions& options, BufferPool* pool, int event_fd);
+
+  const DataClientOptions options_;
+  BufferPool* const pool_;
+  const int event_fd_;
+  absl::Mutex mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<Loop> loop_;  // state owned by the I/O thread
+  std::thread thread_;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_TRANSPORT_DATA_CLIENT_H_

@@ -1,0 +1,150 @@
+#include "transport/data_server.h"
+
+#include <zmq.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "transport/internal/zmq_util.h"
+
+namespace downpour {
+
+using transport_internal::AlignedView;
+using transport_internal::MultipartMessage;
+
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Create(
+    const DataServerOptions& options, BufferPool* pool) {
+  void* context = zmq_ctx_new();
+  if (context == nullptr) {
+    return transport_internal::ErrnoStatus("zmq_ctx_new");
+  }
+  void* socket = transport_internal::OpenSocket(context, ZMQ_ROUTER,
+                                                options.max_message_bytes);
+  int one = 1;
+  // An unroutable reply (the client went away) fails loudly instead of
+  // being dropped in silence.
+  zmq_setsockopt(socket, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+  if (zmq_bind(socket, options.bind_endpoint.c_str()) != 0) {
+    absl::Status s = transport_internal::ErrnoStatus(
+        absl::StrCat("bind data plane to ", options.bind_endpoint));
+    zmq_close(socket);
+    zmq_ctx_term(context);
+    return s;
+  }
+  char endpoint[256];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  return std::unique_ptr<DataServer>(
+      new DataServer(options, pool, context, socket, endpoint));
+}
+
+DataServer::DataServer(const DataServerOptions& options, BufferPool* pool,
+                       void* context, void* socket, std::string endpoint)
+    : options_(options),
+      pool_(pool),
+      context_(context),
+      socket_(socket),
+      endpoint_(std::move(endpoint)) {}
+
+DataServer::~DataServer() { Stop(); }
+
+void DataServer::Start(Handler handler) {
+  thread_ = std::thread([this, h = std::move(handler)] { Loop(h); });
+}
+
+void DataServer::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  if (socket_ != nullptr) {
+    zmq_close(socket_);
+    socket_ = nullptr;
+  }
+  if (context_ != nullptr) {
+    zmq_ctx_term(context_);
+    context_ = nullptr;
+  }
+}
+
+namespace {
+
+void FillError(const absl::Status& status, proto::DataHeader* header) {
+  header->set_status_code(static_cast<int>(status.code()));
+  header->set_status_message(std::string(status.message()));
+}
+
+}  // namespace
+
+void DataServer::Loop(Handler handler) {
+  MultipartMessage msg;
+  std::string header_bytes;
+  Buffer key_scratch, value_scratch;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
+    // The timeout only bounds how long Stop() waits.
+    if (zmq_poll(&item, 1, 100) <= 0) continue;
+    // Drain everything that is waiting before polling again.
+    while (msg.Receive(socket_, ZMQ_DONTWAIT)) {
+      counters_.requests.fetch_add(1, std::memory_order_relaxed);
+      const size_t bytes_in = msg.total_bytes(1);
+      counters_.bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
+
+      OutgoingReply reply;
+      IncomingMessage request;
+      absl::Status framing;
+      if (msg.size() < 2) {
+        framing = absl::InvalidArgumentError("empty message");
+      } else if (!request.header.ParseFromArray(msg.data(1),
+                                                msg.frame_size(1))) {
+        framing = absl::InvalidArgumentError(
+            "malformed request: frame 0 is not a DataHeader");
+      } else if (msg.size() != 4) {
+        framing = absl::InvalidArgumentError(absl::StrCat(
+            "malformed request: ", msg.size() - 1,
+            " frames, expected 3 (header, keys, values)"));
+      } else if (bytes_in > options_.max_message_bytes) {
+        framing = absl::ResourceExhaustedError(
+            absl::StrCat("request of ", bytes_in, " bytes exceeds the limit of ",
+                         options_.max_message_bytes, " bytes"));
+      } else if (msg.frame_size(2) % sizeof(Key) != 0) {
+        framing = absl::InvalidArgumentError(absl::StrCat(
+            "malformed request: keys frame of ", msg.frame_size(2),
+            " bytes is not a whole number of uint64 keys"));
+      } else if (msg.frame_size(3) % sizeof(float) != 0) {
+        framing = absl::InvalidArgumentError(absl::StrCat(
+            "malformed request: values frame of ", msg.frame_size(3),
+            " bytes is not a whole number of floats"));
+      }
+      reply.header.set_request_id(request.header.request_id());
+      if (!framing.ok()) {
+        counters_.framing_errors.fetch_add(1, std::memory_order_relaxed);
+        FillError(framing, &reply.header);
+      } else {
+        request.keys = AlignedView<Key>(msg.data(2), msg.frame_size(2), pool_,
+                                        &key_scratch);
+        request.values = AlignedView<float>(msg.data(3), msg.frame_size(3),
+                                            pool_, &value_scratch);
+        handler(request, &reply);
+      }
+
+      reply.header.SerializeToString(&header_bytes);
+      const size_t bytes_out = header_bytes.size() + reply.values.size();
+      // Identity frame first (copied: it is a few bytes), then the reply.
+      bool ok = transport_internal::SendCopy(socket_, msg.data(0),
+                                             msg.frame_size(0), ZMQ_SNDMORE) &&
+                transport_internal::SendCopy(socket_, header_bytes.data(),
+                                             header_bytes.size(), ZMQ_SNDMORE) &&
+                transport_internal::SendPayload(socket_, &reply.values, 0);
+      if (!ok) {
+        DP_LOG(WARNING) << "dropping reply to request "
+                        << reply.header.request_id() << ": "
+                        << zmq_strerror(zmq_errno());
+      } else {
+        counters_.bytes_out.fetch_add(bytes_out, std::memory_order_relaxed);
+      }
+      msg.Clear();
+    }
+  }
+}
+
+}  // namespace downpour

@@ -1,0 +1,81 @@
+// The server side of the data plane: a ZeroMQ ROUTER socket that receives
+// requests from any number of clients and sends each reply to its sender.
+//
+// One thread (started by Start) owns the socket: it receives a request,
+// checks its framing, calls the handler, and sends the handler's reply with
+// zero copies. Requests that are badly framed (wrong frame count, unparsable
+// header, a keys frame whose length is not a multiple of 8, a values frame
+// not a multiple of 4, a message over the size limit) are answered with an
+// error here and never reach the handler.
+#ifndef DOWNPOUR_TRANSPORT_DATA_SERVER_H_
+#define DOWNPOUR_TRANSPORT_DATA_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "common/buffer_pool.h"
+#include "transport/frames.h"
+
+namespace downpour {
+
+struct DataServerOptions {
+  // ZeroMQ endpoint; port "*" picks a free one (see DataServer::endpoint()).
+  std::string bind_endpoint = "tcp://127.0.0.1:*";
+  // Requests whose frames add up to more are rejected with
+  // kResourceExhausted. Frames above twice this make ZeroMQ drop the peer's
+  // connection, bounding the memory a hostile peer can make us allocate.
+  size_t max_message_bytes = size_t{256} << 20;
+};
+
+// Statistics kept by the receive thread; read with relaxed loads.
+struct DataServerCounters {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> framing_errors{0};
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+};
+
+class DataServer {
+ public:
+  // Called on the receive thread for every well-framed request. It must fill
+  // `reply` (the header's request_id is set already; status_code 0 = OK).
+  using Handler =
+      std::function<void(const IncomingMessage& request, OutgoingReply* reply)>;
+
+  // Binds the socket. kUnavailable if the endpoint cannot be bound.
+  // `pool` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<DataServer>> Create(
+      const DataServerOptions& options, BufferPool* pool);
+  ~DataServer();  // Stop()
+
+  // The bound endpoint, e.g. "tcp://127.0.0.1:40123".
+  const std::string& endpoint() const { return endpoint_; }
+  // Starts the receive thread. Call once.
+  void Start(Handler handler);
+  // Stops the thread (within ~100 ms) and closes the socket. Idempotent.
+  void Stop();
+  const DataServerCounters& counters() const { return counters_; }
+
+ private:
+  DataServer(const DataServerOptions& options, BufferPool* pool, void* context,
+             void* socket, std::string endpoint);
+  void Loop(Handler handler);
+
+  const DataServerOptions options_;
+  BufferPool* const pool_;
+  void* context_;  // zmq context, owned
+  void* socket_;   // ROUTER, used only by the receive thread once started
+  const std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  DataServerCounters counters_;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_TRANSPORT_DATA_SERVER_H_

@@ -1,0 +1,81 @@
+// Data-plane message frames, independent of the socket library.
+//
+// A request is [DataHeader][keys][values]; a reply is [DataHeader][values].
+// Keys are raw uint64 and values raw float32 in host (little-endian) order.
+// Payloads are either borrowed (the caller keeps the memory alive until the
+// send completes: zero-copy) or owned pooled Buffers.
+#ifndef DOWNPOUR_TRANSPORT_FRAMES_H_
+#define DOWNPOUR_TRANSPORT_FRAMES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/types/span.h"
+#include "common/buffer_pool.h"
+#include "common/types.h"
+#include "proto/downpour.pb.h"
+
+namespace downpour {
+
+// An outgoing payload frame. Move-only.
+class Payload {
+ public:
+  Payload() = default;
+  // Zero-copy: `data` must stay valid until `on_release` runs (on any
+  // thread), which happens once the transport no longer references it: after
+  // the bytes were written to the socket, or after the message was dropped.
+  static Payload Borrow(const void* data, size_t size,
+                        std::function<void()> on_release = nullptr) {
+    Payload p;
+    p.borrowed_ = data;
+    p.size_ = size;
+    p.on_release_ = std::move(on_release);
+    return p;
+  }
+  static Payload Own(Buffer buffer) {
+    Payload p;
+    p.size_ = buffer.size();
+    p.owned_ = std::move(buffer);
+    return p;
+  }
+
+  const void* data() const {
+    return owned_.data() != nullptr ? owned_.data() : borrowed_;
+  }
+  size_t size() const { return size_; }
+  bool owned() const { return owned_.data() != nullptr; }
+  // Gives the pooled block away (for a zero-copy send that frees it later).
+  PoolBlock* DetachOwned() { return owned_.Detach(); }
+  std::function<void()> TakeReleaseCallback() { return std::move(on_release_); }
+
+ private:
+  const void* borrowed_ = nullptr;
+  Buffer owned_;
+  size_t size_ = 0;
+  std::function<void()> on_release_;
+};
+
+struct OutgoingRequest {
+  proto::DataHeader header;
+  Payload keys;
+  Payload values;
+};
+
+struct OutgoingReply {
+  proto::DataHeader header;
+  Payload values;
+};
+
+// A received message's payloads, aligned for direct use. Valid only during
+// the callback that receives it.
+struct IncomingMessage {
+  proto::DataHeader header;
+  absl::Span<const Key> keys;      // empty in replies
+  absl::Span<const float> values;  // empty when the frame was empty
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_TRANSPORT_FRAMES_H_

@@ -1,0 +1,186 @@
+#include <zmq.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/test_util.h"
+#include "transport/data_client.h"
+#include "transport/data_server.h"
+
+namespace downpour {
+namespace {
+
+// Replies with values[i] * 2 and echoes the key count in num_keys.
+void DoublingHandler(BufferPool* pool, const IncomingMessage& req,
+                     OutgoingReply* reply) {
+  reply->header.set_num_keys(req.keys.size());
+  Buffer out = pool->Acquire(req.values.size() * sizeof(float));
+  float* f = reinterpret_cast<float*>(out.data());
+  for (size_t i = 0; i < req.values.size(); ++i) f[i] = 2 * req.values[i];
+  reply->values = Payload::Own(std::move(out));
+}
+
+struct Result {
+  absl::Notification done;
+  absl::Status status;
+  proto::DataHeader header;
+  std::vector<float> values;
+};
+
+DataClient::ReplyCallback Capture(Result* r) {
+  return [r](const absl::Status& s, const IncomingMessage* reply) {
+    r->status = s;
+    if (reply != nullptr) {
+      r->header = reply->header;
+      r->values.assign(reply->values.begin(), reply->values.end());
+    }
+    r->done.Notify();
+  };
+}
+
+class TransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DataServerOptions opts;
+    opts.max_message_bytes = 1 << 20;
+    auto server = DataServer::Create(opts, &pool_);
+    ASSERT_OK(server);
+    server_ = std::move(*server);
+    server_->Start([this](const IncomingMessage& req, OutgoingReply* reply) {
+      DoublingHandler(&pool_, req, reply);
+    });
+    auto client = DataClient::Create(DataClientOptions(), &pool_);
+    ASSERT_OK(client);
+    client_ = std::move(*client);
+  }
+
+  BufferPool pool_;
+  std::unique_ptr<DataServer> server_;
+  std::unique_ptr<DataClient> client_;
+};
+
+TEST_F(TransportTest, ManyRequestsInFlightMatchTheirReplies) {
+  constexpr int kRequests = 200;
+  std::vector<std::vector<float>> inputs(kRequests);
+  std::vector<std::vector<Key>> keys(kRequests);
+  std::vector<Result> results(kRequests);
+  std::atomic<int> released{0};
+  for (int i = 0; i < kRequests; ++i) {
+    inputs[i].resize(100 + i);
+    std::iota(inputs[i].begin(), inputs[i].end(), static_cast<float>(i));
+    keys[i].assign(3 + i % 5, 7);
+    OutgoingRequest req;
+    req.header.set_op(proto::PUSH);
+    req.keys = Payload::Borrow(keys[i].data(), keys[i].size() * sizeof(Key));
+    req.values = Payload::Borrow(inputs[i].data(),
+                                 inputs[i].size() * sizeof(float),
+                                 [&released] { released++; });
+    client_->Send(server_->endpoint(), std::move(req),
+                  absl::Now() + absl::Seconds(10), Capture(&results[i]));
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(results[i].done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_OK(results[i].status);
+    EXPECT_EQ(results[i].header.num_keys(), keys[i].size());
+    ASSERT_EQ(results[i].values.size(), inputs[i].size());
+    for (size_t j = 0; j < inputs[i].size(); ++j) {
+      EXPECT_EQ(results[i].values[j], 2 * inputs[i][j]);
+    }
+  }
+  EXPECT_EQ(released.load(), kRequests);
+}
+
+TEST_F(TransportTest, OversizeRequestIsRejectedWithResourceExhausted) {
+  std::vector<float> big((1 << 20) / sizeof(float) + 16, 1.0f);
+  OutgoingRequest req;
+  req.values = Payload::Borrow(big.data(), big.size() * sizeof(float));
+  Result r;
+  client_->Send(server_->endpoint(), std::move(req),
+                absl::Now() + absl::Seconds(10), Capture(&r));
+  ASSERT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_OK(r.status);
+  EXPECT_EQ(r.header.status_code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(r.header.status_message(), ::testing::HasSubstr("exceeds"));
+}
+
+TEST_F(TransportTest, NoServerTimesOutAndReleasesBorrowedPayload) {
+  std::vector<float> values(1000, 1.0f);
+  std::atomic<bool> released{false};
+  OutgoingRequest req;
+  req.values = Payload::Borrow(values.data(), values.size() * sizeof(float),
+                               [&released] { released = true; });
+  Result r;
+  // Nothing listens on port 1 of loopback.
+  client_->Send("tcp://127.0.0.1:1", std::move(req),
+                absl::Now() + absl::Milliseconds(200), Capture(&r));
+  ASSERT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (!released && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(released);
+}
+
+// Sends raw frames with a plain DEALER socket and returns the reply header.
+proto::DataHeader RawRequest(const std::string& endpoint,
+                             const std::vector<std::string>& frames) {
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_DEALER);
+  int timeout = 5000;
+  zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  zmq_connect(s, endpoint.c_str());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    zmq_send(s, frames[i].data(), frames[i].size(),
+             i + 1 < frames.size() ? ZMQ_SNDMORE : 0);
+  }
+  proto::DataHeader header;
+  zmq_msg_t msg;
+  zmq_msg_init(&msg);
+  if (zmq_msg_recv(&msg, s, 0) >= 0) {
+    header.ParseFromArray(zmq_msg_data(&msg), zmq_msg_size(&msg));
+  } else {
+    header.set_status_message("no reply");
+  }
+  zmq_msg_close(&msg);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return header;
+}
+
+TEST_F(TransportTest, MalformedFramesGetClearErrors) {
+  proto::DataHeader h;
+  h.set_request_id(42);
+  const std::string header = h.SerializeAsString();
+
+  proto::DataHeader r = RawRequest(server_->endpoint(), {"\xff\xff\xff garbage"});
+  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status_message(), ::testing::HasSubstr("not a DataHeader"));
+
+  r = RawRequest(server_->endpoint(), {header, std::string(16, '\0')});
+  EXPECT_EQ(r.request_id(), 42u);
+  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status_message(), ::testing::HasSubstr("expected 3"));
+
+  r = RawRequest(server_->endpoint(), {header, std::string(7, '\0'), ""});
+  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status_message(), ::testing::HasSubstr("uint64"));
+
+  r = RawRequest(server_->endpoint(), {header, "", std::string(5, '\0')});
+  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(r.status_message(), ::testing::HasSubstr("floats"));
+
+  // The server is still healthy afterwards.
+  r = RawRequest(server_->endpoint(), {header, std::string(8, '\0'), ""});
+  EXPECT_EQ(r.status_code(), 0);
+  EXPECT_EQ(r.num_keys(), 1u);
+  EXPECT_GE(server_->counters().framing_errors.load(), 4u);
+}
+
+}  // namespace
+}  // namespace downpour
