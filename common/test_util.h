@@ -2,7 +2,7 @@
 //
 //   ASSERT_OK(status_or_statusor);
 //   EXPECT_THAT(status, StatusIs(absl::StatusCode::kOutOfRange));
-//   Subprocess server({RunfilePath("server/ps_server"), "--port=0"}, "server.log");
+//   std::string bin = RunfilePath("server/ps_server");
 #ifndef DOWNPOUR_COMMON_TEST_UTIL_H_
 #define DOWNPOUR_COMMON_TEST_UTIL_H_
 
@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 namespace downpour {
 namespace testing_internal {
@@ -56,31 +57,6 @@ std::string RunfilePath(const std::string& relative);
 // trailing white space removed. kDeadlineExceeded after `timeout`.
 absl::StatusOr<std::string> WaitForFile(const std::string& path,
                                         absl::Duration timeout);
-
-// A child process (a real daemon) started with execv. Its stdout and stderr
-// go to `log_path`. The destructor kills it (SIGKILL) if still running.
-// Not thread-safe.
-class Subprocess {
- public:
-  Subprocess(std::vector<std::string> argv, std::string log_path);
-  ~Subprocess();
-  Subprocess(const Subprocess&) = delete;
-  Subprocess& operator=(const Subprocess&) = delete;
-
-  absl::Status Start();
-  pid_t pid() const { return pid_; }
-  void Signal(int signo);
-  // Waits for exit; returns the raw wait status, or kDeadlineExceeded.
-  absl::StatusOr<int> Wait(absl::Duration timeout);
-  // Returns the last lines of the log, for failure messages.
-  std::string LogTail(int max_bytes = 4000) const;
-
- private:
-  std::vector<std::string> argv_;
-  std::string log_path_;
-  pid_t pid_ = -1;
-  bool exited_ = false;
-};
 
 }  // namespace downpour
 

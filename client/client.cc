@@ -1,0 +1,622 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "cluster/cluster_map.h"
+#include "cluster/scheduler_client.h"
+#include "common/buffer_pool.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "transport/data_client.h"
+
+namespace downpour {
+namespace {
+
+bool Writes(proto::Op op) {
+  return op == proto::PUT || op == proto::ADD || op == proto::PUSH ||
+         op == proto::PUSH_PULL;
+}
+bool Reads(proto::Op op) {
+  return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
+}
+const char* OpName(proto::Op op) {
+  switch (op) {
+    case proto::PUT: return "put";
+    case proto::GET: return "get";
+    case proto::ADD: return "add";
+    case proto::PUSH: return "push";
+    case proto::PULL: return "pull";
+    case proto::PUSH_PULL: return "push-pull";
+    default: return "unknown op";
+  }
+}
+
+// One operation as the caller issued it. Completes when every part has been
+// answered and every borrowed buffer released by the transport.
+struct OpState {
+  proto::Op op;
+  Table table;
+  Keys keys;
+  const float* in;
+  float* out;
+  absl::Time deadline;
+  Callback callback;
+
+  std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
+  absl::Mutex mu;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  absl::Notification done;
+
+  OpState(proto::Op o, const Table& t, Keys k, const float* i, float* ou,
+          absl::Time d, Callback cb)
+      : op(o), table(t), keys(k), in(i), out(ou), deadline(d),
+        callback(std::move(cb)) {}
+
+  void Fail(const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    if (status.ok()) status = s;
+  }
+  void Hold() { outstanding.fetch_add(1, std::memory_order_relaxed); }
+  void Release() {
+    if (outstanding.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    absl::Status s;
+    {
+      absl::MutexLock lock(&mu);
+      s = status;
+    }
+    if (callback) {
+      callback(s);
+    } else {
+      done.Notify();
+    }
+  }
+};
+
+// A piece of an operation sent to one server: a key range, a contiguous
+// slice [first, first + count) of the caller's batch, or scattered indices.
+struct Part {
+  bool is_range = false;
+  Key begin = 0, end = 0;
+  size_t first = 0, count = 0;
+  std::vector<size_t> indices;  // empty for ranges and slices
+  NodeId server = kNoNode;
+  int attempt = 0;
+
+  size_t size() const {
+    return is_range ? end - begin : (indices.empty() ? count : indices.size());
+  }
+  // Offset, in keys, of a range or slice within the caller's arrays.
+  size_t offset(const OpState& op) const {
+    return is_range ? begin - op.keys.begin() : first;
+  }
+  Key first_key(const OpState& op) const {
+    if (is_range) return begin;
+    return op.keys.batch()[indices.empty() ? first : indices[0]];
+  }
+};
+
+// Runs closures after a delay on one thread (retries must not block the
+// transport's I/O thread).
+class DelayQueue {
+ public:
+  DelayQueue() : thread_([this] { Run(); }) {}
+  ~DelayQueue() { Stop(); }
+  // Runs what is queued now; later closures run inline in After().
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  void After(absl::Duration delay, std::function<void()> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!stop_) {
+        items_.push_back({absl::Now() + delay, std::move(fn)});
+        return;
+      }
+    }
+    fn();
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::vector<std::function<void()>> due;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(
+                                 +[](bool* stop) { return *stop; }, &stop_),
+                             absl::Milliseconds(5));
+        const absl::Time now = absl::Now();
+        for (auto it = items_.begin(); it != items_.end();) {
+          if (stop_ || it->first <= now) {
+            due.push_back(std::move(it->second));
+            it = items_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        if (stop_ && due.empty()) return;
+      }
+      for (auto& fn : due) fn();
+    }
+  }
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<absl::Time, std::function<void()>>> items_
+      ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& options)
+      : options_(options), scheduler_(options.scheduler_address) {}
+
+  ~ClientImpl() override {
+    scheduler_.CancelWatch();
+    if (watch_thread_.joinable()) watch_thread_.join();
+    if (retries_ != nullptr) retries_->Stop();
+    data_.reset();  // fails whatever is still in flight
+    retries_.reset();
+  }
+
+  absl::Status Init() {
+    DP_ASSIGN_OR_RETURN(data_, DataClient::Create(DataClientOptions(), &pool_));
+    const absl::Time deadline = absl::Now() + options_.connect_timeout;
+    absl::StatusOr<proto::ClusterMap> map;
+    do {
+      map = scheduler_.GetClusterMap();
+      if (map.ok() || map.status().code() != absl::StatusCode::kUnavailable) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    } while (absl::Now() < deadline);
+    DP_RETURN_IF_ERROR(map.status());
+    UpdateMap(*std::move(map));
+    retries_ = std::make_unique<DelayQueue>();
+    watch_thread_ = std::thread([this] { WatchLoop(); });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Table> CreateTable(const TableOptions& o) override;
+  absl::StatusOr<Table> OpenTable(const std::string& name) override;
+
+  Ticket Put(const Table& t, Keys k, absl::Span<const float> v,
+             Callback cb) override {
+    return Submit(proto::PUT, t, k, v, {}, std::move(cb));
+  }
+  Ticket Add(const Table& t, Keys k, absl::Span<const float> v,
+             Callback cb) override {
+    return Submit(proto::ADD, t, k, v, {}, std::move(cb));
+  }
+  Ticket Push(const Table& t, Keys k, absl::Span<const float> g,
+              Callback cb) override {
+    return Submit(proto::PUSH, t, k, g, {}, std::move(cb));
+  }
+  Ticket Get(const Table& t, Keys k, absl::Span<float> out,
+             Callback cb) override {
+    return Submit(proto::GET, t, k, {}, out, std::move(cb));
+  }
+  Ticket Pull(const Table& t, Keys k, absl::Span<float> out,
+              Callback cb) override {
+    return Submit(proto::PULL, t, k, {}, out, std::move(cb));
+  }
+  Ticket PushPull(const Table& t, Keys k, absl::Span<const float> g,
+                  absl::Span<float> out, Callback cb) override {
+    return Submit(proto::PUSH_PULL, t, k, g, out, std::move(cb));
+  }
+
+  absl::Status Wait(Ticket ticket, absl::Duration timeout) override;
+
+  Epoch map_epoch() const override { return Map()->epoch(); }
+
+ private:
+  std::shared_ptr<const ClusterMapView> Map() const {
+    absl::MutexLock lock(&map_mu_);
+    return map_;
+  }
+  void UpdateMap(proto::ClusterMap map) {
+    auto view = std::make_shared<const ClusterMapView>(std::move(map));
+    absl::MutexLock lock(&map_mu_);
+    if (map_ == nullptr || view->epoch() > map_->epoch()) map_ = view;
+  }
+  void RefreshMap() {
+    auto map = scheduler_.GetClusterMap();
+    if (map.ok()) UpdateMap(*std::move(map));
+  }
+  void WatchLoop() {
+    while (true) {
+      absl::Status s = scheduler_.Watch(
+          kNoNode, map_epoch(),
+          [this](const proto::ClusterMap& m) { UpdateMap(m); });
+      if (s.ok()) return;  // cancelled
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+
+  Ticket Submit(proto::Op op, const Table& t, Keys keys,
+                absl::Span<const float> in, absl::Span<float> out,
+                Callback cb);
+  // Splits `scope` (the whole op, or a part being retried) by owner and
+  // sends the pieces. Errors go into op.
+  void Route(const std::shared_ptr<OpState>& op, const Part* scope);
+  void Send(const std::shared_ptr<OpState>& op, Part part,
+            const ClusterMapView& map);
+  void OnReply(const std::shared_ptr<OpState>& op, const Part& part,
+               const std::string& endpoint, const absl::Status& status,
+               const IncomingMessage* reply);
+  std::string Describe(const OpState& op, const Part& part) const;
+
+  const ClientOptions options_;
+  SchedulerClient scheduler_;
+  BufferPool pool_;
+  std::unique_ptr<DataClient> data_;
+  std::unique_ptr<DelayQueue> retries_;
+  std::thread watch_thread_;
+
+  mutable absl::Mutex map_mu_;
+  std::shared_ptr<const ClusterMapView> map_ ABSL_GUARDED_BY(map_mu_);
+
+  absl::Mutex ops_mu_;
+  absl::flat_hash_map<Ticket, std::shared_ptr<OpState>> ops_
+      ABSL_GUARDED_BY(ops_mu_);
+  std::atomic<Ticket> next_ticket_{1};
+};
+
+Table TableFromSpec(const proto::TableSpec& spec) {
+  Table t;
+  t.id = spec.id();
+  t.name = spec.name();
+  t.width = spec.width();
+  t.sparse = spec.kind() == proto::SPARSE;
+  t.num_keys = spec.num_keys();
+  return t;
+}
+
+absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
+  proto::TableSpec spec;
+  spec.set_name(o.name);
+  spec.set_kind(o.sparse ? proto::SPARSE : proto::DENSE);
+  spec.set_width(o.width);
+  spec.set_num_keys(o.sparse ? 0 : o.num_keys);
+  proto::InitializerSpec* init = spec.mutable_init();
+  init->set_seed(o.init_seed);
+  if (o.init == "zeros") {
+    init->set_kind(proto::InitializerSpec::ZEROS);
+  } else if (o.init == "constant") {
+    init->set_kind(proto::InitializerSpec::CONSTANT);
+    init->set_value(o.init_a);
+  } else if (o.init == "uniform") {
+    init->set_kind(proto::InitializerSpec::UNIFORM);
+    init->set_low(o.init_a);
+    init->set_high(o.init_b);
+  } else if (o.init == "normal") {
+    init->set_kind(proto::InitializerSpec::NORMAL);
+    init->set_mean(o.init_a);
+    init->set_stddev(o.init_b);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", o.name, "': unknown initializer '", o.init,
+                     "' (zeros, constant, uniform, normal)"));
+  }
+  spec.mutable_handler()->set_name(o.handler);
+  for (const auto& [k, v] : o.handler_params) {
+    (*spec.mutable_handler()->mutable_params())[k] = v;
+  }
+  DP_ASSIGN_OR_RETURN(proto::CreateTableReply reply,
+                      scheduler_.CreateTable(spec, options_.op_timeout));
+  // Route by a map at least as new as the one that declared the table.
+  const absl::Time deadline = absl::Now() + options_.op_timeout;
+  while (map_epoch() < reply.epoch() && absl::Now() < deadline) {
+    RefreshMap();
+    if (map_epoch() < reply.epoch()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  return TableFromSpec(reply.spec());
+}
+
+absl::StatusOr<Table> ClientImpl::OpenTable(const std::string& name) {
+  auto map = Map();
+  auto table = map->FindTable(name);
+  if (!table.ok()) {
+    RefreshMap();
+    map = Map();
+    table = map->FindTable(name);
+  }
+  DP_RETURN_IF_ERROR(table.status());
+  return TableFromSpec((*table)->spec());
+}
+
+std::string ClientImpl::Describe(const OpState& op, const Part& part) const {
+  std::string keys =
+      part.is_range
+          ? absl::StrCat("keys [", part.begin, ", ", part.end, ")")
+          : absl::StrCat(part.size(), " keys from ", part.first_key(op));
+  return absl::StrCat(OpName(op.op), " table '", op.table.name, "' ", keys);
+}
+
+Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
+                          absl::Span<const float> in, absl::Span<float> out,
+                          Callback cb) {
+  const Ticket ticket = next_ticket_.fetch_add(1);
+  auto state = std::make_shared<OpState>(op, t, keys, in.data(), out.data(),
+                                         absl::Now() + options_.op_timeout,
+                                         std::move(cb));
+  if (!state->callback) {
+    absl::MutexLock lock(&ops_mu_);
+    ops_[ticket] = state;
+  }
+  const unsigned __int128 floats =
+      static_cast<unsigned __int128>(keys.size()) * t.width;
+  absl::Status invalid;
+  if (t.id == kNoTable || t.width == 0) {
+    invalid = absl::InvalidArgumentError("table handle is not initialized");
+  } else if (keys.is_range() && keys.begin() > keys.end()) {
+    invalid = absl::InvalidArgumentError(absl::StrCat(
+        "inverted key range [", keys.begin(), ", ", keys.end(), ")"));
+  } else if (Writes(op) && floats != in.size()) {
+    invalid = absl::InvalidArgumentError(absl::StrCat(
+        OpName(op), " table '", t.name, "': ", in.size(), " values for ",
+        keys.size(), " keys of width ", t.width));
+  } else if (Reads(op) && floats != out.size()) {
+    invalid = absl::InvalidArgumentError(absl::StrCat(
+        OpName(op), " table '", t.name, "': output holds ", out.size(),
+        " floats, need ", keys.size(), " keys x width ", t.width));
+  }
+  if (!invalid.ok()) {
+    state->Fail(invalid);
+  } else if (keys.size() > 0) {
+    Route(state, nullptr);
+  }
+  state->Release();  // the submitter's hold
+  return ticket;
+}
+
+void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
+  auto map = Map();
+  const proto::TableMap* table = map->FindTable(op->table.id);
+  if (table == nullptr) {
+    op->Fail(absl::NotFoundError(absl::StrCat(
+        OpName(op->op), ": unknown table '", op->table.name, "' (id ",
+        op->table.id, ", cluster map epoch ", map->epoch(), ")")));
+    return;
+  }
+  const size_t width = op->table.width;
+  const size_t max_rows =
+      std::max<size_t>(1, options_.max_message_bytes / (width * sizeof(float)));
+  auto outside = [&](Key k) {
+    op->Fail(absl::OutOfRangeError(absl::StrCat(
+        OpName(op->op), " table '", op->table.name, "': key ", k,
+        " is outside the table's key space")));
+  };
+
+  if (op->keys.is_range()) {
+    const Key b = scope ? scope->begin : op->keys.begin();
+    const Key e = scope ? scope->end : op->keys.end();
+    Key k = b;
+    while (k < e) {
+      const int r = ClusterMapView::RangeOf(*table, k);
+      if (r < 0) return outside(k);
+      const proto::RangeAssignment& range = table->ranges(r);
+      const Key stop = std::min<Key>(e, range.end());
+      for (Key c = k; c < stop;) {
+        Part p;
+        p.is_range = true;
+        p.begin = c;
+        p.end = c + std::min<Key>(stop - c, max_rows);
+        p.server = range.primary();
+        p.attempt = scope ? scope->attempt : 0;
+        c = p.end;
+        Send(op, std::move(p), *map);
+      }
+      k = stop;
+    }
+    return;
+  }
+
+  // Batch: group key indices by owning range, in the caller's order.
+  absl::Span<const Key> keys = op->keys.batch();
+  std::vector<size_t> all;
+  const std::vector<size_t>* indices = nullptr;
+  if (scope == nullptr || scope->indices.empty()) {
+    const size_t first = scope ? scope->first : 0;
+    const size_t count = scope ? scope->count : keys.size();
+    all.resize(count);
+    for (size_t i = 0; i < count; ++i) all[i] = first + i;
+    indices = &all;
+  } else {
+    indices = &scope->indices;
+  }
+  absl::flat_hash_map<int, std::vector<size_t>> by_range;
+  for (size_t i : *indices) {
+    const int r = ClusterMapView::RangeOf(*table, keys[i]);
+    if (r < 0) return outside(keys[i]);
+    by_range[r].push_back(i);
+  }
+  for (auto& [r, idx] : by_range) {
+    for (size_t c = 0; c < idx.size(); c += max_rows) {
+      const size_t n = std::min(max_rows, idx.size() - c);
+      Part p;
+      p.server = table->ranges(r).primary();
+      p.attempt = scope ? scope->attempt : 0;
+      if (idx[c + n - 1] - idx[c] == n - 1) {
+        p.first = idx[c];  // contiguous: zero-copy slice
+        p.count = n;
+      } else {
+        p.indices.assign(idx.begin() + c, idx.begin() + c + n);
+      }
+      Send(op, std::move(p), *map);
+    }
+  }
+}
+
+void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
+                      const ClusterMapView& map) {
+  const proto::NodeInfo* node = map.FindNode(part.server);
+  if (node == nullptr || node->state() != proto::ALIVE) {
+    op->Fail(absl::UnavailableError(absl::StrCat(
+        Describe(*op, part), ": server ", part.server,
+        node == nullptr ? " is unknown" : " is dead", " (cluster map epoch ",
+        map.epoch(), ")")));
+    return;
+  }
+  const size_t width = op->table.width;
+  const size_t n = part.size();
+  OutgoingRequest req;
+  proto::DataHeader& h = req.header;
+  h.set_op(op->op);
+  h.set_table_id(op->table.id);
+  h.set_epoch(map.epoch());
+  h.set_num_keys(n);
+  h.set_width(width);
+  h.set_worker_clock(-1);
+  auto release = [op] { op->Release(); };
+  if (part.is_range) {
+    h.set_is_range(true);
+    h.set_range_begin(part.begin);
+    h.set_range_end(part.end);
+  }
+  if (part.indices.empty()) {
+    const size_t off = part.offset(*op);
+    if (!part.is_range) {
+      op->Hold();
+      req.keys = Payload::Borrow(op->keys.batch().data() + off,
+                                 n * sizeof(Key), release);
+    }
+    if (Writes(op->op)) {
+      op->Hold();
+      req.values = Payload::Borrow(op->in + off * width,
+                                   n * width * sizeof(float), release);
+    }
+  } else {
+    // Scattered keys: gather into pooled buffers.
+    Buffer kb = pool_.Acquire(n * sizeof(Key));
+    Key* kd = reinterpret_cast<Key*>(kb.data());
+    for (size_t j = 0; j < n; ++j) kd[j] = op->keys.batch()[part.indices[j]];
+    req.keys = Payload::Own(std::move(kb));
+    if (Writes(op->op)) {
+      Buffer vb = pool_.Acquire(n * width * sizeof(float));
+      float* vd = reinterpret_cast<float*>(vb.data());
+      for (size_t j = 0; j < n; ++j) {
+        std::memcpy(vd + j * width, op->in + part.indices[j] * width,
+                    width * sizeof(float));
+      }
+      req.values = Payload::Own(std::move(vb));
+    }
+  }
+  op->Hold();  // for the reply
+  std::string endpoint = node->data_endpoint();
+  data_->Send(endpoint, std::move(req), op->deadline,
+              [this, op, part = std::move(part), endpoint](
+                  const absl::Status& s, const IncomingMessage* reply) {
+                OnReply(op, part, endpoint, s, reply);
+              });
+}
+
+void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
+                         const std::string& endpoint,
+                         const absl::Status& status,
+                         const IncomingMessage* reply) {
+  auto context = [&] {
+    return absl::StrCat(Describe(*op, part), " on server ", part.server, " (",
+                        endpoint, ")");
+  };
+  if (!status.ok()) {
+    op->Fail(Annotate(status, context()));
+    op->Release();
+    return;
+  }
+  const proto::DataHeader& h = reply->header;
+  if (h.status_code() != 0) {
+    const auto code = static_cast<absl::StatusCode>(h.status_code());
+    const bool retriable = code == absl::StatusCode::kAborted ||
+                           code == absl::StatusCode::kUnavailable;
+    if (retriable && absl::Now() < op->deadline) {
+      // The map moved (not owner) or the server is behind: refresh and
+      // route this part again, off the I/O thread.
+      Part again = part;
+      again.attempt++;
+      const absl::Duration delay =
+          std::min(absl::Milliseconds(5) * (1 << std::min(again.attempt, 7)),
+                   absl::Milliseconds(500));
+      retries_->After(delay, [this, op, again = std::move(again)] {
+        RefreshMap();
+        Route(op, &again);
+        op->Release();
+      });
+      return;
+    }
+    op->Fail(absl::Status(code, absl::StrCat(context(), ": ", h.status_message())));
+    op->Release();
+    return;
+  }
+  if (Reads(op->op)) {
+    const size_t width = op->table.width;
+    const size_t n = part.size();
+    if (reply->values.size() != n * width) {
+      op->Fail(absl::DataLossError(absl::StrCat(
+          context(), ": reply holds ", reply->values.size(),
+          " floats, expected ", n * width)));
+    } else if (part.indices.empty()) {
+      std::memcpy(op->out + part.offset(*op) * width, reply->values.data(),
+                  n * width * sizeof(float));
+    } else {
+      for (size_t j = 0; j < n; ++j) {
+        std::memcpy(op->out + part.indices[j] * width,
+                    reply->values.data() + j * width, width * sizeof(float));
+      }
+    }
+  }
+  op->Release();
+}
+
+absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
+  std::shared_ptr<OpState> op;
+  {
+    absl::MutexLock lock(&ops_mu_);
+    auto it = ops_.find(ticket);
+    if (it == ops_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "ticket ", ticket, " is unknown, already waited on, or has a callback"));
+    }
+    op = it->second;
+  }
+  if (!op->done.WaitForNotificationWithTimeout(timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("ticket ", ticket, " not complete after ",
+                     absl::FormatDuration(timeout)));
+  }
+  {
+    absl::MutexLock lock(&ops_mu_);
+    ops_.erase(ticket);
+  }
+  absl::MutexLock lock(&op->mu);
+  return op->status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  if (options.scheduler_address.empty()) {
+    return absl::InvalidArgumentError("no scheduler address");
+  }
+  auto client = std::make_unique<ClientImpl>(options);
+  DP_RETURN_IF_ERROR(client->Init(), "connect to scheduler at ",
+                     options.scheduler_address);
+  return std::unique_ptr<Client>(std::move(client));
+}
+
+}  // namespace downpour

@@ -1,0 +1,181 @@
+// The Downpour client SDK: what a training program links to declare tables
+// and to push gradients and pull parameters.
+//
+//   auto client = Client::Connect({.scheduler_address = "127.0.0.1:7070"});
+//   TableOptions opts; opts.name = "w"; opts.width = 16; opts.num_keys = 1 << 20;
+//   opts.handler = "adagrad"; opts.handler_params = {{"learning_rate", 0.1}};
+//   absl::StatusOr<Table> w = (*client)->CreateTable(opts);
+//   Ticket t = (*client)->Push(*w, keys, grads);     // asynchronous
+//   ... compute ...
+//   absl::Status s = (*client)->Wait(t);             // or pass a callback
+//   s = (*client)->PullSync(*w, keys, absl::MakeSpan(params));
+//
+// Operations take a batch of keys (any order, repeats allowed) or a key
+// range. The client splits a batch by owning server, sends the parts in
+// parallel (several requests in flight per connection) and reassembles
+// replies in the caller's key order.
+//
+// Zero-copy: keys, values and output buffers are referenced, not copied,
+// whenever a part is contiguous in the caller's arrays. They must stay alive
+// and unchanged until the operation completes (Wait returns or the callback
+// runs).
+//
+// Errors (absl::Status, with the table, keys and server in the message):
+//   kNotFound          unknown table
+//   kInvalidArgument   a span whose length does not match keys x width
+//   kOutOfRange        a key outside the table's key space
+//   kUnavailable       the owning server is dead or unreachable
+//   kDeadlineExceeded  no reply within ClientOptions::op_timeout
+//   others as the server reports them
+// A server answering "not owner" (the map moved) is retried transparently
+// with a fresh cluster map.
+//
+// Thread-safe: any number of threads may share one Client.
+#ifndef DOWNPOUR_CLIENT_CLIENT_H_
+#define DOWNPOUR_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/types.h"
+
+namespace downpour {
+
+struct ClientOptions {
+  std::string scheduler_address;  // host:port of ps_scheduler
+  // Deadline of each operation, retries included.
+  absl::Duration op_timeout = absl::Seconds(30);
+  // Parts larger than this are cut into several requests.
+  size_t max_message_bytes = size_t{64} << 20;
+  absl::Duration connect_timeout = absl::Seconds(30);
+};
+
+// How a table is declared. See proto/downpour.proto (TableSpec) for details.
+struct TableOptions {
+  std::string name;
+  uint32_t width = 1;     // floats per key
+  bool sparse = false;    // false: dense keys [0, num_keys)
+  uint64_t num_keys = 0;  // dense only
+  // Initializer: "zeros", "constant", "uniform" or "normal".
+  std::string init = "zeros";
+  float init_a = 0;  // constant value; uniform low; normal mean
+  float init_b = 0;  // uniform high; normal stddev
+  uint64_t init_seed = 0;
+  // Update handler applied by Push: "assign", "sum", "sgd", "momentum",
+  // "adagrad", "adam", "ftrl" or "plugin:<name>".
+  std::string handler = "sgd";
+  std::map<std::string, double> handler_params;
+};
+
+// A declared table. Cheap to copy.
+struct Table {
+  TableId id = kNoTable;
+  std::string name;
+  uint32_t width = 0;
+  bool sparse = false;
+  uint64_t num_keys = 0;  // dense only
+};
+
+// Keys of an operation: a batch (implicitly from a span or vector) or a
+// half-open range [begin, end).
+class Keys {
+ public:
+  Keys(absl::Span<const Key> batch) : batch_(batch) {}  // NOLINT: implicit
+  static Keys Range(Key begin, Key end) { return Keys(begin, end); }
+
+  bool is_range() const { return is_range_; }
+  absl::Span<const Key> batch() const { return batch_; }
+  Key begin() const { return begin_; }
+  Key end() const { return end_; }
+  uint64_t size() const { return is_range_ ? end_ - begin_ : batch_.size(); }
+
+ private:
+  Keys(Key begin, Key end) : is_range_(true), begin_(begin), end_(end) {}
+  bool is_range_ = false;
+  absl::Span<const Key> batch_;
+  Key begin_ = 0, end_ = 0;
+};
+
+// Identifies an operation in flight.
+using Ticket = uint64_t;
+// Runs once when an operation completes, on one of the SDK's threads; it
+// must not block.
+using Callback = std::function<void(const absl::Status&)>;
+
+class Client {
+ public:
+  // Connects to the scheduler and fetches the cluster map. kUnavailable if
+  // the scheduler cannot be reached within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+  virtual ~Client() = default;
+
+  // Declares a table and waits until every server serves it. Declaring an
+  // identical table again returns it; a different one with the same name is
+  // kAlreadyExists.
+  virtual absl::StatusOr<Table> CreateTable(const TableOptions& options) = 0;
+  // A table declared elsewhere. kNotFound if there is none.
+  virtual absl::StatusOr<Table> OpenTable(const std::string& name) = 0;
+
+  // Asynchronous operations. Without a callback, Wait(ticket) must be called
+  // to learn the outcome (and to release the ticket's bookkeeping); with one,
+  // the ticket cannot be waited on.
+  //   Put:  values := given     Add: values += given
+  //   Push: the table's handler applies the gradients
+  //   Get / Pull: read values into `out` (keys.size() * width floats)
+  //   PushPull: Push, then read the updated values of the same keys
+  virtual Ticket Put(const Table& t, Keys keys, absl::Span<const float> values,
+                     Callback done = nullptr) = 0;
+  virtual Ticket Add(const Table& t, Keys keys, absl::Span<const float> values,
+                     Callback done = nullptr) = 0;
+  virtual Ticket Push(const Table& t, Keys keys, absl::Span<const float> grads,
+                      Callback done = nullptr) = 0;
+  virtual Ticket Get(const Table& t, Keys keys, absl::Span<float> out,
+                     Callback done = nullptr) = 0;
+  virtual Ticket Pull(const Table& t, Keys keys, absl::Span<float> out,
+                      Callback done = nullptr) = 0;
+  virtual Ticket PushPull(const Table& t, Keys keys,
+                          absl::Span<const float> grads, absl::Span<float> out,
+                          Callback done = nullptr) = 0;
+
+  // Blocks until the operation completes or `timeout` passes
+  // (kDeadlineExceeded; the operation goes on and may be waited on again).
+  // kNotFound for a ticket already waited on or unknown.
+  virtual absl::Status Wait(Ticket ticket,
+                            absl::Duration timeout = absl::Minutes(5)) = 0;
+
+  // Synchronous forms: the operation, then Wait.
+  absl::Status PutSync(const Table& t, Keys keys, absl::Span<const float> v) {
+    return Wait(Put(t, keys, v));
+  }
+  absl::Status AddSync(const Table& t, Keys keys, absl::Span<const float> v) {
+    return Wait(Add(t, keys, v));
+  }
+  absl::Status PushSync(const Table& t, Keys keys, absl::Span<const float> g) {
+    return Wait(Push(t, keys, g));
+  }
+  absl::Status GetSync(const Table& t, Keys keys, absl::Span<float> out) {
+    return Wait(Get(t, keys, out));
+  }
+  absl::Status PullSync(const Table& t, Keys keys, absl::Span<float> out) {
+    return Wait(Pull(t, keys, out));
+  }
+  absl::Status PushPullSync(const Table& t, Keys keys,
+                            absl::Span<const float> g, absl::Span<float> out) {
+    return Wait(PushPull(t, keys, g, out));
+  }
+
+  // The epoch of the cluster map this client currently routes by.
+  virtual Epoch map_epoch() const = 0;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_CLIENT_CLIENT_H_

@@ -1,0 +1,144 @@
+#include "cluster/scheduler_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace downpour {
+namespace {
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(timeout));
+}
+
+}  // namespace
+
+SchedulerClient::SchedulerClient(const std::string& address,
+                                 absl::Duration rpc_timeout)
+    : address_(address),
+      rpc_timeout_(rpc_timeout),
+      stub_(proto::Scheduler::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+SchedulerClient::~SchedulerClient() { CancelWatch(); }
+
+absl::StatusOr<proto::RegisterReply> SchedulerClient::Register(
+    const proto::RegisterRequest& request, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, std::min(rpc_timeout_, std::max(deadline - absl::Now(),
+                                                      absl::Milliseconds(100))));
+    ctx.set_wait_for_ready(true);  // the scheduler may still be starting
+    proto::RegisterReply reply;
+    grpc::Status s = stub_->Register(&ctx, request, &reply);
+    if (s.ok()) return reply;
+    const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retry || absl::Now() >= deadline) {
+      return FromGrpcStatus(s, absl::StrCat("register with scheduler at ",
+                                            address_));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
+    NodeId id, Epoch applied_epoch) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_);
+  proto::HeartbeatRequest req;
+  req.set_node_id(id);
+  req.set_applied_epoch(applied_epoch);
+  proto::HeartbeatReply reply;
+  grpc::Status s = stub_->Heartbeat(&ctx, req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("heartbeat to ", address_));
+  return reply;
+}
+
+absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_);
+  proto::ClusterMap map;
+  grpc::Status s = stub_->GetClusterMap(&ctx, proto::GetClusterMapRequest(), &map);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("get cluster map from ", address_));
+  }
+  return map;
+}
+
+absl::StatusOr<proto::CreateTableReply> SchedulerClient::CreateTable(
+    const proto::TableSpec& spec, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout + absl::Seconds(5));
+  proto::CreateTableRequest req;
+  *req.mutable_spec() = spec;
+  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  proto::CreateTableReply reply;
+  grpc::Status s = stub_->CreateTable(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("create table '", spec.name(), "'"));
+  }
+  return reply;
+}
+
+absl::Status SchedulerClient::AckEpoch(NodeId id, Epoch epoch) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_);
+  proto::AckEpochRequest req;
+  req.set_node_id(id);
+  req.set_epoch(epoch);
+  proto::AckEpochReply reply;
+  return FromGrpcStatus(stub_->AckEpoch(&ctx, req, &reply),
+                        absl::StrCat("ack epoch ", epoch));
+}
+
+absl::Status SchedulerClient::Barrier(const std::string& name, NodeId id,
+                                      uint32_t count, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout + absl::Seconds(5));
+  proto::BarrierRequest req;
+  req.set_name(name);
+  req.set_node_id(id);
+  req.set_count(count);
+  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  proto::BarrierReply reply;
+  return FromGrpcStatus(stub_->Barrier(&ctx, req, &reply),
+                        absl::StrCat("barrier '", name, "'"));
+}
+
+absl::Status SchedulerClient::Watch(
+    NodeId id, Epoch known_epoch,
+    const std::function<void(const proto::ClusterMap&)>& on_map) {
+  grpc::ClientContext ctx;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::OkStatus();
+    watch_context_ = &ctx;
+  }
+  proto::WatchClusterMapRequest req;
+  req.set_node_id(id);
+  req.set_known_epoch(known_epoch);
+  auto reader = stub_->WatchClusterMap(&ctx, req);
+  proto::ClusterMap map;
+  while (reader->Read(&map)) on_map(map);
+  grpc::Status s = reader->Finish();
+  absl::MutexLock lock(&mu_);
+  watch_context_ = nullptr;
+  if (cancelled_) return absl::OkStatus();
+  return FromGrpcStatus(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                              "stream ended")
+                               : s,
+                        absl::StrCat("watch cluster map at ", address_));
+}
+
+void SchedulerClient::CancelWatch() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (watch_context_ != nullptr) watch_context_->TryCancel();
+}
+
+}  // namespace downpour

@@ -1,0 +1,67 @@
+// A typed client of the scheduler's gRPC service, shared by servers, workers
+// and the client SDK. Every call has a deadline and returns absl::Status
+// (gRPC errors converted, with the scheduler's address as context).
+//
+// Thread-safe (gRPC stubs are).
+#ifndef DOWNPOUR_CLUSTER_SCHEDULER_CLIENT_H_
+#define DOWNPOUR_CLUSTER_SCHEDULER_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/types.h"
+#include "proto/downpour.grpc.pb.h"
+#include "proto/downpour.pb.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace downpour {
+
+class SchedulerClient {
+ public:
+  explicit SchedulerClient(const std::string& address,
+                           absl::Duration rpc_timeout = absl::Seconds(10));
+  ~SchedulerClient();  // cancels a running Watch
+
+  const std::string& address() const { return address_; }
+
+  // Retries kUnavailable (scheduler not up yet) until `wait`.
+  absl::StatusOr<proto::RegisterReply> Register(
+      const proto::RegisterRequest& request, absl::Duration wait);
+  absl::StatusOr<proto::HeartbeatReply> Heartbeat(NodeId id,
+                                                  Epoch applied_epoch);
+  absl::StatusOr<proto::ClusterMap> GetClusterMap();
+  absl::StatusOr<proto::CreateTableReply> CreateTable(
+      const proto::TableSpec& spec, absl::Duration timeout);
+  absl::Status AckEpoch(NodeId id, Epoch epoch);
+  absl::Status Barrier(const std::string& name, NodeId id, uint32_t count,
+                       absl::Duration timeout);
+
+  // Streams cluster maps newer than `known_epoch` to `on_map` until Cancel()
+  // or the stream breaks; returns why it ended (OK after Cancel()).
+  // Blocks; run it on its own thread. One Watch at a time.
+  absl::Status Watch(NodeId id, Epoch known_epoch,
+                     const std::function<void(const proto::ClusterMap&)>& on_map)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void CancelWatch() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const std::string address_;
+  const absl::Duration rpc_timeout_;
+  std::unique_ptr<proto::Scheduler::Stub> stub_;
+  absl::Mutex mu_;
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_CLUSTER_SCHEDULER_CLIENT_H_

@@ -1,0 +1,78 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace downpour {
+
+Subprocess::Subprocess(std::vector<std::string> argv, std::string log_path)
+    : argv_(std::move(argv)), log_path_(std::move(log_path)) {}
+
+Subprocess::~Subprocess() {
+  if (pid_ > 0 && !exited_) {
+    ::kill(pid_, SIGKILL);
+    int status;
+    ::waitpid(pid_, &status, 0);
+  }
+}
+
+absl::Status Subprocess::Start() {
+  std::vector<char*> args;
+  for (auto& a : argv_) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) return absl::InternalError("fork failed");
+  if (pid_ == 0) {
+    int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  return absl::OkStatus();
+}
+
+void Subprocess::Signal(int signo) {
+  if (pid_ > 0 && !exited_) ::kill(pid_, signo);
+}
+
+absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("not started");
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exited_ = true;
+      return status;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("process ", argv_[0], " did not exit within ",
+                       absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+std::string Subprocess::LogTail(int max_bytes) const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (static_cast<int>(s.size()) > max_bytes) s = s.substr(s.size() - max_bytes);
+  return s;
+}
+
+}  // namespace downpour

@@ -1,0 +1,52 @@
+// ps_scheduler: membership, cluster map and barriers. See scheduler.h.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "scheduler/scheduler.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address");
+ABSL_FLAG(std::string, address_file, "",
+          "if set, write \"127.0.0.1:<port>\" here once listening");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 500, "heartbeat interval for nodes");
+ABSL_FLAG(int64_t, dead_after_ms, 3000,
+          "a node silent this long is declared dead");
+ABSL_FLAG(int32_t, min_servers, 1,
+          "table declarations wait until this many servers are alive");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Downpour scheduler daemon");
+  absl::ParseCommandLine(argc, argv);
+  downpour::BlockTerminationSignals();
+  downpour::SetLogTag("scheduler");
+
+  downpour::SchedulerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
+  options.min_servers = absl::GetFlag(FLAGS_min_servers);
+  auto scheduler = downpour::Scheduler::Create(options);
+  if (!scheduler.ok()) {
+    DP_LOG(ERROR) << "cannot start: " << scheduler.status();
+    return 1;
+  }
+  const std::string file = absl::GetFlag(FLAGS_address_file);
+  if (!file.empty()) {
+    // Written whole, then renamed, so a reader never sees half a line.
+    const std::string tmp = file + ".tmp";
+    std::ofstream(tmp) << "127.0.0.1:" << (*scheduler)->port() << "\n";
+    std::rename(tmp.c_str(), file.c_str());
+  }
+  downpour::OnTerminationSignal([s = scheduler->get()] { s->Shutdown(); });
+  (*scheduler)->Wait();
+  (*scheduler)->Shutdown();
+  DP_LOG(INFO) << "stopped";
+  return 0;
+}

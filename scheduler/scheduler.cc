@@ -1,0 +1,421 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/types.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "handlers/handler.h"
+#include "proto/downpour.grpc.pb.h"
+
+namespace downpour {
+namespace {
+
+absl::Status ValidateSpec(const proto::TableSpec& spec,
+                          const std::vector<std::string>& plugin_names) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec.name(), "': ", why));
+  };
+  if (spec.name().empty()) return bad("empty name");
+  if (spec.kind() != proto::DENSE && spec.kind() != proto::SPARSE) {
+    return bad("kind must be DENSE or SPARSE");
+  }
+  if (spec.width() < 1 || spec.width() > (1u << 20)) {
+    return bad(absl::StrCat("width ", spec.width(), " not in [1, 2^20]"));
+  }
+  if (spec.kind() == proto::DENSE && spec.num_keys() == 0) {
+    return bad("a dense table needs num_keys >= 1");
+  }
+  if (spec.kind() == proto::SPARSE && spec.num_keys() != 0) {
+    return bad("a sparse table spans the whole key space; leave num_keys 0");
+  }
+  const auto& init = spec.init();
+  if (init.kind() == proto::InitializerSpec::UNIFORM && init.high() < init.low()) {
+    return bad("uniform initializer with high < low");
+  }
+  if (init.kind() == proto::InitializerSpec::NORMAL && init.stddev() < 0) {
+    return bad("normal initializer with stddev < 0");
+  }
+  absl::Status handler = ValidateHandlerSpec(spec.handler(), plugin_names);
+  if (!handler.ok()) {
+    return absl::Status(handler.code(), absl::StrCat("table '", spec.name(),
+                                                     "': ", handler.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Splits [0, end) into `parts` near-equal contiguous ranges (fewer if there
+// are fewer keys than parts).
+std::vector<std::pair<Key, Key>> Split(Key end, size_t parts) {
+  std::vector<std::pair<Key, Key>> out;
+  parts = static_cast<size_t>(std::min<unsigned __int128>(parts, end));
+  Key begin = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const Key next = static_cast<Key>(
+        static_cast<unsigned __int128>(end) * (i + 1) / parts);
+    out.emplace_back(begin, next);
+    begin = next;
+  }
+  return out;
+}
+
+class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
+ public:
+  explicit SchedulerImpl(const SchedulerOptions& o) : options_(o) {}
+  ~SchedulerImpl() override { Shutdown(); }
+
+  absl::Status Start() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options_.listen_address,
+                             grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.listen_address));
+    }
+    sweeper_ = std::thread([this] { SweepLoop(); });
+    DP_LOG(INFO) << "scheduler listening on port " << port_;
+    return absl::OkStatus();
+  }
+
+  int port() const override { return port_; }
+
+  void Wait() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&stopping_));
+  }
+
+  void Shutdown() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    if (sweeper_.joinable()) sweeper_.join();
+    // Streams and barriers notice stopping_ within their wait slice.
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(2));
+    }
+  }
+
+  proto::ClusterMap CurrentMap() const override {
+    absl::MutexLock lock(&mu_);
+    return map_;
+  }
+
+  // --- gRPC service ---
+
+  grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
+                        proto::RegisterReply* reply) override {
+    if (req->role() == proto::ROLE_UNSPECIFIED) {
+      return Err(absl::InvalidArgumentError("register: no role"));
+    }
+    if (req->role() == proto::SERVER && req->data_endpoint().empty()) {
+      return Err(absl::InvalidArgumentError("register: a server needs a data endpoint"));
+    }
+    absl::MutexLock lock(&mu_);
+    proto::NodeInfo* node = nullptr;
+    if (!req->name().empty()) {
+      for (auto& n : *map_.mutable_nodes()) {
+        if (n.name() == req->name() && n.role() == req->role()) node = &n;
+      }
+    }
+    if (node != nullptr && node->state() == proto::ALIVE) {
+      return Err(absl::AlreadyExistsError(
+          absl::StrCat("register: node '", req->name(), "' is alive as id ",
+                       node->id())));
+    }
+    if (node == nullptr) {
+      node = map_.add_nodes();
+      node->set_id(next_node_id_++);
+    }
+    node->set_role(req->role());
+    node->set_state(proto::ALIVE);
+    node->set_name(req->name());
+    node->set_data_endpoint(req->data_endpoint());
+    node->set_admin_address(req->admin_address());
+    node->mutable_plugin_handlers()->CopyFrom(req->plugin_handlers());
+    last_seen_[node->id()] = absl::Now();
+    applied_[node->id()] = 0;
+    BumpEpoch();
+    DP_LOG(INFO) << proto::NodeRole_Name(req->role()) << " '" << req->name()
+                 << "' registered as node " << node->id() << " ("
+                 << req->data_endpoint() << "), epoch " << map_.epoch();
+    reply->set_node_id(node->id());
+    reply->set_heartbeat_interval_ms(
+        absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    *reply->mutable_map() = map_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest* req,
+                         proto::HeartbeatReply* reply) override {
+    absl::MutexLock lock(&mu_);
+    proto::NodeInfo* node = FindNode(req->node_id());
+    if (node == nullptr) {
+      return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
+    }
+    if (node->state() == proto::DEAD) {
+      return Err(absl::FailedPreconditionError(absl::StrCat(
+          "node ", req->node_id(), " was declared dead; register again")));
+    }
+    last_seen_[node->id()] = absl::Now();
+    RecordApplied(node->id(), req->applied_epoch());
+    reply->set_epoch(map_.epoch());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AckEpoch(grpc::ServerContext*, const proto::AckEpochRequest* req,
+                        proto::AckEpochReply*) override {
+    absl::MutexLock lock(&mu_);
+    if (FindNode(req->node_id()) == nullptr) {
+      return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
+    }
+    RecordApplied(req->node_id(), req->epoch());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetClusterMap(grpc::ServerContext*, const proto::GetClusterMapRequest*,
+                             proto::ClusterMap* map) override {
+    absl::MutexLock lock(&mu_);
+    *map = map_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchClusterMap(grpc::ServerContext* ctx,
+                               const proto::WatchClusterMapRequest* req,
+                               grpc::ServerWriter<proto::ClusterMap>* writer) override {
+    Epoch known = req->known_epoch();
+    while (!ctx->IsCancelled()) {
+      proto::ClusterMap map;
+      {
+        absl::MutexLock lock(&mu_);
+        auto changed = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || map_.epoch() > known;
+        };
+        // Bounded slices so that a cancelled stream is noticed.
+        mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(200));
+        if (stopping_) break;
+        if (map_.epoch() <= known) continue;
+        map = map_;
+      }
+      known = map.epoch();
+      if (!writer->Write(map)) break;  // not under the lock
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CreateTable(grpc::ServerContext*, const proto::CreateTableRequest* req,
+                           proto::CreateTableReply* reply) override {
+    const absl::Duration timeout = req->timeout_ms() > 0
+                                       ? absl::Milliseconds(req->timeout_ms())
+                                       : absl::Seconds(10);
+    const absl::Time deadline = absl::Now() + timeout;
+    proto::TableSpec spec = req->spec();
+    spec.set_id(0);
+    absl::MutexLock lock(&mu_);
+    // Enough live servers first.
+    auto enough = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || static_cast<int>(AliveServers().size()) >= options_.min_servers;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
+    if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    std::vector<const proto::NodeInfo*> servers = AliveServers();
+    if (servers.empty() || static_cast<int>(servers.size()) < options_.min_servers) {
+      return Err(absl::UnavailableError(absl::StrCat(
+          "create table '", spec.name(), "': ", servers.size(),
+          " live servers, need ", std::max(1, options_.min_servers))));
+    }
+    for (const auto& t : map_.tables()) {
+      if (t.spec().name() != spec.name()) continue;
+      proto::TableSpec existing = t.spec();
+      existing.set_id(0);
+      if (!google::protobuf::util::MessageDifferencer::Equals(existing, spec)) {
+        return Err(absl::AlreadyExistsError(absl::StrCat(
+            "table '", spec.name(), "' exists with a different spec")));
+      }
+      *reply->mutable_spec() = t.spec();
+      reply->set_epoch(map_.epoch());
+      reply->set_created(false);
+      return grpc::Status::OK;
+    }
+    // Plugins every live server has loaded.
+    std::vector<std::string> plugins(servers[0]->plugin_handlers().begin(),
+                                     servers[0]->plugin_handlers().end());
+    for (const auto* s : servers) {
+      absl::flat_hash_set<std::string> has(s->plugin_handlers().begin(),
+                                           s->plugin_handlers().end());
+      plugins.erase(std::remove_if(plugins.begin(), plugins.end(),
+                                   [&](const std::string& p) { return !has.contains(p); }),
+                    plugins.end());
+    }
+    absl::Status valid = ValidateSpec(spec, plugins);
+    if (!valid.ok()) return Err(valid);
+
+    spec.set_id(next_table_id_++);
+    proto::TableMap* table = map_.add_tables();
+    *table->mutable_spec() = spec;
+    const Key end = spec.kind() == proto::DENSE ? spec.num_keys() : kKeySpaceEnd;
+    const auto ranges = Split(end, servers.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      proto::RangeAssignment* r = table->add_ranges();
+      r->set_begin(ranges[i].first);
+      r->set_end(ranges[i].second);
+      r->set_primary(servers[i]->id());
+    }
+    BumpEpoch();
+    const Epoch epoch = map_.epoch();
+    DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
+                 << ranges.size() << " servers, epoch " << epoch;
+    std::vector<NodeId> waiting;
+    for (const auto* s : servers) waiting.push_back(s->id());
+    auto all_applied = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (stopping_) return true;
+      for (NodeId id : waiting) {
+        const proto::NodeInfo* n = FindNode(id);
+        if (n != nullptr && n->state() == proto::ALIVE && applied_[id] < epoch) {
+          return false;
+        }
+      }
+      return true;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&all_applied), deadline)) {
+      std::vector<NodeId> late;
+      for (NodeId id : waiting) {
+        if (applied_[id] < epoch) late.push_back(id);
+      }
+      return Err(absl::DeadlineExceededError(absl::StrCat(
+          "table '", spec.name(), "' declared, but servers ",
+          absl::StrJoin(late, ", "), " did not apply epoch ", epoch, " in time")));
+    }
+    *reply->mutable_spec() = spec;
+    reply->set_epoch(epoch);
+    reply->set_created(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Barrier(grpc::ServerContext*, const proto::BarrierRequest* req,
+                       proto::BarrierReply* reply) override {
+    if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
+    const absl::Duration timeout = req->timeout_ms() > 0
+                                       ? absl::Milliseconds(req->timeout_ms())
+                                       : absl::Seconds(60);
+    absl::MutexLock lock(&mu_);
+    BarrierState& b = barriers_[req->name()];
+    const uint64_t generation = b.generation;
+    b.arrived.insert(req->node_id());
+    if (b.arrived.size() >= req->count()) {
+      b.arrived.clear();
+      b.generation++;
+      reply->set_arrived(req->count());
+      return grpc::Status::OK;
+    }
+    auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || barriers_[req->name()].generation != generation;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&released), timeout)) {
+      barriers_[req->name()].arrived.erase(req->node_id());
+      return Err(absl::DeadlineExceededError(absl::StrCat(
+          "barrier '", req->name(), "': ", barriers_[req->name()].arrived.size() + 1,
+          " of ", req->count(), " arrived in time")));
+    }
+    if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    reply->set_arrived(req->count());
+    return grpc::Status::OK;
+  }
+
+ private:
+  struct BarrierState {
+    uint64_t generation = 0;
+    absl::flat_hash_set<NodeId> arrived;
+  };
+
+  static grpc::Status Err(const absl::Status& s) { return ToGrpcStatus(s); }
+
+  proto::NodeInfo* FindNode(NodeId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& n : *map_.mutable_nodes()) {
+      if (n.id() == id) return &n;
+    }
+    return nullptr;
+  }
+  std::vector<const proto::NodeInfo*> AliveServers() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<const proto::NodeInfo*> out;
+    for (const auto& n : map_.nodes()) {
+      if (n.role() == proto::SERVER && n.state() == proto::ALIVE) out.push_back(&n);
+    }
+    return out;
+  }
+  void RecordApplied(NodeId id, Epoch epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    applied_[id] = std::max(applied_[id], epoch);
+  }
+  void BumpEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    map_.set_epoch(map_.epoch() + 1);
+  }
+
+  void SweepLoop() {
+    const absl::Duration slice = options_.heartbeat_interval / 2;
+    absl::MutexLock lock(&mu_);
+    while (!stopping_) {
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), slice);
+      if (stopping_) break;
+      const absl::Time now = absl::Now();
+      bool changed = false;
+      for (auto& n : *map_.mutable_nodes()) {
+        if (n.state() != proto::ALIVE) continue;
+        if (now - last_seen_[n.id()] > options_.dead_after) {
+          n.set_state(proto::DEAD);
+          changed = true;
+          DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name()
+                          << "') missed heartbeats for "
+                          << absl::FormatDuration(now - last_seen_[n.id()])
+                          << "; declared dead";
+        }
+      }
+      if (changed) {
+        BumpEpoch();
+        DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
+      }
+    }
+  }
+
+  const SchedulerOptions options_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread sweeper_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  proto::ClusterMap map_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<NodeId, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<NodeId, Epoch> applied_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
+  NodeId next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
+  TableId next_table_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const SchedulerOptions& options) {
+  auto s = std::make_unique<SchedulerImpl>(options);
+  absl::Status started = s->Start();
+  if (!started.ok()) return started;
+  return std::unique_ptr<Scheduler>(std::move(s));
+}
+
+}  // namespace downpour

@@ -1,0 +1,237 @@
+#include "server/internal/dispatcher.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace downpour {
+namespace server_internal {
+
+Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
+                       const PluginRegistry* plugins)
+    : self_(self),
+      max_message_bytes_(max_message_bytes),
+      pool_(pool),
+      plugins_(plugins) {}
+
+absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
+  absl::Status first_error;
+  for (const proto::TableMap& table : map.tables()) {
+    const TableId id = table.spec().id();
+    {
+      absl::MutexLock lock(&mu_);
+      if (tables_.contains(id)) continue;
+    }
+    std::vector<KeyRange> owned;
+    for (const proto::RangeAssignment& r : table.ranges()) {
+      if (r.primary() == self_) owned.push_back(KeyRange{r.begin(), r.end()});
+    }
+    // Built outside the lock: a large dense table takes a while to
+    // initialize, and the data thread must keep serving meanwhile.
+    auto shard = TableShard::Create(table.spec(), std::move(owned), plugins_);
+    if (!shard.ok()) {
+      DP_LOG(ERROR) << "cannot serve table '" << table.spec().name()
+                    << "': " << shard.status();
+      if (first_error.ok()) first_error = shard.status();
+      continue;
+    }
+    DP_LOG(INFO) << "serving table '" << table.spec().name() << "' (id " << id
+                 << ", " << (*shard)->owned().size() << " ranges, "
+                 << (*shard)->rows() << " rows allocated)";
+    absl::MutexLock lock(&mu_);
+    tables_.emplace(id, std::shared_ptr<TableShard>(std::move(*shard)));
+  }
+  absl::MutexLock lock(&mu_);
+  if (map.epoch() > epoch_) epoch_ = map.epoch();
+  return first_error;
+}
+
+Epoch Dispatcher::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+std::shared_ptr<TableShard> Dispatcher::Lookup(TableId id, Epoch* epoch) const {
+  absl::MutexLock lock(&mu_);
+  *epoch = epoch_;
+  auto it = tables_.find(id);
+  return it == tables_.end() ? nullptr : it->second;
+}
+
+void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply) {
+  const int op = request.header.op();
+  requests_by_op_[op >= 0 && op < 8 ? op : 0].fetch_add(
+      1, std::memory_order_relaxed);
+  reply->header.set_server_id(self_);
+  absl::Status status = Execute(request, reply);
+  reply->header.set_server_epoch(epoch());
+  if (!status.ok()) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    reply->header.set_status_code(static_cast<int>(status.code()));
+    reply->header.set_status_message(std::string(status.message()));
+    reply->values = Payload();
+  }
+}
+
+namespace {
+
+bool Writes(proto::Op op) {
+  return op == proto::PUT || op == proto::ADD || op == proto::PUSH ||
+         op == proto::PUSH_PULL;
+}
+bool Reads(proto::Op op) {
+  return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
+}
+
+std::string RangesString(const std::vector<KeyRange>& ranges) {
+  if (ranges.empty()) return "none";
+  std::string s;
+  for (const KeyRange& r : ranges) {
+    absl::StrAppend(&s, s.empty() ? "" : " ", "[", r.begin, ", ", r.end, ")");
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::Status Dispatcher::Execute(const IncomingMessage& request,
+                                 OutgoingReply* reply) {
+  const proto::DataHeader& h = request.header;
+  if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::PUSH_PULL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown operation ", static_cast<int>(h.op())));
+  }
+  const proto::Op op = h.op();
+  Epoch epoch;
+  std::shared_ptr<TableShard> shard = Lookup(h.table_id(), &epoch);
+  if (shard == nullptr) {
+    if (h.epoch() > epoch) {
+      return absl::UnavailableError(absl::StrCat(
+          "server ", self_, " has applied epoch ", epoch,
+          " but the request is from epoch ", h.epoch(), "; retry"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
+  }
+  const proto::TableSpec& spec = shard->spec();
+  if (h.vector_id() != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "table '", spec.name(), "': named vectors are not supported yet"));
+  }
+  const size_t width = shard->width();
+  if (h.width() != width) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec.name(), "' has width ", width,
+                     ", the request says ", h.width()));
+  }
+  const KeyRange space = shard->key_space();
+  auto not_owner = [&](Key key) {
+    return absl::AbortedError(absl::StrCat(
+        "not owner: server ", self_, " does not own key ", key, " of table '",
+        spec.name(), "' (owns ", RangesString(shard->owned()), "), epoch ",
+        epoch));
+  };
+  auto outside = [&](Key key) {
+    return absl::OutOfRangeError(
+        absl::StrCat("key ", key, " is outside the key space [0, ", space.end,
+                     ") of table '", spec.name(), "'"));
+  };
+
+  uint64_t n;
+  if (h.is_range()) {
+    if (!request.keys.empty()) {
+      return absl::InvalidArgumentError("a range operation carries no keys");
+    }
+    if (h.range_begin() >= h.range_end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("empty or inverted range [", h.range_begin(), ", ",
+                       h.range_end(), ")"));
+    }
+    if (h.range_end() > space.end) return outside(h.range_end() - 1);
+    const int r = shard->FindRange(h.range_begin());
+    if (r < 0) return not_owner(h.range_begin());
+    if (h.range_end() > shard->owned()[r].end) {
+      return not_owner(shard->owned()[r].end);
+    }
+    n = h.range_end() - h.range_begin();
+    if (h.num_keys() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("range [", h.range_begin(), ", ", h.range_end(),
+                       ") holds ", n, " keys, the header says ", h.num_keys()));
+    }
+  } else {
+    n = request.keys.size();
+    if (h.num_keys() != n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the keys frame holds ", n, " keys, the header says ", h.num_keys()));
+    }
+    for (Key k : request.keys) {
+      if (k >= space.end) return outside(k);
+      if (shard->FindRange(k) < 0) return not_owner(k);
+    }
+  }
+  // n <= 2^64 and width <= 2^20, so compare in 128 bits.
+  const unsigned __int128 floats = static_cast<unsigned __int128>(n) * width;
+  if (floats * sizeof(float) > max_message_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(n, " keys of width ", width,
+                     " exceed the message limit of ", max_message_bytes_,
+                     " bytes"));
+  }
+  const size_t expected = Writes(op) ? static_cast<size_t>(floats) : 0;
+  if (request.values.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the values frame holds ", request.values.size(), " floats, expected ",
+        expected, " (", Writes(op) ? n : 0, " keys x width ", width, ") for table '",
+        spec.name(), "'"));
+  }
+
+  // Validated: nothing below can fail.
+  const float* in = request.values.data();
+  const Key b = h.range_begin(), e = h.range_end();
+  switch (op) {
+    case proto::PUT:
+      h.is_range() ? shard->PutRange(b, e, in) : shard->Put(request.keys, in);
+      break;
+    case proto::ADD:
+      h.is_range() ? shard->AddRange(b, e, in) : shard->Add(request.keys, in);
+      break;
+    case proto::PUSH:
+    case proto::PUSH_PULL:
+      h.is_range() ? shard->PushRange(b, e, in) : shard->Push(request.keys, in);
+      break;
+    default:
+      break;
+  }
+  if (Reads(op)) {
+    Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
+    float* dst = reinterpret_cast<float*>(out.data());
+    h.is_range() ? shard->GetRange(b, e, dst) : shard->Get(request.keys, dst);
+    reply->values = Payload::Own(std::move(out));
+  }
+  reply->header.set_num_keys(n);
+  reply->header.set_width(width);
+  return absl::OkStatus();
+}
+
+void Dispatcher::FillStats(proto::ServerStats* stats) const {
+  stats->set_node_id(self_);
+  for (int op = proto::PUT; op <= proto::PUSH_PULL; ++op) {
+    (*stats->mutable_requests_by_op())[proto::Op_Name(
+        static_cast<proto::Op>(op))] = requests_by_op_[op].load();
+  }
+  stats->set_errors(errors_.load());
+  absl::MutexLock lock(&mu_);
+  stats->set_epoch(epoch_);
+  for (const auto& [id, shard] : tables_) {
+    proto::TableStats* t = stats->add_tables();
+    t->set_name(shard->spec().name());
+    t->set_id(id);
+    t->set_rows(shard->rows());
+    t->set_value_bytes(shard->value_bytes());
+    t->set_state_bytes(shard->state_bytes());
+    t->set_allocated_bytes(shard->allocated_bytes());
+  }
+}
+
+}  // namespace server_internal
+}  // namespace downpour

@@ -1,0 +1,81 @@
+// Validates data-plane requests and executes them on the table shards.
+//
+// Every check happens before anything is changed, so a rejected request
+// leaves the tables as they were. Error codes:
+//   kInvalidArgument   unknown operation, wrong width, key count or value
+//                      length that disagree, keys sent with a range op
+//   kNotFound          unknown table (and the server is not behind)
+//   kOutOfRange        a key outside the table's key space
+//   kAborted           a key this server does not own: "not owner, epoch N";
+//                      the client refreshes its map and retries
+//   kUnavailable       the request comes from a newer epoch than the server
+//                      has applied; retry shortly
+//   kResourceExhausted a reply that would exceed the message limit
+//   kUnimplemented     named vectors other than 0 (reserved)
+//
+// Thread-safe: ApplyMap runs on the map watcher's thread while Handle runs on
+// the data thread.
+#ifndef DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_
+#define DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_
+
+#include <array>
+#include <atomic>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/buffer_pool.h"
+#include "common/types.h"
+#include "handlers/plugin_registry.h"
+#include "proto/downpour.pb.h"
+#include "server/internal/table_shard.h"
+#include "transport/frames.h"
+
+namespace downpour {
+namespace server_internal {
+
+class Dispatcher {
+ public:
+  // `pool` and `plugins` must outlive the dispatcher.
+  Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
+             const PluginRegistry* plugins);
+
+  // Creates shards for tables new in `map` (with the ranges this node owns;
+  // possibly none) and records its epoch. Tables already known keep their
+  // data. Returns the first error of a table that could not be created (the
+  // others are still applied).
+  absl::Status ApplyMap(const proto::ClusterMap& map) ABSL_LOCKS_EXCLUDED(mu_);
+  Epoch epoch() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Executes one request and fills the reply (status fields on error).
+  void Handle(const IncomingMessage& request, OutgoingReply* reply)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Counters and per-table figures.
+  void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Status Execute(const IncomingMessage& request, OutgoingReply* reply);
+  std::shared_ptr<TableShard> Lookup(TableId id, Epoch* epoch) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const NodeId self_;
+  const size_t max_message_bytes_;
+  BufferPool* const pool_;
+  const PluginRegistry* const plugins_;
+
+  mutable absl::Mutex mu_;
+  Epoch epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<TableId, std::shared_ptr<TableShard>> tables_
+      ABSL_GUARDED_BY(mu_);
+
+  std::array<std::atomic<uint64_t>, 8> requests_by_op_{};
+  std::atomic<uint64_t> errors_{0};
+};
+
+}  // namespace server_internal
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_

@@ -1,0 +1,226 @@
+#include "server/internal/table_shard.h"
+
+#include <cstring>
+
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace downpour {
+namespace server_internal {
+
+absl::StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
+    const proto::TableSpec& spec, std::vector<KeyRange> owned,
+    const PluginRegistry* plugins) {
+  if (spec.width() == 0) return absl::InvalidArgumentError("width is 0");
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<UpdateHandler> handler,
+                      CreateHandler(spec.handler(), plugins),
+                      "table '", spec.name(), "'");
+  DP_ASSIGN_OR_RETURN(Initializer init, Initializer::Create(spec.init()),
+                      "table '", spec.name(), "'");
+  return std::unique_ptr<TableShard>(
+      new TableShard(spec, std::move(owned), std::move(handler), init));
+}
+
+TableShard::TableShard(const proto::TableSpec& spec,
+                       std::vector<KeyRange> owned,
+                       std::unique_ptr<UpdateHandler> handler,
+                       Initializer init)
+    : spec_(spec),
+      width_(spec.width()),
+      owned_(std::move(owned)),
+      key_space_{0, spec.kind() == proto::DENSE ? spec.num_keys()
+                                                : kKeySpaceEnd},
+      handler_(std::move(handler)),
+      state_width_(handler_->StateWidth(width_)),
+      init_(init),
+      dense_(spec.kind() == proto::DENSE) {
+  if (dense_) {
+    uint64_t rows = 0;
+    for (const KeyRange& r : owned_) {
+      DenseRange d;
+      d.range = r;
+      // Uninitialized allocation, then one pass by the initializer: each page
+      // is written once.
+      d.values.reset(new float[d.rows() * width_]);
+      init_.Fill(r.begin, d.rows(), width_, d.values.get());
+      rows += r.end - r.begin;
+      dense_ranges_.push_back(std::move(d));
+    }
+    rows_.store(rows);
+  }
+  UpdateAccounting();
+}
+
+int TableShard::FindRange(Key key) const {
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    if (owned_[i].Contains(key)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void TableShard::EnsureDenseState(DenseRange* r) {
+  if (state_width_ == 0 || r->state != nullptr) return;
+  r->state.reset(new float[r->rows() * state_width_]);
+  handler_->InitState(r->state.get(), r->rows(), width_);
+  UpdateAccounting();
+}
+
+float* TableShard::DenseRow(Key key, float** state) {
+  for (DenseRange& r : dense_ranges_) {
+    if (r.range.Contains(key)) {
+      const size_t row = key - r.range.begin;
+      if (state != nullptr) {
+        EnsureDenseState(&r);
+        *state = state_width_ ? r.state.get() + row * state_width_ : nullptr;
+      }
+      return r.values.get() + row * width_;
+    }
+  }
+  return nullptr;  // unreachable when the caller validated ownership
+}
+
+TableShard::SparseRow TableShard::SparseFind(Key key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return {nullptr, nullptr};
+  const uint32_t row = it->second;
+  const size_t chunk = row / kChunkRows, off = row % kChunkRows;
+  return {value_chunks_[chunk].get() + off * width_,
+          state_width_ ? state_chunks_[chunk].get() + off * state_width_
+                       : nullptr};
+}
+
+TableShard::SparseRow TableShard::SparseTouch(Key key) {
+  auto [it, inserted] = index_.try_emplace(key, sparse_rows_);
+  const uint32_t row = it->second;
+  const size_t chunk = row / kChunkRows, off = row % kChunkRows;
+  if (inserted) {
+    ++sparse_rows_;
+    if (chunk == value_chunks_.size()) {
+      value_chunks_.emplace_back(new float[kChunkRows * width_]);
+      if (state_width_) {
+        state_chunks_.emplace_back(new float[kChunkRows * state_width_]);
+      }
+      UpdateAccounting();
+    }
+    init_.FillRow(key, width_, value_chunks_[chunk].get() + off * width_);
+    if (state_width_) {
+      handler_->InitState(state_chunks_[chunk].get() + off * state_width_, 1,
+                          width_);
+    }
+    rows_.store(sparse_rows_, std::memory_order_relaxed);
+  }
+  return {value_chunks_[chunk].get() + off * width_,
+          state_width_ ? state_chunks_[chunk].get() + off * state_width_
+                       : nullptr};
+}
+
+void TableShard::Put(absl::Span<const Key> keys, const float* values) {
+  const size_t bytes = width_ * sizeof(float);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* row = dense_ ? DenseRow(keys[i], nullptr) : SparseTouch(keys[i]).values;
+    std::memcpy(row, values + i * width_, bytes);
+  }
+}
+
+void TableShard::Add(absl::Span<const Key> keys, const float* values) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* row = dense_ ? DenseRow(keys[i], nullptr) : SparseTouch(keys[i]).values;
+    const float* v = values + i * width_;
+    for (size_t j = 0; j < width_; ++j) row[j] += v[j];
+  }
+}
+
+void TableShard::Push(absl::Span<const Key> keys, const float* grads) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* state = nullptr;
+    float* row;
+    if (dense_) {
+      row = DenseRow(keys[i], &state);
+    } else {
+      SparseRow r = SparseTouch(keys[i]);
+      row = r.values;
+      state = r.state;
+    }
+    handler_->Apply(row, state, grads + i * width_, 1, width_);
+  }
+}
+
+void TableShard::Get(absl::Span<const Key> keys, float* out) {
+  const size_t bytes = width_ * sizeof(float);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* dst = out + i * width_;
+    if (dense_) {
+      std::memcpy(dst, DenseRow(keys[i], nullptr), bytes);
+    } else if (const float* row = SparseFind(keys[i]).values) {
+      std::memcpy(dst, row, bytes);
+    } else {
+      init_.FillRow(keys[i], width_, dst);
+    }
+  }
+}
+
+// Range operations: dense ranges take one contiguous pass; sparse ranges go
+// key by key.
+namespace {
+std::vector<Key> KeysOf(Key begin, Key end) {
+  std::vector<Key> keys(end - begin);
+  for (Key k = begin; k < end; ++k) keys[k - begin] = k;
+  return keys;
+}
+}  // namespace
+
+void TableShard::PutRange(Key begin, Key end, const float* values) {
+  if (!dense_) return Put(KeysOf(begin, end), values);
+  std::memcpy(DenseRow(begin, nullptr), values,
+              (end - begin) * width_ * sizeof(float));
+}
+
+void TableShard::AddRange(Key begin, Key end, const float* values) {
+  if (!dense_) return Add(KeysOf(begin, end), values);
+  float* row = DenseRow(begin, nullptr);
+  const size_t n = (end - begin) * width_;
+  for (size_t j = 0; j < n; ++j) row[j] += values[j];
+}
+
+void TableShard::PushRange(Key begin, Key end, const float* grads) {
+  if (!dense_) return Push(KeysOf(begin, end), grads);
+  float* state = nullptr;
+  float* row = DenseRow(begin, &state);
+  handler_->Apply(row, state, grads, end - begin, width_);
+}
+
+void TableShard::GetRange(Key begin, Key end, float* out) {
+  if (!dense_) return Get(KeysOf(begin, end), out);
+  std::memcpy(out, DenseRow(begin, nullptr),
+              (end - begin) * width_ * sizeof(float));
+}
+
+uint64_t TableShard::value_bytes() const {
+  return rows() * width_ * sizeof(float);
+}
+
+uint64_t TableShard::state_bytes() const {
+  return state_bytes_.load(std::memory_order_relaxed);
+}
+
+uint64_t TableShard::allocated_bytes() const {
+  return allocated_bytes_.load(std::memory_order_relaxed);
+}
+
+void TableShard::UpdateAccounting() {
+  uint64_t values = 0, state = 0;
+  for (const DenseRange& r : dense_ranges_) {
+    values += r.rows() * width_ * sizeof(float);
+    if (r.state != nullptr) state += r.rows() * state_width_ * sizeof(float);
+  }
+  values += value_chunks_.size() * kChunkRows * width_ * sizeof(float);
+  state += state_chunks_.size() * kChunkRows * state_width_ * sizeof(float);
+  // The sparse index: a slot holds a key and a row number, plus one control
+  // byte.
+  const uint64_t index = index_.capacity() * (sizeof(Key) + sizeof(uint32_t) + 1);
+  state_bytes_.store(state, std::memory_order_relaxed);
+  allocated_bytes_.store(values + state + index, std::memory_order_relaxed);
+}
+
+}  // namespace server_internal
+}  // namespace downpour

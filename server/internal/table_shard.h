@@ -1,0 +1,122 @@
+// The part of one table that a server holds: its owned key ranges, the
+// values, and the update handler's per-row state.
+//
+// Dense tables keep each owned range as one contiguous array (values take
+// exactly rows * width floats; handler state is allocated on the first
+// push). Sparse tables keep rows in fixed-size chunks indexed by a hash map,
+// so growth never copies or doubles the values already stored.
+//
+// Not thread-safe: a shard is used by one data thread at a time. Stats are
+// atomics and may be read from any thread.
+#ifndef DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_
+#define DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/types.h"
+#include "handlers/handler.h"
+#include "handlers/initializer.h"
+#include "handlers/plugin_registry.h"
+#include "proto/downpour.pb.h"
+
+namespace downpour {
+namespace server_internal {
+
+struct KeyRange {
+  Key begin;
+  Key end;  // exclusive
+  bool Contains(Key k) const { return k >= begin && k < end; }
+};
+
+class TableShard {
+ public:
+  // kInvalidArgument / kNotFound for a bad handler or initializer spec.
+  static absl::StatusOr<std::unique_ptr<TableShard>> Create(
+      const proto::TableSpec& spec, std::vector<KeyRange> owned,
+      const PluginRegistry* plugins);
+
+  const proto::TableSpec& spec() const { return spec_; }
+  size_t width() const { return width_; }
+  const std::vector<KeyRange>& owned() const { return owned_; }
+  // The table's whole key space, [0, num_keys) or [0, kKeySpaceEnd).
+  KeyRange key_space() const { return key_space_; }
+  // Index of the owned range holding `key`, or -1.
+  int FindRange(Key key) const;
+
+  // Batch operations. REQUIRES: every key is owned (FindRange >= 0) and
+  // spans have keys.size() * width() floats. Keys may repeat; repeats apply
+  // in order.
+  void Put(absl::Span<const Key> keys, const float* values);
+  void Add(absl::Span<const Key> keys, const float* values);
+  void Push(absl::Span<const Key> keys, const float* grads);
+  // Absent sparse rows read as their initial values and are not created.
+  void Get(absl::Span<const Key> keys, float* out);
+
+  // Range operations over [begin, end). REQUIRES: the range lies inside one
+  // owned range.
+  void PutRange(Key begin, Key end, const float* values);
+  void AddRange(Key begin, Key end, const float* values);
+  void PushRange(Key begin, Key end, const float* grads);
+  void GetRange(Key begin, Key end, float* out);
+
+  uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
+  uint64_t value_bytes() const;
+  uint64_t state_bytes() const;
+  uint64_t allocated_bytes() const;
+
+ private:
+  TableShard(const proto::TableSpec& spec, std::vector<KeyRange> owned,
+             std::unique_ptr<UpdateHandler> handler, Initializer init);
+
+  struct DenseRange {
+    KeyRange range;
+    // Raw arrays rather than vectors: a vector would zero every page before
+    // the initializer writes it again, and fresh pages are slow to write.
+    std::unique_ptr<float[]> values;
+    std::unique_ptr<float[]> state;  // null until the first push
+    size_t rows() const { return range.end - range.begin; }
+  };
+  // Sparse rows live in chunks of kChunkRows rows.
+  static constexpr size_t kChunkRows = 1024;
+  struct SparseRow {
+    float* values;
+    float* state;
+  };
+
+  float* DenseRow(Key key, float** state);
+  void EnsureDenseState(DenseRange* r);
+  SparseRow SparseFind(Key key);  // values == nullptr when absent
+  SparseRow SparseTouch(Key key);  // creates the row if absent
+  void UpdateAccounting();
+
+  const proto::TableSpec spec_;
+  const size_t width_;
+  const std::vector<KeyRange> owned_;
+  const KeyRange key_space_;
+  const std::unique_ptr<UpdateHandler> handler_;
+  const size_t state_width_;
+  const Initializer init_;
+  const bool dense_;
+
+  std::vector<DenseRange> dense_ranges_;
+  // Sparse storage.
+  absl::flat_hash_map<Key, uint32_t> index_;
+  std::vector<std::unique_ptr<float[]>> value_chunks_;
+  std::vector<std::unique_ptr<float[]>> state_chunks_;
+  uint32_t sparse_rows_ = 0;
+
+  std::atomic<uint64_t> rows_{0};
+  std::atomic<uint64_t> allocated_bytes_{0};
+  std::atomic<uint64_t> state_bytes_{0};
+};
+
+}  // namespace server_internal
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_

@@ -1,0 +1,63 @@
+// ps_server: serves key ranges of tables. See server/server.h.
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/malloc_tuning.h"
+#include "common/signals.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
+          "host:port of the ps_scheduler");
+ABSL_FLAG(std::string, name, "",
+          "stable name; a restarted server with the same name takes its key "
+          "ranges back");
+ABSL_FLAG(std::string, data_listen, "tcp://127.0.0.1:*",
+          "ZeroMQ endpoint of the data plane (* = any free port)");
+ABSL_FLAG(std::string, advertise_host, "",
+          "host to advertise instead of the bound one (e.g. the pod IP)");
+ABSL_FLAG(std::string, admin_listen, "127.0.0.1:0",
+          "gRPC admin and health service address (port 0 = any)");
+ABSL_FLAG(int64_t, max_message_mb, 256,
+          "largest request or reply accepted, in MiB");
+ABSL_FLAG(std::vector<std::string>, handler_plugins, {},
+          "comma-separated update-handler plugins (.so) to load");
+ABSL_FLAG(int64_t, connect_timeout_s, 30,
+          "how long to keep trying to reach the scheduler at start-up");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Downpour parameter server daemon");
+  absl::ParseCommandLine(argc, argv);
+  downpour::TuneAllocatorForLargeMessages();
+  downpour::BlockTerminationSignals();
+
+  downpour::ServerOptions options;
+  options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  options.name = absl::GetFlag(FLAGS_name);
+  options.data_bind = absl::GetFlag(FLAGS_data_listen);
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  options.admin_listen = absl::GetFlag(FLAGS_admin_listen);
+  options.max_message_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mb)) << 20;
+  options.plugin_paths = absl::GetFlag(FLAGS_handler_plugins);
+  options.connect_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+
+  auto server = downpour::Server::Create(options);
+  if (!server.ok()) {
+    DP_LOG(ERROR) << "cannot start: " << server.status();
+    return 1;
+  }
+  downpour::OnTerminationSignal([s = server->get()] { s->Shutdown(); });
+  absl::Status status = (*server)->Wait();
+  (*server)->Shutdown();
+  if (!status.ok()) {
+    DP_LOG(ERROR) << status;
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,245 @@
+#include "server/server.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "cluster/scheduler_client.h"
+#include "common/buffer_pool.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "handlers/plugin_registry.h"
+#include "proto/downpour.grpc.pb.h"
+#include "server/internal/dispatcher.h"
+#include "transport/data_server.h"
+
+namespace downpour {
+namespace {
+
+using server_internal::Dispatcher;
+
+class AdminService final : public proto::ServerAdmin::Service {
+ public:
+  explicit AdminService(const DataServer* data) : data_(data) {}
+
+  // The dispatcher exists only once the server has registered.
+  void set_dispatcher(const Dispatcher* d) { dispatcher_.store(d); }
+
+  grpc::Status GetStats(grpc::ServerContext*, const proto::StatsRequest*,
+                        proto::ServerStats* stats) override {
+    const Dispatcher* dispatcher = dispatcher_.load();
+    if (dispatcher == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered yet");
+    }
+    dispatcher->FillStats(stats);
+    stats->set_bytes_in(data_->counters().bytes_in.load());
+    stats->set_bytes_out(data_->counters().bytes_out.load());
+    stats->set_errors(stats->errors() +
+                      data_->counters().framing_errors.load());
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::atomic<const Dispatcher*> dispatcher_{nullptr};
+  const DataServer* const data_;
+};
+
+// Replaces the host of "tcp://host:port".
+std::string Advertise(const std::string& endpoint, const std::string& host) {
+  if (host.empty()) return endpoint;
+  const size_t colon = endpoint.rfind(':');
+  return absl::StrCat("tcp://", host, endpoint.substr(colon));
+}
+
+class ServerImpl final : public Server {
+ public:
+  explicit ServerImpl(const ServerOptions& options)
+      : options_(options), scheduler_(options.scheduler_address) {}
+  ~ServerImpl() override { Shutdown(); }
+
+  absl::Status Init();
+
+  NodeId id() const override { return id_; }
+  const std::string& data_endpoint() const override { return endpoint_; }
+  std::string admin_address() const override {
+    return absl::StrCat(options_.advertise_host.empty() ? "127.0.0.1"
+                                                        : options_.advertise_host,
+                        ":", admin_port_);
+  }
+
+  absl::Status Wait() override {
+    done_.WaitForNotification();
+    absl::MutexLock lock(&mu_);
+    return exit_status_;
+  }
+
+  void Shutdown() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+    }
+    DP_LOG(INFO) << "shutting down";
+    scheduler_.CancelWatch();
+    stop_.Notify();
+    if (watch_thread_.joinable()) watch_thread_.join();
+    if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+    if (admin_ != nullptr) admin_->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
+    if (data_ != nullptr) data_->Stop();
+    if (!done_.HasBeenNotified()) done_.Notify();
+  }
+
+ private:
+  void Fail(absl::Status status) {
+    DP_LOG(ERROR) << status;
+    absl::MutexLock lock(&mu_);
+    if (exit_status_.ok()) exit_status_ = status;
+    if (!done_.HasBeenNotified()) done_.Notify();
+  }
+  proto::RegisterRequest RegisterRequest() const {
+    proto::RegisterRequest reg;
+    reg.set_role(proto::SERVER);
+    reg.set_name(options_.name);
+    reg.set_data_endpoint(endpoint_);
+    reg.set_admin_address(admin_address());
+    for (const std::string& n : plugins_.names()) reg.add_plugin_handlers(n);
+    return reg;
+  }
+  void ApplyAndAck(const proto::ClusterMap& map);
+  void WatchLoop();
+  void HeartbeatLoop();
+
+  const ServerOptions options_;
+  SchedulerClient scheduler_;
+  PluginRegistry plugins_;
+  BufferPool pool_;
+  NodeId id_ = kNoNode;
+  std::string endpoint_;
+  int admin_port_ = 0;
+  absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
+  std::unique_ptr<DataServer> data_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> admin_;
+  std::thread watch_thread_;
+  std::thread heartbeat_thread_;
+  absl::Notification stop_;
+  absl::Notification done_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status exit_status_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status ServerImpl::Init() {
+  if (options_.scheduler_address.empty()) {
+    return absl::InvalidArgumentError("no scheduler address");
+  }
+  for (const std::string& path : options_.plugin_paths) {
+    DP_RETURN_IF_ERROR(plugins_.Load(path), "load handler plugin ", path);
+    DP_LOG(INFO) << "loaded handler plugin " << path;
+  }
+
+  DataServerOptions data_options;
+  data_options.bind_endpoint = options_.data_bind;
+  data_options.max_message_bytes = options_.max_message_bytes;
+  DP_ASSIGN_OR_RETURN(data_, DataServer::Create(data_options, &pool_));
+  endpoint_ = Advertise(data_->endpoint(), options_.advertise_host);
+
+  // The admin service starts before registration so that the map can
+  // advertise its port; stats become available once the dispatcher exists.
+  grpc::EnableDefaultHealthCheckService(true);
+  admin_service_ = std::make_unique<AdminService>(data_.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.admin_listen,
+                           grpc::InsecureServerCredentials(), &admin_port_);
+  builder.RegisterService(admin_service_.get());
+  admin_ = builder.BuildAndStart();
+  if (admin_ == nullptr || admin_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind admin service to ", options_.admin_listen));
+  }
+
+  DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
+                      scheduler_.Register(RegisterRequest(),
+                                          options_.connect_timeout));
+  id_ = reply.node_id();
+  SetLogTag(absl::StrCat("server ", id_));
+  if (reply.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
+  }
+  dispatcher_ = std::make_unique<Dispatcher>(id_, options_.max_message_bytes,
+                                             &pool_, &plugins_);
+  admin_service_->set_dispatcher(dispatcher_.get());
+  DP_LOG(INFO) << "registered with scheduler " << options_.scheduler_address
+               << " as node " << id_ << "; data plane " << endpoint_
+               << ", admin 127.0.0.1:" << admin_port_;
+
+  data_->Start([d = dispatcher_.get()](const IncomingMessage& req,
+                                       OutgoingReply* rep) {
+    d->Handle(req, rep);
+  });
+  ApplyAndAck(reply.map());
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  return absl::OkStatus();
+}
+
+void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {
+  absl::Status applied = dispatcher_->ApplyMap(map);
+  if (!applied.ok()) DP_LOG(ERROR) << "epoch " << map.epoch() << ": " << applied;
+  absl::Status acked = scheduler_.AckEpoch(id_, map.epoch());
+  if (!acked.ok()) DP_LOG(WARNING) << acked;
+}
+
+void ServerImpl::WatchLoop() {
+  while (!stop_.HasBeenNotified()) {
+    absl::Status s = scheduler_.Watch(
+        id_, dispatcher_->epoch(),
+        [this](const proto::ClusterMap& map) { ApplyAndAck(map); });
+    if (stop_.HasBeenNotified()) break;
+    DP_LOG(WARNING) << s << "; watching again";
+    stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500));
+  }
+}
+
+void ServerImpl::HeartbeatLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
+    auto reply = scheduler_.Heartbeat(id_, dispatcher_->epoch());
+    if (reply.ok()) continue;
+    const absl::StatusCode code = reply.status().code();
+    if (code != absl::StatusCode::kFailedPrecondition &&
+        code != absl::StatusCode::kNotFound) {
+      DP_LOG(WARNING) << reply.status();
+      continue;
+    }
+    // Declared dead (e.g. after a long pause) or unknown to a restarted
+    // scheduler: register again under the same name.
+    DP_LOG(WARNING) << reply.status() << "; registering again";
+    auto again = scheduler_.Register(RegisterRequest(), absl::Seconds(5));
+    if (!again.ok()) {
+      DP_LOG(WARNING) << again.status();
+    } else if (again->node_id() != id_) {
+      Fail(absl::AbortedError(absl::StrCat(
+          "the scheduler registered this server as node ", again->node_id(),
+          " instead of ", id_, "; its data no longer matches the map")));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(
+    const ServerOptions& options) {
+  auto server = std::make_unique<ServerImpl>(options);
+  DP_RETURN_IF_ERROR(server->Init());
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace downpour

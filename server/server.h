@@ -1,0 +1,62 @@
+// ps_server: a daemon that holds key ranges of tables and serves the data
+// plane.
+//
+// Create() binds the ZeroMQ data socket and the gRPC admin service, loads
+// handler plugins, registers with the scheduler (retrying until
+// `connect_timeout`), applies the cluster map it gets back and starts
+// serving. Background threads then heartbeat, and watch the cluster map to
+// create the shards of newly declared tables (acknowledging each epoch to
+// the scheduler once applied).
+//
+// Thread-safe.
+#ifndef DOWNPOUR_SERVER_SERVER_H_
+#define DOWNPOUR_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/types.h"
+
+namespace downpour {
+
+struct ServerOptions {
+  std::string scheduler_address;  // host:port of ps_scheduler; required
+  // Stable identity: a server that restarts under the same name after being
+  // declared dead takes its old id (and key ranges) back.
+  std::string name;
+  std::string data_bind = "tcp://127.0.0.1:*";  // "*" = any free port
+  // Host put in the advertised data endpoint instead of the bound one (e.g.
+  // the pod IP when binding 0.0.0.0). Empty: as bound.
+  std::string advertise_host;
+  std::string admin_listen = "127.0.0.1:0";  // gRPC admin + health
+  size_t max_message_bytes = size_t{256} << 20;
+  std::vector<std::string> plugin_paths;  // update-handler plugins (.so)
+  absl::Duration connect_timeout = absl::Seconds(30);
+};
+
+class Server {
+ public:
+  // kInvalidArgument for bad options, kUnavailable if a socket cannot be
+  // bound or the scheduler cannot be reached in time, plugin load errors.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(
+      const ServerOptions& options);
+  virtual ~Server() = default;
+
+  virtual NodeId id() const = 0;
+  virtual const std::string& data_endpoint() const = 0;
+  virtual std::string admin_address() const = 0;
+
+  // Blocks until Shutdown() is called (OK) or the server cannot go on
+  // (e.g. the scheduler handed its name to a different id).
+  virtual absl::Status Wait() = 0;
+  // Stops every thread and closes the sockets. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SERVER_SERVER_H_

@@ -1,0 +1,458 @@
+// Integration tests: the real ps_scheduler and ps_server processes on
+// 127.0.0.1, driven through the client SDK and through raw ZeroMQ frames.
+#include <signal.h>
+#include <zmq.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/downpour.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
+#include "tools/local_cluster.h"
+
+namespace downpour {
+namespace {
+
+LocalClusterOptions ClusterOptions(int servers, const std::string& dir) {
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = servers;
+  o.scheduler_flags = {"--heartbeat_interval_ms=100", "--dead_after_ms=1000"};
+  o.server_flags = {"--max_message_mb=8", "--handler_plugins=" +
+                                              RunfilePath("handlers/libclipped_sgd.so")};
+  return o;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto cluster = LocalCluster::Start(ClusterOptions(3, TestTmpDir()));
+    ASSERT_OK(cluster);
+    cluster_ = cluster->release();
+    ClientOptions co;
+    co.scheduler_address = cluster_->scheduler_address();
+    co.op_timeout = absl::Seconds(20);
+    auto client = Client::Connect(co);
+    ASSERT_OK(client);
+    client_ = client->release();
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    client_ = nullptr;
+    if (cluster_ != nullptr) {
+      EXPECT_OK(cluster_->Stop());
+      delete cluster_;
+      cluster_ = nullptr;
+    }
+  }
+  static LocalCluster* cluster_;
+  static Client* client_;
+};
+LocalCluster* ClusterTest::cluster_ = nullptr;
+Client* ClusterTest::client_ = nullptr;
+
+// Random operations from many threads against a reference model. Values are
+// small integers (and halves), so float sums are exact in any order.
+TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
+  const uint32_t seed = std::random_device()();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  constexpr int kThreads = 4, kOpsPerThread = 150;
+  constexpr uint64_t kDenseKeys = 3000;
+  constexpr uint32_t kWidth = 4, kSparseWidth = 8;
+
+  TableOptions dense;
+  dense.name = "random_dense";
+  dense.width = kWidth;
+  dense.num_keys = kDenseKeys;
+  dense.handler = "sum";
+  auto d = client_->CreateTable(dense);
+  ASSERT_OK(d);
+  TableOptions sparse;
+  sparse.name = "random_sparse";
+  sparse.sparse = true;
+  sparse.width = kSparseWidth;
+  sparse.handler = "sgd";
+  sparse.handler_params = {{"learning_rate", 0.5}};
+  auto s = client_->CreateTable(sparse);
+  ASSERT_OK(s);
+
+  // Phase 1: each thread puts its own dense keys (k % kThreads == t).
+  std::vector<float> ref_dense(kDenseKeys * kWidth, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    std::vector<Key> keys;
+    std::vector<float> vals;
+    for (Key k = t; k < kDenseKeys; k += kThreads) {
+      keys.push_back(k);
+      for (uint32_t j = 0; j < kWidth; ++j) {
+        vals.push_back(static_cast<float>((k + j) % 17));
+        ref_dense[k * kWidth + j] = vals.back();
+      }
+    }
+    ASSERT_OK(client_->PutSync(*d, keys, vals));
+  }
+
+  // Phase 2: random adds and pushes (commutative), with pulls in between.
+  std::vector<std::vector<std::pair<Key, std::vector<float>>>> dense_log(kThreads),
+      sparse_log(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + t);
+      std::vector<Ticket> pending;
+      for (int i = 0; i < kOpsPerThread; ++i) {
+        const int n = 1 + rng() % 64;
+        std::vector<Key> keys(n);
+        const bool on_dense = rng() % 2;
+        const uint32_t w = on_dense ? kWidth : kSparseWidth;
+        for (Key& k : keys) {
+          k = on_dense ? rng() % kDenseKeys
+                       : (rng() % 500) * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
+        }
+        std::vector<float> vals(n * w);
+        for (float& v : vals) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+        for (int j = 0; j < n; ++j) {
+          auto& log = on_dense ? dense_log[t] : sparse_log[t];
+          log.emplace_back(keys[j], std::vector<float>(vals.begin() + j * w,
+                                                       vals.begin() + (j + 1) * w));
+        }
+        const Table& table = on_dense ? *d : *s;
+        absl::Status st;
+        switch (rng() % 3) {
+          case 0:
+            st = on_dense ? client_->AddSync(table, keys, vals)
+                          : client_->PushSync(table, keys, vals);
+            break;
+          case 1:
+            st = client_->PushSync(table, keys, vals);
+            break;
+          default: {
+            std::vector<float> out(n * w);
+            st = client_->PushPullSync(table, keys, vals, absl::MakeSpan(out));
+          }
+        }
+        if (!st.ok()) {
+          ADD_FAILURE() << st;
+          failures++;
+          return;
+        }
+        if (rng() % 4 == 0) {
+          std::vector<float> out(n * w);
+          absl::Status p = client_->PullSync(table, keys, absl::MakeSpan(out));
+          if (!p.ok()) failures++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+
+  // Reference: dense "sum" adds the value; sparse "sgd" subtracts 0.5 * g.
+  for (const auto& log : dense_log) {
+    for (const auto& [k, v] : log) {
+      for (uint32_t j = 0; j < kWidth; ++j) ref_dense[k * kWidth + j] += v[j];
+    }
+  }
+  absl::flat_hash_map<Key, std::vector<float>> ref_sparse;
+  for (const auto& log : sparse_log) {
+    for (const auto& [k, v] : log) {
+      auto& row = ref_sparse[k];
+      row.resize(kSparseWidth, 0);
+      for (uint32_t j = 0; j < kSparseWidth; ++j) row[j] -= 0.5f * v[j];
+    }
+  }
+  std::vector<float> got(kDenseKeys * kWidth);
+  ASSERT_OK(client_->GetSync(*d, Keys::Range(0, kDenseKeys), absl::MakeSpan(got)));
+  EXPECT_EQ(got, ref_dense);
+  std::vector<Key> skeys;
+  std::vector<float> sref;
+  for (const auto& [k, row] : ref_sparse) {
+    skeys.push_back(k);
+    sref.insert(sref.end(), row.begin(), row.end());
+  }
+  std::vector<float> sgot(sref.size());
+  ASSERT_OK(client_->PullSync(*s, skeys, absl::MakeSpan(sgot)));
+  EXPECT_EQ(sgot, sref);
+}
+
+TEST_F(ClusterTest, RangeOperationsSpanServers) {
+  TableOptions o;
+  o.name = "ranges";
+  o.width = 3;
+  o.num_keys = 1000;
+  o.handler = "sgd";
+  o.handler_params = {{"learning_rate", 1.0}};
+  o.init = "constant";
+  o.init_a = 2.0f;
+  auto t = client_->CreateTable(o);
+  ASSERT_OK(t);
+  std::vector<float> out(1000 * 3);
+  ASSERT_OK(client_->PullSync(*t, Keys::Range(0, 1000), absl::MakeSpan(out)));
+  EXPECT_EQ(out, std::vector<float>(3000, 2.0f));
+  std::vector<float> v(600 * 3);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  ASSERT_OK(client_->PutSync(*t, Keys::Range(200, 800), v));
+  std::vector<float> g(600 * 3, 1.0f);
+  ASSERT_OK(client_->PushSync(*t, Keys::Range(200, 800), g));
+  ASSERT_OK(client_->AddSync(*t, Keys::Range(200, 800), g));
+  std::vector<float> back(600 * 3);
+  ASSERT_OK(client_->GetSync(*t, Keys::Range(200, 800), absl::MakeSpan(back)));
+  EXPECT_EQ(back, v);  // -1 by the sgd push, +1 by the add
+  // Scattered batch read in the caller's order, across all three servers.
+  std::vector<Key> keys = {999, 0, 500, 201, 999};
+  std::vector<float> b(keys.size() * 3);
+  ASSERT_OK(client_->GetSync(*t, keys, absl::MakeSpan(b)));
+  EXPECT_EQ(b[0], 2.0f);
+  EXPECT_EQ(b[3], 2.0f);
+  EXPECT_EQ(b[6], v[300 * 3]);
+  EXPECT_EQ(b[9], v[1 * 3]);
+  EXPECT_EQ(b[12], 2.0f);
+}
+
+TEST_F(ClusterTest, ClientRejectsBadArgumentsWithClearErrors) {
+  TableOptions o;
+  o.name = "client_errors";
+  o.width = 2;
+  o.num_keys = 10;
+  auto t = client_->CreateTable(o);
+  ASSERT_OK(t);
+  std::vector<Key> keys = {1, 2};
+  std::vector<float> wrong(3);
+  EXPECT_THAT(client_->PutSync(*t, keys, wrong),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<Key> outside = {1, 10};
+  std::vector<float> four(4);
+  absl::Status s = client_->PutSync(*t, outside, four);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("client_errors"));
+  EXPECT_THAT(client_->OpenTable("no_such_table"),
+              StatusIs(absl::StatusCode::kNotFound));
+  // Same name, different spec.
+  o.width = 3;
+  EXPECT_THAT(client_->CreateTable(o), StatusIs(absl::StatusCode::kAlreadyExists));
+  o.width = 2;
+  EXPECT_OK(client_->CreateTable(o));  // identical: fine
+  o.name = "bad_handler";
+  o.handler = "no_such_rule";
+  EXPECT_THAT(client_->CreateTable(o), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ClusterTest, PluginHandlerRunsOnServers) {
+  TableOptions o;
+  o.name = "plugin";
+  o.width = 2;
+  o.num_keys = 30;
+  o.handler = "plugin:clipped_sgd";
+  o.handler_params = {{"learning_rate", 0.5}, {"clip", 1.0}};
+  auto t = client_->CreateTable(o);
+  ASSERT_OK(t);
+  std::vector<Key> keys = {0, 29};
+  std::vector<float> g = {4, -0.5, -3, 0.25};
+  ASSERT_OK(client_->PushSync(*t, keys, g));
+  std::vector<float> out(4);
+  ASSERT_OK(client_->PullSync(*t, keys, absl::MakeSpan(out)));
+  // Clipped to [-1, 1], then w -= 0.5 * g.
+  EXPECT_EQ(out, (std::vector<float>{-0.5, 0.25, 0.5, -0.125}));
+}
+
+// Raw frames to one server: every malformed request gets an error reply and
+// the server keeps serving with its data unchanged.
+TEST_F(ClusterTest, ServerRejectsBadRequestsOverTheWire) {
+  TableOptions o;
+  o.name = "wire_errors";
+  o.width = 2;
+  o.num_keys = 3;  // three servers: one key each
+  o.handler = "sum";
+  auto t = client_->CreateTable(o);
+  ASSERT_OK(t);
+  std::vector<Key> k0 = {0};
+  std::vector<float> v0 = {5, 6};
+  ASSERT_OK(client_->PutSync(*t, k0, v0));
+
+  SchedulerClient sched(cluster_->scheduler_address());
+  auto map = sched.GetClusterMap();
+  ASSERT_OK(map);
+  std::string endpoint;
+  NodeId owner = 0;
+  for (const auto& tm : map->tables()) {
+    if (tm.spec().name() == "wire_errors") owner = tm.ranges(0).primary();
+  }
+  for (const auto& n : map->nodes()) {
+    if (n.id() == owner) endpoint = n.data_endpoint();
+  }
+  ASSERT_FALSE(endpoint.empty());
+
+  void* ctx = zmq_ctx_new();
+  void* sock = zmq_socket(ctx, ZMQ_DEALER);
+  int timeout = 5000;
+  zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  ASSERT_EQ(zmq_connect(sock, endpoint.c_str()), 0);
+  auto request = [&](proto::DataHeader h, const std::string& keys,
+                     const std::string& values, int frames = 3) {
+    std::string hb = h.SerializeAsString();
+    std::vector<std::string> parts = {hb, keys, values};
+    parts.resize(frames);
+    for (int i = 0; i < frames; ++i) {
+      zmq_send(sock, parts[i].data(), parts[i].size(), i + 1 < frames ? ZMQ_SNDMORE : 0);
+    }
+    proto::DataHeader reply;
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int more = 1;
+    bool first = true;
+    while (more) {
+      if (zmq_msg_recv(&m, sock, 0) < 0) {
+        reply.set_status_message("NO REPLY");
+        break;
+      }
+      if (first) reply.ParseFromArray(zmq_msg_data(&m), zmq_msg_size(&m));
+      first = false;
+      more = zmq_msg_more(&m);
+    }
+    zmq_msg_close(&m);
+    return reply;
+  };
+  auto keys_of = [](std::vector<Key> k) {
+    return std::string(reinterpret_cast<const char*>(k.data()), k.size() * 8);
+  };
+  auto floats_of = [](std::vector<float> f) {
+    return std::string(reinterpret_cast<const char*>(f.data()), f.size() * 4);
+  };
+  proto::DataHeader good;
+  good.set_op(proto::ADD);
+  good.set_table_id(t->id);
+  good.set_width(2);
+  good.set_num_keys(1);
+  good.set_epoch(map->epoch());
+
+  auto code = [](const proto::DataHeader& h) {
+    return static_cast<absl::StatusCode>(h.status_code());
+  };
+  proto::DataHeader h = good;
+  h.set_table_id(9999);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))), absl::StatusCode::kNotFound);
+  EXPECT_EQ(code(request(good, keys_of({3}), floats_of({1, 1}))), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(code(request(good, keys_of({1}), floats_of({1, 1}))), absl::StatusCode::kAborted);
+  h = good;
+  h.set_width(3);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1, 1}))), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, keys_of({0}), floats_of({1}))), absl::StatusCode::kInvalidArgument);
+  h = good;
+  h.set_num_keys(2);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))), absl::StatusCode::kInvalidArgument);
+  h = good;
+  h.set_op(static_cast<proto::Op>(77));
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, keys_of({0}), "", 2)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, "abc", floats_of({1, 1}))), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, keys_of({0}), "abcdef")), absl::StatusCode::kInvalidArgument);
+  // Over the server's 8 MiB limit (--max_message_mb=8).
+  EXPECT_EQ(code(request(good, keys_of({0}), std::string(9 << 20, '\0'))),
+            absl::StatusCode::kResourceExhausted);
+  // Garbage header.
+  std::string junk = "\x0a\xff\xff\xff";
+  zmq_send(sock, junk.data(), junk.size(), 0);
+  zmq_msg_t m;
+  zmq_msg_init(&m);
+  ASSERT_GE(zmq_msg_recv(&m, sock, 0), 0);
+  proto::DataHeader jr;
+  jr.ParseFromArray(zmq_msg_data(&m), zmq_msg_size(&m));
+  EXPECT_EQ(code(jr), absl::StatusCode::kInvalidArgument);
+  while (zmq_msg_more(&m)) zmq_msg_recv(&m, sock, 0);
+  zmq_msg_close(&m);
+  zmq_close(sock);
+  zmq_ctx_term(ctx);
+
+  std::vector<float> out(2);
+  ASSERT_OK(client_->GetSync(*t, k0, absl::MakeSpan(out)));
+  EXPECT_EQ(out, v0);  // nothing rejected changed the table
+}
+
+TEST_F(ClusterTest, AdminStatsAndHealthService) {
+  SchedulerClient sched(cluster_->scheduler_address());
+  auto map = sched.GetClusterMap();
+  ASSERT_OK(map);
+  int checked = 0;
+  for (const auto& n : map->nodes()) {
+    if (n.role() != proto::SERVER) continue;
+    auto channel = grpc::CreateChannel(n.admin_address(), grpc::InsecureChannelCredentials());
+    grpc::ClientContext hctx;
+    hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::health::v1::HealthCheckRequest hreq;
+    grpc::health::v1::HealthCheckResponse hresp;
+    ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)->Check(&hctx, hreq, &hresp).ok());
+    EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+    grpc::ClientContext sctx;
+    sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    proto::ServerStats stats;
+    ASSERT_TRUE(proto::ServerAdmin::NewStub(channel)
+                    ->GetStats(&sctx, proto::StatsRequest(), &stats)
+                    .ok());
+    EXPECT_EQ(stats.node_id(), n.id());
+    EXPECT_GE(stats.epoch(), 1u);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+// A server killed with SIGKILL is declared dead; its keys become unavailable
+// with a clear error, the others keep working.
+TEST(ClusterFailureTest, KilledServerIsDeclaredDead) {
+  const std::string dir = TestTmpDir() + "/failure";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  auto cluster = LocalCluster::Start(ClusterOptions(2, dir));
+  ASSERT_OK(cluster);
+  ClientOptions co;
+  co.scheduler_address = (*cluster)->scheduler_address();
+  co.op_timeout = absl::Seconds(5);
+  auto client = Client::Connect(co);
+  ASSERT_OK(client);
+  TableOptions o;
+  o.name = "t";
+  o.num_keys = 100;
+  auto t = (*client)->CreateTable(o);
+  ASSERT_OK(t);
+  const Epoch before = (*client)->map_epoch();
+
+  (*cluster)->server(1).Signal(SIGKILL);
+  ASSERT_OK((*cluster)->server(1).Wait(absl::Seconds(5)));
+  SchedulerClient sched((*cluster)->scheduler_address());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool dead = false;
+  while (!dead && absl::Now() < deadline) {
+    auto map = sched.GetClusterMap();
+    ASSERT_OK(map);
+    for (const auto& n : map->nodes()) {
+      if (n.name() == "server-1" && n.state() == proto::DEAD) {
+        dead = true;
+        EXPECT_GT(map->epoch(), before);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(dead) << "server-1 not declared dead in time";
+  // Wait for the client's watch to see it, then: the dead server's half is
+  // unavailable, the live half works.
+  const absl::Time seen = absl::Now() + absl::Seconds(5);
+  while ((*client)->map_epoch() == before && absl::Now() < seen) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::vector<float> out(100);
+  absl::Status s = (*client)->GetSync(*t, Keys::Range(0, 100), absl::MakeSpan(out));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("dead"));
+  std::vector<float> half(50);
+  EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, 50), absl::MakeSpan(half)));
+  client->reset();
+  EXPECT_OK((*cluster)->Stop());
+}
+
+}  // namespace
+}  // namespace downpour

@@ -1,0 +1,126 @@
+#include "tools/local_cluster.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "cluster/scheduler_client.h"
+#include "common/status_macros.h"
+
+namespace downpour {
+namespace {
+
+absl::StatusOr<std::string> WaitForLine(const std::string& path,
+                                        absl::Duration timeout,
+                                        Subprocess* process) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string content = ss.str();
+    if (!content.empty() && content.back() == '\n') {
+      return std::string(absl::StripTrailingAsciiWhitespace(content));
+    }
+    if (process->Wait(absl::ZeroDuration()).ok()) {
+      return absl::InternalError(absl::StrCat(
+          "process exited before writing ", path, "; log:\n", process->LogTail()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no ", path));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  std::unique_ptr<LocalCluster> c(new LocalCluster(options));
+  const std::string address_file = options.work_dir + "/scheduler.address";
+  std::remove(address_file.c_str());
+  std::vector<std::string> argv = {options.bin_dir + "/scheduler/ps_scheduler",
+                                   "--listen=127.0.0.1:0",
+                                   "--address_file=" + address_file};
+  argv.insert(argv.end(), options.scheduler_flags.begin(),
+              options.scheduler_flags.end());
+  c->scheduler_ = std::make_unique<Subprocess>(
+      argv, options.work_dir + "/scheduler.log");
+  DP_RETURN_IF_ERROR(c->scheduler_->Start());
+  DP_ASSIGN_OR_RETURN(c->scheduler_address_,
+                      WaitForLine(address_file, options.start_timeout,
+                                  c->scheduler_.get()),
+                      "start ps_scheduler");
+  for (int i = 0; i < options.num_servers; ++i) {
+    DP_RETURN_IF_ERROR(c->AddServer());
+  }
+  DP_RETURN_IF_ERROR(c->WaitForAliveServers(options.num_servers));
+  return c;
+}
+
+LocalCluster::~LocalCluster() = default;  // Subprocess kills its child
+
+absl::Status LocalCluster::AddServer() {
+  const int index = static_cast<int>(servers_.size());
+  std::vector<std::string> argv = {options_.bin_dir + "/server/ps_server",
+                                   "--scheduler=" + scheduler_address_,
+                                   absl::StrCat("--name=server-", index)};
+  argv.insert(argv.end(), options_.server_flags.begin(),
+              options_.server_flags.end());
+  servers_.push_back(std::make_unique<Subprocess>(
+      argv, absl::StrCat(options_.work_dir, "/server-", index, ".log")));
+  return servers_.back()->Start();
+}
+
+absl::Status LocalCluster::WaitForAliveServers(int count) {
+  SchedulerClient scheduler(scheduler_address_);
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  while (absl::Now() < deadline) {
+    auto map = scheduler.GetClusterMap();
+    if (map.ok()) {
+      int alive = 0;
+      for (const auto& n : map->nodes()) {
+        alive += n.role() == proto::SERVER && n.state() == proto::ALIVE;
+      }
+      if (alive >= count) return absl::OkStatus();
+    }
+    for (auto& s : servers_) {
+      if (s->running() && s->Wait(absl::ZeroDuration()).ok()) {
+        return absl::InternalError(
+            absl::StrCat("a server exited during start-up; log:\n", s->LogTail()));
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(count, " servers did not come up in time"));
+}
+
+absl::Status LocalCluster::Stop() {
+  absl::Status result;
+  auto stop = [&result](Subprocess& p, const std::string& what) {
+    if (!p.running()) return;
+    p.Signal(SIGTERM);
+    auto status = p.Wait(absl::Seconds(10));
+    if (!status.ok()) {
+      p.Signal(SIGKILL);
+      if (result.ok()) result = absl::InternalError(absl::StrCat(what, " hung on SIGTERM"));
+      return;
+    }
+    if (!(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) && result.ok()) {
+      result = absl::InternalError(absl::StrCat(
+          what, " exited with wait status ", *status, "; log:\n", p.LogTail()));
+    }
+  };
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    stop(*servers_[i], absl::StrCat("server ", i));
+  }
+  if (scheduler_ != nullptr) stop(*scheduler_, "scheduler");
+  return result;
+}
+
+}  // namespace downpour
