@@ -39,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -88,6 +89,7 @@ struct Table {
 class Keys {
  public:
   Keys(absl::Span<const Key> batch) : batch_(batch) {}  // NOLINT: implicit
+  Keys(const std::vector<Key>& batch) : batch_(batch) {}  // NOLINT: implicit
   static Keys Range(Key begin, Key end) { return Keys(begin, end); }
 
   bool is_range() const { return is_range_; }

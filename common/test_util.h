@@ -29,14 +29,18 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
   return s.status();
 }
 
+template <typename T>
+::testing::AssertionResult IsOk(const T& value) {
+  const absl::Status& s = GetStatus(value);
+  if (s.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << s;
+}
+
 }  // namespace testing_internal
 
-#define EXPECT_OK(expr) \
-  EXPECT_TRUE(::downpour::testing_internal::GetStatus(expr).ok()) \
-      << ::downpour::testing_internal::GetStatus(expr)
-#define ASSERT_OK(expr) \
-  ASSERT_TRUE(::downpour::testing_internal::GetStatus(expr).ok()) \
-      << ::downpour::testing_internal::GetStatus(expr)
+// Each evaluates `expr` once.
+#define EXPECT_OK(expr) EXPECT_TRUE(::downpour::testing_internal::IsOk(expr))
+#define ASSERT_OK(expr) ASSERT_TRUE(::downpour::testing_internal::IsOk(expr))
 
 // Matches an absl::Status or absl::StatusOr<T> with the given code.
 MATCHER_P(StatusIs, code,

@@ -95,13 +95,17 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   void Wait() override {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&stopping_));
+    mu_.Await(absl::Condition(&stopped_));
   }
 
   void Shutdown() override {
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+      if (stopping_) {
+        // Another thread is shutting down: return once it has finished.
+        mu_.Await(absl::Condition(&stopped_));
+        return;
+      }
       stopping_ = true;
     }
     if (sweeper_.joinable()) sweeper_.join();
@@ -110,6 +114,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       server_->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::seconds(2));
     }
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
   }
 
   proto::ClusterMap CurrentMap() const override {
@@ -400,6 +406,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   proto::ClusterMap map_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, Epoch> applied_ ABSL_GUARDED_BY(mu_);

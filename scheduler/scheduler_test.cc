@@ -66,7 +66,8 @@ TEST_F(SchedulerTest, MembershipEpochsAndDeath) {
   bool b_dead = false;
   while (!b_dead && absl::Now() < deadline) {
     ASSERT_OK(client_->Heartbeat(a, 0));
-    for (const auto& n : scheduler_->CurrentMap().nodes()) {
+    const proto::ClusterMap now = scheduler_->CurrentMap();
+    for (const auto& n : now.nodes()) {
       if (n.id() == b && n.state() == proto::DEAD) b_dead = true;
       if (n.id() == a) EXPECT_EQ(n.state(), proto::ALIVE);
     }
@@ -107,7 +108,8 @@ TEST_F(SchedulerTest, CreateTableSplitsRangesAndWaitsForAcks) {
   proto::TableSpec sparse = Dense("s", 0);
   sparse.set_kind(proto::SPARSE);
   ASSERT_OK(client_->CreateTable(sparse, absl::Seconds(5)));
-  const auto& sr = scheduler_->CurrentMap().tables(1).ranges();
+  const proto::ClusterMap after = scheduler_->CurrentMap();
+  const auto& sr = after.tables(1).ranges();
   ASSERT_EQ(sr.size(), 3);
   EXPECT_EQ(sr[0].begin(), 0u);
   EXPECT_EQ(sr[2].end(), kKeySpaceEnd);

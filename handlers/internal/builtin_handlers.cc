@@ -1,0 +1,292 @@
+#include "handlers/internal/builtin_handlers.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace downpour {
+namespace handlers_internal {
+namespace {
+
+// The kernels are written for the auto-vectorizer (check with
+// -fopt-info-vec): plain counted loops over float arrays, branch-free
+// bodies, no calls but sqrtf (a vector instruction under -fno-math-errno,
+// set in BUILD), and restrict-qualified parameters so that the compiler need
+// not version the loop against aliasing (GCC ignores restrict on local
+// copies). Where a row carries more than one state array, the outer loop is
+// over rows and the kernel runs over one row's width.
+
+void SumKernel(float* __restrict w, const float* __restrict g, size_t n) {
+  for (size_t i = 0; i < n; ++i) w[i] += g[i];
+}
+
+void SgdKernel(float* __restrict w, const float* __restrict g, size_t n,
+               float lr) {
+  for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+}
+
+void MomentumKernel(float* __restrict w, float* __restrict v,
+                    const float* __restrict g, size_t n, float lr, float mu) {
+  for (size_t i = 0; i < n; ++i) {
+    const float vi = mu * v[i] + g[i];
+    v[i] = vi;
+    w[i] -= lr * vi;
+  }
+}
+
+void AdagradKernel(float* __restrict w, float* __restrict h,
+                   const float* __restrict g, size_t n, float lr, float eps) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float hi = h[i] + gi * gi;
+    h[i] = hi;
+    w[i] -= lr * gi / (std::sqrt(hi) + eps);
+  }
+}
+
+class AssignHandler final : public UpdateHandler {
+ public:
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t) const override { return 0; }
+  void InitState(float*, size_t, size_t) const override {}
+  void Apply(float* values, float*, const float* grads, size_t rows,
+             size_t width) const override {
+    std::memcpy(values, grads, rows * width * sizeof(float));
+  }
+
+ private:
+  const std::string name_ = "assign";
+};
+
+class SumHandler final : public UpdateHandler {
+ public:
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t) const override { return 0; }
+  void InitState(float*, size_t, size_t) const override {}
+  void Apply(float* values, float*, const float* grads, size_t rows,
+             size_t width) const override {
+    SumKernel(values, grads, rows * width);
+  }
+
+ private:
+  const std::string name_ = "sum";
+};
+
+class SgdHandler final : public UpdateHandler {
+ public:
+  explicit SgdHandler(float learning_rate) : lr_(learning_rate) {}
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t) const override { return 0; }
+  void InitState(float*, size_t, size_t) const override {}
+  void Apply(float* values, float*, const float* grads, size_t rows,
+             size_t width) const override {
+    SgdKernel(values, grads, rows * width, lr_);
+  }
+
+ private:
+  const std::string name_ = "sgd";
+  const float lr_;
+};
+
+// State: the velocity, one float per value, so that rows of values and rows
+// of state line up and a batch is one flat loop.
+class MomentumHandler final : public UpdateHandler {
+ public:
+  MomentumHandler(float learning_rate, float momentum)
+      : lr_(learning_rate), mu_(momentum) {}
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t width) const override { return width; }
+  void InitState(float* state, size_t rows, size_t width) const override {
+    std::memset(state, 0, rows * width * sizeof(float));
+  }
+  void Apply(float* values, float* state, const float* grads, size_t rows,
+             size_t width) const override {
+    MomentumKernel(values, state, grads, rows * width, lr_, mu_);
+  }
+
+ private:
+  const std::string name_ = "momentum";
+  const float lr_, mu_;
+};
+
+// State: the sum of squared gradients, one float per value.
+class AdagradHandler final : public UpdateHandler {
+ public:
+  AdagradHandler(float learning_rate, float initial_accumulator, float epsilon)
+      : lr_(learning_rate), init_(initial_accumulator), eps_(epsilon) {}
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t width) const override { return width; }
+  void InitState(float* state, size_t rows, size_t width) const override {
+    std::fill_n(state, rows * width, init_);
+  }
+  void Apply(float* values, float* state, const float* grads, size_t rows,
+             size_t width) const override {
+    AdagradKernel(values, state, grads, rows * width, lr_, eps_);
+  }
+
+ private:
+  const std::string name_ = "adagrad";
+  const float lr_, init_, eps_;
+};
+
+// State per row: m[width], v[width], then the row's step count t. t is a
+// uint32 stored bit for bit in the last float (hence "copy state bitwise"):
+// a float count would stop at 2^24 steps, where 1 - beta2^t is still
+// visibly below 1 for beta2 close to 1. It saturates at 0x7F7FFFFF (about
+// 2.1e9 steps, far past where both corrections are exactly 1) so that the
+// slot always holds the bits of a finite float.
+class AdamHandler final : public UpdateHandler {
+ public:
+  AdamHandler(float learning_rate, double beta1, double beta2, float epsilon)
+      : lr_(learning_rate),
+        beta1_(beta1),
+        beta2_(beta2),
+        b1_(static_cast<float>(beta1)),
+        b2_(static_cast<float>(beta2)),
+        one_minus_b1_(static_cast<float>(1.0 - beta1)),
+        one_minus_b2_(static_cast<float>(1.0 - beta2)),
+        eps_(epsilon) {}
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t width) const override { return 2 * width + 1; }
+  void InitState(float* state, size_t rows, size_t width) const override {
+    // All-zero bits are m = v = 0 and t = 0.
+    std::memset(state, 0, rows * StateWidth(width) * sizeof(float));
+  }
+  void Apply(float* values, float* state, const float* grads, size_t rows,
+             size_t width) const override {
+    const size_t sw = StateWidth(width);
+    for (size_t r = 0; r < rows; ++r) {
+      float* row_state = state + r * sw;
+      uint32_t t;
+      std::memcpy(&t, row_state + 2 * width, sizeof(t));
+      if (t < kMaxSteps) ++t;
+      std::memcpy(row_state + 2 * width, &t, sizeof(t));
+      // w -= lr * (m / bc1) / (sqrt(v / bc2) + eps), with the per-row
+      // factors folded once: step = lr / bc1, inv_bc2 = 1 / bc2.
+      const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t));
+      const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t));
+      const float step = static_cast<float>(lr_ / bc1);
+      const float inv_bc2 = static_cast<float>(1.0 / bc2);
+      RowKernel(values + r * width, row_state, row_state + width,
+                grads + r * width, width, step, inv_bc2);
+    }
+  }
+
+ private:
+  static constexpr uint32_t kMaxSteps = 0x7F7FFFFF;
+
+  void RowKernel(float* __restrict w, float* __restrict m,
+                 float* __restrict v, const float* __restrict g, size_t width,
+                 float step, float inv_bc2) const {
+    const float b1 = b1_, b2 = b2_, c1 = one_minus_b1_, c2 = one_minus_b2_;
+    const float eps = eps_;
+    for (size_t i = 0; i < width; ++i) {
+      const float gi = g[i];
+      const float mi = b1 * m[i] + c1 * gi;
+      const float vi = b2 * v[i] + c2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] -= step * mi / (std::sqrt(vi * inv_bc2) + eps);
+    }
+  }
+
+  const std::string name_ = "adam";
+  const float lr_;
+  const double beta1_, beta2_;
+  const float b1_, b2_, one_minus_b1_, one_minus_b2_, eps_;
+};
+
+// State per row: z[width], n[width]. The weight is a function of (z, n), so
+// the first push replaces whatever the initializer or a PUT wrote.
+class FtrlHandler final : public UpdateHandler {
+ public:
+  FtrlHandler(float alpha, float beta, float l1, float l2)
+      : inv_alpha_(1.0f / alpha), beta_(beta), l1_(l1), l2_(l2) {}
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t width) const override { return 2 * width; }
+  void InitState(float* state, size_t rows, size_t width) const override {
+    std::memset(state, 0, rows * StateWidth(width) * sizeof(float));
+  }
+  void Apply(float* values, float* state, const float* grads, size_t rows,
+             size_t width) const override {
+    const size_t sw = StateWidth(width);
+    for (size_t r = 0; r < rows; ++r) {
+      float* row_state = state + r * sw;
+      RowKernel(values + r * width, row_state, row_state + width,
+                grads + r * width, width);
+    }
+  }
+
+ private:
+  void RowKernel(float* __restrict w, float* __restrict z,
+                 float* __restrict n, const float* __restrict g,
+                 size_t width) const {
+    const float inv_alpha = inv_alpha_, beta = beta_, l1 = l1_, l2 = l2_;
+    for (size_t i = 0; i < width; ++i) {
+      const float gi = g[i];
+      const float sqrt_old = std::sqrt(n[i]);
+      const float n_new = n[i] + gi * gi;
+      const float sqrt_new = std::sqrt(n_new);
+      // sigma = (sqrt(n + g^2) - sqrt(n)) / alpha, rewritten as
+      // g^2 / (sqrt(n + g^2) + sqrt(n)) / alpha: the difference of two close
+      // square roots loses most of its digits once n is large. FLT_MIN keeps
+      // 0/0 (g = 0 on a fresh row) at 0 without a branch.
+      const float sigma =
+          gi * gi / (sqrt_new + sqrt_old + FLT_MIN) * inv_alpha;
+      const float zi = z[i] + gi - sigma * w[i];
+      z[i] = zi;
+      n[i] = n_new;
+      // w = 0 if |z| <= l1, else -(z - sign(z) l1) / ((beta + sqrt(n)) /
+      // alpha + l2), written as -sign(z) max(|z| - l1, 0) / denominator:
+      // GCC does not vectorize the select-between-quotients form. The
+      // denominator is 0 only on a row that has seen nothing but zero
+      // gradients (n = 0, with beta = l2 = 0), where z = 0: FLT_MIN turns
+      // that 0/0 into 0. Adding +0 turns the -0 of a positive z into +0.
+      const float excess = std::fabs(zi) - l1;
+      const float magnitude = excess > 0.0f ? excess : 0.0f;
+      w[i] = -std::copysign(magnitude, zi) /
+                 ((beta + sqrt_new) * inv_alpha + l2 + FLT_MIN) +
+             0.0f;
+    }
+  }
+
+  const std::string name_ = "ftrl";
+  const float inv_alpha_, beta_, l1_, l2_;
+};
+
+}  // namespace
+
+std::unique_ptr<UpdateHandler> NewAssignHandler() {
+  return std::make_unique<AssignHandler>();
+}
+std::unique_ptr<UpdateHandler> NewSumHandler() {
+  return std::make_unique<SumHandler>();
+}
+std::unique_ptr<UpdateHandler> NewSgdHandler(float learning_rate) {
+  return std::make_unique<SgdHandler>(learning_rate);
+}
+std::unique_ptr<UpdateHandler> NewMomentumHandler(float learning_rate,
+                                                  float momentum) {
+  return std::make_unique<MomentumHandler>(learning_rate, momentum);
+}
+std::unique_ptr<UpdateHandler> NewAdagradHandler(float learning_rate,
+                                                 float initial_accumulator,
+                                                 float epsilon) {
+  return std::make_unique<AdagradHandler>(learning_rate, initial_accumulator,
+                                          epsilon);
+}
+std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate,
+                                              double beta1, double beta2,
+                                              float epsilon) {
+  return std::make_unique<AdamHandler>(learning_rate, beta1, beta2, epsilon);
+}
+std::unique_ptr<UpdateHandler> NewFtrlHandler(float alpha, float beta,
+                                              float l1, float l2) {
+  return std::make_unique<FtrlHandler>(alpha, beta, l1, l2);
+}
+
+}  // namespace handlers_internal
+}  // namespace downpour
