@@ -1,0 +1,444 @@
+// ps_bench: throughput and latency of Downpour against raw ZeroMQ, measured
+// in the same run on the same machine.
+//
+//   bazel build -c opt //bench:ps_bench //server:ps_server //scheduler:ps_scheduler
+//   bazel-bin/bench/ps_bench            # all sections
+//   bazel-bin/bench/ps_bench --sections=dense --max_mb=16
+//
+// Sections: dense (push/pull by size, 1 and 2 servers, beside raw ZeroMQ),
+// sparse (power-law keys, width 8 and 64), latency (small pulls), memory
+// (server RSS against raw table bytes). Every loop is bounded in count and
+// time.
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "common/malloc_tuning.h"
+#include "tools/local_cluster.h"
+
+ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ binaries "
+          "(default: next to this binary's folder)");
+ABSL_FLAG(std::string, work_dir, "/tmp/ps_bench", "logs of the daemons");
+ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory", "what to run");
+ABSL_FLAG(int, max_mb, 64, "largest dense message, in MiB");
+ABSL_FLAG(int, depth, 2, "dense requests in flight");
+ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
+
+namespace downpour {
+namespace {
+
+std::string DefaultBinDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string exe(buf, n);
+  exe = exe.substr(0, exe.rfind('/'));  // .../bench
+  return exe.substr(0, exe.rfind('/'));
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Raw ZeroMQ baseline: a child process with a ROUTER socket. A request whose
+// first byte is 'P' asks for a reply of the size in the rest; anything else
+// gets a 1-byte reply. Buffers are reused on both sides, sends are zero-copy.
+
+void NoFree(void*, void*) {}
+
+[[noreturn]] void RawServer(int endpoint_pipe) {
+  TuneAllocatorForLargeMessages();
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_ROUTER);
+  int timeout = 30000;  // stops by itself if the parent goes away
+  zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  zmq_bind(s, "tcp://127.0.0.1:*");
+  char ep[256];
+  size_t len = sizeof(ep);
+  zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len);
+  ssize_t unused = write(endpoint_pipe, ep, strlen(ep) + 1);
+  (void)unused;
+  close(endpoint_pipe);
+  std::vector<char> big(size_t{256} << 20);
+  std::memset(big.data(), 1, big.size());
+  while (true) {
+    zmq_msg_t id, body;
+    zmq_msg_init(&id);
+    zmq_msg_init(&body);
+    if (zmq_msg_recv(&id, s, 0) < 0) break;
+    zmq_msg_recv(&body, s, 0);
+    const char* d = static_cast<const char*>(zmq_msg_data(&body));
+    const bool quit = zmq_msg_size(&body) == 1 && d[0] == 'Q';
+    size_t reply = 1;
+    if (zmq_msg_size(&body) == 9 && d[0] == 'P') std::memcpy(&reply, d + 1, 8);
+    zmq_msg_send(&id, s, ZMQ_SNDMORE);
+    zmq_msg_t r;
+    zmq_msg_init_data(&r, big.data(), std::min(reply, big.size()), NoFree, nullptr);
+    zmq_msg_send(&r, s, 0);
+    zmq_msg_close(&body);
+    if (quit) break;
+  }
+  _exit(0);
+}
+
+class RawClient {
+ public:
+  explicit RawClient(const std::string& endpoint) {
+    ctx_ = zmq_ctx_new();
+    s_ = zmq_socket(ctx_, ZMQ_DEALER);
+    zmq_connect(s_, endpoint.c_str());
+  }
+  ~RawClient() {
+    zmq_send(s_, "Q", 1, 0);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    zmq_msg_recv(&m, s_, 0);
+    zmq_msg_close(&m);
+    zmq_close(s_);
+    zmq_ctx_term(ctx_);
+  }
+  // Bytes per second moving `size` bytes per request (push: request carries
+  // them; pull: reply carries them), `depth` in flight.
+  double Run(size_t size, bool pull, int depth, int iters) {
+    if (buf_.size() < size) {
+      buf_.resize(size);
+      std::memset(buf_.data(), 2, size);
+    }
+    auto send = [&] {
+      zmq_msg_t m;
+      if (pull) {
+        char req[9] = {'P'};
+        std::memcpy(req + 1, &size, 8);
+        zmq_send(s_, req, 9, 0);
+      } else {
+        zmq_msg_init_data(&m, buf_.data(), size, NoFree, nullptr);
+        zmq_msg_send(&m, s_, 0);
+      }
+    };
+    auto recv = [&] {
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      zmq_msg_recv(&m, s_, 0);
+      zmq_msg_close(&m);
+    };
+    for (int i = 0; i < depth; ++i) send();  // warm-up
+    for (int i = 0; i < depth; ++i) recv();
+    const absl::Time start = absl::Now();
+    int sent = 0, got = 0;
+    for (; sent < std::min(depth, iters); ++sent) send();
+    while (got < iters) {
+      recv();
+      ++got;
+      if (sent < iters) {
+        send();
+        ++sent;
+      }
+    }
+    return size * static_cast<double>(iters) / absl::ToDoubleSeconds(absl::Now() - start);
+  }
+
+ private:
+  void* ctx_;
+  void* s_;
+  std::vector<char> buf_;
+};
+
+int ItersFor(size_t bytes) {
+  const double budget = absl::GetFlag(FLAGS_seconds) * 1.5e9;  // ~1.5 GB/s guess
+  return static_cast<int>(std::clamp(budget / bytes, 4.0, 20000.0));
+}
+
+// Dense push or pull of `floats` values as a key range, `depth` in flight.
+double PsRun(Client* c, const Table& t, Key begin, size_t rows, bool pull,
+             int depth, int iters, std::vector<std::vector<float>>* bufs) {
+  const size_t n = rows * t.width;
+  bufs->resize(depth);
+  for (auto& b : *bufs) {
+    if (b.size() < n) b.assign(n, 0.001f);
+  }
+  auto issue = [&](int slot) {
+    Keys k = Keys::Range(begin, begin + rows);
+    auto& b = (*bufs)[slot];
+    return pull ? c->Pull(t, k, absl::MakeSpan(b.data(), n))
+                : c->Push(t, k, absl::MakeConstSpan(b.data(), n));
+  };
+  for (int i = 0; i < depth; ++i) Check(c->Wait(issue(i)), "warm-up");
+  std::vector<Ticket> inflight(depth);
+  const absl::Time start = absl::Now();
+  int sent = 0, done = 0;
+  for (; sent < std::min(depth, iters); ++sent) inflight[sent] = issue(sent);
+  while (done < iters) {
+    const int slot = done % depth;
+    Check(c->Wait(inflight[slot]), pull ? "pull" : "push");
+    ++done;
+    if (sent < iters) {
+      inflight[slot] = issue(slot);
+      ++sent;
+    }
+  }
+  return n * sizeof(float) * static_cast<double>(iters) /
+         absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) {
+  LocalClusterOptions o;
+  o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? DefaultBinDir()
+                                                   : absl::GetFlag(FLAGS_bin_dir);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + tag;
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = servers;
+  auto c = LocalCluster::Start(o);
+  Check(c.status(), "start cluster");
+  return *std::move(c);
+}
+
+std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
+  ClientOptions co;
+  co.scheduler_address = cluster.scheduler_address();
+  co.max_message_bytes = size_t{128} << 20;
+  co.op_timeout = absl::Seconds(120);
+  auto c = Client::Connect(co);
+  Check(c.status(), "connect");
+  return *std::move(c);
+}
+
+void DenseSection(const std::string& raw_endpoint) {
+  const int depth = absl::GetFlag(FLAGS_depth);
+  const size_t max_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
+  std::vector<size_t> sizes;
+  for (size_t s = 4096; s <= max_bytes; s *= 4) sizes.push_back(s);
+  if (sizes.back() != max_bytes) sizes.push_back(max_bytes);
+  RawClient raw(raw_endpoint);
+  std::printf("\n## Dense push and pull (GB/s, %d in flight)\n\n", depth);
+  std::printf("| size | raw zmq push | 1 srv push | 2 srv push | raw zmq pull | 1 srv pull | 2 srv pull | push/raw (1 srv, 2 srv) | pull/raw (1 srv, 2 srv) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  constexpr uint32_t kWidth = 256;  // 1 KiB rows
+  const uint64_t rows_total = max_bytes / (kWidth * 4);
+  // Per size: raw push, raw pull measured right beside each Downpour
+  // measurement (the machine is shared and noisy), for 1 and 2 servers.
+  struct Row { double raw[2][2]; double ps[2][2]; };
+  std::vector<Row> rows(sizes.size());
+  for (int servers = 1; servers <= 2; ++servers) {
+    auto cluster = StartCluster(servers, absl::StrCat("dense", servers));
+    auto client = Connect(*cluster);
+    TableOptions o;
+    o.name = "dense";
+    o.width = kWidth;
+    o.num_keys = rows_total;
+    o.handler = "sgd";
+    auto t = client->CreateTable(o);
+    Check(t.status(), "create table");
+    std::vector<std::vector<float>> bufs;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t n = std::max<size_t>(1, sizes[i] / (kWidth * 4));
+      // Centred on the middle so that with two servers both take part.
+      const Key begin = (rows_total - n) / 2;
+      const int iters = ItersFor(sizes[i]);
+      for (int pull = 0; pull < 2; ++pull) {
+        rows[i].raw[servers - 1][pull] = raw.Run(sizes[i], pull, depth, iters);
+        rows[i].ps[servers - 1][pull] =
+            PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
+      }
+      std::fprintf(stderr, "  dense, %d server(s), %zu bytes: done\n", servers, sizes[i]);
+    }
+    client.reset();
+    Check(cluster->Stop(), "stop cluster");
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Row& r = rows[i];
+    std::string size = sizes[i] >= (1 << 20) ? absl::StrCat(sizes[i] >> 20, " MiB")
+                                             : absl::StrCat(sizes[i] >> 10, " KiB");
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%%, %.0f%% | %.0f%%, %.0f%% |\n",
+                size.c_str(), r.raw[0][0] / 1e9, r.ps[0][0] / 1e9, r.ps[1][0] / 1e9,
+                r.raw[0][1] / 1e9, r.ps[0][1] / 1e9, r.ps[1][1] / 1e9,
+                100 * r.ps[0][0] / r.raw[0][0], 100 * r.ps[1][0] / r.raw[1][0],
+                100 * r.ps[0][1] / r.raw[0][1], 100 * r.ps[1][1] / r.raw[1][1]);
+  }
+  std::fflush(stdout);
+}
+
+void SparseSection() {
+  auto cluster = StartCluster(2, "sparse");
+  auto client = Connect(*cluster);
+  constexpr uint64_t kDistinct = 1'000'000;
+  constexpr size_t kBatch = 100'000;
+  std::printf("\n## Sparse batches (1M distinct keys, power law s=1.1, %zu keys a batch, 2 servers)\n\n", kBatch);
+  std::printf("| width | push keys/s | pull keys/s |\n|---|---|---|\n");
+  // Zipf ranks by inverse transform over a precomputed CDF.
+  std::vector<double> cdf(kDistinct);
+  double sum = 0;
+  for (uint64_t i = 0; i < kDistinct; ++i) cdf[i] = (sum += 1.0 / std::pow(i + 1.0, 1.1));
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> u(0, sum);
+  std::vector<Key> keys(kBatch);
+  for (uint32_t width : {8u, 64u}) {
+    TableOptions o;
+    o.name = absl::StrCat("sparse", width);
+    o.sparse = true;
+    o.width = width;
+    o.handler = "adagrad";
+    auto t = client->CreateTable(o);
+    Check(t.status(), "create sparse table");
+    // Touch every distinct key once so the table holds 1M rows.
+    std::vector<Key> all(kDistinct);
+    for (uint64_t i = 0; i < kDistinct; ++i) all[i] = i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
+    std::vector<float> init(kDistinct * width, 0.0f);
+    Check(client->PutSync(*t, all, init), "fill");
+    std::vector<float> vals(kBatch * width, 0.01f), out(kBatch * width);
+    double push_s = 0, pull_s = 0;
+    int batches = 0;
+    const absl::Time stop = absl::Now() + absl::Seconds(2 * absl::GetFlag(FLAGS_seconds));
+    while (batches < 50 && absl::Now() < stop) {
+      for (Key& k : keys) {
+        const uint64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+        k = all[std::min(rank, kDistinct - 1)];
+      }
+      absl::Time a = absl::Now();
+      Check(client->PushSync(*t, keys, vals), "sparse push");
+      absl::Time b = absl::Now();
+      Check(client->PullSync(*t, keys, absl::MakeSpan(out)), "sparse pull");
+      pull_s += absl::ToDoubleSeconds(absl::Now() - b);
+      push_s += absl::ToDoubleSeconds(b - a);
+      ++batches;
+    }
+    std::printf("| %u | %.2fM | %.2fM |\n", width, batches * kBatch / push_s / 1e6,
+                batches * kBatch / pull_s / 1e6);
+    std::fflush(stdout);
+  }
+  client.reset();
+  Check(cluster->Stop(), "stop cluster");
+}
+
+void LatencySection() {
+  auto cluster = StartCluster(1, "latency");
+  auto client = Connect(*cluster);
+  TableOptions o;
+  o.name = "tiny";
+  o.num_keys = 1024;
+  auto t = client->CreateTable(o);
+  Check(t.status(), "create table");
+  std::vector<Key> key = {7};
+  std::vector<float> out(1);
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) Check(client->PullSync(*t, key, absl::MakeSpan(out)), "warm");
+  const absl::Time stop = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  while (us.size() < 20000 && absl::Now() < stop) {
+    absl::Time a = absl::Now();
+    Check(client->PullSync(*t, key, absl::MakeSpan(out)), "pull");
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - a));
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("\n## Small operations (4-byte pull, 1 server)\n\n");
+  std::printf("| measure | value |\n|---|---|\n");
+  std::printf("| latency p50, one at a time | %.0f us |\n", us[us.size() / 2]);
+  std::printf("| latency p99, one at a time | %.0f us |\n", us[us.size() * 99 / 100]);
+  std::printf("| pulls/s, one at a time | %.1fk |\n",
+              us.size() / std::accumulate(us.begin(), us.end(), 0.0) * 1e3);
+  for (int depth : {8, 64}) {
+    std::vector<std::vector<float>> outs(depth, std::vector<float>(1));
+    std::vector<Ticket> inflight(depth);
+    int done = 0;
+    const absl::Time start = absl::Now();
+    const absl::Time end = start + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+    for (int i = 0; i < depth; ++i) inflight[i] = client->Pull(*t, key, absl::MakeSpan(outs[i]));
+    while (absl::Now() < end && done < 2'000'000) {
+      const int slot = done % depth;
+      Check(client->Wait(inflight[slot]), "pull");
+      inflight[slot] = client->Pull(*t, key, absl::MakeSpan(outs[slot]));
+      ++done;
+    }
+    for (int i = 0; i < depth; ++i) Check(client->Wait(inflight[(done + i) % depth]), "drain");
+    std::printf("| pulls/s, %d in flight | %.1fk |\n", depth,
+                done / absl::ToDoubleSeconds(absl::Now() - start) / 1e3);
+  }
+  client.reset();
+  Check(cluster->Stop(), "stop cluster");
+}
+
+uint64_t RssBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+void MemorySection() {
+  auto cluster = StartCluster(1, "memory");
+  auto client = Connect(*cluster);
+  const uint64_t before = RssBytes(cluster->server(0).pid());
+  TableOptions o;
+  o.name = "big";
+  o.width = 64;
+  o.num_keys = 4'000'000;  // 1 GiB of values
+  o.handler = "sum";       // stateless: no handler state
+  auto t = client->CreateTable(o);
+  Check(t.status(), "create table");
+  std::vector<float> v(16384 * 64, 1.0f);
+  for (Key k = 0; k + 16384 <= o.num_keys; k += 16384) {
+    Check(client->PushSync(*t, Keys::Range(k, k + 16384), v), "push");
+  }
+  const uint64_t raw = o.num_keys * o.width * 4;
+  const uint64_t after = RssBytes(cluster->server(0).pid());
+  std::printf("\n## Server memory (dense table, width 64, 4M keys, every row pushed)\n\n");
+  std::printf("| raw values | server RSS before | after | (after - before) / raw |\n|---|---|---|---|\n");
+  std::printf("| %.0f MiB | %.0f MiB | %.0f MiB | %.3f |\n", raw / 1048576.0,
+              before / 1048576.0, after / 1048576.0,
+              static_cast<double>(after - before) / raw);
+  client.reset();
+  Check(cluster->Stop(), "stop cluster");
+}
+
+}  // namespace
+}  // namespace downpour
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  downpour::TuneAllocatorForLargeMessages();
+  // The raw ZeroMQ peer is forked before any thread starts.
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
+  pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    downpour::RawServer(fds[1]);
+  }
+  close(fds[1]);
+  char ep[256] = {0};
+  if (read(fds[0], ep, sizeof(ep)) <= 0) return 1;
+  close(fds[0]);
+
+  const std::string sections = absl::GetFlag(FLAGS_sections);
+  std::printf("# ps_bench (%s)\n", absl::FormatTime(absl::Now()).c_str());
+  if (sections.find("dense") != std::string::npos) downpour::DenseSection(ep);
+  if (sections.find("sparse") != std::string::npos) downpour::SparseSection();
+  if (sections.find("latency") != std::string::npos) downpour::LatencySection();
+  if (sections.find("memory") != std::string::npos) downpour::MemorySection();
+  if (sections.find("dense") == std::string::npos) {
+    downpour::RawClient quit(ep);  // its destructor tells the child to quit
+  }
+  int status;
+  waitpid(child, &status, 0);
+  return 0;
+}

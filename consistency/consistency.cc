@@ -1,0 +1,92 @@
+#include "consistency/consistency.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace downpour {
+
+absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
+    const std::string& name, Clock staleness, int num_workers,
+    int backup_workers) {
+  ConsistencyPolicy p;
+  if (name == "bsp") {
+    p.kind = Kind::kBsp;
+  } else if (name == "ssp") {
+    p.kind = Kind::kSsp;
+    if (staleness < 0) {
+      return absl::InvalidArgumentError("SSP staleness must be >= 0");
+    }
+    p.staleness = staleness;
+  } else if (name == "asp") {
+    p.kind = Kind::kAsp;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown consistency '", name, "' (bsp, ssp, asp)"));
+  }
+  if (num_workers < 1 || backup_workers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "need at least 1 worker and no negative backups, got ", num_workers,
+        " + ", backup_workers));
+  }
+  p.num_workers = num_workers;
+  p.backup_workers = backup_workers;
+  return p;
+}
+
+std::string ConsistencyPolicy::ToString() const {
+  std::string s = kind == Kind::kBsp   ? "BSP"
+                  : kind == Kind::kSsp ? absl::StrCat("SSP(s=", staleness, ")")
+                                       : "ASP";
+  absl::StrAppend(&s, " with ", num_workers, " workers");
+  if (backup_workers > 0) absl::StrAppend(&s, " + ", backup_workers, " backup");
+  return s;
+}
+
+ClockTable::ClockTable(const ConsistencyPolicy& policy)
+    : policy_(policy),
+      clocks_(policy.num_workers + policy.backup_workers, 0) {}
+
+absl::Status ClockTable::Advance(int rank, Clock clock) {
+  if (rank < 0 || rank >= size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", rank, " outside [0, ", size(), ")"));
+  }
+  if (clock < clocks_[rank]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank, " clock moves back from ",
+                     clocks_[rank], " to ", clock));
+  }
+  clocks_[rank] = clock;
+  return absl::OkStatus();
+}
+
+Clock ClockTable::GatingClock() const {
+  if (policy_.backup_workers == 0) {
+    return *std::min_element(clocks_.begin(), clocks_.end());
+  }
+  std::vector<Clock> sorted = clocks_;
+  // The N-th largest: the clock that N workers have all reached.
+  std::nth_element(sorted.begin(), sorted.begin() + (policy_.num_workers - 1),
+                   sorted.end(), std::greater<Clock>());
+  return sorted[policy_.num_workers - 1];
+}
+
+bool ClockTable::MayProceed(Clock clock) const {
+  if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
+  return clock - GatingClock() <= policy_.bound();
+}
+
+void StalenessTracker::Applied(int rank, Clock clock) {
+  if (rank < 0 || rank >= static_cast<int>(applied_.size())) return;
+  applied_[rank] = std::max(applied_[rank], clock + 1);
+}
+
+Clock StalenessTracker::Observe(Clock clock) {
+  const Clock oldest_missing = *std::min_element(applied_.begin(), applied_.end());
+  const Clock staleness = std::max<Clock>(0, clock - oldest_missing);
+  max_observed_ = std::max(max_observed_, staleness);
+  return staleness;
+}
+
+}  // namespace downpour

@@ -1,0 +1,107 @@
+// The consistency contract between workers: clocks and bounded staleness.
+//
+// Each worker has a clock: the number of iterations it has completed. A
+// worker completes iteration c by pushing its updates, waiting for their
+// acknowledgements, and only then advancing its clock to c + 1. So every
+// update of iterations below a worker's clock is applied on the servers.
+//
+// A policy decides when a worker whose clock is c may start iteration c
+// (pull parameters and compute):
+//   BSP       staleness 0: once every worker has completed iteration c - 1,
+//             so the pull sees all updates of the previous iteration.
+//   SSP(s)    while c - min_clock <= s: the pull includes every update of
+//             iterations below c - s.
+//   ASP       never waits (Downpour / Hogwild).
+// With backup workers (N + b workers, b > 0) only the N fastest count: the
+// gating clock is the N-th largest clock instead of the minimum, and a
+// worker that falls behind it skips ahead.
+//
+// ClockTable is thread-compatible (the scheduler guards it with its mutex);
+// the free functions are pure.
+#ifndef DOWNPOUR_CONSISTENCY_CONSISTENCY_H_
+#define DOWNPOUR_CONSISTENCY_CONSISTENCY_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace downpour {
+
+using Clock = int64_t;
+
+struct ConsistencyPolicy {
+  enum class Kind { kBsp, kSsp, kAsp };
+  Kind kind = Kind::kBsp;
+  Clock staleness = 0;      // SSP's bound s (0 for BSP)
+  int num_workers = 1;      // N: workers whose updates count each step
+  int backup_workers = 0;   // b: extra workers; the slowest b are ignored
+
+  // "bsp", "ssp" (with `staleness`), "asp". kInvalidArgument otherwise, or
+  // for a negative staleness or fewer than 1 worker.
+  static absl::StatusOr<ConsistencyPolicy> Parse(const std::string& name,
+                                                 Clock staleness,
+                                                 int num_workers,
+                                                 int backup_workers);
+  std::string ToString() const;
+  // The bound on (clock - gating clock) for a worker to proceed; "infinite"
+  // for ASP.
+  Clock bound() const {
+    switch (kind) {
+      case Kind::kBsp: return 0;
+      case Kind::kSsp: return staleness;
+      case Kind::kAsp: return std::numeric_limits<Clock>::max();
+    }
+    return 0;
+  }
+};
+
+class ClockTable {
+ public:
+  explicit ClockTable(const ConsistencyPolicy& policy);
+
+  const ConsistencyPolicy& policy() const { return policy_; }
+  int size() const { return static_cast<int>(clocks_.size()); }
+
+  // Records that worker `rank` completed iterations below `clock`. Clocks
+  // only move forward: kInvalidArgument for a rank outside
+  // [0, N + b) and kFailedPrecondition for a clock below the recorded one.
+  absl::Status Advance(int rank, Clock clock);
+  Clock clock(int rank) const { return clocks_[rank]; }
+
+  // The clock that gates progress: the minimum over all workers without
+  // backups, else the N-th largest clock.
+  Clock GatingClock() const;
+  // Whether a worker at `clock` may start that iteration now.
+  bool MayProceed(Clock clock) const;
+
+ private:
+  ConsistencyPolicy policy_;
+  std::vector<Clock> clocks_;
+};
+
+// Server-side bookkeeping of which iterations of each worker a table has
+// applied, to measure the staleness of a pull: for a pull by a worker at
+// clock c, the oldest missing update is the smallest count of applied
+// iterations over all workers, and staleness = c - that count (0 when all
+// iterations below c are in). Under SSP(s) it never exceeds s.
+class StalenessTracker {
+ public:
+  explicit StalenessTracker(int num_workers) : applied_(num_workers, 0) {}
+  // An update of iteration `clock` from `rank` was applied. Iterations of
+  // one worker are applied in order, so this records clock + 1 completed.
+  void Applied(int rank, Clock clock);
+  // For a pull at `clock`; also folded into max_observed().
+  Clock Observe(Clock clock);
+  Clock max_observed() const { return max_observed_; }
+
+ private:
+  std::vector<Clock> applied_;
+  Clock max_observed_ = 0;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_CONSISTENCY_CONSISTENCY_H_

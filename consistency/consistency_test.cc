@@ -1,0 +1,84 @@
+#include "consistency/consistency.h"
+
+#include <random>
+
+#include "common/test_util.h"
+
+namespace downpour {
+namespace {
+
+ConsistencyPolicy Policy(const std::string& name, Clock s, int n, int b = 0) {
+  auto p = ConsistencyPolicy::Parse(name, s, n, b);
+  EXPECT_OK(p);
+  return *p;
+}
+
+TEST(ConsistencyPolicyTest, ParseRejectsBadInput) {
+  EXPECT_THAT(ConsistencyPolicy::Parse("nope", 0, 1, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ConsistencyPolicy::Parse("ssp", -1, 1, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ConsistencyPolicy::Parse("bsp", 0, 0, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Policy("ssp", 3, 4).ToString(), "SSP(s=3) with 4 workers");
+}
+
+TEST(ClockTableTest, BspWaitsForEveryWorker) {
+  ClockTable t(Policy("bsp", 0, 3));
+  EXPECT_TRUE(t.MayProceed(0));
+  ASSERT_OK(t.Advance(0, 1));
+  EXPECT_FALSE(t.MayProceed(1));  // workers 1 and 2 still at 0
+  ASSERT_OK(t.Advance(1, 1));
+  ASSERT_OK(t.Advance(2, 1));
+  EXPECT_TRUE(t.MayProceed(1));
+  EXPECT_FALSE(t.MayProceed(2));
+  EXPECT_THAT(t.Advance(1, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(t.Advance(3, 1), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ClockTableTest, SspBoundAndAsp) {
+  ClockTable ssp(Policy("ssp", 2, 2));
+  ASSERT_OK(ssp.Advance(0, 2));
+  EXPECT_TRUE(ssp.MayProceed(2));  // 2 - 0 <= 2
+  ASSERT_OK(ssp.Advance(0, 3));
+  EXPECT_FALSE(ssp.MayProceed(3));
+  ClockTable asp(Policy("asp", 0, 2));
+  ASSERT_OK(asp.Advance(0, 100));
+  EXPECT_TRUE(asp.MayProceed(100));
+}
+
+TEST(ClockTableTest, BackupWorkersGateOnTheNthFastest) {
+  ClockTable t(Policy("bsp", 0, 2, 1));  // 3 workers, 2 count
+  ASSERT_OK(t.Advance(0, 1));
+  EXPECT_FALSE(t.MayProceed(1));
+  ASSERT_OK(t.Advance(2, 1));  // worker 1 is the straggler
+  EXPECT_EQ(t.GatingClock(), 1);
+  EXPECT_TRUE(t.MayProceed(1));
+}
+
+// Simulates workers of very different speeds under the clock protocol and
+// checks the staleness every pull sees against the bound.
+TEST(StalenessTest, SimulatedRunsRespectTheBound) {
+  for (Clock s : {Clock{0}, Clock{1}, Clock{3}}) {
+    const uint32_t seed = std::random_device()();
+    SCOPED_TRACE(::testing::Message() << "s=" << s << " seed " << seed);
+    std::mt19937 rng(seed);
+    constexpr int kWorkers = 4;
+    ClockTable table(Policy(s == 0 ? "bsp" : "ssp", s, kWorkers));
+    StalenessTracker tracker(kWorkers);
+    std::vector<int> speed = {1, 2, 5, 13};  // relative chance of a step
+    std::vector<Clock> clock(kWorkers, 0);
+    for (int step = 0; step < 20000; ++step) {
+      const int w = std::discrete_distribution<int>(speed.begin(), speed.end())(rng);
+      if (!table.MayProceed(clock[w])) continue;
+      EXPECT_LE(tracker.Observe(clock[w]), s);  // the pull
+      tracker.Applied(w, clock[w]);             // push, acknowledged
+      ASSERT_OK(table.Advance(w, ++clock[w]));  // then the clock
+    }
+    EXPECT_LE(tracker.max_observed(), s);
+    if (s > 0) EXPECT_GT(tracker.max_observed(), 0);  // the bound is reached
+  }
+}
+
+}  // namespace
+}  // namespace downpour
