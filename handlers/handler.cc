@@ -72,22 +72,15 @@ absl::StatusOr<std::vector<double>> ReadParams(
 
 absl::Status OutOfRange(const std::string& handler, const char* param,
                         double value, const char* requirement) {
-  return absl::InvalidArgumentError(absl::StrCat("handler '", handler,
-                                                 "': parameter '", param,
-                                                 "' is ", value, ", must be ",
-                                                 requirement));
+  return absl::InvalidArgumentError(
+      absl::StrCat("handler '", handler, "': parameter '", param, "' is ",
+                   value, ", must be ", requirement));
 }
 
 absl::Status CheckNonNegative(const std::string& handler, const char* param,
                               double value) {
   if (value >= 0) return absl::OkStatus();
   return OutOfRange(handler, param, value, ">= 0");
-}
-
-absl::Status CheckPositive(const std::string& handler, const char* param,
-                           double value) {
-  if (value > 0) return absl::OkStatus();
-  return OutOfRange(handler, param, value, "> 0");
 }
 
 // Decay rates: 1 would never forget (and makes Adam's bias correction 0/0).
@@ -134,8 +127,7 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateBuiltin(
           "handler 'adagrad': epsilon or initial_accumulator must be > 0 "
           "(with both 0 a zero gradient on a fresh row divides 0 by 0)");
     }
-    return NewAdagradHandler(static_cast<float>(p[0]),
-                             static_cast<float>(p[1]),
+    return NewAdagradHandler(static_cast<float>(p[0]), static_cast<float>(p[1]),
                              static_cast<float>(p[2]));
   }
   if (name == "adam") {
@@ -171,10 +163,10 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateBuiltin(
     return NewFtrlHandler(static_cast<float>(p[0]), static_cast<float>(p[1]),
                           static_cast<float>(p[2]), static_cast<float>(p[3]));
   }
-  return absl::NotFoundError(absl::StrCat(
-      "unknown update handler '", name, "' (built in: ",
-      absl::StrJoin(kBuiltinNames, ", "), "; a plugin is named '",
-      kPluginHandlerPrefix, "<name>')"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown update handler '", name,
+                   "' (built in: ", absl::StrJoin(kBuiltinNames, ", "),
+                   "; a plugin is named '", kPluginHandlerPrefix, "<name>')"));
 }
 
 }  // namespace
@@ -183,8 +175,8 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateHandler(
     const proto::HandlerSpec& spec, const PluginRegistry* plugins) {
   if (absl::StartsWith(spec.name(), kPluginHandlerPrefix)) {
     if (plugins == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "update handler '", spec.name(), "': no plugins are loaded"));
+      return absl::NotFoundError(absl::StrCat("update handler '", spec.name(),
+                                              "': no plugins are loaded"));
     }
     return plugins->CreateHandler(spec);
   }

@@ -2,7 +2,8 @@
 //
 //   DP_ASSIGN_OR_RETURN(Initializer init, Initializer::Create(spec.init()));
 //   init.Fill(range.begin, rows, width, values);  // a dense range
-//   init.FillRow(key, width, row);                // a sparse row, on first touch
+//   init.FillRow(key, width, row);                // a sparse row, on first
+//   touch
 //
 // Values are a pure function of (seed, key, column): independent of which
 // server holds the key, of the order rows are first touched, of batching,

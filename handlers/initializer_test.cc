@@ -82,8 +82,8 @@ TEST(InitializerTest, IndependentOfWidth) {
     std::vector<float> wide(16), narrow(5);
     init->FillRow(77, 16, wide.data());
     init->FillRow(77, 5, narrow.data());
-    EXPECT_TRUE(SameBits(narrow, std::vector<float>(wide.begin(),
-                                                    wide.begin() + 5)))
+    EXPECT_TRUE(
+        SameBits(narrow, std::vector<float>(wide.begin(), wide.begin() + 5)))
         << spec.ShortDebugString();
   }
 }
@@ -203,7 +203,8 @@ TEST(InitializerTest, DegenerateRanges) {
 // The interval is half-open even where float rounding would reach `high`:
 // a tiny interval has few representable values, all of them below high.
 TEST(InitializerTest, UniformExcludesHigh) {
-  const float low = 1.0f, high = std::nextafter(std::nextafter(1.0f, 2.0f), 2.0f);
+  const float low = 1.0f,
+              high = std::nextafter(std::nextafter(1.0f, 2.0f), 2.0f);
   auto init = Initializer::Create(Uniform(low, high));
   ASSERT_OK(init);
   std::vector<float> v(10000);

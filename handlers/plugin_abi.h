@@ -83,8 +83,8 @@ typedef struct DpUpdateHandlerV1 {
   const char* name;
   /* Returns an instance for these params, or NULL after writing a message to
    * error (NUL-terminated, at most error_len bytes including the NUL). */
-  void* (*create)(const DpHandlerParam* params, size_t num_params,
-                  char* error, size_t error_len);
+  void* (*create)(const DpHandlerParam* params, size_t num_params, char* error,
+                  size_t error_len);
   /* Frees an instance that create returned. */
   void (*destroy)(void* instance);
   /* Floats of state per row of `width` values (0 for a stateless rule). Must

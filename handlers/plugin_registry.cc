@@ -29,8 +29,7 @@ namespace {
 // registry keeps open, which is why the registry must outlive its handlers.
 class PluginHandler final : public UpdateHandler {
  public:
-  PluginHandler(std::string name, const DpUpdateHandlerV1* api,
-                void* instance)
+  PluginHandler(std::string name, const DpUpdateHandlerV1* api, void* instance)
       : name_(std::move(name)), api_(api), instance_(instance) {}
   ~PluginHandler() override { api_->destroy(instance_); }
 
@@ -67,17 +66,16 @@ bool IsValidPluginName(const char* name) {
   return true;
 }
 
-// Checks a descriptor; the returned message completes "'<path>' ...".
+// Checks a descriptor; the message continues "handler plugin '<path>' ...".
 absl::Status CheckDescriptor(const DpUpdateHandlerV1* api) {
   if (api == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        DOWNPOUR_UPDATE_HANDLER_V1_SYMBOL, "() returned NULL"));
+        "returned NULL from ", DOWNPOUR_UPDATE_HANDLER_V1_SYMBOL, "()"));
   }
   if (api->abi_version != DOWNPOUR_HANDLER_ABI_VERSION) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("has handler ABI version ", api->abi_version,
-                     ", this server supports version ",
-                     DOWNPOUR_HANDLER_ABI_VERSION));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "has handler ABI version ", api->abi_version,
+        ", this server supports version ", DOWNPOUR_HANDLER_ABI_VERSION));
   }
   if (!IsValidPluginName(api->name)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -90,9 +88,9 @@ absl::Status CheckDescriptor(const DpUpdateHandlerV1* api) {
   if (api->state_width == nullptr) missing.push_back("state_width");
   if (api->apply == nullptr) missing.push_back("apply");
   if (!missing.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("handler '", api->name, "' has NULL function(s): ",
-                     absl::StrJoin(missing, ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "('", api->name,
+        "') has NULL function(s): ", absl::StrJoin(missing, ", ")));
   }
   return absl::OkStatus();
 }
@@ -137,8 +135,8 @@ absl::Status PluginRegistry::Load(const std::string& path) {
   const DpUpdateHandlerV1* api =
       reinterpret_cast<DpUpdateHandlerV1Getter>(symbol)();
   if (absl::Status s = CheckDescriptor(api); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "handler plugin '", path, "' ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("handler plugin '", path, "' ", s.message()));
   }
 
   const std::string name = api->name;
@@ -146,9 +144,9 @@ absl::Status PluginRegistry::Load(const std::string& path) {
     absl::MutexLock lock(&mu_);
     auto it = plugins_.find(name);
     if (it != plugins_.end()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "handler plugin '", name, "' from '", path,
-          "' is already loaded (from '", it->second->path, "')"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("handler plugin '", name, "' from '", path,
+                       "' is already loaded (from '", it->second->path, "')"));
     }
     plugins_.emplace(name,
                      std::unique_ptr<Plugin>(new Plugin{path, handle, api}));
@@ -173,9 +171,10 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> PluginRegistry::CreateHandler(
     const proto::HandlerSpec& spec) const {
   absl::string_view name = spec.name();
   if (!absl::ConsumePrefix(&name, kPluginHandlerPrefix)) {
-    return absl::NotFoundError(absl::StrCat(
-        "update handler '", spec.name(), "' is not a plugin (plugins are named '",
-        kPluginHandlerPrefix, "<name>')"));
+    return absl::NotFoundError(
+        absl::StrCat("update handler '", spec.name(),
+                     "' is not a plugin (plugins are named '",
+                     kPluginHandlerPrefix, "<name>')"));
   }
   const DpUpdateHandlerV1* api = nullptr;
   {
@@ -206,14 +205,15 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> PluginRegistry::CreateHandler(
             });
 
   char error[1024] = {0};
-  void* instance = api->create(params.data(), params.size(), error,
-                               sizeof(error));
+  void* instance =
+      api->create(params.data(), params.size(), error, sizeof(error));
   error[sizeof(error) - 1] = '\0';  // in case the plugin forgot the NUL
   if (instance == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "handler '", spec.name(), "': ",
-        error[0] != '\0' ? error : "the plugin's create() failed without a "
-                                   "message"));
+        error[0] != '\0' ? error
+                         : "the plugin's create() failed without a "
+                           "message"));
   }
   return std::unique_ptr<UpdateHandler>(
       new PluginHandler(spec.name(), api, instance));

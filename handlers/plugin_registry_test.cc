@@ -77,22 +77,21 @@ TEST(PluginRegistryTest, ExampleDefaults) {
 TEST(PluginRegistryTest, ExampleRejectsBadParams) {
   PluginRegistry plugins;
   ASSERT_OK(plugins.Load(Plugin("libclipped_sgd.so")));
-  auto unknown = CreateHandler(Spec("plugin:clipped_sgd", {{"clipp", 1}}),
-                               &plugins);
+  auto unknown =
+      CreateHandler(Spec("plugin:clipped_sgd", {{"clipp", 1}}), &plugins);
   EXPECT_THAT(unknown, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("'clipp'"));
   EXPECT_THAT(std::string(unknown.status().message()),
               HasSubstr("plugin:clipped_sgd"));
   for (double clip : {0.0, -1.0, std::nan("")}) {
-    auto bad = CreateHandler(Spec("plugin:clipped_sgd", {{"clip", clip}}),
-                             &plugins);
+    auto bad =
+        CreateHandler(Spec("plugin:clipped_sgd", {{"clip", clip}}), &plugins);
     EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument)) << clip;
     EXPECT_THAT(std::string(bad.status().message()), HasSubstr("clip"));
   }
-  EXPECT_THAT(
-      CreateHandler(Spec("plugin:clipped_sgd", {{"learning_rate", -1}}),
-                    &plugins),
-      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CreateHandler(Spec("plugin:clipped_sgd", {{"learning_rate", -1}}),
+                            &plugins),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(PluginRegistryTest, UnloadedPluginIsNotFound) {
@@ -122,7 +121,8 @@ TEST(PluginRegistryTest, SharedObjectWithoutEntryPointIsInvalid) {
   PluginRegistry plugins;
   absl::Status s = plugins.Load(Plugin("libtest_no_symbol.so"));
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(s.message()), HasSubstr("downpour_update_handler_v1"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("downpour_update_handler_v1"));
   EXPECT_THAT(plugins.names(), ElementsAre());
 }
 
@@ -134,8 +134,9 @@ TEST(PluginRegistryTest, BrokenDescriptorsAreInvalid) {
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << file;
   }
-  EXPECT_THAT(std::string(plugins.Load(Plugin("libtest_wrong_abi.so")).message()),
-              HasSubstr("999"));
+  EXPECT_THAT(
+      std::string(plugins.Load(Plugin("libtest_wrong_abi.so")).message()),
+      HasSubstr("999"));
   EXPECT_THAT(
       std::string(plugins.Load(Plugin("libtest_missing_apply.so")).message()),
       HasSubstr("apply"));
@@ -154,8 +155,8 @@ TEST(PluginRegistryTest, DuplicateNameIsAlreadyExists) {
   EXPECT_THAT(plugins.names(), ElementsAre("plugin:clipped_sgd"));
 
   // Still the clipped one (the duplicate adds the gradient instead).
-  auto handler = CreateHandler(Spec("plugin:clipped_sgd", {{"learning_rate", 1}}),
-                               &plugins);
+  auto handler = CreateHandler(
+      Spec("plugin:clipped_sgd", {{"learning_rate", 1}}), &plugins);
   ASSERT_OK(handler);
   float value = 0;
   const float grad = 5;
@@ -209,8 +210,8 @@ TEST(PluginRegistryTest, ConcurrentUse) {
     }
   }
 
-  auto handler = CreateHandler(Spec("plugin:clipped_sgd", {{"clip", 0.5}}),
-                               &plugins);
+  auto handler =
+      CreateHandler(Spec("plugin:clipped_sgd", {{"clip", 0.5}}), &plugins);
   ASSERT_OK(handler);
   constexpr size_t kRowsPerThread = 1000, kWidth = 4;
   std::vector<float> values(4 * kRowsPerThread * kWidth, 0.0f);

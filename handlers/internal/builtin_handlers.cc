@@ -142,13 +142,14 @@ class AdamHandler final : public UpdateHandler {
  public:
   AdamHandler(float learning_rate, double beta1, double beta2, float epsilon)
       : lr_(learning_rate),
-        beta1_(beta1),
-        beta2_(beta2),
+        log_beta1_(std::log(beta1)),
+        log_beta2_(std::log(beta2)),
         b1_(static_cast<float>(beta1)),
         b2_(static_cast<float>(beta2)),
         one_minus_b1_(static_cast<float>(1.0 - beta1)),
         one_minus_b2_(static_cast<float>(1.0 - beta2)),
-        eps_(epsilon) {}
+        eps_(epsilon),
+        converged_steps_(FindConvergedSteps()) {}
   const std::string& name() const override { return name_; }
   size_t StateWidth(size_t width) const override { return 2 * width + 1; }
   void InitState(float* state, size_t rows, size_t width) const override {
@@ -164,23 +165,56 @@ class AdamHandler final : public UpdateHandler {
       std::memcpy(&t, row_state + 2 * width, sizeof(t));
       if (t < kMaxSteps) ++t;
       std::memcpy(row_state + 2 * width, &t, sizeof(t));
-      // w -= lr * (m / bc1) / (sqrt(v / bc2) + eps), with the per-row
-      // factors folded once: step = lr / bc1, inv_bc2 = 1 / bc2.
-      const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t));
-      const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t));
-      const float step = static_cast<float>(lr_ / bc1);
-      const float inv_bc2 = static_cast<float>(1.0 / bc2);
+      const Factors f =
+          t >= converged_steps_ ? Factors{lr_, 1.0f} : ComputeFactors(t);
       RowKernel(values + r * width, row_state, row_state + width,
-                grads + r * width, width, step, inv_bc2);
+                grads + r * width, width, f.step, f.inv_bc2);
     }
   }
 
  private:
   static constexpr uint32_t kMaxSteps = 0x7F7FFFFF;
 
-  void RowKernel(float* __restrict w, float* __restrict m,
-                 float* __restrict v, const float* __restrict g, size_t width,
-                 float step, float inv_bc2) const {
+  // w -= lr * (m / bc1) / (sqrt(v / bc2) + eps) with bc = 1 - beta^t, the
+  // per-row factors folded once: step = lr / bc1, inv_bc2 = 1 / bc2.
+  // -expm1(t log beta) is 1 - beta^t without the cancellation of
+  // 1 - pow(beta, t) for small t, and is cheaper than pow.
+  struct Factors {
+    float step;
+    float inv_bc2;
+  };
+  Factors ComputeFactors(uint32_t t) const {
+    const double td = static_cast<double>(t);
+    const double bc1 = -std::expm1(td * log_beta1_);
+    const double bc2 = -std::expm1(td * log_beta2_);
+    return {static_cast<float>(lr_ / bc1), static_cast<float>(1.0 / bc2)};
+  }
+
+  // Both factors decrease with t towards (lr, 1) and, as floats, reach them
+  // exactly after a few thousand steps (about 17,000 for beta2 = 0.999).
+  // From that step on Apply skips the two expm1 calls per row, which
+  // dominate the cost of narrow rows; the result is the same bits.
+  uint32_t FindConvergedSteps() const {
+    auto converged = [this](uint32_t t) {
+      const Factors f = ComputeFactors(t);
+      return f.step == lr_ && f.inv_bc2 == 1.0f;
+    };
+    if (!converged(kMaxSteps)) return kMaxSteps + 1;  // never
+    uint32_t lo = 1, hi = kMaxSteps;
+    while (lo < hi) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      if (converged(mid)) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+
+  void RowKernel(float* __restrict w, float* __restrict m, float* __restrict v,
+                 const float* __restrict g, size_t width, float step,
+                 float inv_bc2) const {
     const float b1 = b1_, b2 = b2_, c1 = one_minus_b1_, c2 = one_minus_b2_;
     const float eps = eps_;
     for (size_t i = 0; i < width; ++i) {
@@ -195,8 +229,9 @@ class AdamHandler final : public UpdateHandler {
 
   const std::string name_ = "adam";
   const float lr_;
-  const double beta1_, beta2_;
+  const double log_beta1_, log_beta2_;  // -inf for beta = 0: factor 1
   const float b1_, b2_, one_minus_b1_, one_minus_b2_, eps_;
+  const uint32_t converged_steps_;
 };
 
 // State per row: z[width], n[width]. The weight is a function of (z, n), so
@@ -221,9 +256,8 @@ class FtrlHandler final : public UpdateHandler {
   }
 
  private:
-  void RowKernel(float* __restrict w, float* __restrict z,
-                 float* __restrict n, const float* __restrict g,
-                 size_t width) const {
+  void RowKernel(float* __restrict w, float* __restrict z, float* __restrict n,
+                 const float* __restrict g, size_t width) const {
     const float inv_alpha = inv_alpha_, beta = beta_, l1 = l1_, l2 = l2_;
     for (size_t i = 0; i < width; ++i) {
       const float gi = g[i];
@@ -234,8 +268,7 @@ class FtrlHandler final : public UpdateHandler {
       // g^2 / (sqrt(n + g^2) + sqrt(n)) / alpha: the difference of two close
       // square roots loses most of its digits once n is large. FLT_MIN keeps
       // 0/0 (g = 0 on a fresh row) at 0 without a branch.
-      const float sigma =
-          gi * gi / (sqrt_new + sqrt_old + FLT_MIN) * inv_alpha;
+      const float sigma = gi * gi / (sqrt_new + sqrt_old + FLT_MIN) * inv_alpha;
       const float zi = z[i] + gi - sigma * w[i];
       z[i] = zi;
       n[i] = n_new;
@@ -278,13 +311,12 @@ std::unique_ptr<UpdateHandler> NewAdagradHandler(float learning_rate,
   return std::make_unique<AdagradHandler>(learning_rate, initial_accumulator,
                                           epsilon);
 }
-std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate,
-                                              double beta1, double beta2,
-                                              float epsilon) {
+std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate, double beta1,
+                                              double beta2, float epsilon) {
   return std::make_unique<AdamHandler>(learning_rate, beta1, beta2, epsilon);
 }
-std::unique_ptr<UpdateHandler> NewFtrlHandler(float alpha, float beta,
-                                              float l1, float l2) {
+std::unique_ptr<UpdateHandler> NewFtrlHandler(float alpha, float beta, float l1,
+                                              float l2) {
   return std::make_unique<FtrlHandler>(alpha, beta, l1, l2);
 }
 

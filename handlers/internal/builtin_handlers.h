@@ -19,12 +19,11 @@ std::unique_ptr<UpdateHandler> NewAdagradHandler(float learning_rate,
                                                  float initial_accumulator,
                                                  float epsilon);
 // beta1 and beta2 stay double: the bias corrections 1 - beta^t are computed
-// in double once per row.
-std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate,
-                                              double beta1, double beta2,
-                                              float epsilon);
-std::unique_ptr<UpdateHandler> NewFtrlHandler(float alpha, float beta,
-                                              float l1, float l2);
+// in double, once per row (until they round to 1).
+std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate, double beta1,
+                                              double beta2, float epsilon);
+std::unique_ptr<UpdateHandler> NewFtrlHandler(float alpha, float beta, float l1,
+                                              float l2);
 
 }  // namespace handlers_internal
 }  // namespace downpour
