@@ -9,6 +9,8 @@
 // sparse (power-law keys, width 8 and 64), latency (small pulls), memory
 // (server RSS against raw table bytes). Every loop is bounded in count and
 // time.
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -69,9 +71,9 @@ void NoFree(void*, void*) {}
 [[noreturn]] void RawServer(int endpoint_pipe) {
   TuneAllocatorForLargeMessages();
   void* ctx = zmq_ctx_new();
+  // Ends with the parent (or on its 'Q' message).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   void* s = zmq_socket(ctx, ZMQ_ROUTER);
-  int timeout = 30000;  // stops by itself if the parent goes away
-  zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
   zmq_bind(s, "tcp://127.0.0.1:*");
   char ep[256];
   size_t len = sizeof(ep);
@@ -106,6 +108,8 @@ class RawClient {
   explicit RawClient(const std::string& endpoint) {
     ctx_ = zmq_ctx_new();
     s_ = zmq_socket(ctx_, ZMQ_DEALER);
+    int timeout = 60000;  // a lost peer fails the run instead of hanging it
+    zmq_setsockopt(s_, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
     zmq_connect(s_, endpoint.c_str());
   }
   ~RawClient() {
@@ -138,7 +142,10 @@ class RawClient {
     auto recv = [&] {
       zmq_msg_t m;
       zmq_msg_init(&m);
-      zmq_msg_recv(&m, s_, 0);
+      if (zmq_msg_recv(&m, s_, 0) < 0) {
+        std::fprintf(stderr, "raw zmq peer did not answer\n");
+        std::exit(1);
+      }
       zmq_msg_close(&m);
     };
     for (int i = 0; i < depth; ++i) send();  // warm-up

@@ -50,6 +50,8 @@ struct OpState {
   float* out;
   absl::Time deadline;
   Callback callback;
+  int rank = 0;
+  int64_t clock = -1;
 
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   absl::Mutex mu;
@@ -223,6 +225,13 @@ class ClientImpl final : public Client {
 
   Epoch map_epoch() const override { return Map()->epoch(); }
 
+  void SetWorkerClock(int rank, int64_t clock) override {
+    worker_rank_.store(rank);
+    worker_clock_.store(clock);
+  }
+  int64_t max_staleness() const override { return max_staleness_.load(); }
+  uint64_t discarded_pushes() const override { return discarded_.load(); }
+
  private:
   std::shared_ptr<const ClusterMapView> Map() const {
     absl::MutexLock lock(&map_mu_);
@@ -274,6 +283,10 @@ class ClientImpl final : public Client {
   absl::flat_hash_map<Ticket, std::shared_ptr<OpState>> ops_
       ABSL_GUARDED_BY(ops_mu_);
   std::atomic<Ticket> next_ticket_{1};
+  std::atomic<int> worker_rank_{0};
+  std::atomic<int64_t> worker_clock_{-1};
+  std::atomic<int64_t> max_staleness_{0};
+  std::atomic<uint64_t> discarded_{0};
 };
 
 Table TableFromSpec(const proto::TableSpec& spec) {
@@ -312,6 +325,8 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
         absl::StrCat("table '", o.name, "': unknown initializer '", o.init,
                      "' (zeros, constant, uniform, normal)"));
   }
+  spec.set_sync_workers(o.sync_workers);
+  spec.set_num_workers(o.tracked_workers);
   spec.mutable_handler()->set_name(o.handler);
   for (const auto& [k, v] : o.handler_params) {
     (*spec.mutable_handler()->mutable_params())[k] = v;
@@ -354,6 +369,8 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
   auto state = std::make_shared<OpState>(op, t, keys, in.data(), out.data(),
                                          absl::Now() + options_.op_timeout,
                                          std::move(cb));
+  state->rank = worker_rank_.load();
+  state->clock = worker_clock_.load();
   if (!state->callback) {
     absl::MutexLock lock(&ops_mu_);
     ops_[ticket] = state;
@@ -481,7 +498,8 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   h.set_epoch(map.epoch());
   h.set_num_keys(n);
   h.set_width(width);
-  h.set_worker_clock(-1);
+  h.set_worker_clock(op->clock);
+  h.set_worker_rank(op->rank);
   auto release = [op] { op->Release(); };
   if (part.is_range) {
     h.set_is_range(true);
@@ -561,6 +579,11 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
     op->Fail(absl::Status(code, absl::StrCat(context(), ": ", h.status_message())));
     op->Release();
     return;
+  }
+  if (h.discarded()) discarded_.fetch_add(1, std::memory_order_relaxed);
+  for (int64_t seen = max_staleness_.load();
+       h.staleness() > seen &&
+       !max_staleness_.compare_exchange_weak(seen, h.staleness());) {
   }
   if (Reads(op->op)) {
     const size_t width = op->table.width;

@@ -73,6 +73,11 @@ struct TableOptions {
   // "adagrad", "adam", "ftrl" or "plugin:<name>".
   std::string handler = "sgd";
   std::map<std::string, double> handler_params;
+  // BSP: pushes are averaged over this many workers per clock before the
+  // handler applies them once (0: applied on arrival).
+  uint32_t sync_workers = 0;
+  // Workers (N + backups) whose clocks the servers track for staleness.
+  uint32_t tracked_workers = 0;
 };
 
 // A declared table. Cheap to copy.
@@ -176,6 +181,16 @@ class Client {
 
   // The epoch of the cluster map this client currently routes by.
   virtual Epoch map_epoch() const = 0;
+
+  // For worker daemons: operations submitted after this carry the worker's
+  // rank and clock, which the servers use to aggregate BSP steps and to
+  // measure staleness (see consistency/consistency.h). clock < 0: none.
+  virtual void SetWorkerClock(int rank, int64_t clock) = 0;
+  // The largest staleness the servers reported for this client's pulls.
+  virtual int64_t max_staleness() const = 0;
+  // Pushes the servers dropped as late (a backup worker's step was taken
+  // without it).
+  virtual uint64_t discarded_pushes() const = 0;
 };
 
 }  // namespace downpour

@@ -110,6 +110,42 @@ absl::Status SchedulerClient::Barrier(const std::string& name, NodeId id,
                         absl::StrCat("barrier '", name, "'"));
 }
 
+absl::StatusOr<int64_t> SchedulerClient::AdvanceClock(
+    const proto::AdvanceClockRequest& req) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_);
+  proto::AdvanceClockReply reply;
+  grpc::Status s = stub_->AdvanceClock(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("advance clock of worker ",
+                                          req.rank(), " to ", req.clock()));
+  }
+  return reply.gating_clock();
+}
+
+absl::StatusOr<int64_t> SchedulerClient::WaitClock(int rank, int64_t clock,
+                                                   absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout + absl::Seconds(5));
+  proto::WaitClockRequest req;
+  req.set_rank(rank);
+  req.set_clock(clock);
+  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  proto::WaitClockReply reply;
+  grpc::Status s = stub_->WaitClock(&ctx, req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s, "wait clock");
+  return reply.gating_clock();
+}
+
+absl::StatusOr<proto::JobStatus> SchedulerClient::GetJobStatus() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, rpc_timeout_);
+  proto::JobStatus status;
+  grpc::Status s = stub_->GetJobStatus(&ctx, proto::JobStatusRequest(), &status);
+  if (!s.ok()) return FromGrpcStatus(s, "get job status");
+  return status;
+}
+
 absl::Status SchedulerClient::Watch(
     NodeId id, Epoch known_epoch,
     const std::function<void(const proto::ClusterMap&)>& on_map) {

@@ -45,6 +45,13 @@ class SchedulerClient {
   absl::Status Barrier(const std::string& name, NodeId id, uint32_t count,
                        absl::Duration timeout);
 
+  // Worker clocks (see consistency/consistency.h).
+  absl::StatusOr<int64_t> AdvanceClock(const proto::AdvanceClockRequest& req);
+  // Blocks until a worker at `clock` may proceed; returns the gating clock.
+  absl::StatusOr<int64_t> WaitClock(int rank, int64_t clock,
+                                    absl::Duration timeout);
+  absl::StatusOr<proto::JobStatus> GetJobStatus();
+
   // Streams cluster maps newer than `known_epoch` to `on_map` until Cancel()
   // or the stream breaks; returns why it ended (OK after Cancel()).
   // Blocks; run it on its own thread. One Watch at a time.

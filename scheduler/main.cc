@@ -19,6 +19,11 @@ ABSL_FLAG(int64_t, dead_after_ms, 3000,
           "a node silent this long is declared dead");
 ABSL_FLAG(int32_t, min_servers, 1,
           "table declarations wait until this many servers are alive");
+ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
+ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
+ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
+ABSL_FLAG(int32_t, backup_workers, 0,
+          "extra workers; each step uses the first num_workers to finish");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour scheduler daemon");
@@ -32,6 +37,16 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options.dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
   options.min_servers = absl::GetFlag(FLAGS_min_servers);
+  auto policy = downpour::ConsistencyPolicy::Parse(
+      absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness),
+      absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_backup_workers));
+  if (!policy.ok()) {
+    DP_LOG(ERROR) << policy.status();
+    return 2;
+  }
+  options.policy = *policy;
+  options.policy_name = absl::GetFlag(FLAGS_consistency);
+  DP_LOG(INFO) << "job: " << policy->ToString();
   auto scheduler = downpour::Scheduler::Create(options);
   if (!scheduler.ok()) {
     DP_LOG(ERROR) << "cannot start: " << scheduler.status();

@@ -72,7 +72,15 @@ std::vector<std::pair<Key, Key>> Split(Key end, size_t parts) {
 
 class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
-  explicit SchedulerImpl(const SchedulerOptions& o) : options_(o) {}
+  explicit SchedulerImpl(const SchedulerOptions& o)
+      : options_(o), clocks_(o.policy) {
+    job_.set_consistency(o.policy_name);
+    job_.set_staleness(o.policy.staleness);
+    job_.set_num_workers(o.policy.num_workers);
+    job_.set_backup_workers(o.policy.backup_workers);
+    workers_.resize(clocks_.size());
+    for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
+  }
   ~SchedulerImpl() override { Shutdown(); }
 
   absl::Status Start() {
@@ -145,10 +153,24 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           absl::StrCat("register: node '", req->name(), "' is alive as id ",
                        node->id())));
     }
+    int rank = -1;
+    if (req->role() == proto::WORKER) {
+      if (node != nullptr) {
+        rank = rank_of_[node->id()];
+      } else if (next_rank_ >= clocks_.size()) {
+        return Err(absl::ResourceExhaustedError(absl::StrCat(
+            "register: the job has ", clocks_.size(), " workers already")));
+      } else {
+        rank = next_rank_++;
+      }
+    }
     if (node == nullptr) {
       node = map_.add_nodes();
       node->set_id(next_node_id_++);
+      if (rank >= 0) rank_of_[node->id()] = rank;
     }
+    reply->set_rank(rank);
+    *reply->mutable_job() = job_;
     node->set_role(req->role());
     node->set_state(proto::ALIVE);
     node->set_name(req->name());
@@ -314,6 +336,56 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status AdvanceClock(grpc::ServerContext*,
+                            const proto::AdvanceClockRequest* req,
+                            proto::AdvanceClockReply* reply) override {
+    absl::MutexLock lock(&mu_);
+    absl::Status s = clocks_.Advance(req->rank(), req->clock());
+    if (!s.ok()) return Err(s);
+    proto::WorkerStatus& w = workers_[req->rank()];
+    w.set_clock(req->clock());
+    w.set_loss(req->loss());
+    w.set_examples(req->examples());
+    if (req->test_accuracy() >= 0) w.set_test_accuracy(req->test_accuracy());
+    w.set_max_staleness(std::max(w.max_staleness(), req->max_staleness()));
+    w.set_discarded(req->discarded());
+    reply->set_gating_clock(clocks_.GatingClock());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WaitClock(grpc::ServerContext*, const proto::WaitClockRequest* req,
+                         proto::WaitClockReply* reply) override {
+    const absl::Duration timeout = req->timeout_ms() > 0
+                                       ? absl::Milliseconds(req->timeout_ms())
+                                       : absl::Seconds(60);
+    absl::MutexLock lock(&mu_);
+    if (req->rank() < 0 || req->rank() >= clocks_.size()) {
+      return Err(absl::InvalidArgumentError(
+          absl::StrCat("wait clock: rank ", req->rank(), " outside the job")));
+    }
+    auto may = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || clocks_.MayProceed(req->clock());
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&may), timeout)) {
+      return Err(absl::DeadlineExceededError(absl::StrCat(
+          "worker ", req->rank(), " at clock ", req->clock(),
+          " still blocked by gating clock ", clocks_.GatingClock(), " (",
+          clocks_.policy().ToString(), ")")));
+    }
+    if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    reply->set_gating_clock(clocks_.GatingClock());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJobStatus(grpc::ServerContext*, const proto::JobStatusRequest*,
+                            proto::JobStatus* status) override {
+    absl::MutexLock lock(&mu_);
+    *status->mutable_job() = job_;
+    status->set_gating_clock(clocks_.GatingClock());
+    for (const auto& w : workers_) *status->add_workers() = w;
+    return grpc::Status::OK;
+  }
+
   grpc::Status Barrier(grpc::ServerContext*, const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
     if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
@@ -412,6 +484,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::flat_hash_map<NodeId, Epoch> applied_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
   NodeId next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
+  proto::JobConfig job_;  // immutable after construction
+  ClockTable clocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<proto::WorkerStatus> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);
+  int next_rank_ ABSL_GUARDED_BY(mu_) = 0;
   TableId next_table_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -1,5 +1,6 @@
 // ps_scheduler: membership, heartbeats, the versioned cluster map, table
-// declaration and named barriers, served over gRPC (proto::Scheduler).
+// declaration, named barriers and the workers' clock table, served over gRPC
+// (proto::Scheduler).
 //
 // Every change to membership or tables produces a new map with a larger
 // epoch, streamed to watchers. A server or worker silent for `dead_after` is
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "consistency/consistency.h"
 #include "proto/downpour.pb.h"
 
 namespace downpour {
@@ -27,6 +29,9 @@ struct SchedulerOptions {
   absl::Duration dead_after = absl::Seconds(3);
   // CreateTable waits (up to its timeout) until this many servers are alive.
   int min_servers = 1;
+  // The job's consistency contract; workers get ranks 0 .. N + b - 1.
+  ConsistencyPolicy policy;
+  std::string policy_name = "bsp";  // as given to ConsistencyPolicy::Parse
 };
 
 class Scheduler {

@@ -185,9 +185,30 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
         spec.name(), "'"));
   }
 
+  const bool clocked = h.worker_clock() >= 0 && shard->tracked_ranks() > 0;
+  if (clocked && (h.worker_rank() < 0 || h.worker_rank() >= shard->tracked_ranks())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", h.worker_rank(), " outside [0, ",
+                     shard->tracked_ranks(), ") of table '", spec.name(), "'"));
+  }
+  const bool synced = clocked && spec.sync_workers() > 0 &&
+                      (op == proto::PUSH || op == proto::PUSH_PULL);
+  if (synced && (!h.is_range() || op == proto::PUSH_PULL)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(),
+        "' aggregates synchronously: push key ranges, without pull"));
+  }
+
   // Validated: nothing below can fail.
   const float* in = request.values.data();
   const Key b = h.range_begin(), e = h.range_end();
+  if (synced) {
+    auto result = shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in);
+    reply->header.set_discarded(result == TableShard::SyncResult::kDiscarded);
+    reply->header.set_num_keys(n);
+    reply->header.set_width(width);
+    return absl::OkStatus();
+  }
   switch (op) {
     case proto::PUT:
       h.is_range() ? shard->PutRange(b, e, in) : shard->Put(request.keys, in);
@@ -201,6 +222,10 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
       break;
     default:
       break;
+  }
+  if (clocked && Writes(op)) shard->RecordApplied(h.worker_rank(), h.worker_clock());
+  if (clocked && Reads(op)) {
+    reply->header.set_staleness(shard->ObservePull(h.worker_clock()));
   }
   if (Reads(op)) {
     Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
@@ -230,6 +255,10 @@ void Dispatcher::FillStats(proto::ServerStats* stats) const {
     t->set_value_bytes(shard->value_bytes());
     t->set_state_bytes(shard->state_bytes());
     t->set_allocated_bytes(shard->allocated_bytes());
+    t->set_max_staleness(shard->max_staleness());
+    t->set_tracked_pulls(shard->tracked_pulls());
+    t->set_discarded_pushes(shard->discarded_pushes());
+    t->set_aggregated_steps(shard->aggregated_steps());
   }
 }
 

@@ -1,5 +1,6 @@
 #include "server/internal/table_shard.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/logging.h"
@@ -33,7 +34,10 @@ TableShard::TableShard(const proto::TableSpec& spec,
       handler_(std::move(handler)),
       state_width_(handler_->StateWidth(width_)),
       init_(init),
-      dense_(spec.kind() == proto::DENSE) {
+      dense_(spec.kind() == proto::DENSE),
+      tracked_ranks_(static_cast<int>(
+          std::max(spec.num_workers(), spec.sync_workers()))),
+      staleness_(tracked_ranks_) {
   if (dense_) {
     uint64_t rows = 0;
     for (const KeyRange& r : owned_) {
@@ -193,6 +197,53 @@ void TableShard::GetRange(Key begin, Key end, float* out) {
   if (!dense_) return Get(KeysOf(begin, end), out);
   std::memcpy(out, DenseRow(begin, nullptr),
               (end - begin) * width_ * sizeof(float));
+}
+
+TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
+                                             Clock clock, const float* grads) {
+  Clock& next = next_clock_[{begin, end}];
+  if (clock < next) {
+    // A backup worker's late push: the step was already taken without it.
+    discarded_.fetch_add(1, std::memory_order_relaxed);
+    staleness_.Applied(rank, clock);
+    return SyncResult::kDiscarded;
+  }
+  const size_t n = (end - begin) * width_;
+  PendingStep& step = pending_[{begin, end, clock}];
+  if (step.by_rank.empty()) step.by_rank.resize(tracked_ranks_);
+  if (!step.by_rank[rank].empty()) return SyncResult::kHeld;  // a resend
+  step.by_rank[rank].assign(grads, grads + n);
+  if (++step.count < static_cast<int>(spec_.sync_workers())) {
+    return SyncResult::kHeld;
+  }
+  // Sum in rank order, so the result does not depend on arrival order.
+  std::vector<float> mean(n, 0.0f);
+  for (const auto& g : step.by_rank) {
+    if (g.empty()) continue;
+    for (size_t j = 0; j < n; ++j) mean[j] += g[j];
+  }
+  const float count = static_cast<float>(step.count);
+  for (float& v : mean) v /= count;
+  PushRange(begin, end, mean.data());
+  for (int r = 0; r < tracked_ranks_; ++r) {
+    if (!step.by_rank[r].empty()) staleness_.Applied(r, clock);
+  }
+  pending_.erase({begin, end, clock});
+  next = clock + 1;
+  aggregated_.fetch_add(1, std::memory_order_relaxed);
+  return SyncResult::kApplied;
+}
+
+void TableShard::RecordApplied(int rank, Clock clock) {
+  if (tracked_ranks_ > 0) staleness_.Applied(rank, clock);
+}
+
+Clock TableShard::ObservePull(Clock clock) {
+  if (tracked_ranks_ == 0) return 0;
+  const Clock s = staleness_.Observe(clock);
+  tracked_pulls_.fetch_add(1, std::memory_order_relaxed);
+  max_staleness_.store(staleness_.max_observed(), std::memory_order_relaxed);
+  return s;
 }
 
 uint64_t TableShard::value_bytes() const {

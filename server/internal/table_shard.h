@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/types.h"
+#include "consistency/consistency.h"
 #include "handlers/handler.h"
 #include "handlers/initializer.h"
 #include "handlers/plugin_registry.h"
@@ -65,7 +68,26 @@ class TableShard {
   void PushRange(Key begin, Key end, const float* grads);
   void GetRange(Key begin, Key end, float* out);
 
+  // Synchronous (BSP) push of a range by worker `rank` for iteration
+  // `clock` (spec().sync_workers() > 0). The gradient is held until
+  // sync_workers distinct workers pushed the same range and clock, then
+  // their mean, summed in rank order, is applied once.
+  // REQUIRES: the range lies inside one owned range; rank < tracked ranks.
+  enum class SyncResult { kHeld, kApplied, kDiscarded };
+  SyncResult PushSynced(Key begin, Key end, int rank, Clock clock,
+                        const float* grads);
+  // An asynchronous push by `rank` at `clock` was applied (for staleness).
+  void RecordApplied(int rank, Clock clock);
+  // Staleness of a pull at `clock` (0 when workers are not tracked).
+  Clock ObservePull(Clock clock);
+  // Ranks a request may carry: max(num_workers, sync_workers).
+  int tracked_ranks() const { return tracked_ranks_; }
+
   uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
+  Clock max_staleness() const { return max_staleness_.load(std::memory_order_relaxed); }
+  uint64_t tracked_pulls() const { return tracked_pulls_.load(std::memory_order_relaxed); }
+  uint64_t discarded_pushes() const { return discarded_.load(std::memory_order_relaxed); }
+  uint64_t aggregated_steps() const { return aggregated_.load(std::memory_order_relaxed); }
   uint64_t value_bytes() const;
   uint64_t state_bytes() const;
   uint64_t allocated_bytes() const;
@@ -111,6 +133,20 @@ class TableShard {
   std::vector<std::unique_ptr<float[]>> state_chunks_;
   uint32_t sparse_rows_ = 0;
 
+  // BSP aggregation, per (range, clock).
+  struct PendingStep {
+    std::vector<std::vector<float>> by_rank;  // empty = not pushed yet
+    int count = 0;
+  };
+  const int tracked_ranks_;
+  std::map<std::tuple<Key, Key, Clock>, PendingStep> pending_;
+  std::map<std::pair<Key, Key>, Clock> next_clock_;  // first clock not applied
+  StalenessTracker staleness_;
+
+  std::atomic<Clock> max_staleness_{0};
+  std::atomic<uint64_t> tracked_pulls_{0};
+  std::atomic<uint64_t> discarded_{0};
+  std::atomic<uint64_t> aggregated_{0};
   std::atomic<uint64_t> rows_{0};
   std::atomic<uint64_t> allocated_bytes_{0};
   std::atomic<uint64_t> state_bytes_{0};

@@ -1,0 +1,224 @@
+// ps_demo: the main job. Starts a scheduler, servers and workers on
+// loopback, trains a model on Fashion-MNIST, shows progress, and writes the
+// metrics as CSV and a plot of loss and accuracy against time.
+//
+//   bazel-bin/tools/ps_demo                       # BSP, 4 workers, MLP
+//   bazel-bin/tools/ps_demo --compare             # BSP, SSP(3), ASP on one plot
+//   bazel-bin/tools/ps_demo --mode=ssp --staleness=1 --slow_worker=0 --slow_factor=3
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "cluster/scheduler_client.h"
+#include "common/subprocess.h"
+#include "tools/local_cluster.h"
+
+ABSL_FLAG(std::string, mode, "bsp", "bsp, ssp or asp");
+ABSL_FLAG(bool, compare, false, "run BSP, SSP and ASP and plot them together");
+ABSL_FLAG(int32_t, workers, 4, "workers whose updates count (N)");
+ABSL_FLAG(int32_t, backup, 0, "backup workers (b)");
+ABSL_FLAG(int32_t, servers, 2, "servers");
+ABSL_FLAG(int64_t, staleness, 3, "SSP bound");
+ABSL_FLAG(std::string, model, "mlp", "softmax or mlp");
+ABSL_FLAG(int64_t, steps, 700, "iterations per worker");
+ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
+ABSL_FLAG(double, lr, 0.05, "BSP per-worker learning rate");
+ABSL_FLAG(double, async_lr, 0.05, "SSP/ASP Adagrad learning rate");
+ABSL_FLAG(int32_t, slow_worker, -1, "rank to slow down (-1: none)");
+ABSL_FLAG(double, slow_factor, 3.0, "how much slower");
+ABSL_FLAG(double, target, 0.85, "accuracy whose time is reported");
+ABSL_FLAG(int32_t, eval_every, 50, "evaluate every n steps");
+ABSL_FLAG(std::string, out_dir, "out/demo", "CSV, plot and logs go here");
+ABSL_FLAG(std::string, bin_dir, "", "folder holding the daemons (default: ours)");
+ABSL_FLAG(int64_t, timeout_s, 1200, "give up after this long per run");
+
+namespace downpour {
+namespace {
+
+std::string DefaultBinDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string exe(buf, n > 0 ? n : 0);
+  exe = exe.substr(0, exe.rfind('/'));
+  return exe.substr(0, exe.rfind('/'));
+}
+
+struct RunResult {
+  std::string label;
+  double seconds = 0;
+  double final_accuracy = 0;
+  double time_to_target = -1;
+  int64_t max_staleness = 0;
+  uint64_t discarded = 0;
+  bool ok = false;
+};
+
+RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
+  RunResult r;
+  r.label = mode == "ssp" ? absl::StrCat("ssp(s=", absl::GetFlag(FLAGS_staleness), ")")
+                          : mode;
+  if (absl::GetFlag(FLAGS_backup) > 0) absl::StrAppend(&r.label, "+backup");
+  if (absl::GetFlag(FLAGS_slow_worker) >= 0) absl::StrAppend(&r.label, "+slow");
+  const std::string bin = absl::GetFlag(FLAGS_bin_dir).empty()
+                              ? DefaultBinDir()
+                              : absl::GetFlag(FLAGS_bin_dir);
+  const int n = absl::GetFlag(FLAGS_workers), b = absl::GetFlag(FLAGS_backup);
+  LocalClusterOptions o;
+  o.bin_dir = bin;
+  o.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = absl::GetFlag(FLAGS_servers);
+  o.scheduler_flags = {absl::StrCat("--consistency=", mode),
+                       absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+                       absl::StrCat("--num_workers=", n),
+                       absl::StrCat("--backup_workers=", b)};
+  auto cluster = LocalCluster::Start(o);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "cannot start cluster: %s\n", cluster.status().ToString().c_str());
+    return r;
+  }
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int i = 0; i < n + b; ++i) {
+    std::vector<std::string> argv = {
+        bin + "/worker/ps_worker",
+        "--scheduler=" + (*cluster)->scheduler_address(),
+        absl::StrCat("--name=worker-", i),
+        "--model=" + absl::GetFlag(FLAGS_model),
+        absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+        absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
+        absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
+        absl::StrCat("--async_lr=", absl::GetFlag(FLAGS_async_lr)),
+        absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every))};
+    if (i == absl::GetFlag(FLAGS_slow_worker)) {
+      argv.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
+    }
+    workers.push_back(std::make_unique<Subprocess>(
+        argv, absl::StrCat(o.work_dir, "/worker-", i, ".log")));
+    if (!workers.back()->Start().ok()) return r;
+  }
+  SchedulerClient sched((*cluster)->scheduler_address());
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  int64_t last_clock = -1;
+  double last_acc = 0;
+  int running = n + b;
+  bool failed = false;
+  while (running > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(500));
+    running = 0;
+    for (auto& w : workers) {
+      if (!w->running()) continue;
+      auto st = w->Wait(absl::ZeroDuration());
+      if (!st.ok()) {
+        ++running;
+      } else if (!(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)) {
+        std::fprintf(stderr, "\na worker failed; log tail:\n%s\n", w->LogTail().c_str());
+        failed = true;
+      }
+    }
+    auto status = sched.GetJobStatus();
+    if (!status.ok()) continue;
+    const double t = absl::ToDoubleSeconds(absl::Now() - start);
+    const auto& w0 = status->workers(0);
+    uint64_t examples = 0;
+    int64_t stale = 0;
+    uint64_t discarded = 0;
+    for (const auto& w : status->workers()) {
+      examples += w.examples();
+      stale = std::max(stale, w.max_staleness());
+      discarded += w.discarded();
+    }
+    r.max_staleness = stale;
+    r.discarded = discarded;
+    if (w0.test_accuracy() > 0) last_acc = w0.test_accuracy();
+    if (last_acc >= absl::GetFlag(FLAGS_target) && r.time_to_target < 0) r.time_to_target = t;
+    std::printf("\r[%s] %5.1fs  clock %4lld/%lld  loss %.4f  test acc %.4f  %6.0f ex/s  staleness<=%lld  discarded %llu   ",
+                r.label.c_str(), t, static_cast<long long>(status->gating_clock()),
+                static_cast<long long>(absl::GetFlag(FLAGS_steps)), w0.loss(), last_acc,
+                examples / std::max(t, 1e-3), static_cast<long long>(stale),
+                static_cast<unsigned long long>(discarded));
+    std::fflush(stdout);
+    if (w0.clock() != last_clock) {
+      last_clock = w0.clock();
+      csv << r.label << "," << t << "," << w0.clock() << "," << w0.loss() << ","
+          << last_acc << "," << examples << "," << stale << "\n";
+    }
+  }
+  std::printf("\n");
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  r.final_accuracy = last_acc;
+  r.ok = !failed && running == 0;
+  for (auto& w : workers) w->Signal(SIGKILL);
+  (void)(*cluster)->Stop();
+  return r;
+}
+
+void Plot(const std::string& dir, const std::vector<std::string>& labels) {
+  const std::string script = dir + "/plot.gp";
+  std::ofstream gp(script);
+  gp << "set terminal pngcairo size 1200,500\nset output '" << dir << "/training.png'\n"
+     << "set datafile separator ','\nset multiplot layout 1,2 title 'Downpour on Fashion-MNIST'\n"
+     << "set xlabel 'seconds'\nset ylabel 'train loss (worker 0)'\nset key top right\nset grid\n";
+  auto series = [&](int col) {
+    std::vector<std::string> parts;
+    for (const auto& l : labels) {
+      parts.push_back(absl::StrCat("'< grep \"^", l, ",\" ", dir, "/metrics.csv' using 2:", col,
+                                   " with lines lw 2 title '", l, "'"));
+    }
+    return absl::StrJoin(parts, ", ");
+  };
+  gp << "plot " << series(4) << "\n";
+  gp << "set ylabel 'test accuracy'\nset yrange [0.6:0.92]\nset key bottom right\n";
+  gp << "plot " << series(5) << "\nunset multiplot\n";
+  gp.close();
+  if (std::system(("gnuplot " + script + " 2>/dev/null").c_str()) == 0) {
+    std::printf("plot: %s/training.png\n", dir.c_str());
+  } else {
+    std::printf("gnuplot failed; the data is in %s/metrics.csv\n", dir.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace downpour
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string dir = absl::GetFlag(FLAGS_out_dir);
+  std::system(("mkdir -p " + dir).c_str());
+  std::vector<std::string> modes = {absl::GetFlag(FLAGS_mode)};
+  if (absl::GetFlag(FLAGS_compare)) modes = {"bsp", "ssp", "asp"};
+  std::ofstream csv(dir + "/metrics.csv");
+  csv << "run,seconds,clock,loss,test_accuracy,examples,max_staleness\n";
+  std::vector<downpour::RunResult> results;
+  for (const auto& m : modes) {
+    results.push_back(downpour::RunOnce(m, csv));
+    csv.flush();
+  }
+  std::vector<std::string> labels;
+  std::printf("\n| run | seconds | final test accuracy | seconds to %.0f%% | max staleness | discarded pushes |\n|---|---|---|---|---|---|\n",
+              100 * absl::GetFlag(FLAGS_target));
+  bool ok = true;
+  for (const auto& r : results) {
+    labels.push_back(r.label);
+    ok = ok && r.ok;
+    std::printf("| %s | %.1f | %.4f | %s | %lld | %llu |%s\n", r.label.c_str(), r.seconds,
+                r.final_accuracy,
+                r.time_to_target < 0 ? "not reached" : absl::StrCat(r.time_to_target).c_str(),
+                static_cast<long long>(r.max_staleness),
+                static_cast<unsigned long long>(r.discarded), r.ok ? "" : " FAILED");
+  }
+  std::printf("metrics: %s/metrics.csv\n", dir.c_str());
+  downpour::Plot(dir, labels);
+  return ok ? 0 : 1;
+}

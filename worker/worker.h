@@ -1,0 +1,63 @@
+// ps_worker: runs one model replica on its shard of the training data.
+//
+// A worker registers with the scheduler (which gives it a rank and the
+// job's consistency policy), declares the model's parameter tables, and
+// then for each iteration c: waits until the policy lets clock c proceed,
+// pulls the parameters, computes the loss and gradient of a mini-batch,
+// pushes the gradient, waits for the acknowledgements, and advances its
+// clock to c + 1 with its loss, so that the scheduler can gate the others
+// and report progress.
+//
+// Learning rates. Under BSP the servers average the N workers' pushes of a
+// step (TableSpec.sync_workers), so the global batch is N x batch and the
+// rate follows the linear scaling rule, N x lr, reached by a linear warm-up
+// over `warmup_steps` (the workers scale their gradients; the servers' SGD
+// runs with rate 1). Under SSP and ASP every push is applied on arrival, so
+// N workers together take N steps per round: the servers run Adagrad with
+// `async_lr`, which adapts per coordinate and stays stable as N grows.
+//
+// Not thread-safe: Run() is called once.
+#ifndef DOWNPOUR_WORKER_WORKER_H_
+#define DOWNPOUR_WORKER_WORKER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace downpour {
+
+struct WorkerOptions {
+  std::string scheduler_address;
+  std::string name;                 // stable identity (rank survives restarts)
+  std::string model = "mlp";        // "softmax" or "mlp" (784-256-10)
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int batch = 64;                   // per worker
+  int64_t steps = 1000;             // iterations (clock ticks)
+  double lr = 0.05;                 // BSP: per-worker rate before scaling
+  int warmup_steps = 100;           // BSP: linear warm-up to N x lr
+  double async_lr = 0.05;           // SSP/ASP: the servers' Adagrad rate
+  int n_fetch = 1;                  // ASP (Downpour): pull every n_fetch steps
+  int n_push = 1;                   // ASP (Downpour): push every n_push steps
+  int eval_every = 100;             // rank 0 evaluates on the test set
+  double slow_factor = 1.0;         // > 1: sleep to look that much slower
+  int threads = 1;                  // threads for the gradient computation
+  uint64_t seed = 1;
+};
+
+class Worker {
+ public:
+  // Registers with the scheduler and loads this worker's data shard.
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(
+      const WorkerOptions& options);
+  virtual ~Worker() = default;
+  // Trains to the end; kDeadlineExceeded if the job stalls, other errors
+  // from the servers or the scheduler.
+  virtual absl::Status Run() = 0;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_WORKER_WORKER_H_
