@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "worker/batcher.h"
 
 namespace downpour {
 namespace {
@@ -150,11 +151,7 @@ absl::Status WorkerImpl::PushGrads(const std::vector<float>& grads) {
 absl::Status WorkerImpl::Run() {
   const int n = static_cast<int>(job_.num_workers());
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
-  std::mt19937_64 rng(options_.seed * 1000003 + rank_);
-  std::vector<int> order(train_.num_examples);
-  for (int i = 0; i < train_.num_examples; ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), rng);
-  size_t cursor = 0;
+  Batcher batcher(train_.num_examples, options_.seed, rank_);
   uint64_t examples = 0;
   const bool asp = job_.consistency() == "asp";
 
@@ -169,14 +166,7 @@ absl::Status WorkerImpl::Run() {
     client_->SetWorkerClock(rank_, clock);
     if (!asp || clock % options_.n_fetch == 0) DP_RETURN_IF_ERROR(PullParams());
 
-    std::vector<int> batch(options_.batch);
-    for (int& b : batch) {
-      if (cursor == order.size()) {
-        std::shuffle(order.begin(), order.end(), rng);
-        cursor = 0;
-      }
-      b = order[cursor++];
-    }
+    const std::vector<int> batch = batcher.Next(options_.batch);
     const absl::Time start = absl::Now();
     const double loss =
         model_->LossAndGradient(params_.data(), train_, batch, grads.data());
@@ -186,10 +176,8 @@ absl::Status WorkerImpl::Run() {
     examples += batch.size();
 
     if (bsp_) {
-      // Linear scaling with warm-up: from lr to N x lr.
-      const double ramp = std::min(1.0, static_cast<double>(clock + 1) /
-                                            std::max(1, options_.warmup_steps));
-      const float lr = static_cast<float>(options_.lr * (1.0 + (n - 1) * ramp));
+      const float lr =
+          BspLearningRate(options_.lr, n, options_.warmup_steps, clock);
       for (float& g : grads) g *= lr;
       DP_RETURN_IF_ERROR(PushGrads(grads));
     } else if (options_.n_push <= 1) {

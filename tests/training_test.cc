@@ -1,0 +1,163 @@
+// Training through the real daemons: ps_scheduler, ps_server and ps_worker
+// processes on 127.0.0.1.
+//  - BSP with fixed seeds is bit-for-bit repeatable and equals a
+//    single-process run that averages the same per-worker gradients.
+//  - Under SSP(s) with workers of very different speeds, no pull sees a
+//    staleness above s (measured by the servers for every pull).
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "grpcpp/grpcpp.h"
+#include "models/dataset.h"
+#include "models/model.h"
+#include "proto/downpour.grpc.pb.h"
+#include "tools/local_cluster.h"
+#include "worker/batcher.h"
+
+namespace downpour {
+namespace {
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+
+struct JobResult {
+  std::vector<float> params;
+  int64_t max_staleness = -1;  // over every server's tables
+  uint64_t tracked_pulls = 0;
+};
+
+// Runs a job of `workers` softmax workers and returns the final parameters.
+JobResult RunJob(const std::string& tag, const std::string& consistency,
+                 int staleness, int workers, int steps, int slow_rank) {
+  JobResult result;
+  const std::string dir = TestTmpDir() + "/" + tag;
+  EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 2;
+  o.scheduler_flags = {"--consistency=" + consistency,
+                       absl::StrCat("--staleness=", staleness),
+                       absl::StrCat("--num_workers=", workers)};
+  auto cluster = LocalCluster::Start(o);
+  EXPECT_OK(cluster);
+  if (!cluster.ok()) return result;
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  for (int i = 0; i < workers; ++i) {
+    std::vector<std::string> argv = {
+        RunfilePath("worker/ps_worker"),
+        "--scheduler=" + (*cluster)->scheduler_address(),
+        absl::StrCat("--name=w", i), "--model=softmax",
+        absl::StrCat("--steps=", steps), "--batch=32", "--seed=7",
+        "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"};
+    if (i == slow_rank) argv.push_back("--slow_factor=5");
+    procs.push_back(std::make_unique<Subprocess>(
+        argv, absl::StrCat(dir, "/worker-", i, ".log")));
+    EXPECT_OK(procs.back()->Start());
+  }
+  for (auto& p : procs) {
+    auto st = p->Wait(absl::Seconds(240));
+    EXPECT_OK(st);
+    if (st.ok()) {
+      EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << p->LogTail();
+    }
+  }
+  ClientOptions co;
+  co.scheduler_address = (*cluster)->scheduler_address();
+  auto client = Client::Connect(co);
+  EXPECT_OK(client);
+  auto model = MakeSoftmaxRegression(784, 10);
+  for (const ParamBlock& b : model->Blocks()) {
+    auto t = (*client)->OpenTable("softmax/" + b.name);
+    EXPECT_OK(t);
+    if (!t.ok()) return result;
+    std::vector<float> v(b.rows * b.width);
+    EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
+    result.params.insert(result.params.end(), v.begin(), v.end());
+  }
+  // Staleness as the servers measured it for every pull.
+  SchedulerClient sched((*cluster)->scheduler_address());
+  auto map = sched.GetClusterMap();
+  EXPECT_OK(map);
+  for (const auto& n : map->nodes()) {
+    if (n.role() != proto::SERVER) continue;
+    auto stub = proto::ServerAdmin::NewStub(
+        grpc::CreateChannel(n.admin_address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    proto::ServerStats stats;
+    EXPECT_TRUE(stub->GetStats(&ctx, proto::StatsRequest(), &stats).ok());
+    for (const auto& t : stats.tables()) {
+      result.max_staleness = std::max(result.max_staleness, t.max_staleness());
+      result.tracked_pulls += t.tracked_pulls();
+    }
+  }
+  client->reset();
+  EXPECT_OK((*cluster)->Stop());
+  return result;
+}
+
+// The same job in one process: each step, every rank's gradient on its own
+// batch, scaled by the BSP rate, summed in rank order and averaged.
+std::vector<float> SingleProcessBsp(int workers, int steps) {
+  auto full = LoadFashionMnist(kData, true);
+  EXPECT_OK(full);
+  auto model = MakeSoftmaxRegression(784, 10);
+  std::vector<float> params(model->NumParams());
+  model->Init(7, params.data());
+  std::vector<Dataset> shards;
+  std::vector<Batcher> batchers;
+  for (int r = 0; r < workers; ++r) {
+    shards.push_back(Shard(*full, r, workers));
+    batchers.emplace_back(shards.back().num_examples, 7, r);
+  }
+  std::vector<float> grad(params.size()), sum(params.size());
+  for (int step = 0; step < steps; ++step) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    const float lr = BspLearningRate(0.05, workers, 5, step);
+    for (int r = 0; r < workers; ++r) {
+      model->LossAndGradient(params.data(), shards[r], batchers[r].Next(32), grad.data());
+      for (size_t j = 0; j < grad.size(); ++j) sum[j] += grad[j] * lr;
+    }
+    for (size_t j = 0; j < params.size(); ++j) {
+      params[j] -= 1.0f * (sum[j] / static_cast<float>(workers));
+    }
+  }
+  return params;
+}
+
+TEST(TrainingTest, BspIsBitForBitRepeatableAndMatchesSingleProcess) {
+  constexpr int kWorkers = 3, kSteps = 25;
+  JobResult a = RunJob("bsp-a", "bsp", 0, kWorkers, kSteps, /*slow_rank=*/1);
+  JobResult b = RunJob("bsp-b", "bsp", 0, kWorkers, kSteps, /*slow_rank=*/-1);
+  ASSERT_FALSE(a.params.empty());
+  ASSERT_EQ(a.params.size(), b.params.size());
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4), 0);
+  std::vector<float> ref = SingleProcessBsp(kWorkers, kSteps);
+  ASSERT_EQ(ref.size(), a.params.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < ref.size(); ++i) differ += std::memcmp(&ref[i], &a.params[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << ref.size() << " parameters";
+  // Under BSP every pull sees every update of the previous iteration.
+  EXPECT_EQ(a.max_staleness, 0);
+  EXPECT_GT(a.tracked_pulls, 0u);
+}
+
+TEST(TrainingTest, SspStalenessNeverExceedsTheBound) {
+  for (int s : {1, 3}) {
+    JobResult r = RunJob(absl::StrCat("ssp", s), "ssp", s, 3, 40, /*slow_rank=*/0);
+    EXPECT_GT(r.tracked_pulls, 0u);
+    EXPECT_GE(r.max_staleness, 0);
+    EXPECT_LE(r.max_staleness, s) << "SSP bound " << s;
+    std::printf("SSP s=%d: max staleness observed %lld over %llu pulls\n", s,
+                static_cast<long long>(r.max_staleness),
+                static_cast<unsigned long long>(r.tracked_pulls));
+  }
+}
+
+}  // namespace
+}  // namespace downpour
