@@ -31,7 +31,7 @@ ABSL_FLAG(int32_t, backup, 0, "backup workers (b)");
 ABSL_FLAG(int32_t, servers, 2, "servers");
 ABSL_FLAG(int64_t, staleness, 3, "SSP bound");
 ABSL_FLAG(std::string, model, "mlp", "softmax or mlp");
-ABSL_FLAG(int64_t, steps, 700, "iterations per worker");
+ABSL_FLAG(int64_t, steps, 1500, "iterations per worker");
 ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
 ABSL_FLAG(double, lr, 0.05, "BSP per-worker learning rate");
 ABSL_FLAG(double, async_lr, 0.05, "SSP/ASP Adagrad learning rate");
@@ -149,7 +149,7 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
                 examples / std::max(t, 1e-3), static_cast<long long>(stale),
                 static_cast<unsigned long long>(discarded));
     std::fflush(stdout);
-    if (w0.clock() != last_clock) {
+    if (w0.clock() != last_clock && w0.clock() > 0) {
       last_clock = w0.clock();
       csv << r.label << "," << t << "," << w0.clock() << "," << w0.loss() << ","
           << last_acc << "," << examples << "," << stale << "\n";
