@@ -22,7 +22,10 @@
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
 #include "common/subprocess.h"
+#include "models/dataset.h"
+#include "models/model.h"
 #include "tools/local_cluster.h"
+#include "worker/batcher.h"
 
 ABSL_FLAG(std::string, mode, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(bool, compare, false, "run BSP, SSP and ASP and plot them together");
@@ -42,6 +45,9 @@ ABSL_FLAG(int32_t, eval_every, 50, "evaluate every n steps");
 ABSL_FLAG(std::string, out_dir, "out/demo", "CSV, plot and logs go here");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding the daemons (default: ours)");
 ABSL_FLAG(int64_t, timeout_s, 1200, "give up after this long per run");
+ABSL_FLAG(bool, overhead, false,
+          "time one epoch in-process and with 1 server + 1 worker, and print "
+          "the ratio");
 
 namespace downpour {
 namespace {
@@ -57,6 +63,9 @@ std::string DefaultBinDir() {
 struct RunResult {
   std::string label;
   double seconds = 0;
+  // From the first completed step to the end, scaled to all steps: the
+  // training time without process start-up and data loading.
+  double train_seconds = 0;
   double final_accuracy = 0;
   double time_to_target = -1;
   int64_t max_staleness = 0;
@@ -111,11 +120,13 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   int64_t last_clock = -1;
+  int64_t first_clock = -1;
+  double first_time = 0;
   double last_acc = 0;
   int running = n + b;
   bool failed = false;
   while (running > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(500));
+    absl::SleepFor(absl::Milliseconds(200));
     running = 0;
     for (auto& w : workers) {
       if (!w->running()) continue;
@@ -149,6 +160,10 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
                 examples / std::max(t, 1e-3), static_cast<long long>(stale),
                 static_cast<unsigned long long>(discarded));
     std::fflush(stdout);
+    if (first_clock < 0 && status->gating_clock() > 0) {
+      first_clock = status->gating_clock();
+      first_time = t;
+    }
     if (w0.clock() != last_clock && w0.clock() > 0) {
       last_clock = w0.clock();
       csv << r.label << "," << t << "," << w0.clock() << "," << w0.loss() << ","
@@ -157,6 +172,10 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   }
   std::printf("\n");
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  if (first_clock >= 0 && first_clock < steps) {
+    r.train_seconds = (r.seconds - first_time) * steps / (steps - first_clock);
+  }
   r.final_accuracy = last_acc;
   r.ok = !failed && running == 0;
   for (auto& w : workers) w->Signal(SIGKILL);
@@ -189,11 +208,50 @@ void Plot(const std::string& dir, const std::vector<std::string>& labels) {
   }
 }
 
+// One epoch of plain mini-batch SGD in this process: the same model, batch
+// and per-step arithmetic as a worker, without servers.
+double InProcessEpochSeconds(int steps) {
+  auto data = LoadFashionMnist("/usr/share/datasets/fashion-mnist", true);
+  if (!data.ok()) return -1;
+  auto model = absl::GetFlag(FLAGS_model) == "mlp" ? MakeMlp({784, 256, 10})
+                                                   : MakeSoftmaxRegression(784, 10);
+  std::vector<float> params(model->NumParams()), grad(params.size());
+  model->Init(1, params.data());
+  Batcher batcher(data->num_examples, 1, 0);
+  const absl::Time start = absl::Now();
+  for (int s = 0; s < steps; ++s) {
+    model->LossAndGradient(params.data(), *data, batcher.Next(absl::GetFlag(FLAGS_batch)),
+                           grad.data());
+    for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.05f * grad[i];
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 }  // namespace
 }  // namespace downpour
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_overhead)) {
+    // One epoch of the training set at the configured batch.
+    const int steps = 60000 / absl::GetFlag(FLAGS_batch);
+    const double local = downpour::InProcessEpochSeconds(steps);
+    absl::SetFlag(&FLAGS_workers, 1);
+    absl::SetFlag(&FLAGS_servers, 1);
+    absl::SetFlag(&FLAGS_steps, steps);
+    absl::SetFlag(&FLAGS_eval_every, steps);
+    const std::string dir = absl::GetFlag(FLAGS_out_dir);
+    std::system(("mkdir -p " + dir).c_str());
+    std::ofstream csv(dir + "/overhead.csv");
+    downpour::RunResult r = downpour::RunOnce("bsp", csv);
+    std::printf("\n| setup | seconds per epoch (%d steps of %d) |\n|---|---|\n", steps,
+                absl::GetFlag(FLAGS_batch));
+    std::printf("| in-process trainer | %.2f |\n| 1 server + 1 worker | %.2f |\n", local,
+                r.train_seconds);
+    std::printf("overhead ratio: %.2f (start-up excluded; %.2f s with it)\n",
+                r.train_seconds / local, r.seconds);
+    return r.ok ? 0 : 1;
+  }
   const std::string dir = absl::GetFlag(FLAGS_out_dir);
   std::system(("mkdir -p " + dir).c_str());
   std::vector<std::string> modes = {absl::GetFlag(FLAGS_mode)};
@@ -206,14 +264,14 @@ int main(int argc, char** argv) {
     csv.flush();
   }
   std::vector<std::string> labels;
-  std::printf("\n| run | seconds | final test accuracy | seconds to %.0f%% | max staleness | discarded pushes |\n|---|---|---|---|---|---|\n",
+  std::printf("\n| run | seconds | training seconds | final test accuracy | seconds to %.0f%% | max staleness | discarded pushes |\n|---|---|---|---|---|---|---|\n",
               100 * absl::GetFlag(FLAGS_target));
   bool ok = true;
   for (const auto& r : results) {
     labels.push_back(r.label);
     ok = ok && r.ok;
-    std::printf("| %s | %.1f | %.4f | %s | %lld | %llu |%s\n", r.label.c_str(), r.seconds,
-                r.final_accuracy,
+    std::printf("| %s | %.1f | %.1f | %.4f | %s | %lld | %llu |%s\n", r.label.c_str(),
+                r.seconds, r.train_seconds, r.final_accuracy,
                 r.time_to_target < 0 ? "not reached" : absl::StrCat(r.time_to_target).c_str(),
                 static_cast<long long>(r.max_staleness),
                 static_cast<unsigned long long>(r.discarded), r.ok ? "" : " FAILED");

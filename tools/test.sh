@@ -5,4 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 echo "test: building and running every test target (bazel test //...)"
-bazel test //... "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+bazel test //... "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$(grep -cE '^//.* PASSED' "$log" || true)
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$log" || true)
+echo "tests: ${passed} passed, ${failed} failed"
+exit "$rc"
