@@ -83,7 +83,16 @@ void StalenessTracker::Applied(int rank, Clock clock) {
 }
 
 Clock StalenessTracker::Observe(Clock clock) {
-  const Clock oldest_missing = *std::min_element(applied_.begin(), applied_.end());
+  if (applied_.empty()) return 0;
+  Clock oldest_missing;
+  if (counted_ == static_cast<int>(applied_.size())) {
+    oldest_missing = *std::min_element(applied_.begin(), applied_.end());
+  } else {
+    std::vector<Clock> sorted = applied_;
+    std::nth_element(sorted.begin(), sorted.begin() + (counted_ - 1),
+                     sorted.end(), std::greater<Clock>());
+    oldest_missing = sorted[counted_ - 1];
+  }
   const Clock staleness = std::max<Clock>(0, clock - oldest_missing);
   max_observed_ = std::max(max_observed_, staleness);
   return staleness;

@@ -87,9 +87,15 @@ class ClockTable {
 // clock c, the oldest missing update is the smallest count of applied
 // iterations over all workers, and staleness = c - that count (0 when all
 // iterations below c are in). Under SSP(s) it never exceeds s.
+//
+// With backup workers only the `counted` fastest workers gate progress, so
+// the oldest missing update is taken over them (the counted-th largest
+// applied count) rather than over every worker.
 class StalenessTracker {
  public:
-  explicit StalenessTracker(int num_workers) : applied_(num_workers, 0) {}
+  explicit StalenessTracker(int num_workers, int counted = 0)
+      : applied_(num_workers, 0),
+        counted_(counted > 0 && counted < num_workers ? counted : num_workers) {}
   // An update of iteration `clock` from `rank` was applied. Iterations of
   // one worker are applied in order, so this records clock + 1 completed.
   void Applied(int rank, Clock clock);
@@ -99,6 +105,7 @@ class StalenessTracker {
 
  private:
   std::vector<Clock> applied_;
+  const int counted_;
   Clock max_observed_ = 0;
 };
 

@@ -80,5 +80,21 @@ TEST(StalenessTest, SimulatedRunsRespectTheBound) {
   }
 }
 
+TEST(StalenessTest, BackupWorkersCountOnlyTheFastest) {
+  StalenessTracker t(3, /*counted=*/2);
+  for (Clock c = 0; c < 5; ++c) {
+    t.Applied(0, c);
+    t.Applied(2, c);
+  }
+  // Worker 1 applied nothing, but it is the backup that was left behind.
+  EXPECT_EQ(t.Observe(5), 0);
+  StalenessTracker all(3);
+  for (Clock c = 0; c < 5; ++c) {
+    all.Applied(0, c);
+    all.Applied(2, c);
+  }
+  EXPECT_EQ(all.Observe(5), 5);
+}
+
 }  // namespace
 }  // namespace downpour

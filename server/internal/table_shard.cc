@@ -37,7 +37,7 @@ TableShard::TableShard(const proto::TableSpec& spec,
       dense_(spec.kind() == proto::DENSE),
       tracked_ranks_(static_cast<int>(
           std::max(spec.num_workers(), spec.sync_workers()))),
-      staleness_(tracked_ranks_) {
+      staleness_(tracked_ranks_, static_cast<int>(spec.sync_workers())) {
   if (dense_) {
     uint64_t rows = 0;
     for (const KeyRange& r : owned_) {
