@@ -56,9 +56,16 @@ int main(int argc, char** argv) {
   if (!file.empty()) {
     // Written whole, then renamed, so a reader never sees half a line.
     const std::string tmp = file + ".tmp";
-    std::ofstream(tmp) << "127.0.0.1:" << (*scheduler)->port() << "\n";
-    std::rename(tmp.c_str(), file.c_str());
+    std::ofstream out(tmp);
+    out << (*scheduler)->address() << "\n";
+    out.close();
+    if (!out || std::rename(tmp.c_str(), file.c_str()) != 0) {
+      DP_LOG(ERROR) << "cannot write the address to " << file;
+      return 1;
+    }
   }
+  DP_LOG(INFO) << "serving on " << (*scheduler)->address()
+               << " (listen " << options.listen_address << ")";
   downpour::OnTerminationSignal([s = scheduler->get()] { s->Shutdown(); });
   (*scheduler)->Wait();
   (*scheduler)->Shutdown();

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/types.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
@@ -21,37 +22,48 @@
 namespace downpour {
 namespace {
 
-absl::Status ValidateSpec(const proto::TableSpec& spec,
-                          const std::vector<std::string>& plugin_names) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", spec.name(), "': ", why));
-  };
-  if (spec.name().empty()) return bad("empty name");
+absl::Status BadSpec(const proto::TableSpec& spec, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("table '", spec.name(), "': ", why));
+}
+
+// The checks that need no servers: name, kind, width, key count and the
+// initializer. kInvalidArgument.
+absl::Status ValidateShape(const proto::TableSpec& spec) {
+  if (spec.name().empty()) return BadSpec(spec, "empty name");
   if (spec.kind() != proto::DENSE && spec.kind() != proto::SPARSE) {
-    return bad("kind must be DENSE or SPARSE");
+    return BadSpec(spec, "kind must be DENSE or SPARSE");
   }
   if (spec.width() < 1 || spec.width() > (1u << 20)) {
-    return bad(absl::StrCat("width ", spec.width(), " not in [1, 2^20]"));
+    return BadSpec(spec,
+                   absl::StrCat("width ", spec.width(), " not in [1, 2^20]"));
   }
   if (spec.kind() == proto::DENSE && spec.num_keys() == 0) {
-    return bad("a dense table needs num_keys >= 1");
+    return BadSpec(spec, "a dense table needs num_keys >= 1");
   }
   if (spec.kind() == proto::SPARSE && spec.num_keys() != 0) {
-    return bad("a sparse table spans the whole key space; leave num_keys 0");
+    return BadSpec(spec,
+                   "a sparse table spans the whole key space; leave num_keys 0");
   }
   const auto& init = spec.init();
-  if (init.kind() == proto::InitializerSpec::UNIFORM && init.high() < init.low()) {
-    return bad("uniform initializer with high < low");
+  if (init.kind() == proto::InitializerSpec::UNIFORM &&
+      init.high() < init.low()) {
+    return BadSpec(spec, "uniform initializer with high < low");
   }
   if (init.kind() == proto::InitializerSpec::NORMAL && init.stddev() < 0) {
-    return bad("normal initializer with stddev < 0");
+    return BadSpec(spec, "normal initializer with stddev < 0");
   }
-  absl::Status handler = ValidateHandlerSpec(spec.handler(), plugin_names);
-  if (!handler.ok()) {
-    return absl::Status(handler.code(), absl::StrCat("table '", spec.name(),
-                                                     "': ", handler.message()));
-  }
+  return absl::OkStatus();
+}
+
+// The whole check of a new table: its shape, then its update handler against
+// `plugin_names`, the plugins every live server has loaded.
+absl::Status ValidateSpec(const proto::TableSpec& spec,
+                          const std::vector<std::string>& plugin_names) {
+  DP_RETURN_IF_ERROR(ValidateShape(spec));
+  // The one call site of the handler check (//handlers).
+  DP_RETURN_IF_ERROR(ValidateHandlerSpec(spec.handler(), plugin_names),
+                     "table '", spec.name(), "'");
   return absl::OkStatus();
 }
 
@@ -249,91 +261,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status CreateTable(grpc::ServerContext*, const proto::CreateTableRequest* req,
                            proto::CreateTableReply* reply) override {
-    const absl::Duration timeout = req->timeout_ms() > 0
-                                       ? absl::Milliseconds(req->timeout_ms())
-                                       : absl::Seconds(10);
-    const absl::Time deadline = absl::Now() + timeout;
-    proto::TableSpec spec = req->spec();
-    spec.set_id(0);
-    absl::MutexLock lock(&mu_);
-    // Enough live servers first.
-    auto enough = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || static_cast<int>(AliveServers().size()) >= options_.min_servers;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
-    if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
-    std::vector<const proto::NodeInfo*> servers = AliveServers();
-    if (servers.empty() || static_cast<int>(servers.size()) < options_.min_servers) {
-      return Err(absl::UnavailableError(absl::StrCat(
-          "create table '", spec.name(), "': ", servers.size(),
-          " live servers, need ", std::max(1, options_.min_servers))));
-    }
-    for (const auto& t : map_.tables()) {
-      if (t.spec().name() != spec.name()) continue;
-      proto::TableSpec existing = t.spec();
-      existing.set_id(0);
-      if (!google::protobuf::util::MessageDifferencer::Equals(existing, spec)) {
-        return Err(absl::AlreadyExistsError(absl::StrCat(
-            "table '", spec.name(), "' exists with a different spec")));
-      }
-      *reply->mutable_spec() = t.spec();
-      reply->set_epoch(map_.epoch());
-      reply->set_created(false);
-      return grpc::Status::OK;
-    }
-    // Plugins every live server has loaded.
-    std::vector<std::string> plugins(servers[0]->plugin_handlers().begin(),
-                                     servers[0]->plugin_handlers().end());
-    for (const auto* s : servers) {
-      absl::flat_hash_set<std::string> has(s->plugin_handlers().begin(),
-                                           s->plugin_handlers().end());
-      plugins.erase(std::remove_if(plugins.begin(), plugins.end(),
-                                   [&](const std::string& p) { return !has.contains(p); }),
-                    plugins.end());
-    }
-    absl::Status valid = ValidateSpec(spec, plugins);
-    if (!valid.ok()) return Err(valid);
-
-    spec.set_id(next_table_id_++);
-    proto::TableMap* table = map_.add_tables();
-    *table->mutable_spec() = spec;
-    const Key end = spec.kind() == proto::DENSE ? spec.num_keys() : kKeySpaceEnd;
-    const auto ranges = Split(end, servers.size());
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      proto::RangeAssignment* r = table->add_ranges();
-      r->set_begin(ranges[i].first);
-      r->set_end(ranges[i].second);
-      r->set_primary(servers[i]->id());
-    }
-    BumpEpoch();
-    const Epoch epoch = map_.epoch();
-    DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
-                 << ranges.size() << " servers, epoch " << epoch;
-    std::vector<NodeId> waiting;
-    for (const auto* s : servers) waiting.push_back(s->id());
-    auto all_applied = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (stopping_) return true;
-      for (NodeId id : waiting) {
-        const proto::NodeInfo* n = FindNode(id);
-        if (n != nullptr && n->state() == proto::ALIVE && applied_[id] < epoch) {
-          return false;
-        }
-      }
-      return true;
-    };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&all_applied), deadline)) {
-      std::vector<NodeId> late;
-      for (NodeId id : waiting) {
-        if (applied_[id] < epoch) late.push_back(id);
-      }
-      return Err(absl::DeadlineExceededError(absl::StrCat(
-          "table '", spec.name(), "' declared, but servers ",
-          absl::StrJoin(late, ", "), " did not apply epoch ", epoch, " in time")));
-    }
-    *reply->mutable_spec() = spec;
-    reply->set_epoch(epoch);
-    reply->set_created(true);
-    return grpc::Status::OK;
+    return Err(DoCreateTable(*req, reply));
   }
 
   grpc::Status AdvanceClock(grpc::ServerContext*,
@@ -445,6 +373,123 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     map_.set_epoch(map_.epoch() + 1);
   }
 
+  // The existing table named like `spec` (nullptr if none); kAlreadyExists
+  // if its spec differs (ids aside).
+  absl::StatusOr<const proto::TableMap*> FindTable(const proto::TableSpec& spec)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& t : map_.tables()) {
+      if (t.spec().name() != spec.name()) continue;
+      proto::TableSpec existing = t.spec();
+      existing.set_id(0);
+      if (!google::protobuf::util::MessageDifferencer::Equals(existing, spec)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "table '", spec.name(), "' exists with a different spec"));
+      }
+      return &t;
+    }
+    return nullptr;
+  }
+
+  absl::Status DoCreateTable(const proto::CreateTableRequest& req,
+                             proto::CreateTableReply* reply)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    const absl::Duration timeout = req.timeout_ms() > 0
+                                       ? absl::Milliseconds(req.timeout_ms())
+                                       : absl::Seconds(10);
+    const absl::Time deadline = absl::Now() + timeout;
+    proto::TableSpec spec = req.spec();
+    spec.set_id(0);
+    // A malformed spec fails at once, without waiting for servers.
+    DP_RETURN_IF_ERROR(ValidateShape(spec));
+    absl::MutexLock lock(&mu_);
+    auto existing_reply = [&](const proto::TableMap* t)
+                              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      *reply->mutable_spec() = t->spec();
+      reply->set_epoch(map_.epoch());
+      reply->set_created(false);
+      return absl::OkStatus();
+    };
+    {
+      DP_ASSIGN_OR_RETURN(const proto::TableMap* t, FindTable(spec));
+      if (t != nullptr) return existing_reply(t);
+    }
+    // Enough live servers first.
+    const int need = std::max(1, options_.min_servers);
+    auto enough = [this, need]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || static_cast<int>(AliveServers().size()) >= need;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
+    if (stopping_) return absl::UnavailableError("scheduler shutting down");
+    std::vector<const proto::NodeInfo*> servers = AliveServers();
+    if (static_cast<int>(servers.size()) < need) {
+      return absl::UnavailableError(absl::StrCat(
+          "create table '", spec.name(), "': ", servers.size(),
+          " live servers after ", absl::FormatDuration(timeout), ", need ",
+          need));
+    }
+    // The lock was released while waiting: someone may have declared it.
+    {
+      DP_ASSIGN_OR_RETURN(const proto::TableMap* t, FindTable(spec));
+      if (t != nullptr) return existing_reply(t);
+    }
+    // Plugins every live server has loaded.
+    std::vector<std::string> plugins(servers[0]->plugin_handlers().begin(),
+                                     servers[0]->plugin_handlers().end());
+    for (const auto* s : servers) {
+      absl::flat_hash_set<std::string> has(s->plugin_handlers().begin(),
+                                           s->plugin_handlers().end());
+      plugins.erase(std::remove_if(plugins.begin(), plugins.end(),
+                                   [&](const std::string& p) { return !has.contains(p); }),
+                    plugins.end());
+    }
+    DP_RETURN_IF_ERROR(ValidateSpec(spec, plugins));
+
+    spec.set_id(next_table_id_++);
+    proto::TableMap* table = map_.add_tables();
+    *table->mutable_spec() = spec;
+    const Key end = spec.kind() == proto::DENSE ? spec.num_keys() : kKeySpaceEnd;
+    const auto ranges = Split(end, servers.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      proto::RangeAssignment* r = table->add_ranges();
+      r->set_begin(ranges[i].first);
+      r->set_end(ranges[i].second);
+      r->set_primary(servers[i]->id());
+    }
+    BumpEpoch();
+    const Epoch epoch = map_.epoch();
+    DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
+                 << ranges.size() << " servers, epoch " << epoch;
+    std::vector<NodeId> waiting;
+    for (const auto* s : servers) waiting.push_back(s->id());
+    // Servers that died meanwhile are not waited for.
+    auto late = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::vector<NodeId> out;
+      for (NodeId id : waiting) {
+        const proto::NodeInfo* n = FindNode(id);
+        if (n != nullptr && n->state() == proto::ALIVE && applied_[id] < epoch) {
+          out.push_back(id);
+        }
+      }
+      return out;
+    };
+    auto all_applied = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || late().empty();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&all_applied), deadline);
+    if (stopping_) return absl::UnavailableError("scheduler shutting down");
+    const std::vector<NodeId> missing = late();
+    if (!missing.empty()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "table '", spec.name(), "' declared, but servers ",
+          absl::StrJoin(missing, ", "), " did not apply epoch ", epoch,
+          " within ", absl::FormatDuration(timeout)));
+    }
+    *reply->mutable_spec() = spec;
+    reply->set_epoch(epoch);
+    reply->set_created(true);
+    return absl::OkStatus();
+  }
+
   void SweepLoop() {
     const absl::Duration slice = options_.heartbeat_interval / 2;
     absl::MutexLock lock(&mu_);
@@ -455,6 +500,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       bool changed = false;
       for (auto& n : *map_.mutable_nodes()) {
         if (n.state() != proto::ALIVE) continue;
+        // Clients do not heartbeat.
+        if (n.role() != proto::SERVER && n.role() != proto::WORKER) continue;
         if (now - last_seen_[n.id()] > options_.dead_after) {
           n.set_state(proto::DEAD);
           changed = true;

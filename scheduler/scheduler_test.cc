@@ -1,8 +1,13 @@
 #include "scheduler/scheduler.h"
 
+#include <algorithm>
+#include <atomic>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
 
@@ -69,7 +74,9 @@ TEST_F(SchedulerTest, MembershipEpochsAndDeath) {
     const proto::ClusterMap now = scheduler_->CurrentMap();
     for (const auto& n : now.nodes()) {
       if (n.id() == b && n.state() == proto::DEAD) b_dead = true;
-      if (n.id() == a) EXPECT_EQ(n.state(), proto::ALIVE);
+      if (n.id() == a) {
+        EXPECT_EQ(n.state(), proto::ALIVE);
+      }
     }
     absl::SleepFor(absl::Milliseconds(40));
   }
@@ -164,6 +171,293 @@ TEST_F(SchedulerTest, WatchDeliversNewMaps) {
   EXPECT_GE(seen.load(), 1u);
   client_->CancelWatch();
   watcher.join();
+}
+
+// Acknowledges the current epoch for `ids` every 10 ms until destroyed, as
+// servers applying each new map would.
+class Acker {
+ public:
+  Acker(Scheduler* scheduler, SchedulerClient* client, std::vector<NodeId> ids)
+      : thread_([=] {
+          while (!stop_.HasBeenNotified()) {
+            const Epoch e = scheduler->CurrentMap().epoch();
+            for (NodeId id : ids) (void)client->AckEpoch(id, e);
+            stop_.WaitForNotificationWithTimeout(absl::Milliseconds(10));
+          }
+        }) {}
+  ~Acker() {
+    stop_.Notify();
+    thread_.join();
+  }
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+TEST_F(SchedulerTest, RegisterAndHeartbeatDetails) {
+  proto::RegisterRequest r;
+  r.set_role(proto::SERVER);
+  r.set_name("s");
+  r.set_data_endpoint("tcp://127.0.0.1:1");
+  auto reply = client_->Register(r, absl::Seconds(5));
+  ASSERT_OK(reply);
+  EXPECT_EQ(reply->node_id(), 1u);
+  EXPECT_EQ(reply->heartbeat_interval_ms(), 50);
+  EXPECT_EQ(reply->map().epoch(), 1u);
+  ASSERT_EQ(reply->map().nodes_size(), 1);
+  EXPECT_EQ(reply->map().nodes(0).state(), proto::ALIVE);
+  EXPECT_EQ(reply->map().nodes(0).data_endpoint(), "tcp://127.0.0.1:1");
+  auto hb = client_->Heartbeat(1, 0);
+  ASSERT_OK(hb);
+  EXPECT_EQ(hb->epoch(), 1u);
+
+  proto::RegisterRequest no_endpoint;
+  no_endpoint.set_role(proto::SERVER);
+  no_endpoint.set_name("t");
+  EXPECT_THAT(client_->Register(no_endpoint, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client_->AckEpoch(77, 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(client_->AckEpoch(1, 1));
+  EXPECT_EQ(scheduler_->address(),
+            absl::StrCat("127.0.0.1:", scheduler_->port()));
+}
+
+TEST_F(SchedulerTest, ClientsAreNotSwept) {
+  proto::RegisterRequest r;
+  r.set_role(proto::CLIENT);
+  auto reply = client_->Register(r, absl::Seconds(5));
+  ASSERT_OK(reply);
+  absl::SleepFor(absl::Milliseconds(600));  // twice dead_after
+  const proto::ClusterMap map = scheduler_->CurrentMap();
+  ASSERT_EQ(map.nodes_size(), 1);
+  EXPECT_EQ(map.nodes(0).state(), proto::ALIVE);
+  EXPECT_EQ(map.epoch(), 1u);
+}
+
+TEST_F(SchedulerTest, DenseSplitIsExactAndOrderedByServerId) {
+  std::vector<NodeId> ids = {RegisterServer("s0"), RegisterServer("s1"),
+                             RegisterServer("s2")};
+  Acker acker(scheduler_.get(), client_.get(), ids);
+  auto reply = client_->CreateTable(Dense("w", 10), absl::Seconds(5));
+  ASSERT_OK(reply);
+  EXPECT_EQ(reply->spec().id(), 1u);
+  EXPECT_EQ(reply->epoch(), scheduler_->CurrentMap().epoch());
+  const proto::ClusterMap map = scheduler_->CurrentMap();
+  ASSERT_EQ(map.tables_size(), 1);
+  const auto& ranges = map.tables(0).ranges();
+  ASSERT_EQ(ranges.size(), 3);
+  std::vector<uint64_t> sizes;
+  Key next = 0;
+  for (int i = 0; i < ranges.size(); ++i) {
+    EXPECT_EQ(ranges[i].begin(), next);
+    EXPECT_EQ(ranges[i].primary(), ids[i]);
+    sizes.push_back(ranges[i].end() - ranges[i].begin());
+    next = ranges[i].end();
+  }
+  EXPECT_EQ(next, 10u);
+  std::sort(sizes.begin(), sizes.end());
+  EXPECT_EQ(sizes, (std::vector<uint64_t>{3, 3, 4}));
+
+  // Fewer keys than servers: fewer ranges.
+  auto small = client_->CreateTable(Dense("small", 2), absl::Seconds(5));
+  ASSERT_OK(small);
+  EXPECT_EQ(small->spec().id(), 2u);
+  const proto::ClusterMap after = scheduler_->CurrentMap();
+  const auto& two = after.tables(1).ranges();
+  ASSERT_EQ(two.size(), 2);
+  EXPECT_EQ(two[0].begin(), 0u);
+  EXPECT_EQ(two[0].end(), 1u);
+  EXPECT_EQ(two[1].begin(), 1u);
+  EXPECT_EQ(two[1].end(), 2u);
+}
+
+TEST_F(SchedulerTest, SparseSplitCoversTheWholeKeySpace) {
+  std::vector<NodeId> ids = {RegisterServer("s0"), RegisterServer("s1"),
+                             RegisterServer("s2")};
+  Acker acker(scheduler_.get(), client_.get(), ids);
+  proto::TableSpec sparse = Dense("emb", 0);
+  sparse.set_kind(proto::SPARSE);
+  ASSERT_OK(client_->CreateTable(sparse, absl::Seconds(5)));
+  const proto::ClusterMap map = scheduler_->CurrentMap();
+  const auto& ranges = map.tables(0).ranges();
+  ASSERT_EQ(ranges.size(), 3);
+  Key next = 0;
+  Key smallest = kKeySpaceEnd, largest = 0;
+  for (const auto& r : ranges) {
+    EXPECT_EQ(r.begin(), next);
+    EXPECT_LT(r.begin(), r.end());
+    smallest = std::min<Key>(smallest, r.end() - r.begin());
+    largest = std::max<Key>(largest, r.end() - r.begin());
+    next = r.end();
+  }
+  EXPECT_EQ(next, kKeySpaceEnd);
+  EXPECT_LE(largest - smallest, 1u);
+}
+
+TEST_F(SchedulerTest, CreateTableNamesTheServerThatNeverAcks) {
+  const NodeId good = RegisterServer("good");
+  const NodeId silent = RegisterServer("silent");
+  Acker acker(scheduler_.get(), client_.get(), {good});
+  // Keep `silent` alive (heartbeats acknowledge nothing newer than epoch 0).
+  std::atomic<bool> stop{false};
+  std::thread heart([&] {
+    while (!stop) {
+      (void)client_->Heartbeat(silent, 0);
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  auto reply = client_->CreateTable(Dense("w", 10), absl::Milliseconds(300));
+  stop = true;
+  heart.join();
+  EXPECT_THAT(reply, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_TRUE(absl::StrContains(reply.status().message(),
+                                absl::StrCat("servers ", silent, " ")))
+      << reply.status();
+  // The table stays declared.
+  const proto::ClusterMap map = scheduler_->CurrentMap();
+  ASSERT_EQ(map.tables_size(), 1);
+  EXPECT_EQ(map.tables(0).spec().name(), "w");
+}
+
+TEST_F(SchedulerTest, InvalidSpecsFailAtOnceWithoutServers) {
+  const absl::Time start = absl::Now();
+  auto expect_invalid = [&](const proto::TableSpec& spec) {
+    EXPECT_THAT(client_->CreateTable(spec, absl::Seconds(5)),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << spec.DebugString();
+  };
+  expect_invalid(Dense("", 10));
+  expect_invalid(Dense("zero_keys", 0));
+  proto::TableSpec no_kind = Dense("no_kind", 10);
+  no_kind.set_kind(proto::TABLE_KIND_UNSPECIFIED);
+  expect_invalid(no_kind);
+  proto::TableSpec narrow = Dense("narrow", 10);
+  narrow.set_width(0);
+  expect_invalid(narrow);
+  proto::TableSpec wide = Dense("wide", 10);
+  wide.set_width((1u << 20) + 1);
+  expect_invalid(wide);
+  proto::TableSpec sparse_keys = Dense("sparse_keys", 10);
+  sparse_keys.set_kind(proto::SPARSE);
+  expect_invalid(sparse_keys);
+  proto::TableSpec uniform = Dense("uniform", 10);
+  uniform.mutable_init()->set_kind(proto::InitializerSpec::UNIFORM);
+  uniform.mutable_init()->set_low(1);
+  uniform.mutable_init()->set_high(0);
+  expect_invalid(uniform);
+  proto::TableSpec normal = Dense("normal", 10);
+  normal.mutable_init()->set_kind(proto::InitializerSpec::NORMAL);
+  normal.mutable_init()->set_stddev(-1);
+  expect_invalid(normal);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // A valid spec with no server to hold it.
+  EXPECT_THAT(client_->CreateTable(Dense("ok", 10), absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(scheduler_->CurrentMap().tables_size(), 0);
+}
+
+TEST_F(SchedulerTest, CreateTableWaitsForAServerToRegister) {
+  std::atomic<NodeId> id{0};
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    id = RegisterServer("late");
+    Acker acker(scheduler_.get(), client_.get(), {id.load()});
+    absl::SleepFor(absl::Milliseconds(500));
+  });
+  auto reply = client_->CreateTable(Dense("w", 10), absl::Seconds(5));
+  late.join();
+  ASSERT_OK(reply);
+  EXPECT_TRUE(reply->created());
+  const proto::ClusterMap map = scheduler_->CurrentMap();
+  const auto& ranges = map.tables(0).ranges();
+  ASSERT_EQ(ranges.size(), 1);
+  EXPECT_EQ(ranges[0].primary(), id.load());
+}
+
+TEST_F(SchedulerTest, BarrierReleasesExactlyAtCount) {
+  for (int round = 0; round < 2; ++round) {
+    std::atomic<int> returned{0};
+    std::atomic<int> ok{0};
+    std::vector<std::thread> threads;
+    auto arrive = [&](NodeId id) {
+      threads.emplace_back([&, id] {
+        if (client_->Barrier("sync", id, 3, absl::Seconds(5)).ok()) ok++;
+        returned++;
+      });
+    };
+    arrive(1);
+    arrive(2);
+    absl::SleepFor(absl::Milliseconds(300));
+    EXPECT_EQ(returned.load(), 0) << "released with 2 of 3, round " << round;
+    arrive(3);
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(ok.load(), 3) << "round " << round;
+  }
+}
+
+TEST_F(SchedulerTest, BarrierTimeoutRemovesTheNode) {
+  EXPECT_THAT(client_->Barrier("t", 1, 2, absl::Milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // Node 1 left when it timed out, so node 2 alone does not complete it.
+  EXPECT_THAT(client_->Barrier("t", 2, 2, absl::Milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // The same node arriving twice counts once.
+  std::thread first([&] {
+    EXPECT_OK(client_->Barrier("t", 1, 2, absl::Seconds(5)));
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_OK(client_->Barrier("t", 2, 2, absl::Seconds(5)));
+  first.join();
+}
+
+TEST_F(SchedulerTest, WatchStartsAfterKnownEpoch) {
+  RegisterServer("a");  // epoch 1
+  std::vector<Epoch> seen;
+  absl::Mutex mu;
+  std::thread watcher([&] {
+    (void)client_->Watch(0, 1, [&](const proto::ClusterMap& m) {
+      absl::MutexLock lock(&mu);
+      seen.push_back(m.epoch());
+    });
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(seen.empty()) << "nothing newer than epoch 1 yet";
+  }
+  RegisterServer("b");  // epoch 2
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  bool got = false;
+  while (!got && absl::Now() < deadline) {
+    {
+      absl::MutexLock lock(&mu);
+      got = !seen.empty();
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  client_->CancelWatch();
+  watcher.join();
+  absl::MutexLock lock(&mu);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front(), 2u);
+}
+
+TEST_F(SchedulerTest, ShutdownEndsWaitsPromptly) {
+  std::thread watcher([&] {
+    (void)client_->Watch(0, 0, [](const proto::ClusterMap&) {});
+  });
+  absl::Status barrier;
+  std::thread waiter(
+      [&] { barrier = client_->Barrier("never", 1, 2, absl::Seconds(30)); });
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  scheduler_->Shutdown();
+  waiter.join();
+  watcher.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_THAT(barrier, StatusIs(absl::StatusCode::kUnavailable));
+  scheduler_->Shutdown();  // idempotent
 }
 
 }  // namespace
