@@ -34,7 +34,7 @@ ABSL_FLAG(int32_t, backup, 0, "backup workers (b)");
 ABSL_FLAG(int32_t, servers, 2, "servers");
 ABSL_FLAG(int64_t, staleness, 3, "SSP bound");
 ABSL_FLAG(std::string, model, "mlp", "softmax or mlp");
-ABSL_FLAG(int64_t, steps, 1500, "iterations per worker");
+ABSL_FLAG(int64_t, steps, 2000, "iterations per worker");
 ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
 ABSL_FLAG(double, lr, 0.05, "BSP per-worker learning rate");
 ABSL_FLAG(double, async_lr, 0.05, "SSP/ASP Adagrad learning rate");
