@@ -21,13 +21,6 @@
 namespace downpour {
 namespace {
 
-bool Writes(proto::Op op) {
-  return op == proto::PUT || op == proto::ADD || op == proto::PUSH ||
-         op == proto::PUSH_PULL;
-}
-bool Reads(proto::Op op) {
-  return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
-}
 const char* OpName(proto::Op op) {
   switch (op) {
     case proto::PUT: return "put";
@@ -383,11 +376,11 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
   } else if (keys.is_range() && keys.begin() > keys.end()) {
     invalid = absl::InvalidArgumentError(absl::StrCat(
         "inverted key range [", keys.begin(), ", ", keys.end(), ")"));
-  } else if (Writes(op) && floats != in.size()) {
+  } else if (OpWrites(op) && floats != in.size()) {
     invalid = absl::InvalidArgumentError(absl::StrCat(
         OpName(op), " table '", t.name, "': ", in.size(), " values for ",
         keys.size(), " keys of width ", t.width));
-  } else if (Reads(op) && floats != out.size()) {
+  } else if (OpReads(op) && floats != out.size()) {
     invalid = absl::InvalidArgumentError(absl::StrCat(
         OpName(op), " table '", t.name, "': output holds ", out.size(),
         " floats, need ", keys.size(), " keys x width ", t.width));
@@ -513,7 +506,7 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
       req.keys = Payload::Borrow(op->keys.batch().data() + off,
                                  n * sizeof(Key), release);
     }
-    if (Writes(op->op)) {
+    if (OpWrites(op->op)) {
       op->Hold();
       req.values = Payload::Borrow(op->in + off * width,
                                    n * width * sizeof(float), release);
@@ -524,7 +517,7 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
     Key* kd = reinterpret_cast<Key*>(kb.data());
     for (size_t j = 0; j < n; ++j) kd[j] = op->keys.batch()[part.indices[j]];
     req.keys = Payload::Own(std::move(kb));
-    if (Writes(op->op)) {
+    if (OpWrites(op->op)) {
       Buffer vb = pool_.Acquire(n * width * sizeof(float));
       float* vd = reinterpret_cast<float*>(vb.data());
       for (size_t j = 0; j < n; ++j) {
@@ -585,7 +578,7 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
        h.staleness() > seen &&
        !max_staleness_.compare_exchange_weak(seen, h.staleness());) {
   }
-  if (Reads(op->op)) {
+  if (OpReads(op->op)) {
     const size_t width = op->table.width;
     const size_t n = part.size();
     if (reply->values.size() != n * width) {

@@ -19,6 +19,16 @@
 
 namespace downpour {
 
+// Whether an operation carries values to the server, and whether its reply
+// carries values back.
+inline bool OpWrites(proto::Op op) {
+  return op == proto::PUT || op == proto::ADD || op == proto::PUSH ||
+         op == proto::PUSH_PULL;
+}
+inline bool OpReads(proto::Op op) {
+  return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
+}
+
 // An outgoing payload frame. Move-only.
 class Payload {
  public:

@@ -122,30 +122,40 @@ absl::Status WorkerImpl::DeclareTables() {
                             absl::Seconds(120));
 }
 
-absl::Status WorkerImpl::PullParams() {
+// Issues one operation per parameter table, all in flight together, and
+// waits for them. `op(table, keys, offset, count)` returns the ticket.
+template <typename Op>
+absl::Status ForEachBlock(Client& client, const std::vector<ParamBlock>& blocks,
+                          const std::vector<Table>& tables, Op op) {
   std::vector<Ticket> tickets;
   size_t off = 0;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const size_t n = blocks_[i].rows * blocks_[i].width;
-    tickets.push_back(client_->Pull(tables_[i], Keys::Range(0, blocks_[i].rows),
-                                    absl::MakeSpan(params_.data() + off, n)));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const size_t n = blocks[i].rows * blocks[i].width;
+    tickets.push_back(op(tables[i], Keys::Range(0, blocks[i].rows), off, n));
     off += n;
   }
-  for (Ticket t : tickets) DP_RETURN_IF_ERROR(client_->Wait(t));
-  return absl::OkStatus();
+  absl::Status status;
+  for (Ticket t : tickets) {
+    absl::Status s = client.Wait(t);
+    if (status.ok()) status = s;
+  }
+  return status;
+}
+
+absl::Status WorkerImpl::PullParams() {
+  return ForEachBlock(*client_, blocks_, tables_,
+                      [&](const Table& t, Keys k, size_t off, size_t n) {
+                        return client_->Pull(
+                            t, k, absl::MakeSpan(params_.data() + off, n));
+                      });
 }
 
 absl::Status WorkerImpl::PushGrads(const std::vector<float>& grads) {
-  std::vector<Ticket> tickets;
-  size_t off = 0;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const size_t n = blocks_[i].rows * blocks_[i].width;
-    tickets.push_back(client_->Push(tables_[i], Keys::Range(0, blocks_[i].rows),
-                                    absl::MakeConstSpan(grads.data() + off, n)));
-    off += n;
-  }
-  for (Ticket t : tickets) DP_RETURN_IF_ERROR(client_->Wait(t));
-  return absl::OkStatus();
+  return ForEachBlock(*client_, blocks_, tables_,
+                      [&](const Table& t, Keys k, size_t off, size_t n) {
+                        return client_->Push(
+                            t, k, absl::MakeConstSpan(grads.data() + off, n));
+                      });
 }
 
 absl::Status WorkerImpl::Run() {

@@ -74,13 +74,6 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply) {
 
 namespace {
 
-bool Writes(proto::Op op) {
-  return op == proto::PUT || op == proto::ADD || op == proto::PUSH ||
-         op == proto::PUSH_PULL;
-}
-bool Reads(proto::Op op) {
-  return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
-}
 
 std::string RangesString(const std::vector<KeyRange>& ranges) {
   if (ranges.empty()) return "none";
@@ -177,11 +170,11 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
                      " exceed the message limit of ", max_message_bytes_,
                      " bytes"));
   }
-  const size_t expected = Writes(op) ? static_cast<size_t>(floats) : 0;
+  const size_t expected = OpWrites(op) ? static_cast<size_t>(floats) : 0;
   if (request.values.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the values frame holds ", request.values.size(), " floats, expected ",
-        expected, " (", Writes(op) ? n : 0, " keys x width ", width, ") for table '",
+        expected, " (", OpWrites(op) ? n : 0, " keys x width ", width, ") for table '",
         spec.name(), "'"));
   }
 
@@ -223,11 +216,11 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
     default:
       break;
   }
-  if (clocked && Writes(op)) shard->RecordApplied(h.worker_rank(), h.worker_clock());
-  if (clocked && Reads(op)) {
+  if (clocked && OpWrites(op)) shard->RecordApplied(h.worker_rank(), h.worker_clock());
+  if (clocked && OpReads(op)) {
     reply->header.set_staleness(shard->ObservePull(h.worker_clock()));
   }
-  if (Reads(op)) {
+  if (OpReads(op)) {
     Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
     float* dst = reinterpret_cast<float*>(out.data());
     h.is_range() ? shard->GetRange(b, e, dst) : shard->Get(request.keys, dst);
