@@ -173,15 +173,19 @@ TEST_F(SchedulerTest, WatchDeliversNewMaps) {
   watcher.join();
 }
 
-// Acknowledges the current epoch for `ids` every 10 ms until destroyed, as
-// servers applying each new map would.
+// Acknowledges the current epoch for `ids` (AckEpoch) every 10 ms until
+// destroyed, as servers applying each new map would, and keeps them alive
+// (Heartbeat with applied epoch 0, which acknowledges nothing new).
 class Acker {
  public:
   Acker(Scheduler* scheduler, SchedulerClient* client, std::vector<NodeId> ids)
       : thread_([=] {
           while (!stop_.HasBeenNotified()) {
             const Epoch e = scheduler->CurrentMap().epoch();
-            for (NodeId id : ids) (void)client->AckEpoch(id, e);
+            for (NodeId id : ids) {
+              (void)client->AckEpoch(id, e);
+              (void)client->Heartbeat(id, 0);
+            }
             stop_.WaitForNotificationWithTimeout(absl::Milliseconds(10));
           }
         }) {}
@@ -412,7 +416,10 @@ TEST_F(SchedulerTest, BarrierTimeoutRemovesTheNode) {
 }
 
 TEST_F(SchedulerTest, WatchStartsAfterKnownEpoch) {
-  RegisterServer("a");  // epoch 1
+  // Clients: never declared dead, so the epoch moves only when we say.
+  proto::RegisterRequest c;
+  c.set_role(proto::CLIENT);
+  ASSERT_OK(client_->Register(c, absl::Seconds(5)));  // epoch 1
   std::vector<Epoch> seen;
   absl::Mutex mu;
   std::thread watcher([&] {
@@ -426,7 +433,7 @@ TEST_F(SchedulerTest, WatchStartsAfterKnownEpoch) {
     absl::MutexLock lock(&mu);
     EXPECT_TRUE(seen.empty()) << "nothing newer than epoch 1 yet";
   }
-  RegisterServer("b");  // epoch 2
+  EXPECT_OK(client_->Register(c, absl::Seconds(5)));  // epoch 2
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   bool got = false;
   while (!got && absl::Now() < deadline) {
