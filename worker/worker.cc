@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
@@ -21,6 +23,10 @@ class WorkerImpl final : public Worker {
  public:
   explicit WorkerImpl(const WorkerOptions& o)
       : options_(o), scheduler_(o.scheduler_address) {}
+  ~WorkerImpl() override {
+    stop_.Notify();
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
 
   absl::Status Init();
   absl::Status Run() override;
@@ -44,6 +50,11 @@ class WorkerImpl final : public Worker {
   std::vector<ParamBlock> blocks_;
   std::vector<Table> tables_;
   std::vector<float> params_;
+  absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
+  absl::Notification stop_;
+  // Keeps the worker alive in the scheduler's eyes while it computes or
+  // waits on a slow peer.
+  std::thread heartbeat_;
 };
 
 absl::Status WorkerImpl::Init() {
@@ -57,6 +68,15 @@ absl::Status WorkerImpl::Init() {
   job_ = reply.job();
   total_workers_ = static_cast<int>(job_.num_workers() + job_.backup_workers());
   bsp_ = job_.consistency() == "bsp";
+  if (reply.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
+  }
+  heartbeat_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
+      auto hb = scheduler_.Heartbeat(id_, 0);
+      if (!hb.ok()) DP_LOG(WARNING) << hb.status();
+    }
+  });
   SetLogTag(absl::StrCat("worker ", rank_));
   DP_LOG(INFO) << "registered as node " << id_ << ", rank " << rank_ << " of "
                << total_workers_ << ", consistency " << job_.consistency();
