@@ -68,13 +68,18 @@ struct SparseDataset {
 absl::StatusOr<SparseDataset> ParseLibsvm(std::istream& in);
 
 // Synthetic click-through data that logistic regression can learn.
-// Each row draws `features_per_row` ids from a Zipf distribution over
-// [0, num_features) (P(id) proportional to 1 / (id + 1)^zipf_exponent, so
-// id 0 is the most frequent; exponent 0 is uniform), drops repeats, and gives
-// each feature the value 1. A hidden weight per id, a fixed function of
-// (seed, id) drawn from N(0, 2.5^2 / features_per_row), gives the row's
-// logit z = sum of its weights; the label is 1 with probability
-// 1 / (1 + exp(-z)). Deterministic in all arguments.
+// Each row holds `features_per_row` distinct ids with value 1, drawn from a
+// Zipf distribution over [0, num_features) (P(id) proportional to
+// 1 / (id + 1)^zipf_exponent, so id 0 is the most frequent; exponent 0 is
+// uniform) with repeats redrawn; a row is shorter only if 10x as many draws
+// do not find enough distinct ids (num_features < features_per_row, or an
+// extreme exponent). Ids within a row are sorted. As in real click logs an
+// id appears at most once per row, so the hottest ids saturate at one per
+// row and the power law shows in the rest.
+// Labels: a hidden weight per id, a fixed function of (seed, id) drawn from
+// N(0, 2.5^2 / features_per_row), gives the row's logit z = sum of its
+// weights, and the label is 1 with probability sigmoid(z).
+// Deterministic in all arguments.
 // REQUIRES: features_per_row >= 1, num_features >= 1, zipf_exponent >= 0.
 SparseDataset GenerateClickData(size_t rows, size_t features_per_row,
                                 uint64_t num_features, double zipf_exponent,
