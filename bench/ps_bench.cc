@@ -45,15 +45,6 @@ ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
 namespace downpour {
 namespace {
 
-std::string DefaultBinDir() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string exe(buf, n);
-  exe = exe.substr(0, exe.rfind('/'));  // .../bench
-  return exe.substr(0, exe.rfind('/'));
-}
-
 void Check(const absl::Status& s, const char* what) {
   if (!s.ok()) {
     std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
@@ -209,7 +200,7 @@ double PsRun(Client* c, const Table& t, Key begin, size_t rows, bool pull,
 
 std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) {
   LocalClusterOptions o;
-  o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? DefaultBinDir()
+  o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? BinDirOfThisProgram()
                                                    : absl::GetFlag(FLAGS_bin_dir);
   o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + tag;
   std::system(("mkdir -p " + o.work_dir).c_str());

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -37,6 +38,15 @@ absl::StatusOr<std::string> WaitForLine(const std::string& path,
 }
 
 }  // namespace
+
+std::string BinDirOfThisProgram() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string exe(buf, n);
+  exe = exe.substr(0, exe.rfind('/'));  // the program's folder
+  return exe.substr(0, exe.rfind('/'));
+}
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options) {

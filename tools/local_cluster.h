@@ -23,6 +23,11 @@
 
 namespace downpour {
 
+// The build folder holding the calling program's own folder, e.g. bazel-bin
+// for bazel-bin/tools/ps_demo: where scheduler/, server/ and worker/ are
+// built. "." if /proc/self/exe cannot be read.
+std::string BinDirOfThisProgram();
+
 struct LocalClusterOptions {
   std::string bin_dir;   // required
   std::string work_dir;  // logs and address files go here; required

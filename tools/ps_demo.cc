@@ -52,14 +52,6 @@ ABSL_FLAG(bool, overhead, false,
 namespace downpour {
 namespace {
 
-std::string DefaultBinDir() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  std::string exe(buf, n > 0 ? n : 0);
-  exe = exe.substr(0, exe.rfind('/'));
-  return exe.substr(0, exe.rfind('/'));
-}
-
 struct RunResult {
   std::string label;
   double seconds = 0;
@@ -80,7 +72,7 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   if (absl::GetFlag(FLAGS_backup) > 0) absl::StrAppend(&r.label, "+backup");
   if (absl::GetFlag(FLAGS_slow_worker) >= 0) absl::StrAppend(&r.label, "+slow");
   const std::string bin = absl::GetFlag(FLAGS_bin_dir).empty()
-                              ? DefaultBinDir()
+                              ? BinDirOfThisProgram()
                               : absl::GetFlag(FLAGS_bin_dir);
   const int n = absl::GetFlag(FLAGS_workers), b = absl::GetFlag(FLAGS_backup);
   LocalClusterOptions o;
