@@ -16,6 +16,7 @@
 #include "common/buffer_pool.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "proto/downpour.pb.h"
 #include "transport/data_client.h"
 
 namespace downpour {
@@ -29,6 +30,7 @@ const char* OpName(proto::Op op) {
     case proto::PUSH: return "push";
     case proto::PULL: return "pull";
     case proto::PUSH_PULL: return "push-pull";
+    case proto::VECTOR: return "vector command";
     default: return "unknown op";
   }
 }
@@ -45,6 +47,8 @@ struct OpState {
   Callback callback;
   int rank = 0;
   int64_t clock = -1;
+  int64_t round = 0;  // AddOnce
+  uint64_t task = 0;
 
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   absl::Mutex mu;
@@ -213,6 +217,19 @@ class ClientImpl final : public Client {
                   absl::Span<float> out, Callback cb) override {
     return Submit(proto::PUSH_PULL, t, k, g, out, std::move(cb));
   }
+  Ticket AddOnce(const Table& t, Keys k, absl::Span<const float> v,
+                 int64_t round, uint64_t task, Callback cb) override {
+    return Submit(proto::ADD, t, k, v, {}, std::move(cb), round, task);
+  }
+  absl::StatusOr<std::vector<double>> VectorOp(
+      const Table& t, const proto::VectorCommand& command) override;
+  TrafficStats traffic() const override {
+    TrafficStats s;
+    s.requests = requests_.load(std::memory_order_relaxed);
+    s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+    s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+    return s;
+  }
 
   absl::Status Wait(Ticket ticket, absl::Duration timeout) override;
 
@@ -251,7 +268,18 @@ class ClientImpl final : public Client {
 
   Ticket Submit(proto::Op op, const Table& t, Keys keys,
                 absl::Span<const float> in, absl::Span<float> out,
-                Callback cb);
+                Callback cb, int64_t round = 0, uint64_t task = 0);
+  void CountSent(const OutgoingRequest& req) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    bytes_sent_.fetch_add(
+        req.header.ByteSizeLong() + req.keys.size() + req.values.size(),
+        std::memory_order_relaxed);
+  }
+  void CountReceived(const IncomingMessage& reply) {
+    bytes_received_.fetch_add(
+        reply.header.ByteSizeLong() + reply.values.size() * sizeof(float),
+        std::memory_order_relaxed);
+  }
   // Splits `scope` (the whole op, or a part being retried) by owner and
   // sends the pieces. Errors go into op.
   void Route(const std::shared_ptr<OpState>& op, const Part* scope);
@@ -280,6 +308,9 @@ class ClientImpl final : public Client {
   std::atomic<int64_t> worker_clock_{-1};
   std::atomic<int64_t> max_staleness_{0};
   std::atomic<uint64_t> discarded_{0};
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
 };
 
 Table TableFromSpec(const proto::TableSpec& spec) {
@@ -289,6 +320,7 @@ Table TableFromSpec(const proto::TableSpec& spec) {
   t.width = spec.width();
   t.sparse = spec.kind() == proto::SPARSE;
   t.num_keys = spec.num_keys();
+  t.vectors.assign(spec.vectors().begin(), spec.vectors().end());
   return t;
 }
 
@@ -318,6 +350,7 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
         absl::StrCat("table '", o.name, "': unknown initializer '", o.init,
                      "' (zeros, constant, uniform, normal)"));
   }
+  for (const std::string& v : o.vectors) spec.add_vectors(v);
   spec.set_sync_workers(o.sync_workers);
   spec.set_num_workers(o.tracked_workers);
   spec.mutable_handler()->set_name(o.handler);
@@ -357,13 +390,15 @@ std::string ClientImpl::Describe(const OpState& op, const Part& part) const {
 
 Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
                           absl::Span<const float> in, absl::Span<float> out,
-                          Callback cb) {
+                          Callback cb, int64_t round, uint64_t task) {
   const Ticket ticket = next_ticket_.fetch_add(1);
   auto state = std::make_shared<OpState>(op, t, keys, in.data(), out.data(),
                                          absl::Now() + options_.op_timeout,
                                          std::move(cb));
   state->rank = worker_rank_.load();
   state->clock = worker_clock_.load();
+  state->round = round;
+  state->task = task;
   if (!state->callback) {
     absl::MutexLock lock(&ops_mu_);
     ops_[ticket] = state;
@@ -493,6 +528,9 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   h.set_width(width);
   h.set_worker_clock(op->clock);
   h.set_worker_rank(op->rank);
+  h.set_vector_id(op->table.vector);
+  h.set_round(op->round);
+  h.set_task_id(op->task);
   auto release = [op] { op->Release(); };
   if (part.is_range) {
     h.set_is_range(true);
@@ -528,6 +566,7 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
     }
   }
   op->Hold();  // for the reply
+  CountSent(req);
   std::string endpoint = node->data_endpoint();
   data_->Send(endpoint, std::move(req), op->deadline,
               [this, op, part = std::move(part), endpoint](
@@ -549,6 +588,7 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
     op->Release();
     return;
   }
+  CountReceived(*reply);
   const proto::DataHeader& h = reply->header;
   if (h.status_code() != 0) {
     const auto code = static_cast<absl::StatusCode>(h.status_code());
@@ -622,7 +662,137 @@ absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
   return op->status;
 }
 
+absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
+    const Table& t, const proto::VectorCommand& command) {
+  const absl::Time deadline = absl::Now() + options_.op_timeout;
+  // The servers owning keys in the command's range, in key order: partial
+  // sums are added in this order, so the result is repeatable.
+  std::vector<NodeId> servers;
+  {
+    auto map = Map();
+    const proto::TableMap* table = map->FindTable(t.id);
+    if (table == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "vector command: unknown table '", t.name, "' (id ", t.id, ")"));
+    }
+    const Key lo = command.begin();
+    const Key hi = command.end() == 0 ? kKeySpaceEnd : command.end();
+    for (const proto::RangeAssignment& r : table->ranges()) {
+      if (r.end() <= lo || r.begin() >= hi) continue;
+      if (std::find(servers.begin(), servers.end(), r.primary()) ==
+          servers.end()) {
+        servers.push_back(r.primary());
+      }
+    }
+  }
+  struct Result {
+    absl::Status status;
+    std::vector<double> scalars;
+    bool done = false;
+  };
+  std::vector<Result> results(servers.size());
+  std::vector<size_t> todo(servers.size());
+  for (size_t i = 0; i < servers.size(); ++i) todo[i] = i;
+  int attempt = 0;
+  while (!todo.empty()) {
+    auto map = Map();
+    absl::Mutex mu;
+    size_t pending = todo.size();
+    for (size_t i : todo) {
+      const proto::NodeInfo* node = map->FindNode(servers[i]);
+      if (node == nullptr || node->state() != proto::ALIVE) {
+        absl::MutexLock lock(&mu);
+        results[i].status = absl::UnavailableError(absl::StrCat(
+            "vector command on table '", t.name, "': server ", servers[i],
+            " is ", node == nullptr ? "unknown" : "dead"));
+        results[i].done = true;
+        --pending;
+        continue;
+      }
+      OutgoingRequest req;
+      req.header.set_op(proto::VECTOR);
+      req.header.set_table_id(t.id);
+      req.header.set_epoch(map->epoch());
+      *req.header.mutable_vector_command() = command;
+      CountSent(req);
+      const std::string endpoint = node->data_endpoint();
+      data_->Send(endpoint, std::move(req), deadline,
+                  [&, i, endpoint](const absl::Status& st,
+                                   const IncomingMessage* reply) {
+                    Result r;
+                    if (!st.ok()) {
+                      r.status = Annotate(st, absl::StrCat(
+                          "vector command on table '", t.name, "', server ",
+                          servers[i], " (", endpoint, ")"));
+                    } else {
+                      CountReceived(*reply);
+                      const proto::DataHeader& h = reply->header;
+                      if (h.status_code() != 0) {
+                        r.status = absl::Status(
+                            static_cast<absl::StatusCode>(h.status_code()),
+                            absl::StrCat("vector command on table '", t.name,
+                                         "', server ", servers[i], " (",
+                                         endpoint, "): ", h.status_message()));
+                      }
+                      r.scalars.assign(h.scalars().begin(), h.scalars().end());
+                    }
+                    r.done = true;
+                    absl::MutexLock lock(&mu);
+                    results[i] = std::move(r);
+                    --pending;
+                  });
+    }
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(+[](size_t* p) { return *p == 0; }, &pending));
+    }
+    // Only "server behind the map" is retried: it did not run the command,
+    // so running it again cannot apply it twice.
+    std::vector<size_t> again;
+    for (size_t i : todo) {
+      if (results[i].status.code() == absl::StatusCode::kUnavailable &&
+          absl::Now() < deadline &&
+          map->FindNode(servers[i]) != nullptr &&
+          map->FindNode(servers[i])->state() == proto::ALIVE) {
+        again.push_back(i);
+      }
+    }
+    todo = std::move(again);
+    if (!todo.empty()) {
+      absl::SleepFor(std::min(absl::Milliseconds(5) * (1 << std::min(++attempt, 7)),
+                              absl::Milliseconds(500)));
+      RefreshMap();
+    }
+  }
+  std::vector<double> sums(command.dot_x_size(), 0.0);
+  for (const Result& r : results) {
+    if (!r.status.ok()) return r.status;
+    if (r.scalars.size() != sums.size()) {
+      return absl::DataLossError(absl::StrCat(
+          "vector command on table '", t.name, "': a server returned ",
+          r.scalars.size(), " scalars, expected ", sums.size()));
+    }
+    for (size_t j = 0; j < sums.size(); ++j) sums[j] += r.scalars[j];
+  }
+  return sums;
+}
+
 }  // namespace
+
+absl::StatusOr<uint32_t> Table::VectorIndex(const std::string& vector_name) const {
+  for (size_t i = 0; i < vectors.size(); ++i) {
+    if (vectors[i] == vector_name) return static_cast<uint32_t>(i);
+  }
+  return absl::NotFoundError(absl::StrCat("table '", name,
+                                          "' has no vector '", vector_name, "'"));
+}
+
+absl::StatusOr<Table> Table::WithVector(const std::string& vector_name) const {
+  DP_ASSIGN_OR_RETURN(uint32_t index, VectorIndex(vector_name));
+  Table t = *this;
+  t.vector = index;
+  return t;
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& options) {

@@ -48,6 +48,9 @@
 #include "common/types.h"
 
 namespace downpour {
+namespace proto {
+class VectorCommand;  // proto/downpour.proto
+}  // namespace proto
 
 struct ClientOptions {
   std::string scheduler_address;  // host:port of ps_scheduler
@@ -78,15 +81,34 @@ struct TableOptions {
   uint32_t sync_workers = 0;
   // Workers (N + backups) whose clocks the servers track for staleness.
   uint32_t tracked_workers = 0;
+  // Named vectors over the same keys (dense tables only), e.g. {"x", "g",
+  // "d"}: the first names the parameters. Empty: the parameters alone.
+  std::vector<std::string> vectors;
 };
 
-// A declared table. Cheap to copy.
+// A declared table. Cheap to copy. Operations address its named vector
+// `vector` (0: the parameters, which Push updates): see WithVector.
 struct Table {
   TableId id = kNoTable;
   std::string name;
   uint32_t width = 0;
   bool sparse = false;
   uint64_t num_keys = 0;  // dense only
+  std::vector<std::string> vectors;  // TableOptions::vectors
+  uint32_t vector = 0;
+
+  // The same table, addressing the named vector `vector_name` (kNotFound if
+  // the table has none of that name).
+  absl::StatusOr<Table> WithVector(const std::string& vector_name) const;
+  // Index of a named vector, or kNotFound.
+  absl::StatusOr<uint32_t> VectorIndex(const std::string& vector_name) const;
+};
+
+// Bytes this client moved on the data plane (headers, keys and values).
+struct TrafficStats {
+  uint64_t requests = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
 };
 
 // Keys of an operation: a batch (implicitly from a span or vector) or a
@@ -152,6 +174,26 @@ class Client {
                           absl::Span<const float> grads, absl::Span<float> out,
                           Callback done = nullptr) = 0;
 
+  // Exactly-once accumulation for tasks that may run more than once (backup
+  // copies, retries after a worker died): an Add into a named vector whose
+  // accumulation round `round` (> 0) was opened by a VectorCommand (ZERO
+  // with open_round). Each server applies the first Add of `task` in the
+  // round and acknowledges, without applying, repeats and Adds of older
+  // rounds. REQUIRES for exactness: every copy of a task adds the same keys.
+  virtual Ticket AddOnce(const Table& t, Keys keys,
+                         absl::Span<const float> values, int64_t round,
+                         uint64_t task, Callback done = nullptr) = 0;
+
+  // Server-side vector algebra: sends `command` to every server owning keys
+  // of `t` in [command.begin, command.end) and waits. Returns the dot
+  // products the command asks for, each the sum of the servers' partial
+  // sums (added in key order, so repeatable). Only scalars travel.
+  // Errors: kInvalidArgument for a bad command (the servers check it), as
+  // for other operations otherwise. A server that failed may have applied
+  // the command or not; the others did.
+  virtual absl::StatusOr<std::vector<double>> VectorOp(
+      const Table& t, const proto::VectorCommand& command) = 0;
+
   // Blocks until the operation completes or `timeout` passes
   // (kDeadlineExceeded; the operation goes on and may be waited on again).
   // kNotFound for a ticket already waited on or unknown.
@@ -189,8 +231,10 @@ class Client {
   // The largest staleness the servers reported for this client's pulls.
   virtual int64_t max_staleness() const = 0;
   // Pushes the servers dropped as late (a backup worker's step was taken
-  // without it).
+  // without it), and AddOnce parts dropped as late or repeated.
   virtual uint64_t discarded_pushes() const = 0;
+  // Data-plane traffic of this client so far.
+  virtual TrafficStats traffic() const = 0;
 };
 
 }  // namespace downpour

@@ -1,6 +1,7 @@
 // Test helpers: status assertions and real daemon processes.
 //
 //   ASSERT_OK(status_or_statusor);
+//   ASSERT_OK_AND_ASSIGN(Table t, client->CreateTable(options));
 //   EXPECT_THAT(status, StatusIs(absl::StatusCode::kOutOfRange));
 //   std::string bin = RunfilePath("server/ps_server");
 #ifndef DOWNPOUR_COMMON_TEST_UTIL_H_
@@ -41,6 +42,17 @@ template <typename T>
 // Each evaluates `expr` once.
 #define EXPECT_OK(expr) EXPECT_TRUE(::downpour::testing_internal::IsOk(expr))
 #define ASSERT_OK(expr) ASSERT_TRUE(::downpour::testing_internal::IsOk(expr))
+
+// ASSERT_OK_AND_ASSIGN(Foo foo, MakeFoo()): asserts the StatusOr is OK and
+// moves its value into the declaration.
+#define DP_TEST_CONCAT_INNER(a, b) a##b
+#define DP_TEST_CONCAT(a, b) DP_TEST_CONCAT_INNER(a, b)
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  ASSERT_OK_AND_ASSIGN_IMPL(DP_TEST_CONCAT(statusor_, __LINE__), lhs, expr)
+#define ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                              \
+  ASSERT_OK(tmp);                                 \
+  lhs = std::move(tmp).value()
 
 // Matches an absl::Status or absl::StatusOr<T> with the given code.
 MATCHER_P(StatusIs, code,

@@ -22,6 +22,9 @@
 namespace downpour {
 namespace {
 
+// Named vectors per table: enough for L-BFGS with a history of 30.
+constexpr int kMaxTableVectors = 64;
+
 absl::Status BadSpec(const proto::TableSpec& spec, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat("table '", spec.name(), "': ", why));
@@ -44,6 +47,24 @@ absl::Status ValidateShape(const proto::TableSpec& spec) {
   if (spec.kind() == proto::SPARSE && spec.num_keys() != 0) {
     return BadSpec(spec,
                    "a sparse table spans the whole key space; leave num_keys 0");
+  }
+  if (spec.vectors_size() > 0) {
+    // Named vectors exist for server-side algebra over contiguous ranges.
+    if (spec.kind() != proto::DENSE) {
+      return BadSpec(spec, "named vectors need a dense table");
+    }
+    if (spec.vectors_size() > kMaxTableVectors) {
+      return BadSpec(spec, absl::StrCat(spec.vectors_size(),
+                                        " named vectors, at most ",
+                                        kMaxTableVectors));
+    }
+    absl::flat_hash_set<std::string> names;
+    for (const std::string& v : spec.vectors()) {
+      if (v.empty()) return BadSpec(spec, "a named vector without a name");
+      if (!names.insert(v).second) {
+        return BadSpec(spec, absl::StrCat("vector '", v, "' named twice"));
+      }
+    }
   }
   const auto& init = spec.init();
   if (init.kind() == proto::InitializerSpec::UNIFORM &&

@@ -216,6 +216,206 @@ TEST_F(ClusterTest, RangeOperationsSpanServers) {
   EXPECT_EQ(b[12], 2.0f);
 }
 
+// Server-side vector algebra (Sandblaster): every command on vectors spread
+// over the three servers, against the same arithmetic done here.
+TEST_F(ClusterTest, VectorCommandsMatchReference) {
+  constexpr uint64_t kKeys = 1000;
+  constexpr uint32_t kWidth = 3;
+  constexpr size_t kN = kKeys * kWidth;
+  TableOptions o;
+  o.name = "vectors";
+  o.width = kWidth;
+  o.num_keys = kKeys;
+  o.vectors = {"x", "g", "d"};
+  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_EQ(t.vectors.size(), 3u);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist;
+  std::vector<std::vector<float>> ref(3, std::vector<float>(kN));
+  for (uint32_t v = 0; v < 3; ++v) {
+    for (float& x : ref[v]) x = dist(rng);
+    ASSERT_OK_AND_ASSIGN(Table tv, t.WithVector(o.vectors[v]));
+    ASSERT_OK(client_->PutSync(tv, Keys::Range(0, kKeys), ref[v]));
+  }
+  auto check_all = [&](const std::string& what) {
+    for (uint32_t v = 0; v < 3; ++v) {
+      Table tv = t;
+      tv.vector = v;
+      std::vector<float> got(kN);
+      ASSERT_OK(client_->GetSync(tv, Keys::Range(0, kKeys), absl::MakeSpan(got)));
+      ASSERT_EQ(got, ref[v]) << what << ", vector " << v;
+    }
+  };
+  auto dot = [&](uint32_t a, uint32_t b, Key lo, Key hi) {
+    double sum = 0;
+    for (size_t i = lo * kWidth; i < hi * kWidth; ++i) {
+      sum += static_cast<double>(ref[a][i]) * ref[b][i];
+    }
+    return sum;
+  };
+  using proto::VectorCommand;
+  // LINCOMB d = 0.5 x - 2 g, fused with d.d and x.d over all keys.
+  VectorCommand c;
+  c.set_update(VectorCommand::LINCOMB);
+  c.set_dst(2);
+  c.set_a(0);
+  c.set_b(1);
+  c.set_alpha(0.5);
+  c.set_beta(-2.0);
+  c.add_dot_x(2);
+  c.add_dot_y(2);
+  c.add_dot_x(0);
+  c.add_dot_y(2);
+  ASSERT_OK_AND_ASSIGN(std::vector<double> dots, client_->VectorOp(t, c));
+  for (size_t i = 0; i < kN; ++i) {
+    ref[2][i] = static_cast<float>(0.5 * ref[0][i] + -2.0 * ref[1][i]);
+  }
+  ASSERT_EQ(dots.size(), 2u);
+  EXPECT_NEAR(dots[0], dot(2, 2, 0, kKeys), 1e-9 * dots[0]);
+  EXPECT_NEAR(dots[1], dot(0, 2, 0, kKeys), 1e-9 * std::abs(dots[1]) + 1e-9);
+  check_all("lincomb");
+  // AXPY g += -0.25 d on keys [100, 900) only, across server boundaries.
+  c.Clear();
+  c.set_update(VectorCommand::AXPY);
+  c.set_dst(1);
+  c.set_a(2);
+  c.set_alpha(-0.25);
+  c.set_begin(100);
+  c.set_end(900);
+  c.add_dot_x(1);
+  c.add_dot_y(1);
+  ASSERT_OK_AND_ASSIGN(dots, client_->VectorOp(t, c));
+  for (size_t i = 100 * kWidth; i < 900 * kWidth; ++i) {
+    ref[1][i] = static_cast<float>(ref[1][i] + -0.25 * ref[2][i]);
+  }
+  EXPECT_NEAR(dots[0], dot(1, 1, 100, 900), 1e-9 * dots[0]);
+  check_all("axpy on a range");
+  // SCALE, COPY, ZERO; then a dot-only command.
+  c.Clear();
+  c.set_update(VectorCommand::SCALE);
+  c.set_dst(0);
+  c.set_alpha(3.0);
+  ASSERT_OK(client_->VectorOp(t, c));
+  for (float& x : ref[0]) x = static_cast<float>(3.0 * x);
+  c.Clear();
+  c.set_update(VectorCommand::COPY);
+  c.set_dst(2);
+  c.set_a(0);
+  ASSERT_OK(client_->VectorOp(t, c));
+  ref[2] = ref[0];
+  c.Clear();
+  c.set_update(VectorCommand::ZERO);
+  c.set_dst(1);
+  c.set_begin(0);
+  c.set_end(500);
+  ASSERT_OK(client_->VectorOp(t, c));
+  std::fill(ref[1].begin(), ref[1].begin() + 500 * kWidth, 0.0f);
+  check_all("scale, copy, zero");
+  c.Clear();
+  c.add_dot_x(0);
+  c.add_dot_y(1);
+  ASSERT_OK_AND_ASSIGN(dots, client_->VectorOp(t, c));
+  EXPECT_NEAR(dots[0], dot(0, 1, 0, kKeys), 1e-9 * std::abs(dots[0]) + 1e-9);
+  // Only commands and scalars travel: far fewer bytes than one vector.
+  const TrafficStats before = client_->traffic();
+  ASSERT_OK(client_->VectorOp(t, c));
+  const TrafficStats after = client_->traffic();
+  EXPECT_LT(after.bytes_sent + after.bytes_received - before.bytes_sent -
+                before.bytes_received,
+            1000u);
+  EXPECT_EQ(after.requests - before.requests, 3u);  // one per server
+}
+
+TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
+  TableOptions o;
+  o.name = "accumulate";
+  o.width = 2;
+  o.num_keys = 600;
+  o.vectors = {"x", "g"};
+  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table g, t.WithVector("g"));
+  auto open = [&](int64_t round) {
+    proto::VectorCommand c;
+    c.set_update(proto::VectorCommand::ZERO);
+    c.set_dst(1);
+    c.set_open_round(round);
+    return client_->VectorOp(t, c).status();
+  };
+  std::vector<float> ones(600 * 2, 1.0f), twos(600 * 2, 2.0f);
+  auto read = [&] {
+    std::vector<float> out(600 * 2);
+    EXPECT_OK(client_->GetSync(g, Keys::Range(0, 600), absl::MakeSpan(out)));
+    return out;
+  };
+  // A round not yet opened is an error, not a silent add.
+  EXPECT_THAT(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(open(1));
+  const uint64_t dropped_before = client_->discarded_pushes();
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
+  // A backup copy of task 7, and task 8 once.
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), twos, 1, 8)));
+  EXPECT_EQ(read(), std::vector<float>(1200, 3.0f));
+  EXPECT_EQ(client_->discarded_pushes() - dropped_before, 3u);  // 3 servers
+  // Sparse batches (a sparse gradient) are deduplicated the same way.
+  std::vector<Key> keys = {599, 3, 250};
+  std::vector<float> v(6, 10.0f);
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, keys, v, 1, 9)));
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, keys, v, 1, 9)));
+  std::vector<float> expect(1200, 3.0f);
+  for (Key k : keys) expect[k * 2] = expect[k * 2 + 1] = 13.0f;
+  EXPECT_EQ(read(), expect);
+  // The next round zeroes; a late add of round 1 is dropped.
+  ASSERT_OK(open(2));
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 10)));
+  EXPECT_EQ(read(), std::vector<float>(1200, 0.0f));
+  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 2, 7)));
+  EXPECT_EQ(read(), std::vector<float>(1200, 1.0f));
+}
+
+TEST_F(ClusterTest, VectorErrorsAreClear) {
+  TableOptions o;
+  o.name = "vector_errors";
+  o.width = 1;
+  o.num_keys = 100;
+  o.vectors = {"x", "g"};
+  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  EXPECT_THAT(t.WithVector("nope"), StatusIs(absl::StatusCode::kNotFound));
+  proto::VectorCommand c;
+  c.set_update(proto::VectorCommand::AXPY);
+  c.set_dst(1);
+  c.set_a(5);  // no vector 5
+  absl::Status s = client_->VectorOp(t, c).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("vector_errors"));
+  c.set_a(0);
+  c.set_begin(50);
+  c.set_end(200);  // beyond the key space
+  EXPECT_THAT(client_->VectorOp(t, c), StatusIs(absl::StatusCode::kInvalidArgument));
+  // Push applies the handler to the parameters only.
+  ASSERT_OK_AND_ASSIGN(Table g, t.WithVector("g"));
+  std::vector<float> v(10, 1.0f);
+  EXPECT_THAT(client_->PushSync(g, Keys::Range(0, 10), v),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  Table bad = t;
+  bad.vector = 9;
+  EXPECT_THAT(client_->PutSync(bad, Keys::Range(0, 10), v),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Named vectors need a dense table.
+  TableOptions sparse;
+  sparse.name = "sparse_vectors";
+  sparse.sparse = true;
+  sparse.vectors = {"x", "g"};
+  EXPECT_THAT(client_->CreateTable(sparse),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  TableOptions twice = o;
+  twice.name = "twice";
+  twice.vectors = {"x", "x"};
+  EXPECT_THAT(client_->CreateTable(twice),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(ClusterTest, ClientRejectsBadArgumentsWithClearErrors) {
   TableOptions o;
   o.name = "client_errors";

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace downpour {
 namespace server_internal {
@@ -89,7 +90,7 @@ std::string RangesString(const std::vector<KeyRange>& ranges) {
 absl::Status Dispatcher::Execute(const IncomingMessage& request,
                                  OutgoingReply* reply) {
   const proto::DataHeader& h = request.header;
-  if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::PUSH_PULL) {
+  if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::VECTOR) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown operation ", static_cast<int>(h.op())));
   }
@@ -106,9 +107,23 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
         absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
   }
   const proto::TableSpec& spec = shard->spec();
-  if (h.vector_id() != 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "table '", spec.name(), "': named vectors are not supported yet"));
+  if (op == proto::VECTOR) return ExecuteVector(*shard, request, reply);
+  if (h.vector_id() >= shard->num_vectors()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(), "' has ", shard->num_vectors(),
+        " vectors; the request names vector ", h.vector_id()));
+  }
+  if (h.vector_id() != 0 && (op == proto::PUSH || op == proto::PUSH_PULL)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(), "': push applies the update handler to the "
+        "parameters (vector 0), not to vector ", h.vector_id()));
+  }
+  if (h.round() < 0 || (h.round() > 0 && op != proto::ADD)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "round ", h.round(), ": only an ADD may carry a round, and it is > 0"));
+  }
+  if (h.round() > 0) {
+    DP_RETURN_IF_ERROR(shard->CheckRound(h.vector_id(), h.round()));
   }
   const size_t width = shard->width();
   if (h.width() != width) {
@@ -195,6 +210,16 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   // Validated: nothing below can fail.
   const float* in = request.values.data();
   const Key b = h.range_begin(), e = h.range_end();
+  const uint32_t vec = h.vector_id();
+  if (h.round() > 0 && n > 0 &&
+      !shard->FirstInRound(vec, h.round(), h.task_id(),
+                           h.is_range() ? b : request.keys[0])) {
+    // A backup copy's or a late task's gradient: acknowledged, not applied.
+    reply->header.set_discarded(true);
+    reply->header.set_num_keys(n);
+    reply->header.set_width(width);
+    return absl::OkStatus();
+  }
   if (synced) {
     auto result = shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in);
     reply->header.set_discarded(result == TableShard::SyncResult::kDiscarded);
@@ -204,10 +229,12 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   }
   switch (op) {
     case proto::PUT:
-      h.is_range() ? shard->PutRange(b, e, in) : shard->Put(request.keys, in);
+      h.is_range() ? shard->PutRange(b, e, in, vec)
+                   : shard->Put(request.keys, in, vec);
       break;
     case proto::ADD:
-      h.is_range() ? shard->AddRange(b, e, in) : shard->Add(request.keys, in);
+      h.is_range() ? shard->AddRange(b, e, in, vec)
+                   : shard->Add(request.keys, in, vec);
       break;
     case proto::PUSH:
     case proto::PUSH_PULL:
@@ -223,7 +250,8 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   if (OpReads(op)) {
     Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
     float* dst = reinterpret_cast<float*>(out.data());
-    h.is_range() ? shard->GetRange(b, e, dst) : shard->Get(request.keys, dst);
+    h.is_range() ? shard->GetRange(b, e, dst, vec)
+                 : shard->Get(request.keys, dst, vec);
     reply->values = Payload::Own(std::move(out));
   }
   reply->header.set_num_keys(n);
@@ -231,9 +259,37 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   return absl::OkStatus();
 }
 
+absl::Status Dispatcher::ExecuteVector(TableShard& shard,
+                                       const IncomingMessage& request,
+                                       OutgoingReply* reply) {
+  const proto::VectorCommand& cmd = request.header.vector_command();
+  const std::string& name = shard.spec().name();
+  if (!request.keys.empty() || !request.values.empty()) {
+    return absl::InvalidArgumentError(
+        "a vector command carries no keys and no values");
+  }
+  if (shard.spec().kind() != proto::DENSE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", name, "' is sparse: vector commands need a dense table"));
+  }
+  const Key space_end = shard.key_space().end;
+  if (cmd.end() != 0 && (cmd.begin() >= cmd.end() || cmd.end() > space_end)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vector command range [", cmd.begin(), ", ", cmd.end(),
+        ") is empty or outside [0, ", space_end, ") of table '", name, "'"));
+  }
+  DP_ASSIGN_OR_RETURN(VectorKernel kernel,
+                      VectorKernel::Create(cmd, shard.num_vectors()),
+                      "table '", name, "'");
+  std::vector<double> partials(kernel.num_dots(), 0.0);
+  shard.RunVectorCommand(cmd, kernel, partials.data());
+  for (double p : partials) reply->header.add_scalars(p);
+  return absl::OkStatus();
+}
+
 void Dispatcher::FillStats(proto::ServerStats* stats) const {
   stats->set_node_id(self_);
-  for (int op = proto::PUT; op <= proto::PUSH_PULL; ++op) {
+  for (int op = proto::PUT; op <= proto::VECTOR; ++op) {
     (*stats->mutable_requests_by_op())[proto::Op_Name(
         static_cast<proto::Op>(op))] = requests_by_op_[op].load();
   }
@@ -252,6 +308,7 @@ void Dispatcher::FillStats(proto::ServerStats* stats) const {
     t->set_tracked_pulls(shard->tracked_pulls());
     t->set_discarded_pushes(shard->discarded_pushes());
     t->set_aggregated_steps(shard->aggregated_steps());
+    t->set_dropped_task_adds(shard->dropped_task_adds());
   }
 }
 

@@ -11,7 +11,9 @@
 //   kUnavailable       the request comes from a newer epoch than the server
 //                      has applied; retry shortly
 //   kResourceExhausted a reply that would exceed the message limit
-//   kUnimplemented     named vectors other than 0 (reserved)
+//   kFailedPrecondition a task ADD for a round not yet open on its vector
+// VECTOR (server-side algebra) runs on the owned rows only; ranges it names
+// beyond them are not an error, since every owner gets the same command.
 //
 // Thread-safe: ApplyMap runs on the map watcher's thread while Handle runs on
 // the data thread.
@@ -58,6 +60,8 @@ class Dispatcher {
 
  private:
   absl::Status Execute(const IncomingMessage& request, OutgoingReply* reply);
+  absl::Status ExecuteVector(TableShard& shard, const IncomingMessage& request,
+                             OutgoingReply* reply);
   std::shared_ptr<TableShard> Lookup(TableId id, Epoch* epoch) const
       ABSL_LOCKS_EXCLUDED(mu_);
 

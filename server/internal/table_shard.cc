@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -35,6 +36,8 @@ TableShard::TableShard(const proto::TableSpec& spec,
       state_width_(handler_->StateWidth(width_)),
       init_(init),
       dense_(spec.kind() == proto::DENSE),
+      num_vectors_(static_cast<uint32_t>(
+          std::max(1, dense_ ? spec.vectors_size() : 1))),
       tracked_ranks_(static_cast<int>(
           std::max(spec.num_workers(), spec.sync_workers()))),
       staleness_(tracked_ranks_, static_cast<int>(spec.sync_workers())) {
@@ -48,10 +51,12 @@ TableShard::TableShard(const proto::TableSpec& spec,
       d.values.reset(new float[d.rows() * width_]);
       init_.Fill(r.begin, d.rows(), width_, d.values.get());
       rows += r.end - r.begin;
+      d.vectors.resize(num_vectors_ - 1);
       dense_ranges_.push_back(std::move(d));
     }
     rows_.store(rows);
   }
+  rounds_.resize(num_vectors_);
   UpdateAccounting();
 }
 
@@ -69,7 +74,17 @@ void TableShard::EnsureDenseState(DenseRange* r) {
   UpdateAccounting();
 }
 
-float* TableShard::DenseRow(Key key, float** state) {
+float* TableShard::VectorData(DenseRange* r, uint32_t vector) {
+  if (vector == 0) return r->values.get();
+  std::unique_ptr<float[]>& v = r->vectors[vector - 1];
+  if (v == nullptr) {
+    v.reset(new float[r->rows() * width_]());
+    UpdateAccounting();
+  }
+  return v.get();
+}
+
+float* TableShard::DenseRow(Key key, float** state, uint32_t vector) {
   for (DenseRange& r : dense_ranges_) {
     if (r.range.Contains(key)) {
       const size_t row = key - r.range.begin;
@@ -77,7 +92,7 @@ float* TableShard::DenseRow(Key key, float** state) {
         EnsureDenseState(&r);
         *state = state_width_ ? r.state.get() + row * state_width_ : nullptr;
       }
-      return r.values.get() + row * width_;
+      return VectorData(&r, vector) + row * width_;
     }
   }
   return nullptr;  // unreachable when the caller validated ownership
@@ -118,17 +133,21 @@ TableShard::SparseRow TableShard::SparseTouch(Key key) {
                        : nullptr};
 }
 
-void TableShard::Put(absl::Span<const Key> keys, const float* values) {
+void TableShard::Put(absl::Span<const Key> keys, const float* values,
+                     uint32_t vector) {
   const size_t bytes = width_ * sizeof(float);
   for (size_t i = 0; i < keys.size(); ++i) {
-    float* row = dense_ ? DenseRow(keys[i], nullptr) : SparseTouch(keys[i]).values;
+    float* row = dense_ ? DenseRow(keys[i], nullptr, vector)
+                        : SparseTouch(keys[i]).values;
     std::memcpy(row, values + i * width_, bytes);
   }
 }
 
-void TableShard::Add(absl::Span<const Key> keys, const float* values) {
+void TableShard::Add(absl::Span<const Key> keys, const float* values,
+                     uint32_t vector) {
   for (size_t i = 0; i < keys.size(); ++i) {
-    float* row = dense_ ? DenseRow(keys[i], nullptr) : SparseTouch(keys[i]).values;
+    float* row = dense_ ? DenseRow(keys[i], nullptr, vector)
+                        : SparseTouch(keys[i]).values;
     const float* v = values + i * width_;
     for (size_t j = 0; j < width_; ++j) row[j] += v[j];
   }
@@ -149,12 +168,12 @@ void TableShard::Push(absl::Span<const Key> keys, const float* grads) {
   }
 }
 
-void TableShard::Get(absl::Span<const Key> keys, float* out) {
+void TableShard::Get(absl::Span<const Key> keys, float* out, uint32_t vector) {
   const size_t bytes = width_ * sizeof(float);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* dst = out + i * width_;
     if (dense_) {
-      std::memcpy(dst, DenseRow(keys[i], nullptr), bytes);
+      std::memcpy(dst, DenseRow(keys[i], nullptr, vector), bytes);
     } else if (const float* row = SparseFind(keys[i]).values) {
       std::memcpy(dst, row, bytes);
     } else {
@@ -173,15 +192,17 @@ std::vector<Key> KeysOf(Key begin, Key end) {
 }
 }  // namespace
 
-void TableShard::PutRange(Key begin, Key end, const float* values) {
+void TableShard::PutRange(Key begin, Key end, const float* values,
+                          uint32_t vector) {
   if (!dense_) return Put(KeysOf(begin, end), values);
-  std::memcpy(DenseRow(begin, nullptr), values,
+  std::memcpy(DenseRow(begin, nullptr, vector), values,
               (end - begin) * width_ * sizeof(float));
 }
 
-void TableShard::AddRange(Key begin, Key end, const float* values) {
+void TableShard::AddRange(Key begin, Key end, const float* values,
+                          uint32_t vector) {
   if (!dense_) return Add(KeysOf(begin, end), values);
-  float* row = DenseRow(begin, nullptr);
+  float* row = DenseRow(begin, nullptr, vector);
   const size_t n = (end - begin) * width_;
   for (size_t j = 0; j < n; ++j) row[j] += values[j];
 }
@@ -193,10 +214,52 @@ void TableShard::PushRange(Key begin, Key end, const float* grads) {
   handler_->Apply(row, state, grads, end - begin, width_);
 }
 
-void TableShard::GetRange(Key begin, Key end, float* out) {
+void TableShard::GetRange(Key begin, Key end, float* out, uint32_t vector) {
   if (!dense_) return Get(KeysOf(begin, end), out);
-  std::memcpy(out, DenseRow(begin, nullptr),
+  std::memcpy(out, DenseRow(begin, nullptr, vector),
               (end - begin) * width_ * sizeof(float));
+}
+
+void TableShard::RunVectorCommand(const proto::VectorCommand& cmd,
+                                  const VectorKernel& kernel,
+                                  double* partials) {
+  const Key lo = cmd.begin();
+  const Key hi = cmd.end() == 0 ? key_space_.end : cmd.end();
+  std::vector<float*> ptrs(num_vectors_, nullptr);
+  for (DenseRange& r : dense_ranges_) {
+    const Key b = std::max(lo, r.range.begin), e = std::min(hi, r.range.end);
+    if (b >= e) continue;
+    const size_t offset = (b - r.range.begin) * width_;
+    for (uint32_t v = 0; v < num_vectors_; ++v) {
+      ptrs[v] = kernel.Uses(v) ? VectorData(&r, v) + offset : nullptr;
+    }
+    kernel.Apply(ptrs.data(), (e - b) * width_, partials);
+  }
+  if (cmd.update() == proto::VectorCommand::ZERO && cmd.open_round() > 0) {
+    Round& round = rounds_[cmd.dst()];
+    round.open = cmd.open_round();
+    round.applied.clear();
+  }
+}
+
+absl::Status TableShard::CheckRound(uint32_t vector, int64_t round) const {
+  const int64_t open = rounds_[vector].open;
+  if (round > open) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table '", spec_.name(), "': round ", round, " is not open on vector ",
+        vector, " (open: ", open, ")"));
+  }
+  return absl::OkStatus();
+}
+
+bool TableShard::FirstInRound(uint32_t vector, int64_t round, uint64_t task,
+                              Key first_key) {
+  Round& r = rounds_[vector];
+  if (round < r.open || !r.applied.insert({task, first_key}).second) {
+    dropped_task_adds_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
 }
 
 TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
@@ -262,6 +325,9 @@ void TableShard::UpdateAccounting() {
   uint64_t values = 0, state = 0;
   for (const DenseRange& r : dense_ranges_) {
     values += r.rows() * width_ * sizeof(float);
+    for (const auto& v : r.vectors) {
+      if (v != nullptr) values += r.rows() * width_ * sizeof(float);
+    }
     if (r.state != nullptr) state += r.rows() * state_width_ * sizeof(float);
   }
   values += value_chunks_.size() * kChunkRows * width_ * sizeof(float);

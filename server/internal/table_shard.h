@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/types.h"
@@ -26,6 +27,7 @@
 #include "handlers/handler.h"
 #include "handlers/initializer.h"
 #include "handlers/plugin_registry.h"
+#include "handlers/vector_kernel.h"
 #include "proto/downpour.pb.h"
 
 namespace downpour {
@@ -52,21 +54,46 @@ class TableShard {
   // Index of the owned range holding `key`, or -1.
   int FindRange(Key key) const;
 
-  // Batch operations. REQUIRES: every key is owned (FindRange >= 0) and
-  // spans have keys.size() * width() floats. Keys may repeat; repeats apply
-  // in order.
-  void Put(absl::Span<const Key> keys, const float* values);
-  void Add(absl::Span<const Key> keys, const float* values);
+  // Named vectors over the key ranges (TableSpec.vectors): at least 1, the
+  // parameters; dense tables only.
+  uint32_t num_vectors() const { return num_vectors_; }
+
+  // Batch operations on vector `vector` (0: the parameters). REQUIRES:
+  // every key is owned (FindRange >= 0), vector < num_vectors(), and spans
+  // have keys.size() * width() floats. Keys may repeat; repeats apply in
+  // order. Vectors other than 0 start as zeros.
+  void Put(absl::Span<const Key> keys, const float* values, uint32_t vector = 0);
+  void Add(absl::Span<const Key> keys, const float* values, uint32_t vector = 0);
   void Push(absl::Span<const Key> keys, const float* grads);
   // Absent sparse rows read as their initial values and are not created.
-  void Get(absl::Span<const Key> keys, float* out);
+  void Get(absl::Span<const Key> keys, float* out, uint32_t vector = 0);
 
   // Range operations over [begin, end). REQUIRES: the range lies inside one
   // owned range.
-  void PutRange(Key begin, Key end, const float* values);
-  void AddRange(Key begin, Key end, const float* values);
+  void PutRange(Key begin, Key end, const float* values, uint32_t vector = 0);
+  void AddRange(Key begin, Key end, const float* values, uint32_t vector = 0);
   void PushRange(Key begin, Key end, const float* grads);
-  void GetRange(Key begin, Key end, float* out);
+  void GetRange(Key begin, Key end, float* out, uint32_t vector = 0);
+
+  // Runs a vector command (built from `cmd` for num_vectors()) on every
+  // owned row in [cmd.begin, cmd.end) and adds its dot products to
+  // `partials` (kernel.num_dots() doubles), owned ranges in key order. A
+  // ZERO with open_round opens that accumulation round on its vector.
+  void RunVectorCommand(const proto::VectorCommand& cmd,
+                        const VectorKernel& kernel, double* partials);
+
+  // Exactly-once task accumulation (DataHeader.round > 0). kFailedPrecondition
+  // if `round` is newer than the round open on `vector` (the coordinator
+  // has not opened it here yet).
+  absl::Status CheckRound(uint32_t vector, int64_t round) const;
+  // Whether an ADD of `task` whose first key is `first_key` should be
+  // applied: false for a round older than the open one (late) or a repeat
+  // in it (a backup copy, or a resend). Records the ADD as applied.
+  bool FirstInRound(uint32_t vector, int64_t round, uint64_t task,
+                    Key first_key);
+  uint64_t dropped_task_adds() const {
+    return dropped_task_adds_.load(std::memory_order_relaxed);
+  }
 
   // Synchronous (BSP) push of a range by worker `rank` for iteration
   // `clock` (spec().sync_workers() > 0). The gradient is held until
@@ -102,6 +129,8 @@ class TableShard {
     // the initializer writes it again, and fresh pages are slow to write.
     std::unique_ptr<float[]> values;
     std::unique_ptr<float[]> state;  // null until the first push
+    // Named vectors 1, 2, ...: each null until first touched.
+    std::vector<std::unique_ptr<float[]>> vectors;
     size_t rows() const { return range.end - range.begin; }
   };
   // Sparse rows live in chunks of kChunkRows rows.
@@ -111,7 +140,8 @@ class TableShard {
     float* state;
   };
 
-  float* DenseRow(Key key, float** state);
+  float* DenseRow(Key key, float** state, uint32_t vector = 0);
+  float* VectorData(DenseRange* r, uint32_t vector);
   void EnsureDenseState(DenseRange* r);
   SparseRow SparseFind(Key key);  // values == nullptr when absent
   SparseRow SparseTouch(Key key);  // creates the row if absent
@@ -125,6 +155,7 @@ class TableShard {
   const size_t state_width_;
   const Initializer init_;
   const bool dense_;
+  const uint32_t num_vectors_;
 
   std::vector<DenseRange> dense_ranges_;
   // Sparse storage.
@@ -142,6 +173,15 @@ class TableShard {
   std::map<std::tuple<Key, Key, Clock>, PendingStep> pending_;
   std::map<std::pair<Key, Key>, Clock> next_clock_;  // first clock not applied
   StalenessTracker staleness_;
+
+  // Exactly-once accumulation, per vector: the open round and the
+  // (task, first key) pairs already applied in it.
+  struct Round {
+    int64_t open = 0;
+    absl::flat_hash_set<std::pair<uint64_t, Key>> applied;
+  };
+  std::vector<Round> rounds_;
+  std::atomic<uint64_t> dropped_task_adds_{0};
 
   std::atomic<Clock> max_staleness_{0};
   std::atomic<uint64_t> tracked_pulls_{0};
