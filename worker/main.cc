@@ -2,9 +2,18 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "worker/sandblaster_worker.h"
 #include "worker/worker.h"
+
+ABSL_FLAG(std::string, job, "train",
+          "train (a model replica under the job's consistency policy) or "
+          "lbfgs (Sandblaster gradient tasks from --coordinator)");
+ABSL_FLAG(std::string, coordinator, "", "lbfgs: host:port of ps_lbfgs");
+ABSL_FLAG(int32_t, crash_at_task, 0,
+          "lbfgs test hook: exit abruptly inside the n-th task");
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
 ABSL_FLAG(std::string, name, "", "stable worker name");
@@ -27,6 +36,26 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour worker daemon");
   absl::ParseCommandLine(argc, argv);
   downpour::TuneAllocatorForLargeMessages();
+  if (absl::GetFlag(FLAGS_job) == "lbfgs") {
+    downpour::SandblasterWorkerOptions so;
+    so.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+    so.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+    so.name = absl::GetFlag(FLAGS_name);
+    so.slow_factor = absl::GetFlag(FLAGS_slow_factor);
+    so.crash_at_task = absl::GetFlag(FLAGS_crash_at_task);
+    downpour::SetLogTag(absl::StrCat("lbfgs worker ", so.name));
+    absl::Status s = downpour::RunSandblasterWorker(so);
+    if (!s.ok()) {
+      DP_LOG(ERROR) << s;
+      return 1;
+    }
+    return 0;
+  }
+  if (absl::GetFlag(FLAGS_job) != "train") {
+    DP_LOG(ERROR) << "unknown --job " << absl::GetFlag(FLAGS_job)
+                  << " (train, lbfgs)";
+    return 2;
+  }
   downpour::WorkerOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   o.name = absl::GetFlag(FLAGS_name);

@@ -1,0 +1,202 @@
+#include "lbfgs/coordinator.h"
+
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/downpour.grpc.pb.h"
+
+namespace downpour {
+namespace {
+
+// Vectors on the servers.
+class ServerVectorSpace final : public VectorSpace {
+ public:
+  ServerVectorSpace(Client* client, Table table)
+      : client_(client), table_(std::move(table)) {}
+  absl::StatusOr<std::vector<double>> Run(
+      const proto::VectorCommand& command) override {
+    return client_->VectorOp(table_, command);
+  }
+
+ private:
+  Client* client_;
+  const Table table_;
+};
+
+// The data term, computed by the workers through the task pool.
+class TaskObjective final : public Objective {
+ public:
+  TaskObjective(TaskPool* pool, std::vector<std::pair<uint64_t, uint64_t>> tasks,
+                absl::Duration timeout)
+      : pool_(pool), tasks_(std::move(tasks)), timeout_(timeout) {}
+  absl::StatusOr<double> Evaluate(int64_t round) override {
+    DP_ASSIGN_OR_RETURN(std::vector<double> losses,
+                        pool_->RunRound(round, tasks_, timeout_));
+    // Task order, as the reference adds them.
+    double sum = 0;
+    for (double l : losses) sum += l;
+    return sum;
+  }
+
+ private:
+  TaskPool* pool_;
+  const std::vector<std::pair<uint64_t, uint64_t>> tasks_;
+  const absl::Duration timeout_;
+};
+
+class CoordinatorImpl final : public Coordinator,
+                              public proto::Sandblaster::Service {
+ public:
+  explicit CoordinatorImpl(const CoordinatorOptions& o)
+      : options_(o), pool_(o.backup_tasks, o.task_lease) {}
+  ~CoordinatorImpl() override { Shutdown(); }
+
+  absl::Status Init() {
+    DP_ASSIGN_OR_RETURN(problem_, TaskProblem::Load(options_.problem),
+                        "load the problem");
+    ClientOptions co;
+    co.scheduler_address = options_.scheduler_address;
+    DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
+    TableOptions t;
+    t.name = options_.table;
+    t.width = problem_->width();
+    t.num_keys = problem_->num_keys();
+    t.handler = "assign";  // nothing pushes: the algebra runs as commands
+    t.vectors = LbfgsVectors::Names(options_.lbfgs.history);
+    DP_ASSIGN_OR_RETURN(table_, client_->CreateTable(t));
+    spec_ = options_.problem;
+    spec_.set_table(options_.table);
+    spec_.set_num_examples(problem_->num_examples());
+    spec_.set_x_vector(LbfgsVectors::kX);
+    spec_.set_g_vector(LbfgsVectors::kG);
+    if (spec_.kind() == "sparse_lr") spec_.set_num_features(problem_->num_keys());
+
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options_.listen_address,
+                             grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.listen_address));
+    }
+    const std::string host =
+        options_.listen_address.substr(0, options_.listen_address.rfind(':'));
+    address_ = absl::StrCat(host, ":", port_);
+    DP_LOG(INFO) << "coordinator serving tasks on " << address_ << ": "
+                 << problem_->num_examples() << " examples, "
+                 << problem_->num_keys() << " keys x " << problem_->width()
+                 << ", " << options_.tasks << " tasks per evaluation, backups "
+                 << (options_.backup_tasks ? "on" : "off");
+    return absl::OkStatus();
+  }
+
+  std::string address() const override { return address_; }
+
+  absl::StatusOr<LbfgsResult> Run(
+      const std::function<void(const IterationRecord&)>& on_iteration) override {
+    ServerVectorSpace space(client_.get(), table_);
+    TaskObjective objective(
+        &pool_, SplitTasks(problem_->num_examples(), options_.tasks),
+        options_.evaluation_timeout);
+    LbfgsOptions lo = options_.lbfgs;
+    lo.regularized_keys = problem_->RegularizedKeys();
+    auto result = MinimizeLbfgs(&space, &objective, lo, on_iteration);
+    pool_.Close();
+    return result;
+  }
+
+  absl::StatusOr<std::pair<double, double>> EvaluateHeldOut() override {
+    std::vector<float> x(problem_->num_keys() * problem_->width());
+    DP_RETURN_IF_ERROR(client_->GetSync(
+        table_, Keys::Range(0, problem_->num_keys()), absl::MakeSpan(x)));
+    return problem_->Evaluate(x);
+  }
+
+  TaskStats task_stats() const override { return pool_.stats(); }
+  TrafficStats traffic() const override { return client_->traffic(); }
+
+  void Shutdown() override {
+    pool_.Close();
+    if (server_ != nullptr) {
+      server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      server_.reset();
+    }
+  }
+
+  // proto::Sandblaster::Service
+  grpc::Status GetTask(grpc::ServerContext*, const proto::GetTaskRequest* req,
+                       proto::TaskAssignment* reply) override {
+    const absl::Duration wait =
+        std::min(absl::Milliseconds(std::max<int64_t>(req->wait_ms(), 0)),
+                 absl::Seconds(5));
+    TaskPool::Assignment a = pool_.Next(req->worker(), wait);
+    switch (a.kind) {
+      case TaskPool::Assignment::kDone:
+        reply->set_kind(proto::TaskAssignment::DONE);
+        break;
+      case TaskPool::Assignment::kWait:
+        reply->set_kind(proto::TaskAssignment::WAIT);
+        break;
+      case TaskPool::Assignment::kRun:
+        reply->set_kind(proto::TaskAssignment::RUN);
+        reply->set_round(a.round);
+        reply->set_task_id(a.task);
+        reply->set_begin(a.begin);
+        reply->set_end(a.end);
+        reply->set_backup(a.backup);
+        *reply->mutable_problem() = spec_;
+        break;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FinishTask(grpc::ServerContext*, const proto::TaskResult* req,
+                          proto::TaskResultReply* reply) override {
+    reply->set_counted(pool_.Finish(req->round(), req->task_id(), req->loss()));
+    return grpc::Status::OK;
+  }
+
+ private:
+  const CoordinatorOptions options_;
+  TaskPool pool_;
+  std::unique_ptr<TaskProblem> problem_;
+  std::unique_ptr<Client> client_;
+  Table table_;
+  proto::SandblasterProblem spec_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
+    const CoordinatorOptions& options) {
+  if (options.tasks < 1) {
+    return absl::InvalidArgumentError("tasks must be >= 1");
+  }
+  auto c = std::make_unique<CoordinatorImpl>(options);
+  DP_RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<Coordinator>(std::move(c));
+}
+
+absl::StatusOr<LbfgsResult> RunLocalLbfgs(
+    const TaskProblem& problem, const LbfgsOptions& options, int tasks,
+    const std::function<void(const IterationRecord&)>& on_iteration,
+    std::vector<float>* x_out) {
+  LocalVectorSpace space(LbfgsVectors::Names(options.history).size(),
+                         problem.num_keys(), problem.width());
+  LocalObjective objective(&problem, &space, tasks);
+  LbfgsOptions lo = options;
+  lo.regularized_keys = problem.RegularizedKeys();
+  auto result = MinimizeLbfgs(&space, &objective, lo, on_iteration);
+  if (x_out != nullptr) *x_out = space.vector(LbfgsVectors::kX);
+  return result;
+}
+
+}  // namespace downpour

@@ -1,0 +1,133 @@
+#include "lbfgs/task_pool.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace downpour {
+
+absl::StatusOr<std::vector<double>> TaskPool::RunRound(
+    int64_t round, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+    absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  round_ = round;
+  tasks_.assign(ranges.size(), Task());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    tasks_[i].begin = ranges[i].first;
+    tasks_[i].end = ranges[i].second;
+  }
+  next_unstarted_ = 0;
+  remaining_ = ranges.size();
+  open_ = true;
+  changed_.SignalAll();
+  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return remaining_ == 0 || closed_;
+  };
+  const bool in_time =
+      mu_.AwaitWithTimeout(absl::Condition(&finished), timeout);
+  open_ = false;
+  if (closed_) return absl::CancelledError("task pool closed");
+  if (!in_time) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "round ", round, ": ", remaining_, " of ", tasks_.size(),
+        " tasks unfinished after ", absl::FormatDuration(timeout),
+        " (are workers running?)"));
+  }
+  std::vector<double> results(tasks_.size());
+  for (size_t i = 0; i < tasks_.size(); ++i) results[i] = tasks_[i].result;
+  return results;
+}
+
+bool TaskPool::TryAssign(const std::string& worker, Assignment* out) {
+  if (!open_) return false;
+  const absl::Time now = absl::Now();
+  auto give = [&](size_t i, bool backup) {
+    Task& t = tasks_[i];
+    if (t.runners.empty()) t.first_start = now;
+    t.runners.push_back(worker);
+    t.last_start = now;
+    out->kind = Assignment::kRun;
+    out->round = round_;
+    out->task = i;
+    out->begin = t.begin;
+    out->end = t.end;
+    out->backup = backup;
+  };
+  if (next_unstarted_ < tasks_.size()) {
+    ++stats_.assigned;
+    give(next_unstarted_++, false);
+    return true;
+  }
+  // Every task has started: a copy of one whose worker seems gone, else
+  // (backups on) a copy of the running task started first.
+  int best = -1;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const Task& t = tasks_[i];
+    if (t.done) continue;
+    if (now - t.last_start > lease_) {
+      ++stats_.reassigned;
+      give(i, true);
+      return true;
+    }
+    if (!backups_ || t.runners.size() >= 2 ||
+        std::find(t.runners.begin(), t.runners.end(), worker) !=
+            t.runners.end()) {
+      continue;
+    }
+    if (best < 0 || t.first_start < tasks_[best].first_start) best = static_cast<int>(i);
+  }
+  if (best < 0) return false;
+  ++stats_.backups;
+  give(best, true);
+  return true;
+}
+
+TaskPool::Assignment TaskPool::Next(const std::string& worker,
+                                    absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  absl::MutexLock lock(&mu_);
+  Assignment a;
+  while (true) {
+    if (closed_) {
+      a.kind = Assignment::kDone;
+      return a;
+    }
+    if (TryAssign(worker, &a)) return a;
+    // Wake when something changes, or soon enough to notice an expired
+    // lease.
+    const absl::Time until = std::min(
+        deadline, absl::Now() + std::min(lease_, absl::Milliseconds(200)));
+    changed_.WaitWithDeadline(&mu_, until);
+    if (absl::Now() >= deadline) {
+      if (TryAssign(worker, &a)) return a;
+      a.kind = closed_ ? Assignment::kDone : Assignment::kWait;
+      return a;
+    }
+  }
+}
+
+bool TaskPool::Finish(int64_t round, uint64_t task, double result) {
+  absl::MutexLock lock(&mu_);
+  if (!open_ || round != round_ || task >= tasks_.size() || tasks_[task].done) {
+    ++stats_.dropped;
+    return false;
+  }
+  tasks_[task].done = true;
+  tasks_[task].result = result;
+  --remaining_;
+  changed_.SignalAll();
+  return true;
+}
+
+void TaskPool::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  changed_.SignalAll();
+}
+
+TaskStats TaskPool::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace downpour
