@@ -107,6 +107,10 @@ class CoordinatorImpl final : public Coordinator,
     lo.regularized_keys = problem_->RegularizedKeys();
     auto result = MinimizeLbfgs(&space, &objective, lo, on_iteration);
     pool_.Close();
+    // A busy worker asks again when its task ends (a slow one after some
+    // seconds); one silent for longer than a lease is presumed dead.
+    pool_.WaitForWorkersToLeave(std::min(options_.task_lease, absl::Seconds(5)),
+                                absl::Seconds(30));
     return result;
   }
 

@@ -77,6 +77,7 @@ int Main() {
   absl::StatusOr<LbfgsResult> result;
   absl::StatusOr<std::pair<double, double>> held_out;
   std::unique_ptr<Coordinator> coordinator;
+  TrafficStats iteration_traffic;
   if (absl::GetFlag(FLAGS_reference)) {
     auto p = TaskProblem::Load(problem);
     if (!p.ok()) {
@@ -114,6 +115,7 @@ int Main() {
     }
     OnTerminationSignal([c = coordinator.get()] { c->Shutdown(); });
     result = coordinator->Run(on_iteration);
+    iteration_traffic = coordinator->traffic();  // before the final pull
     if (result.ok()) held_out = coordinator->EvaluateHeldOut();
   }
   if (!result.ok()) {
@@ -133,8 +135,8 @@ int Main() {
   }
   if (coordinator != nullptr) {
     const TaskStats ts = coordinator->task_stats();
-    // The final EvaluateHeldOut pull is outside the iterations: subtract it.
-    TrafficStats tr = coordinator->traffic();
+    // Iterations only: the final held-out evaluation pulls x once.
+    const TrafficStats& tr = iteration_traffic;
     absl::StrAppendFormat(
         &summary,
         "tasks_assigned=%d\ntasks_backup=%d\ntasks_reassigned=%d\n"

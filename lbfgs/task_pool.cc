@@ -86,9 +86,13 @@ TaskPool::Assignment TaskPool::Next(const std::string& worker,
                                     absl::Duration wait) {
   const absl::Time deadline = absl::Now() + wait;
   absl::MutexLock lock(&mu_);
+  WorkerSeen& seen = workers_[worker];
+  seen.last_contact = absl::Now();
   Assignment a;
   while (true) {
     if (closed_) {
+      seen.told_done = true;
+      changed_.SignalAll();
       a.kind = Assignment::kDone;
       return a;
     }
@@ -100,7 +104,8 @@ TaskPool::Assignment TaskPool::Next(const std::string& worker,
     changed_.WaitWithDeadline(&mu_, until);
     if (absl::Now() >= deadline) {
       if (TryAssign(worker, &a)) return a;
-      a.kind = closed_ ? Assignment::kDone : Assignment::kWait;
+      if (closed_) continue;  // tell it kDone above
+      a.kind = Assignment::kWait;
       return a;
     }
   }
@@ -123,6 +128,21 @@ void TaskPool::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
   changed_.SignalAll();
+}
+
+void TaskPool::WaitForWorkersToLeave(absl::Duration silence,
+                                     absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (absl::Now() < deadline) {
+    const absl::Time now = absl::Now();
+    bool all_left = true;
+    for (const auto& [name, w] : workers_) {
+      if (!w.told_done && now - w.last_contact < silence) all_left = false;
+    }
+    if (all_left) return;
+    changed_.WaitWithDeadline(&mu_, std::min(deadline, now + absl::Milliseconds(100)));
+  }
 }
 
 TaskStats TaskPool::stats() const {

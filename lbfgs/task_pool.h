@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -66,6 +67,11 @@ class TaskPool {
 
   // Every worker gets kDone from now on.
   void Close() ABSL_LOCKS_EXCLUDED(mu_);
+  // After Close: waits until every worker that ever asked for a task has
+  // been told kDone or has been silent for `silence` (it died), at most
+  // `timeout`; so that workers exit cleanly before the service goes away.
+  void WaitForWorkersToLeave(absl::Duration silence, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   TaskStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -93,6 +99,11 @@ class TaskPool {
   size_t next_unstarted_ ABSL_GUARDED_BY(mu_) = 0;
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;
   TaskStats stats_ ABSL_GUARDED_BY(mu_);
+  struct WorkerSeen {
+    absl::Time last_contact;
+    bool told_done = false;
+  };
+  absl::flat_hash_map<std::string, WorkerSeen> workers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace downpour

@@ -88,6 +88,21 @@ TEST(TaskPoolTest, ExpiredLeaseIsHandedToAnotherWorker) {
   EXPECT_EQ(pool.stats().reassigned, 1u);
 }
 
+TEST(TaskPoolTest, WaitsForWorkersToHearTheJobIsDone) {
+  TaskPool pool(true, absl::Seconds(60));
+  EXPECT_EQ(pool.Next("a", absl::Milliseconds(1)).kind, Assignment::kWait);
+  EXPECT_EQ(pool.Next("b", absl::Milliseconds(1)).kind, Assignment::kWait);
+  pool.Close();
+  std::thread a([&] { EXPECT_EQ(pool.Next("a", absl::Seconds(1)).kind, Assignment::kDone); });
+  // "b" never asks again: presumed gone after 300 ms of silence.
+  const absl::Time start = absl::Now();
+  pool.WaitForWorkersToLeave(absl::Milliseconds(300), absl::Seconds(20));
+  const absl::Duration waited = absl::Now() - start;
+  a.join();
+  EXPECT_GE(waited, absl::Milliseconds(200));
+  EXPECT_LT(waited, absl::Seconds(10));
+}
+
 TEST(TaskPoolTest, RoundTimesOutWithoutWorkers) {
   TaskPool pool(true, absl::Seconds(1));
   EXPECT_THAT(pool.RunRound(1, kThree, absl::Milliseconds(50)),

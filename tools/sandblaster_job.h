@@ -1,0 +1,38 @@
+// Runs one Sandblaster L-BFGS job on a fresh local cluster (scheduler, two
+// servers, ps_lbfgs, ps_worker --job=lbfgs processes on 127.0.0.1) and
+// returns its per-iteration objective and its summary. For tests and
+// bench/lbfgs_bench.
+#ifndef DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
+#define DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace downpour {
+
+struct SandblasterJobOptions {
+  std::string bin_dir;   // holds scheduler/, server/, lbfgs/, worker/
+  std::string work_dir;  // logs, trace and summary go here
+  int num_servers = 2;
+  std::vector<std::string> coordinator_flags;     // to ps_lbfgs
+  std::vector<std::vector<std::string>> workers;  // flags, one per worker
+};
+
+struct SandblasterJobResult {
+  std::vector<double> f;        // objective by iteration (0: the start)
+  std::vector<double> seconds;  // since the coordinator started minimizing
+  std::map<std::string, std::string> summary;  // ps_lbfgs --summary_file
+  std::vector<int> worker_exit_codes;          // -1: killed by a signal
+  double Num(const std::string& key) const;    // NaN when absent
+};
+
+// kInternal with the coordinator's log tail if it fails.
+absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
+    const SandblasterJobOptions& options);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
