@@ -18,6 +18,7 @@ absl::StatusOr<std::vector<double>> TaskPool::RunRound(
   }
   next_unstarted_ = 0;
   remaining_ = ranges.size();
+  finished_durations_.clear();
   open_ = true;
   changed_.SignalAll();
   auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -38,7 +39,19 @@ absl::StatusOr<std::vector<double>> TaskPool::RunRound(
   return results;
 }
 
-bool TaskPool::TryAssign(const std::string& worker, Assignment* out) {
+absl::Duration TaskPool::BackupDelay() const {
+  // Twice the median time of the tasks finished so far in this round: a
+  // copy only where it can win, so that a busy machine does not spend its
+  // cores on copies of tasks that are on time.
+  if (finished_durations_.empty()) return absl::InfiniteDuration();
+  std::vector<absl::Duration> d = finished_durations_;
+  std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+  return 2 * d[d.size() / 2];
+}
+
+bool TaskPool::TryAssign(const std::string& worker, Assignment* out,
+                         absl::Time* retry_at) {
+  *retry_at = absl::InfiniteFuture();
   if (!open_) return false;
   const absl::Time now = absl::Now();
   auto give = [&](size_t i, bool backup) {
@@ -59,7 +72,8 @@ bool TaskPool::TryAssign(const std::string& worker, Assignment* out) {
     return true;
   }
   // Every task has started: a copy of one whose worker seems gone, else
-  // (backups on) a copy of the running task started first.
+  // (backups on) a copy of the late task started first.
+  const absl::Duration backup_delay = BackupDelay();
   int best = -1;
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const Task& t = tasks_[i];
@@ -69,9 +83,14 @@ bool TaskPool::TryAssign(const std::string& worker, Assignment* out) {
       give(i, true);
       return true;
     }
+    *retry_at = std::min(*retry_at, t.last_start + lease_);
     if (!backups_ || t.runners.size() >= 2 ||
         std::find(t.runners.begin(), t.runners.end(), worker) !=
             t.runners.end()) {
+      continue;
+    }
+    if (now - t.first_start < backup_delay) {
+      *retry_at = std::min(*retry_at, t.first_start + backup_delay);
       continue;
     }
     if (best < 0 || t.first_start < tasks_[best].first_start) best = static_cast<int>(i);
@@ -96,14 +115,13 @@ TaskPool::Assignment TaskPool::Next(const std::string& worker,
       a.kind = Assignment::kDone;
       return a;
     }
-    if (TryAssign(worker, &a)) return a;
-    // Wake when something changes, or soon enough to notice an expired
-    // lease.
-    const absl::Time until = std::min(
-        deadline, absl::Now() + std::min(lease_, absl::Milliseconds(200)));
-    changed_.WaitWithDeadline(&mu_, until);
+    absl::Time retry_at;
+    if (TryAssign(worker, &a, &retry_at)) return a;
+    // Wake when something changes, or when a running task becomes late
+    // enough for a copy.
+    changed_.WaitWithDeadline(&mu_, std::min(deadline, retry_at));
     if (absl::Now() >= deadline) {
-      if (TryAssign(worker, &a)) return a;
+      if (TryAssign(worker, &a, &retry_at)) return a;
       if (closed_) continue;  // tell it kDone above
       a.kind = Assignment::kWait;
       return a;
@@ -119,6 +137,7 @@ bool TaskPool::Finish(int64_t round, uint64_t task, double result) {
   }
   tasks_[task].done = true;
   tasks_[task].result = result;
+  finished_durations_.push_back(absl::Now() - tasks_[task].first_start);
   --remaining_;
   changed_.SignalAll();
   return true;

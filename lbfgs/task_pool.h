@@ -7,8 +7,9 @@
 //   2. a task whose every copy has run longer than `lease` (its worker is
 //      presumed dead) is handed out again;
 //   3. with backups on, once nothing is left to start, an idle worker gets a
-//      backup copy of a running task (the one started first, at most two
-//      copies at once, never to the worker already running it).
+//      backup copy of a late task: one running longer than twice the median
+//      time of the round's finished tasks (the one started first, at most
+//      two copies at once, never to the worker already running it).
 // The first result of a task counts; later ones (the other copy, a worker
 // that was presumed dead, a result for an older round) are dropped.
 //
@@ -84,8 +85,11 @@ class TaskPool {
     bool done = false;
     double result = 0;
   };
-  bool TryAssign(const std::string& worker, Assignment* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // False when nothing can be handed out now; *retry_at says when a running
+  // task becomes eligible for a copy.
+  bool TryAssign(const std::string& worker, Assignment* out,
+                 absl::Time* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration BackupDelay() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool backups_;
   const absl::Duration lease_;
@@ -98,6 +102,7 @@ class TaskPool {
   std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
   size_t next_unstarted_ ABSL_GUARDED_BY(mu_) = 0;
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::Duration> finished_durations_ ABSL_GUARDED_BY(mu_);
   TaskStats stats_ ABSL_GUARDED_BY(mu_);
   struct WorkerSeen {
     absl::Time last_contact;

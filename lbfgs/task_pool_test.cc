@@ -56,8 +56,11 @@ TEST(TaskPoolTest, IdleWorkersGetBackupCopiesOfRunningTasks) {
   Assignment fast = pool.Next("fast", absl::Seconds(10));
   ASSERT_EQ(slow.task, 0u);
   ASSERT_EQ(fast.task, 1u);
-  EXPECT_TRUE(pool.Finish(5, 1, 4.0));
-  // "fast" is idle: it gets a copy of task 0, which "slow" still runs.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(pool.Finish(5, 1, 4.0));  // the median task takes ~200 ms
+  // Task 0 is not late yet (a copy waits until it ran twice the median).
+  EXPECT_EQ(pool.Next("fast", absl::Milliseconds(50)).kind, Assignment::kWait);
+  // Then "fast", idle, gets a copy of task 0, which "slow" still runs.
   Assignment copy = pool.Next("fast", absl::Seconds(10));
   ASSERT_EQ(copy.kind, Assignment::kRun);
   EXPECT_EQ(copy.task, 0u);

@@ -39,6 +39,9 @@ double SandblasterJobResult::Num(const std::string& key) const {
 absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
     const SandblasterJobOptions& options) {
   const std::string& dir = options.work_dir;
+  // A previous run's address file would send the workers to a dead port.
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
   std::filesystem::create_directories(dir);
   LocalClusterOptions o;
   o.bin_dir = options.bin_dir;
