@@ -30,6 +30,7 @@ ABSL_FLAG(int32_t, n_push, 1, "ASP: push accumulated gradients every n steps");
 ABSL_FLAG(int32_t, eval_every, 100, "rank 0: evaluate every n steps");
 ABSL_FLAG(double, slow_factor, 1.0, "slow this worker down by this factor");
 ABSL_FLAG(int32_t, threads, 1, "threads for gradients");
+ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda (mlp only)");
 ABSL_FLAG(uint64_t, seed, 1, "seed for initialization and batches");
 
 int main(int argc, char** argv) {
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   o.eval_every = std::max(1, absl::GetFlag(FLAGS_eval_every));
   o.slow_factor = absl::GetFlag(FLAGS_slow_factor);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.device = absl::GetFlag(FLAGS_device);
   o.seed = absl::GetFlag(FLAGS_seed);
   auto worker = downpour::Worker::Create(o);
   if (!worker.ok()) {

@@ -12,6 +12,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "models/cuda/cuda_mlp.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "worker/batcher.h"
@@ -91,7 +92,15 @@ absl::Status WorkerImpl::Init() {
   if (rank_ == 0) {
     DP_ASSIGN_OR_RETURN(test_, LoadFashionMnist(options_.data_dir, false));
   }
-  if (options_.model == "softmax") {
+  if (options_.device != "cpu" &&
+      (options_.device != "cuda" || options_.model != "mlp")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device '", options_.device, "' for model '",
+                     options_.model, "' (cpu; cuda for mlp only)"));
+  }
+  if (options_.device == "cuda") {
+    DP_ASSIGN_OR_RETURN(model_, MakeCudaMlp({full.dim, 256, full.num_classes}));
+  } else if (options_.model == "softmax") {
     model_ = MakeSoftmaxRegression(full.dim, full.num_classes);
   } else if (options_.model == "mlp") {
     model_ = MakeMlp({full.dim, 256, full.num_classes});

@@ -44,6 +44,7 @@ struct WorkerOptions {
   int eval_every = 100;             // rank 0 evaluates on the test set
   double slow_factor = 1.0;         // > 1: sleep to look that much slower
   int threads = 1;                  // threads for the gradient computation
+  std::string device = "cpu";       // "cpu", or "cuda" (mlp only)
   uint64_t seed = 1;
 };
 
