@@ -28,11 +28,20 @@ struct JobResult {
   std::vector<float> params;
   int64_t max_staleness = -1;  // over every server's tables
   uint64_t tracked_pulls = 0;
+  // Data-plane requests the servers received, summed over servers.
+  uint64_t pull_requests = 0;
+  uint64_t push_requests = 0;
+  uint64_t errors = 0;
+  // Requests one pull of every parameter table makes: one per (table,
+  // server owning part of it), from the cluster map.
+  uint64_t parts_per_pull = 0;
 };
 
 // Runs a job of `workers` softmax workers and returns the final parameters.
+// `extra` flags go to every worker.
 JobResult RunJob(const std::string& tag, const std::string& consistency,
-                 int staleness, int workers, int steps, int slow_rank) {
+                 int staleness, int workers, int steps, int slow_rank,
+                 const std::vector<std::string>& extra = {}) {
   JobResult result;
   const std::string dir = TestTmpDir() + "/" + tag;
   EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
@@ -55,6 +64,7 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
         absl::StrCat("--steps=", steps), "--batch=32", "--seed=7",
         "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"};
     if (i == slow_rank) argv.push_back("--slow_factor=5");
+    argv.insert(argv.end(), extra.begin(), extra.end());
     procs.push_back(std::make_unique<Subprocess>(
         argv, absl::StrCat(dir, "/worker-", i, ".log")));
     EXPECT_OK(procs.back()->Start());
@@ -83,6 +93,13 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
   SchedulerClient sched((*cluster)->scheduler_address());
   auto map = sched.GetClusterMap();
   EXPECT_OK(map);
+  if (!map.ok()) return result;
+  for (const auto& t : map->tables()) {
+    if (t.spec().name().rfind("softmax/", 0) != 0) continue;
+    for (const auto& r : t.ranges()) {
+      if (r.end() > r.begin() && r.begin() < t.spec().num_keys()) ++result.parts_per_pull;
+    }
+  }
   for (const auto& n : map->nodes()) {
     if (n.role() != proto::SERVER) continue;
     auto stub = proto::ServerAdmin::NewStub(
@@ -95,6 +112,10 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
       result.max_staleness = std::max(result.max_staleness, t.max_staleness());
       result.tracked_pulls += t.tracked_pulls();
     }
+    const auto& ops = stats.requests_by_op();
+    if (ops.count("PULL")) result.pull_requests += ops.at("PULL");
+    if (ops.count("PUSH")) result.push_requests += ops.at("PUSH");
+    result.errors += stats.errors();
   }
   client->reset();
   EXPECT_OK((*cluster)->Stop());
@@ -157,6 +178,69 @@ TEST(TrainingTest, SspStalenessNeverExceedsTheBound) {
                 static_cast<long long>(r.max_staleness),
                 static_cast<unsigned long long>(r.tracked_pulls));
   }
+}
+
+// Downpour's n_fetch / n_push under ASP: each worker pulls every n_fetch
+// steps and pushes its accumulated gradients every n_push steps (and once
+// more at the end for the remainder), counted by the servers; the model
+// still learns.
+TEST(TrainingTest, DownpourFetchAndPushEveryNSteps) {
+  constexpr int kWorkers = 2, kSteps = 61, kFetch = 5, kPush = 3;
+  JobResult r = RunJob("downpour", "asp", 0, kWorkers, kSteps, /*slow_rank=*/-1,
+                       {absl::StrCat("--n_fetch=", kFetch),
+                        absl::StrCat("--n_push=", kPush), "--async_lr=0.05"});
+  ASSERT_FALSE(r.params.empty());
+  ASSERT_GT(r.parts_per_pull, 0u);
+  const uint64_t fetches = (kSteps + kFetch - 1) / kFetch;  // 13
+  const uint64_t pushes = (kSteps + kPush - 1) / kPush;     // 21
+  // Rank 0 also pulls once to evaluate at the last step. A request the
+  // servers rejected (a map moving during start-up) is retried and counted
+  // twice, so errors widen the window.
+  const uint64_t want_pulls = r.parts_per_pull * (kWorkers * fetches + 1);
+  const uint64_t want_pushes = r.parts_per_pull * kWorkers * pushes;
+  EXPECT_GE(r.pull_requests, want_pulls);
+  EXPECT_LE(r.pull_requests, want_pulls + r.errors);
+  EXPECT_GE(r.push_requests, want_pushes);
+  EXPECT_LE(r.push_requests, want_pushes + r.errors);
+  EXPECT_LE(r.errors, 4u);
+  std::printf("n_fetch %d, n_push %d: %llu pull and %llu push requests (%llu parts each), %llu errors\n",
+              kFetch, kPush, static_cast<unsigned long long>(r.pull_requests),
+              static_cast<unsigned long long>(r.push_requests),
+              static_cast<unsigned long long>(r.parts_per_pull),
+              static_cast<unsigned long long>(r.errors));
+
+  // Training reduced the loss: the zero parameters score ln(10) = 2.30 on
+  // the test set and 10% accuracy.
+  auto test = LoadFashionMnist(kData, false);
+  ASSERT_OK(test);
+  auto model = MakeSoftmaxRegression(784, 10);
+  auto [accuracy, loss] = model->Evaluate(r.params.data(), *test);
+  std::printf("after %d steps: test accuracy %.3f, test loss %.3f\n", kSteps, accuracy, loss);
+  EXPECT_LT(loss, 1.9);
+  EXPECT_GT(accuracy, 0.55);
+}
+
+// n_fetch / n_push are ASP-only: a BSP worker refuses them at start.
+TEST(TrainingTest, DownpourFlagsRejectedOutsideAsp) {
+  const std::string dir = TestTmpDir() + "/downpour-bsp";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 1;
+  o.scheduler_flags = {"--consistency=bsp", "--num_workers=1"};
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_OK(cluster);
+  Subprocess w({RunfilePath("worker/ps_worker"),
+                "--scheduler=" + (*cluster)->scheduler_address(), "--name=w0",
+                "--model=softmax", "--steps=5", "--n_fetch=5"},
+               dir + "/worker.log");
+  ASSERT_OK(w.Start());
+  auto st = w.Wait(absl::Seconds(60));
+  ASSERT_OK(st);
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
+  EXPECT_NE(w.LogTail().find("ASP mode"), std::string::npos) << w.LogTail();
+  EXPECT_OK((*cluster)->Stop());
 }
 
 }  // namespace

@@ -99,6 +99,14 @@ absl::Status WorkerImpl::Init() {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown model '", options_.model, "' (softmax, mlp)"));
   }
+  if (job_.consistency() != "asp" &&
+      (options_.n_fetch > 1 || options_.n_push > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_fetch ", options_.n_fetch, " and n_push ", options_.n_push,
+        ": pulling or pushing less than every step is Downpour's ASP mode; "
+        "the job's consistency is ",
+        job_.consistency(), " (use --n_fetch=1 --n_push=1)"));
+  }
   blocks_ = model_->Blocks();
   params_.resize(model_->NumParams());
   DP_LOG(INFO) << "shard of " << train_.num_examples << " examples, model "
@@ -214,7 +222,8 @@ absl::Status WorkerImpl::Run() {
       DP_RETURN_IF_ERROR(PushGrads(grads));
     } else {
       for (size_t i = 0; i < grads.size(); ++i) acc[i] += grads[i];
-      if ((clock + 1) % options_.n_push == 0) {
+      // The last step flushes what is left, so no gradient is lost.
+      if ((clock + 1) % options_.n_push == 0 || clock + 1 == options_.steps) {
         DP_RETURN_IF_ERROR(PushGrads(acc));
         std::fill(acc.begin(), acc.end(), 0.0f);
       }

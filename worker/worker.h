@@ -39,8 +39,11 @@ struct WorkerOptions {
   double lr = 0.05;                 // BSP: per-worker rate before scaling
   int warmup_steps = 100;           // BSP: linear warm-up to N x lr
   double async_lr = 0.05;           // SSP/ASP: the servers' Adagrad rate
-  int n_fetch = 1;                  // ASP (Downpour): pull every n_fetch steps
-  int n_push = 1;                   // ASP (Downpour): push every n_push steps
+  // ASP only (Downpour; other policies reject values > 1 at Create): pull
+  // every n_fetch steps; push the gradients accumulated over n_push steps
+  // every n_push steps and at the last step.
+  int n_fetch = 1;
+  int n_push = 1;
   int eval_every = 100;             // rank 0 evaluates on the test set
   double slow_factor = 1.0;         // > 1: sleep to look that much slower
   int threads = 1;                  // threads for the gradient computation
