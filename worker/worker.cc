@@ -1,6 +1,9 @@
 #include "worker/worker.h"
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -32,9 +35,21 @@ class WorkerImpl final : public Worker {
   absl::Status Run() override;
 
  private:
+  absl::Status InitSparse();
   absl::Status DeclareTables();
+  absl::Status DeclareSparseTable();
   absl::Status PullParams();
   absl::Status PushGrads(const std::vector<float>& grads);
+  absl::Status RunDense();
+  absl::Status RunSparse();
+  // The consistency gate before iteration *clock: waits until the policy
+  // lets it proceed; a backup worker that fell behind skips ahead. Sets
+  // *done when the skip passes the last step.
+  absl::Status StartStep(int64_t* clock, bool* done);
+  // Completes iteration `clock` (its pushes acknowledged): advances the
+  // clock with the progress figures. test_accuracy < 0: not evaluated.
+  absl::Status FinishStep(int64_t clock, double loss, uint64_t examples,
+                          double test_accuracy);
 
   const WorkerOptions options_;
   SchedulerClient scheduler_;
@@ -50,6 +65,13 @@ class WorkerImpl final : public Worker {
   std::vector<ParamBlock> blocks_;
   std::vector<Table> tables_;
   std::vector<float> params_;
+  // sparse_lr: this worker's training rows (shuffled) and, on rank 0, the
+  // held-out rows with their feature ids and keys.
+  bool sparse_ = false;
+  SparseDataset sparse_train_;
+  SparseDataset sparse_test_;
+  std::vector<uint64_t> test_ids_;
+  std::vector<Key> test_keys_;
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   absl::Notification stop_;
   // Keeps the worker alive in the scheduler's eyes while it computes or
@@ -81,11 +103,27 @@ absl::Status WorkerImpl::Init() {
   DP_LOG(INFO) << "registered as node " << id_ << ", rank " << rank_ << " of "
                << total_workers_ << ", consistency " << job_.consistency();
 
+  if (job_.consistency() != "asp" &&
+      (options_.n_fetch > 1 || options_.n_push > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_fetch ", options_.n_fetch, " and n_push ", options_.n_push,
+        ": pulling or pushing less than every step is Downpour's ASP mode; "
+        "the job's consistency is ",
+        job_.consistency(), " (use --n_fetch=1 --n_push=1)"));
+  }
+  if (options_.model == "sparse_lr" &&
+      (options_.n_fetch > 1 || options_.n_push > 1)) {
+    return absl::InvalidArgumentError(
+        "sparse_lr pulls and pushes the keys of each batch: n_fetch and "
+        "n_push must be 1");
+  }
+
   ClientOptions co;
   co.scheduler_address = options_.scheduler_address;
   co.op_timeout = absl::Seconds(60);
   DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
 
+  if (options_.model == "sparse_lr") return InitSparse();
   DP_ASSIGN_OR_RETURN(Dataset full, LoadFashionMnist(options_.data_dir, true));
   train_ = Shard(full, rank_, total_workers_);
   if (rank_ == 0) {
@@ -97,15 +135,8 @@ absl::Status WorkerImpl::Init() {
     model_ = MakeMlp({full.dim, 256, full.num_classes});
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown model '", options_.model, "' (softmax, mlp)"));
-  }
-  if (job_.consistency() != "asp" &&
-      (options_.n_fetch > 1 || options_.n_push > 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "n_fetch ", options_.n_fetch, " and n_push ", options_.n_push,
-        ": pulling or pushing less than every step is Downpour's ASP mode; "
-        "the job's consistency is ",
-        job_.consistency(), " (use --n_fetch=1 --n_push=1)"));
+        absl::StrCat("unknown model '", options_.model,
+                     "' (softmax, mlp, sparse_lr)"));
   }
   blocks_ = model_->Blocks();
   params_.resize(model_->NumParams());
@@ -186,7 +217,202 @@ absl::Status WorkerImpl::PushGrads(const std::vector<float>& grads) {
                       });
 }
 
-absl::Status WorkerImpl::Run() {
+// A splitmix64 finalizer: bijective on 64 bits. The key space is
+// [0, 2^64 - 1), so the one id that mixes to 2^64 - 1 shares key 0.
+uint64_t MixKey(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x == ~uint64_t{0} ? 0 : x;
+}
+
+// The rows `rows` of `data`, in that order.
+SparseDataset SelectRows(const SparseDataset& data,
+                         const std::vector<size_t>& rows) {
+  SparseDataset out;
+  out.labels.reserve(rows.size());
+  out.row_offsets.reserve(rows.size() + 1);
+  for (size_t r : rows) {
+    const size_t f0 = data.row_offsets[r], f1 = data.row_offsets[r + 1];
+    out.feature_ids.insert(out.feature_ids.end(),
+                           data.feature_ids.begin() + f0,
+                           data.feature_ids.begin() + f1);
+    out.feature_values.insert(out.feature_values.end(),
+                              data.feature_values.begin() + f0,
+                              data.feature_values.begin() + f1);
+    out.row_offsets.push_back(out.feature_ids.size());
+    out.labels.push_back(data.labels[r]);
+  }
+  return out;
+}
+
+absl::Status WorkerImpl::InitSparse() {
+  sparse_ = true;
+  if (options_.holdout <= 0 || options_.holdout >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("holdout ", options_.holdout, " outside (0, 1)"));
+  }
+  SparseDataset all;
+  if (!options_.libsvm.empty()) {
+    std::ifstream in(options_.libsvm);
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot open libsvm file '", options_.libsvm, "'"));
+    }
+    auto parsed = ParseLibsvm(in);
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat("libsvm file '", options_.libsvm,
+                                       "': ", parsed.status().message()));
+    }
+    all = *std::move(parsed);
+  } else {
+    if (options_.click_rows < 2 || options_.click_features_per_row < 1 ||
+        options_.click_num_features < 1 || options_.click_zipf < 0) {
+      return absl::InvalidArgumentError(
+          "click data: need click_rows >= 2, click_features_per_row >= 1, "
+          "click_num_features >= 1, click_zipf >= 0");
+    }
+    all = GenerateClickData(options_.click_rows,
+                            options_.click_features_per_row,
+                            options_.click_num_features, options_.click_zipf,
+                            options_.seed);
+  }
+  const size_t rows = all.NumRows();
+  const size_t train_rows = static_cast<size_t>(
+      std::floor(static_cast<double>(rows) * (1.0 - options_.holdout)));
+  if (train_rows < static_cast<size_t>(total_workers_) || train_rows == rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rows, " rows cannot give ", total_workers_,
+                     " workers rows to train on and keep ", options_.holdout,
+                     " of them held out"));
+  }
+  std::vector<size_t> mine;
+  for (size_t r = rank_; r < train_rows; r += total_workers_) mine.push_back(r);
+  std::mt19937_64 rng(options_.seed * 1000003 + rank_);
+  std::shuffle(mine.begin(), mine.end(), rng);
+  sparse_train_ = SelectRows(all, mine);
+  if (rank_ == 0) {
+    std::vector<size_t> held(rows - train_rows);
+    std::iota(held.begin(), held.end(), train_rows);
+    sparse_test_ = SelectRows(all, held);
+    test_ids_ = BatchFeatureIds(sparse_test_, 0, sparse_test_.NumRows());
+    test_keys_.resize(test_ids_.size());
+    for (size_t i = 0; i < test_ids_.size(); ++i) {
+      test_keys_[i] = SparseFeatureKey(test_ids_[i]);
+    }
+  }
+  DP_LOG(INFO) << "sparse_lr: " << rows << " rows ("
+               << (options_.libsvm.empty() ? "synthetic clicks"
+                                           : options_.libsvm)
+               << "), " << sparse_train_.NumRows() << " to train on here, "
+               << rows - train_rows << " held out";
+  return DeclareSparseTable();
+}
+
+absl::Status WorkerImpl::DeclareSparseTable() {
+  // Rows are created on first push with the initializer's zeros, so no
+  // worker writes initial values; the barrier only lines up the start.
+  TableOptions t;
+  t.name = kSparseLrTable;
+  t.width = 1;
+  t.sparse = true;
+  t.init = "zeros";
+  t.tracked_workers = total_workers_;
+  // Adagrad under every policy: with power-law ids the hottest weights
+  // get a gradient at every step and the rare ones almost never, and plain
+  // SGD at a rate that moves the rare ones diverges on the hot ones. Under
+  // BSP the servers do not aggregate these pushes (sync_workers needs key
+  // ranges; sparse pushes are key batches): each is applied on arrival, and
+  // the clock gate alone keeps the step synchronous (staleness 0).
+  t.handler = "adagrad";
+  t.handler_params = {{"learning_rate", options_.async_lr},
+                      {"initial_accumulator", 0.1}};
+  DP_ASSIGN_OR_RETURN(Table table, client_->CreateTable(t));
+  tables_.push_back(table);
+  return scheduler_.Barrier("init-params", id_, total_workers_,
+                            absl::Seconds(120));
+}
+
+absl::Status WorkerImpl::Run() { return sparse_ ? RunSparse() : RunDense(); }
+
+absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
+  *done = false;
+  if (job_.consistency() == "asp") return absl::OkStatus();
+  DP_ASSIGN_OR_RETURN(int64_t gating,
+                      scheduler_.WaitClock(rank_, *clock, absl::Minutes(2)));
+  // A backup worker that fell behind skips to the step being taken.
+  if (gating > *clock && job_.backup_workers() > 0) *clock = gating;
+  *done = *clock >= options_.steps;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerImpl::FinishStep(int64_t clock, double loss,
+                                    uint64_t examples, double test_accuracy) {
+  proto::AdvanceClockRequest adv;
+  adv.set_node_id(id_);
+  adv.set_rank(rank_);
+  adv.set_clock(clock + 1);
+  adv.set_loss(loss);
+  adv.set_examples(examples);
+  adv.set_test_accuracy(test_accuracy);
+  adv.set_max_staleness(client_->max_staleness());
+  adv.set_discarded(client_->discarded_pushes());
+  return scheduler_.AdvanceClock(adv).status();
+}
+
+absl::Status WorkerImpl::RunSparse() {
+  const Table& table = tables_[0];
+  const size_t rows = sparse_train_.NumRows();
+  const size_t batch = static_cast<size_t>(std::max(1, options_.batch));
+  std::vector<uint64_t> ids;
+  std::vector<Key> keys;
+  std::vector<float> weights, grads, test_weights;
+  size_t cursor = 0;
+  uint64_t examples = 0;
+  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+    bool done;
+    DP_RETURN_IF_ERROR(StartStep(&clock, &done));
+    if (done) break;
+    client_->SetWorkerClock(rank_, clock);
+    // Batches are consecutive windows of the shuffled shard; the one that
+    // reaches the end is shorter and the next starts over.
+    const size_t begin = cursor, end = std::min(rows, cursor + batch);
+    cursor = end == rows ? 0 : end;
+    ids = BatchFeatureIds(sparse_train_, begin, end);
+    keys.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) keys[i] = SparseFeatureKey(ids[i]);
+    weights.resize(ids.size());
+    grads.resize(ids.size());
+    DP_RETURN_IF_ERROR(client_->PullSync(table, keys, absl::MakeSpan(weights)));
+    const double loss = SparseLogRegLossAndGradient(
+        sparse_train_, begin, end, ids, weights, absl::MakeSpan(grads),
+        options_.l2);
+    examples += end - begin;
+    DP_RETURN_IF_ERROR(client_->PushSync(table, keys, grads));
+
+    double accuracy = -1;
+    const bool last = clock + 1 == options_.steps;
+    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
+      test_weights.resize(test_ids_.size());
+      DP_RETURN_IF_ERROR(
+          client_->PullSync(table, test_keys_, absl::MakeSpan(test_weights)));
+      const SparseEval e =
+          EvaluateSparseLogReg(sparse_test_, test_ids_, test_weights);
+      accuracy = e.accuracy;
+      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
+                   << ", held-out log-loss " << e.log_loss << ", accuracy "
+                   << e.accuracy << ", AUC " << e.auc;
+    }
+    DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, accuracy));
+  }
+  DP_LOG(INFO) << "done: " << examples << " examples, max staleness "
+               << client_->max_staleness();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerImpl::RunDense() {
   const int n = static_cast<int>(job_.num_workers());
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
   Batcher batcher(train_.num_examples, options_.seed, rank_);
@@ -194,13 +420,9 @@ absl::Status WorkerImpl::Run() {
   const bool asp = job_.consistency() == "asp";
 
   for (int64_t clock = 0; clock < options_.steps; ++clock) {
-    if (!asp) {
-      DP_ASSIGN_OR_RETURN(int64_t gating,
-                          scheduler_.WaitClock(rank_, clock, absl::Minutes(2)));
-      // A backup worker that fell behind skips to the step being taken.
-      if (gating > clock && job_.backup_workers() > 0) clock = gating;
-      if (clock >= options_.steps) break;
-    }
+    bool done;
+    DP_RETURN_IF_ERROR(StartStep(&clock, &done));
+    if (done) break;
     client_->SetWorkerClock(rank_, clock);
     if (!asp || clock % options_.n_fetch == 0) DP_RETURN_IF_ERROR(PullParams());
 
@@ -229,25 +451,17 @@ absl::Status WorkerImpl::Run() {
       }
     }
 
-    proto::AdvanceClockRequest adv;
-    adv.set_node_id(id_);
-    adv.set_rank(rank_);
-    adv.set_clock(clock + 1);
-    adv.set_loss(loss);
-    adv.set_examples(examples);
-    adv.set_test_accuracy(-1);
-    adv.set_max_staleness(client_->max_staleness());
-    adv.set_discarded(client_->discarded_pushes());
+    double test_accuracy = -1;
     const bool last = clock + 1 == options_.steps;
     if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
       DP_RETURN_IF_ERROR(PullParams());
       auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
-      adv.set_test_accuracy(accuracy);
+      test_accuracy = accuracy;
       DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
                    << ", test accuracy " << accuracy << ", test loss "
                    << test_loss;
     }
-    DP_RETURN_IF_ERROR(scheduler_.AdvanceClock(adv).status());
+    DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, test_accuracy));
   }
   DP_LOG(INFO) << "done: " << examples << " examples, max staleness "
                << client_->max_staleness() << ", discarded pushes "
@@ -256,6 +470,57 @@ absl::Status WorkerImpl::Run() {
 }
 
 }  // namespace
+
+uint64_t SparseFeatureKey(uint64_t feature_id) { return MixKey(feature_id); }
+
+SparseEval EvaluateSparseLogReg(const SparseDataset& data,
+                                const std::vector<uint64_t>& ids,
+                                const std::vector<float>& weights) {
+  SparseEval e;
+  const size_t rows = data.NumRows();
+  if (rows == 0) return e;
+  std::vector<std::pair<double, float>> scored(rows);  // (logit, label)
+  double loss = 0;
+  size_t correct = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    double z = 0;
+    for (size_t f = data.row_offsets[r]; f < data.row_offsets[r + 1]; ++f) {
+      auto it = std::lower_bound(ids.begin(), ids.end(), data.feature_ids[f]);
+      if (it != ids.end() && *it == data.feature_ids[f]) {
+        z += static_cast<double>(weights[it - ids.begin()]) *
+             data.feature_values[f];
+      }
+    }
+    const double y = data.labels[r];
+    // softplus(z) - y z, computed stably.
+    loss += std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - y * z;
+    correct += (z > 0) == (y > 0.5);
+    scored[r] = {z, data.labels[r]};
+  }
+  e.log_loss = loss / rows;
+  e.accuracy = static_cast<double>(correct) / rows;
+  // AUC by the rank-sum (Mann-Whitney) statistic, ties sharing their rank.
+  std::sort(scored.begin(), scored.end());
+  double rank_sum = 0, positives = 0;
+  for (size_t i = 0; i < rows;) {
+    size_t j = i;
+    while (j < rows && scored[j].first == scored[i].first) ++j;
+    const double mid = (i + 1 + j) / 2.0;  // mean of ranks i+1 .. j
+    for (size_t k = i; k < j; ++k) {
+      if (scored[k].second > 0.5) {
+        rank_sum += mid;
+        positives += 1;
+      }
+    }
+    i = j;
+  }
+  const double negatives = rows - positives;
+  e.auc = positives == 0 || negatives == 0
+              ? 0.5
+              : (rank_sum - positives * (positives + 1) / 2) /
+                    (positives * negatives);
+  return e;
+}
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     const WorkerOptions& options) {

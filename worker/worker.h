@@ -16,6 +16,11 @@
 // N workers together take N steps per round: the servers run Adagrad with
 // `async_lr`, which adapts per coordinate and stays stable as N grows.
 //
+// sparse_lr: one sparse table of width 1 keyed by SparseFeatureKey(feature
+// id); each step pulls the weights of the batch's distinct ids and pushes
+// their gradients, and the servers run Adagrad (async_lr) under every
+// policy. Rank 0 evaluates on the held-out rows (log-loss, accuracy, AUC).
+//
 // Not thread-safe: Run() is called once.
 #ifndef DOWNPOUR_WORKER_WORKER_H_
 #define DOWNPOUR_WORKER_WORKER_H_
@@ -26,13 +31,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "models/dataset.h"
 
 namespace downpour {
 
 struct WorkerOptions {
   std::string scheduler_address;
   std::string name;                 // stable identity (rank survives restarts)
-  std::string model = "mlp";        // "softmax" or "mlp" (784-256-10)
+  // "softmax", "mlp" (784-256-10) on Fashion-MNIST, or "sparse_lr":
+  // sparse logistic regression (see below).
+  std::string model = "mlp";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int batch = 64;                   // per worker
   int64_t steps = 1000;             // iterations (clock ticks)
@@ -48,7 +56,39 @@ struct WorkerOptions {
   double slow_factor = 1.0;         // > 1: sleep to look that much slower
   int threads = 1;                  // threads for the gradient computation
   uint64_t seed = 1;
+
+  // sparse_lr only. The rows come from `libsvm` (libsvm text) or, if empty,
+  // from GenerateClickData(click_rows, click_features_per_row,
+  // click_num_features, click_zipf, seed). Every worker reads the same rows;
+  // the last `holdout` fraction is held out for evaluation (rank 0) and the
+  // rest is split between the workers (row i to rank i mod workers).
+  std::string libsvm;
+  int64_t click_rows = 100000;
+  int click_features_per_row = 20;
+  uint64_t click_num_features = 100000;
+  double click_zipf = 1.1;
+  double holdout = 0.1;
+  float l2 = 0;  // L2 on the weights a batch touches
 };
+
+// sparse_lr: the table key of a feature id. Ids are spread over the key
+// space by a bijective 64-bit mix (the servers split the key space into
+// contiguous ranges, so raw small ids would all land on one server).
+uint64_t SparseFeatureKey(uint64_t feature_id);
+
+// sparse_lr: the name of the weight table (sparse, width 1, zeros).
+inline constexpr char kSparseLrTable[] = "sparse_lr/w";
+
+// sparse_lr: held-out metrics of `weights` (weights[i] for ids[i], ids
+// sorted as BatchFeatureIds gives them) over all of `data`.
+struct SparseEval {
+  double log_loss = 0;
+  double accuracy = 0;  // p > 0.5 against the label
+  double auc = 0;       // area under the ROC curve; 0.5 if one class only
+};
+SparseEval EvaluateSparseLogReg(const SparseDataset& data,
+                                const std::vector<uint64_t>& ids,
+                                const std::vector<float>& weights);
 
 class Worker {
  public:
