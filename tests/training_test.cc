@@ -225,27 +225,54 @@ TEST(TrainingTest, DownpourFetchAndPushEveryNSteps) {
   EXPECT_GT(accuracy, 0.55);
 }
 
-// n_fetch / n_push are ASP-only: a BSP worker refuses them at start.
-TEST(TrainingTest, DownpourFlagsRejectedOutsideAsp) {
-  const std::string dir = TestTmpDir() + "/downpour-bsp";
+// n_fetch / n_push and Hogwild threads are ASP-only: a BSP worker refuses
+// them at start with a clear message.
+TEST(TrainingTest, AspOnlyFlagsRejectedUnderBsp) {
+  const std::string dir = TestTmpDir() + "/asp-only";
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
   LocalClusterOptions o;
   o.bin_dir = RunfilePath("");
   o.work_dir = dir;
   o.num_servers = 1;
-  o.scheduler_flags = {"--consistency=bsp", "--num_workers=1"};
+  o.scheduler_flags = {"--consistency=bsp", "--num_workers=2"};
   auto cluster = LocalCluster::Start(o);
   ASSERT_OK(cluster);
-  Subprocess w({RunfilePath("worker/ps_worker"),
-                "--scheduler=" + (*cluster)->scheduler_address(), "--name=w0",
-                "--model=softmax", "--steps=5", "--n_fetch=5"},
-               dir + "/worker.log");
-  ASSERT_OK(w.Start());
-  auto st = w.Wait(absl::Seconds(60));
-  ASSERT_OK(st);
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
-  EXPECT_NE(w.LogTail().find("ASP mode"), std::string::npos) << w.LogTail();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--n_fetch=5", "ASP mode"}, {"--hogwild_threads=2", "need ASP"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Subprocess w({RunfilePath("worker/ps_worker"),
+                  "--scheduler=" + (*cluster)->scheduler_address(),
+                  absl::StrCat("--name=w", i), "--model=softmax", "--steps=5",
+                  cases[i].first},
+                 absl::StrCat(dir, "/worker-", i, ".log"));
+    ASSERT_OK(w.Start());
+    auto st = w.Wait(absl::Seconds(60));
+    ASSERT_OK(st);
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
+    EXPECT_NE(w.LogTail().find(cases[i].second), std::string::npos) << w.LogTail();
+  }
   EXPECT_OK((*cluster)->Stop());
+}
+
+// Hogwild: 4 threads in one worker share one parameter array without
+// locks; the model still learns well (a softmax regression that loses its
+// pulls or its pushes, or computes on garbage, stays far below 75%).
+TEST(TrainingTest, HogwildThreadsTrain) {
+  constexpr int kSteps = 400;
+  JobResult r = RunJob("hogwild", "asp", 0, /*workers=*/1, kSteps, /*slow_rank=*/-1,
+                       {"--hogwild_threads=4", "--async_lr=0.05"});
+  ASSERT_FALSE(r.params.empty());
+  ASSERT_GT(r.parts_per_pull, 0u);
+  // Every step pulls and pushes once, whichever thread takes it.
+  EXPECT_GE(r.push_requests, r.parts_per_pull * kSteps);
+  EXPECT_LE(r.push_requests, r.parts_per_pull * kSteps + r.errors);
+  auto test = LoadFashionMnist(kData, false);
+  ASSERT_OK(test);
+  auto model = MakeSoftmaxRegression(784, 10);
+  auto [accuracy, loss] = model->Evaluate(r.params.data(), *test);
+  std::printf("hogwild, 4 threads, %d steps: test accuracy %.3f, test loss %.3f\n", kSteps,
+              accuracy, loss);
+  EXPECT_GT(accuracy, 0.75);
 }
 
 // Sparse logistic regression on synthetic power-law click data, 2 workers

@@ -21,6 +21,9 @@ ABSL_FLAG(int32_t, n_push, 1, "ASP: push accumulated gradients every n steps");
 ABSL_FLAG(int32_t, eval_every, 100, "rank 0: evaluate every n steps");
 ABSL_FLAG(double, slow_factor, 1.0, "slow this worker down by this factor");
 ABSL_FLAG(int32_t, threads, 1, "threads for gradients");
+ABSL_FLAG(int32_t, hogwild_threads, 1,
+          "ASP, softmax/mlp: K > 1 lock-free threads sharing one parameter "
+          "array (Hogwild)");
 ABSL_FLAG(uint64_t, seed, 1,
           "seed for initialization, batches and synthetic click data");
 ABSL_FLAG(std::string, libsvm, "",
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
   o.eval_every = std::max(1, absl::GetFlag(FLAGS_eval_every));
   o.slow_factor = absl::GetFlag(FLAGS_slow_factor);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.hogwild_threads = absl::GetFlag(FLAGS_hogwild_threads);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.libsvm = absl::GetFlag(FLAGS_libsvm);
   o.click_rows = absl::GetFlag(FLAGS_click_rows);

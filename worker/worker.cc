@@ -1,7 +1,9 @@
 #include "worker/worker.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <tuple>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
@@ -42,6 +45,7 @@ class WorkerImpl final : public Worker {
   absl::Status PushGrads(const std::vector<float>& grads);
   absl::Status RunDense();
   absl::Status RunSparse();
+  absl::Status RunHogwild();
   // The consistency gate before iteration *clock: waits until the policy
   // lets it proceed; a backup worker that fell behind skips ahead. Sets
   // *done when the skip passes the last step.
@@ -110,6 +114,24 @@ absl::Status WorkerImpl::Init() {
         ": pulling or pushing less than every step is Downpour's ASP mode; "
         "the job's consistency is ",
         job_.consistency(), " (use --n_fetch=1 --n_push=1)"));
+  }
+  if (options_.hogwild_threads > 1) {
+    if (job_.consistency() != "asp") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hogwild_threads ", options_.hogwild_threads,
+          ": Hogwild threads update without locks or clocks and need ASP; "
+          "the job's consistency is ",
+          job_.consistency(), " (use --hogwild_threads=1)"));
+    }
+    if (options_.model == "sparse_lr" || options_.n_fetch > 1 ||
+        options_.n_push > 1) {
+      return absl::InvalidArgumentError(
+          "hogwild_threads > 1 needs a dense model (softmax, mlp) and "
+          "n_fetch = n_push = 1");
+    }
+  }
+  if (options_.hogwild_threads < 1) {
+    return absl::InvalidArgumentError("hogwild_threads must be >= 1");
   }
   if (options_.model == "sparse_lr" &&
       (options_.n_fetch > 1 || options_.n_push > 1)) {
@@ -335,7 +357,80 @@ absl::Status WorkerImpl::DeclareSparseTable() {
                             absl::Seconds(120));
 }
 
-absl::Status WorkerImpl::Run() { return sparse_ ? RunSparse() : RunDense(); }
+absl::Status WorkerImpl::Run() {
+  if (sparse_) return RunSparse();
+  return options_.hogwild_threads > 1 ? RunHogwild() : RunDense();
+}
+
+absl::Status WorkerImpl::RunHogwild() {
+  const int k = options_.hogwild_threads;
+  // Steps are handed out from one counter; `completed` counts the finished
+  // ones, and only thread 0 reports them to the scheduler, so that the
+  // reported clock never moves back.
+  std::atomic<int64_t> next{0}, completed{0};
+  std::atomic<uint64_t> examples{0};
+  std::atomic<bool> failed{false};
+  std::vector<absl::Status> status(k);
+  std::vector<int64_t> taken(k, 0);
+  // Writes to params_ (Pull) and reads of it (LossAndGradient) race across
+  // threads on purpose: see worker.h.
+  float* const shared = params_.data();
+  auto body = [&](int t) -> absl::Status {
+    std::vector<float> grads(params_.size());
+    Batcher batcher(train_.num_examples, options_.seed,
+                    rank_ * k + t);  // distinct batches per thread
+    while (!failed.load(std::memory_order_relaxed)) {
+      const int64_t step = next.fetch_add(1);
+      if (step >= options_.steps) break;
+      client_->SetWorkerClock(rank_, step);
+      DP_RETURN_IF_ERROR(ForEachBlock(
+          *client_, blocks_, tables_,
+          [&](const Table& tb, Keys keys, size_t off, size_t n) {
+            return client_->Pull(tb, keys, absl::MakeSpan(shared + off, n));
+          }));
+      const std::vector<int> batch = batcher.Next(options_.batch);
+      const double loss =
+          model_->LossAndGradient(shared, train_, batch, grads.data());
+      DP_RETURN_IF_ERROR(PushGrads(grads));
+      examples.fetch_add(batch.size());
+      const int64_t done = completed.fetch_add(1) + 1;
+      ++taken[t];
+      if (t == 0 && done < options_.steps) {
+        DP_RETURN_IF_ERROR(FinishStep(done - 1, loss, examples.load(), -1));
+      }
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k; ++t) {
+    threads.emplace_back([&, t] {
+      status[t] = body(t);
+      if (!status[t].ok()) failed.store(true);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < k; ++t) {
+    if (!status[t].ok()) {
+      return absl::Status(status[t].code(),
+                          absl::StrCat("hogwild thread ", t, ": ",
+                                       status[t].message()));
+    }
+  }
+  double accuracy = -1;
+  if (rank_ == 0) {
+    DP_RETURN_IF_ERROR(PullParams());
+    double test_loss;
+    std::tie(accuracy, test_loss) = model_->Evaluate(params_.data(), test_);
+    DP_LOG(INFO) << "clock " << options_.steps << ": test accuracy "
+                 << accuracy << ", test loss " << test_loss;
+  }
+  DP_RETURN_IF_ERROR(
+      FinishStep(options_.steps - 1, 0, examples.load(), accuracy));
+  DP_LOG(INFO) << "done: " << examples.load() << " examples on " << k
+               << " hogwild threads (steps per thread: "
+               << absl::StrJoin(taken, ", ") << ")";
+  return absl::OkStatus();
+}
 
 absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
   *done = false;

@@ -21,6 +21,18 @@
 // their gradients, and the servers run Adagrad (async_lr) under every
 // policy. Rank 0 evaluates on the held-out rows (log-loss, accuracy, AUC).
 //
+// Hogwild (hogwild_threads = K > 1, ASP only, softmax or mlp): K threads
+// share `steps` iterations, each with its own mini-batches and gradient
+// buffer, and all pull into ONE parameter array and read it while the
+// others' pulls overwrite it, without locks. Those are deliberate data
+// races on plain floats (Hogwild!, Niu et al. 2011): a thread may compute
+// on a mix of two versions of the parameters, which SGD tolerates. C++17
+// has no std::atomic_ref, and relaxed atomics would need the model's Eigen
+// math to read through them (a private copy per step, i.e. not Hogwild);
+// on x86-64 and AArch64 aligned 4-byte loads and stores do not tear, so
+// each float read is some version of that float. ThreadSanitizer reports
+// these races by design.
+//
 // Not thread-safe: Run() is called once.
 #ifndef DOWNPOUR_WORKER_WORKER_H_
 #define DOWNPOUR_WORKER_WORKER_H_
@@ -55,6 +67,8 @@ struct WorkerOptions {
   int eval_every = 100;             // rank 0 evaluates on the test set
   double slow_factor = 1.0;         // > 1: sleep to look that much slower
   int threads = 1;                  // threads for the gradient computation
+  // > 1: Hogwild inside this worker (ASP and dense models only; see above).
+  int hogwild_threads = 1;
   uint64_t seed = 1;
 
   // sparse_lr only. The rows come from `libsvm` (libsvm text) or, if empty,
