@@ -6,12 +6,14 @@
 #include <tuple>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
@@ -24,6 +26,107 @@
 
 namespace downpour {
 namespace {
+
+// Sends a worker's AdvanceClock calls from its own thread, so that the
+// training loop does not wait for the scheduler when the policy does not
+// make it. Calls go out in order; one still queued when a newer one comes
+// is replaced by it (clocks only move forward, and the newer progress
+// figures supersede the older, except an evaluation's accuracy, which is
+// kept). Each reply tells the smallest clock of the other workers, a lower
+// bound that only grows.
+// Thread-safe; Advance and Flush are called by the training thread.
+class ClockReporter {
+ public:
+  // `scheduler` must outlive this object.
+  explicit ClockReporter(SchedulerClient* scheduler) : scheduler_(scheduler) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ClockReporter() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  // Queues the report; returns the first error a previous call got.
+  absl::Status Advance(proto::AdvanceClockRequest req) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (pending_ && req.test_accuracy() < 0) {
+      req.set_test_accuracy(pending_->test_accuracy());
+    }
+    own_clock_ = req.clock();
+    pending_ = std::move(req);
+    return error_;
+  }
+  // Waits until every queued report has been sent; its first error.
+  absl::Status Flush(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !pending_ && !in_flight_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+      return absl::DeadlineExceededError("clock reports still queued");
+    }
+    return error_;
+  }
+  // The clock last queued: iterations below it are complete.
+  int64_t own_clock() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return own_clock_;
+  }
+  // A lower bound on every other worker's clock.
+  int64_t others_lower_bound() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return others_;
+  }
+  // A gating clock learnt elsewhere (WaitClock): the others are at least
+  // there.
+  void ObserveGating(int64_t gating) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    others_ = std::max(others_, gating);
+  }
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      proto::AdvanceClockRequest req;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || pending_.has_value();
+        };
+        // Re-checked every second; Advance and the destructor wake it.
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        if (!pending_) {
+          if (stop_) return;
+          continue;
+        }
+        req = std::move(*pending_);
+        pending_.reset();
+        in_flight_ = true;
+      }
+      auto reply = scheduler_->AdvanceClock(req);  // not under the lock
+      absl::MutexLock lock(&mu_);
+      in_flight_ = false;
+      if (!reply.ok()) {
+        if (error_.ok()) error_ = reply.status();
+      } else {
+        others_ = std::max(others_, reply->others_min_clock());
+      }
+    }
+  }
+
+  SchedulerClient* const scheduler_;
+  mutable absl::Mutex mu_;
+  std::optional<proto::AdvanceClockRequest> pending_ ABSL_GUARDED_BY(mu_);
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  int64_t own_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t others_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
 
 class WorkerImpl final : public Worker {
  public:
@@ -46,6 +149,7 @@ class WorkerImpl final : public Worker {
   absl::Status RunDense();
   absl::Status RunSparse();
   absl::Status RunHogwild();
+  absl::Status RunAspPipelined();
   // The consistency gate before iteration *clock: waits until the policy
   // lets it proceed; a backup worker that fell behind skips ahead. Sets
   // *done when the skip passes the last step.
@@ -58,6 +162,7 @@ class WorkerImpl final : public Worker {
   const WorkerOptions options_;
   SchedulerClient scheduler_;
   std::unique_ptr<Client> client_;
+  std::unique_ptr<ClockReporter> reporter_;
   NodeId id_ = kNoNode;
   int rank_ = 0;
   proto::JobConfig job_;
@@ -358,8 +463,14 @@ absl::Status WorkerImpl::DeclareSparseTable() {
 }
 
 absl::Status WorkerImpl::Run() {
-  if (sparse_) return RunSparse();
-  return options_.hogwild_threads > 1 ? RunHogwild() : RunDense();
+  reporter_ = std::make_unique<ClockReporter>(&scheduler_);
+  absl::Status s = sparse_                         ? RunSparse()
+                   : options_.hogwild_threads > 1 ? RunHogwild()
+                                                   : RunDense();
+  // The last clock reaches the scheduler before Run returns.
+  absl::Status flushed = reporter_->Flush(absl::Seconds(30));
+  reporter_.reset();
+  return s.ok() ? flushed : s;
 }
 
 absl::Status WorkerImpl::RunHogwild() {
@@ -435,8 +546,19 @@ absl::Status WorkerImpl::RunHogwild() {
 absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
   *done = false;
   if (job_.consistency() == "asp") return absl::OkStatus();
+  if (job_.backup_workers() == 0) {
+    // Without backups the gating clock is the minimum of all clocks: ours
+    // (queued, our pushes acknowledged) and the others', of which the
+    // reporter keeps a lower bound. If that already lets this clock
+    // proceed, the scheduler would answer at once: do not ask.
+    const int64_t gating = std::min(reporter_->own_clock(),
+                                    reporter_->others_lower_bound());
+    const int64_t bound = bsp_ ? 0 : job_.staleness();
+    if (*clock - gating <= bound) return absl::OkStatus();
+  }
   DP_ASSIGN_OR_RETURN(int64_t gating,
                       scheduler_.WaitClock(rank_, *clock, absl::Minutes(2)));
+  reporter_->ObserveGating(gating);
   // A backup worker that fell behind skips to the step being taken.
   if (gating > *clock && job_.backup_workers() > 0) *clock = gating;
   *done = *clock >= options_.steps;
@@ -454,7 +576,7 @@ absl::Status WorkerImpl::FinishStep(int64_t clock, double loss,
   adv.set_test_accuracy(test_accuracy);
   adv.set_max_staleness(client_->max_staleness());
   adv.set_discarded(client_->discarded_pushes());
-  return scheduler_.AdvanceClock(adv).status();
+  return reporter_->Advance(std::move(adv));
 }
 
 absl::Status WorkerImpl::RunSparse() {
@@ -507,7 +629,85 @@ absl::Status WorkerImpl::RunSparse() {
   return absl::OkStatus();
 }
 
+absl::Status WorkerImpl::RunAspPipelined() {
+  // Step c computes on the parameters returned by step c - 2's PushPull
+  // while step c - 1's PushPull is on the wire: communication hides behind
+  // computation, for one step more of staleness, which ASP allows. Two
+  // gradient buffers alternate (one being sent while the next is written),
+  // and two parameter buffers swap when a PushPull lands. No per-step
+  // allocation besides the mini-batch indices.
+  std::vector<float> next(params_.size());
+  std::vector<float> grads[2] = {std::vector<float>(params_.size()),
+                                 std::vector<float>(params_.size())};
+  std::vector<Ticket> in_flight;
+  int64_t in_flight_clock = -1;
+  double in_flight_loss = 0;
+  Batcher batcher(train_.num_examples, options_.seed, rank_);
+  uint64_t examples = 0;
+  // Completes step `clock`: its PushPull is acknowledged and its values
+  // become the parameters; rank 0 evaluates on schedule.
+  auto land = [&](int64_t clock, double loss) -> absl::Status {
+    absl::Status status;
+    for (Ticket t : in_flight) {
+      absl::Status s = client_->Wait(t);
+      if (status.ok()) status = s;
+    }
+    in_flight.clear();
+    DP_RETURN_IF_ERROR(status);
+    params_.swap(next);
+    double test_accuracy = -1;
+    const bool last = clock + 1 == options_.steps;
+    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
+      auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
+      test_accuracy = accuracy;
+      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
+                   << ", test accuracy " << accuracy << ", test loss "
+                   << test_loss;
+    }
+    return FinishStep(clock, loss, examples, test_accuracy);
+  };
+
+  client_->SetWorkerClock(rank_, 0);
+  DP_RETURN_IF_ERROR(PullParams());
+  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+    std::vector<float>& g = grads[clock % 2];
+    const std::vector<int> batch = batcher.Next(options_.batch);
+    const absl::Time start = absl::Now();
+    const double loss =
+        model_->LossAndGradient(params_.data(), train_, batch, g.data());
+    if (options_.slow_factor > 1.0) {
+      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
+    }
+    examples += batch.size();
+    if (in_flight_clock >= 0) {
+      DP_RETURN_IF_ERROR(land(in_flight_clock, in_flight_loss));
+    }
+    client_->SetWorkerClock(rank_, clock);
+    size_t off = 0;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const size_t n = blocks_[i].rows * blocks_[i].width;
+      in_flight.push_back(client_->PushPull(
+          tables_[i], Keys::Range(0, blocks_[i].rows),
+          absl::MakeConstSpan(g.data() + off, n),
+          absl::MakeSpan(next.data() + off, n)));
+      off += n;
+    }
+    in_flight_clock = clock;
+    in_flight_loss = loss;
+  }
+  if (in_flight_clock >= 0) {
+    DP_RETURN_IF_ERROR(land(in_flight_clock, in_flight_loss));
+  }
+  DP_LOG(INFO) << "done: " << examples << " examples (ASP, pipelined), max "
+               << "staleness " << client_->max_staleness();
+  return absl::OkStatus();
+}
+
 absl::Status WorkerImpl::RunDense() {
+  if (job_.consistency() == "asp" && options_.n_fetch == 1 &&
+      options_.n_push == 1) {
+    return RunAspPipelined();
+  }
   const int n = static_cast<int>(job_.num_workers());
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
   Batcher batcher(train_.num_examples, options_.seed, rank_);

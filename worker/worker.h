@@ -16,6 +16,12 @@
 // N workers together take N steps per round: the servers run Adagrad with
 // `async_lr`, which adapts per coordinate and stays stable as N grows.
 //
+// The clock reports go out from a reporter thread; WaitClock is called only
+// when what the worker knows (its own clock, a lower bound on the others')
+// does not already let the next clock proceed. Under ASP with n_fetch =
+// n_push = 1, dense models pipeline: one PushPull per table per step,
+// computing the next step while it is in flight (one step staler).
+//
 // sparse_lr: one sparse table of width 1 keyed by SparseFeatureKey(feature
 // id); each step pulls the weights of the batch's distinct ids and pushes
 // their gradients, and the servers run Adagrad (async_lr) under every
