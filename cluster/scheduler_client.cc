@@ -110,7 +110,7 @@ absl::Status SchedulerClient::Barrier(const std::string& name, NodeId id,
                         absl::StrCat("barrier '", name, "'"));
 }
 
-absl::StatusOr<int64_t> SchedulerClient::AdvanceClock(
+absl::StatusOr<proto::AdvanceClockReply> SchedulerClient::AdvanceClock(
     const proto::AdvanceClockRequest& req) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, rpc_timeout_);
@@ -120,7 +120,7 @@ absl::StatusOr<int64_t> SchedulerClient::AdvanceClock(
     return FromGrpcStatus(s, absl::StrCat("advance clock of worker ",
                                           req.rank(), " to ", req.clock()));
   }
-  return reply.gating_clock();
+  return reply;
 }
 
 absl::StatusOr<int64_t> SchedulerClient::WaitClock(int rank, int64_t clock,

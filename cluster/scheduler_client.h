@@ -46,7 +46,10 @@ class SchedulerClient {
                        absl::Duration timeout);
 
   // Worker clocks (see consistency/consistency.h).
-  absl::StatusOr<int64_t> AdvanceClock(const proto::AdvanceClockRequest& req);
+  // Records the worker's clock; the reply carries the gating clock and the
+  // smallest clock of the other workers.
+  absl::StatusOr<proto::AdvanceClockReply> AdvanceClock(
+      const proto::AdvanceClockRequest& req);
   // Blocks until a worker at `clock` may proceed; returns the gating clock.
   absl::StatusOr<int64_t> WaitClock(int rank, int64_t clock,
                                     absl::Duration timeout);

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -299,6 +300,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     w.set_max_staleness(std::max(w.max_staleness(), req->max_staleness()));
     w.set_discarded(req->discarded());
     reply->set_gating_clock(clocks_.GatingClock());
+    Clock others = std::numeric_limits<Clock>::max();
+    for (int r = 0; r < clocks_.size(); ++r) {
+      if (r != req->rank()) others = std::min(others, clocks_.clock(r));
+    }
+    reply->set_others_min_clock(others);
     return grpc::Status::OK;
   }
 

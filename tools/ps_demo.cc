@@ -46,8 +46,8 @@ ABSL_FLAG(std::string, out_dir, "out/demo", "CSV, plot and logs go here");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding the daemons (default: ours)");
 ABSL_FLAG(int64_t, timeout_s, 1200, "give up after this long per run");
 ABSL_FLAG(bool, overhead, false,
-          "time one epoch in-process and with 1 server + 1 worker, and print "
-          "the ratio");
+          "time one epoch in-process and with 1 server + 1 worker under "
+          "--mode (default bsp), and print the ratio");
 
 namespace downpour {
 namespace {
@@ -235,11 +235,11 @@ int main(int argc, char** argv) {
     const std::string dir = absl::GetFlag(FLAGS_out_dir);
     std::system(("mkdir -p " + dir).c_str());
     std::ofstream csv(dir + "/overhead.csv");
-    downpour::RunResult r = downpour::RunOnce("bsp", csv);
+    downpour::RunResult r = downpour::RunOnce(absl::GetFlag(FLAGS_mode), csv);
     std::printf("\n| setup | seconds per epoch (%d steps of %d) |\n|---|---|\n", steps,
                 absl::GetFlag(FLAGS_batch));
-    std::printf("| in-process trainer | %.2f |\n| 1 server + 1 worker | %.2f |\n", local,
-                r.train_seconds);
+    std::printf("| in-process trainer | %.2f |\n| 1 server + 1 worker, %s | %.2f |\n", local,
+                absl::GetFlag(FLAGS_mode).c_str(), r.train_seconds);
     std::printf("overhead ratio: %.2f (start-up excluded; %.2f s with it)\n",
                 r.train_seconds / local, r.seconds);
     return r.ok ? 0 : 1;

@@ -17,7 +17,7 @@ ABSL_FLAG(int32_t, crash_at_task, 0,
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
 ABSL_FLAG(std::string, name, "", "stable worker name");
-ABSL_FLAG(std::string, model, "mlp", "softmax or mlp");
+ABSL_FLAG(std::string, model, "mlp", "softmax, mlp or sparse_lr");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Fashion-MNIST IDX files");
 ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
@@ -31,7 +31,22 @@ ABSL_FLAG(int32_t, eval_every, 100, "rank 0: evaluate every n steps");
 ABSL_FLAG(double, slow_factor, 1.0, "slow this worker down by this factor");
 ABSL_FLAG(int32_t, threads, 1, "threads for gradients");
 ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda (mlp only)");
-ABSL_FLAG(uint64_t, seed, 1, "seed for initialization and batches");
+ABSL_FLAG(int32_t, hogwild_threads, 1,
+          "ASP, softmax/mlp: K > 1 lock-free threads sharing one parameter "
+          "array (Hogwild)");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed for initialization, batches and synthetic click data");
+ABSL_FLAG(std::string, libsvm, "",
+          "sparse_lr: libsvm text file (empty: synthetic click data)");
+ABSL_FLAG(int64_t, click_rows, 100000, "sparse_lr synthetic data: rows");
+ABSL_FLAG(int32_t, click_features_per_row, 20,
+          "sparse_lr synthetic data: features per row");
+ABSL_FLAG(uint64_t, click_num_features, 100000,
+          "sparse_lr synthetic data: distinct feature ids");
+ABSL_FLAG(double, click_zipf, 1.1,
+          "sparse_lr synthetic data: power-law exponent of feature ids");
+ABSL_FLAG(double, holdout, 0.1, "sparse_lr: fraction of rows held out");
+ABSL_FLAG(double, l2, 0, "sparse_lr: L2 on the weights of each batch");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour worker daemon");
@@ -73,7 +88,15 @@ int main(int argc, char** argv) {
   o.slow_factor = absl::GetFlag(FLAGS_slow_factor);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.device = absl::GetFlag(FLAGS_device);
+  o.hogwild_threads = absl::GetFlag(FLAGS_hogwild_threads);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.libsvm = absl::GetFlag(FLAGS_libsvm);
+  o.click_rows = absl::GetFlag(FLAGS_click_rows);
+  o.click_features_per_row = absl::GetFlag(FLAGS_click_features_per_row);
+  o.click_num_features = absl::GetFlag(FLAGS_click_num_features);
+  o.click_zipf = absl::GetFlag(FLAGS_click_zipf);
+  o.holdout = absl::GetFlag(FLAGS_holdout);
+  o.l2 = static_cast<float>(absl::GetFlag(FLAGS_l2));
   auto worker = downpour::Worker::Create(o);
   if (!worker.ok()) {
     DP_LOG(ERROR) << "cannot start: " << worker.status();

@@ -1,11 +1,19 @@
 #include "worker/worker.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <tuple>
+#include <fstream>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
@@ -20,6 +28,107 @@
 namespace downpour {
 namespace {
 
+// Sends a worker's AdvanceClock calls from its own thread, so that the
+// training loop does not wait for the scheduler when the policy does not
+// make it. Calls go out in order; one still queued when a newer one comes
+// is replaced by it (clocks only move forward, and the newer progress
+// figures supersede the older, except an evaluation's accuracy, which is
+// kept). Each reply tells the smallest clock of the other workers, a lower
+// bound that only grows.
+// Thread-safe; Advance and Flush are called by the training thread.
+class ClockReporter {
+ public:
+  // `scheduler` must outlive this object.
+  explicit ClockReporter(SchedulerClient* scheduler) : scheduler_(scheduler) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ClockReporter() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  // Queues the report; returns the first error a previous call got.
+  absl::Status Advance(proto::AdvanceClockRequest req) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (pending_ && req.test_accuracy() < 0) {
+      req.set_test_accuracy(pending_->test_accuracy());
+    }
+    own_clock_ = req.clock();
+    pending_ = std::move(req);
+    return error_;
+  }
+  // Waits until every queued report has been sent; its first error.
+  absl::Status Flush(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !pending_ && !in_flight_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+      return absl::DeadlineExceededError("clock reports still queued");
+    }
+    return error_;
+  }
+  // The clock last queued: iterations below it are complete.
+  int64_t own_clock() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return own_clock_;
+  }
+  // A lower bound on every other worker's clock.
+  int64_t others_lower_bound() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return others_;
+  }
+  // A gating clock learnt elsewhere (WaitClock): the others are at least
+  // there.
+  void ObserveGating(int64_t gating) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    others_ = std::max(others_, gating);
+  }
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      proto::AdvanceClockRequest req;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || pending_.has_value();
+        };
+        // Re-checked every second; Advance and the destructor wake it.
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        if (!pending_) {
+          if (stop_) return;
+          continue;
+        }
+        req = std::move(*pending_);
+        pending_.reset();
+        in_flight_ = true;
+      }
+      auto reply = scheduler_->AdvanceClock(req);  // not under the lock
+      absl::MutexLock lock(&mu_);
+      in_flight_ = false;
+      if (!reply.ok()) {
+        if (error_.ok()) error_ = reply.status();
+      } else {
+        others_ = std::max(others_, reply->others_min_clock());
+      }
+    }
+  }
+
+  SchedulerClient* const scheduler_;
+  mutable absl::Mutex mu_;
+  std::optional<proto::AdvanceClockRequest> pending_ ABSL_GUARDED_BY(mu_);
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  int64_t own_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t others_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
 class WorkerImpl final : public Worker {
  public:
   explicit WorkerImpl(const WorkerOptions& o)
@@ -33,13 +142,28 @@ class WorkerImpl final : public Worker {
   absl::Status Run() override;
 
  private:
+  absl::Status InitSparse();
   absl::Status DeclareTables();
+  absl::Status DeclareSparseTable();
   absl::Status PullParams();
   absl::Status PushGrads(const std::vector<float>& grads);
+  absl::Status RunDense();
+  absl::Status RunSparse();
+  absl::Status RunHogwild();
+  absl::Status RunAspPipelined();
+  // The consistency gate before iteration *clock: waits until the policy
+  // lets it proceed; a backup worker that fell behind skips ahead. Sets
+  // *done when the skip passes the last step.
+  absl::Status StartStep(int64_t* clock, bool* done);
+  // Completes iteration `clock` (its pushes acknowledged): advances the
+  // clock with the progress figures. test_accuracy < 0: not evaluated.
+  absl::Status FinishStep(int64_t clock, double loss, uint64_t examples,
+                          double test_accuracy);
 
   const WorkerOptions options_;
   SchedulerClient scheduler_;
   std::unique_ptr<Client> client_;
+  std::unique_ptr<ClockReporter> reporter_;
   NodeId id_ = kNoNode;
   int rank_ = 0;
   proto::JobConfig job_;
@@ -51,6 +175,13 @@ class WorkerImpl final : public Worker {
   std::vector<ParamBlock> blocks_;
   std::vector<Table> tables_;
   std::vector<float> params_;
+  // sparse_lr: this worker's training rows (shuffled) and, on rank 0, the
+  // held-out rows with their feature ids and keys.
+  bool sparse_ = false;
+  SparseDataset sparse_train_;
+  SparseDataset sparse_test_;
+  std::vector<uint64_t> test_ids_;
+  std::vector<Key> test_keys_;
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
   absl::Notification stop_;
   // Keeps the worker alive in the scheduler's eyes while it computes or
@@ -82,11 +213,45 @@ absl::Status WorkerImpl::Init() {
   DP_LOG(INFO) << "registered as node " << id_ << ", rank " << rank_ << " of "
                << total_workers_ << ", consistency " << job_.consistency();
 
+  if (job_.consistency() != "asp" &&
+      (options_.n_fetch > 1 || options_.n_push > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_fetch ", options_.n_fetch, " and n_push ", options_.n_push,
+        ": pulling or pushing less than every step is Downpour's ASP mode; "
+        "the job's consistency is ",
+        job_.consistency(), " (use --n_fetch=1 --n_push=1)"));
+  }
+  if (options_.hogwild_threads > 1) {
+    if (job_.consistency() != "asp") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hogwild_threads ", options_.hogwild_threads,
+          ": Hogwild threads update without locks or clocks and need ASP; "
+          "the job's consistency is ",
+          job_.consistency(), " (use --hogwild_threads=1)"));
+    }
+    if (options_.model == "sparse_lr" || options_.n_fetch > 1 ||
+        options_.n_push > 1) {
+      return absl::InvalidArgumentError(
+          "hogwild_threads > 1 needs a dense model (softmax, mlp) and "
+          "n_fetch = n_push = 1");
+    }
+  }
+  if (options_.hogwild_threads < 1) {
+    return absl::InvalidArgumentError("hogwild_threads must be >= 1");
+  }
+  if (options_.model == "sparse_lr" &&
+      (options_.n_fetch > 1 || options_.n_push > 1)) {
+    return absl::InvalidArgumentError(
+        "sparse_lr pulls and pushes the keys of each batch: n_fetch and "
+        "n_push must be 1");
+  }
+
   ClientOptions co;
   co.scheduler_address = options_.scheduler_address;
   co.op_timeout = absl::Seconds(60);
   DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
 
+  if (options_.model == "sparse_lr") return InitSparse();
   DP_ASSIGN_OR_RETURN(Dataset full, LoadFashionMnist(options_.data_dir, true));
   train_ = Shard(full, rank_, total_workers_);
   if (rank_ == 0) {
@@ -106,7 +271,8 @@ absl::Status WorkerImpl::Init() {
     model_ = MakeMlp({full.dim, 256, full.num_classes});
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown model '", options_.model, "' (softmax, mlp)"));
+        absl::StrCat("unknown model '", options_.model,
+                     "' (softmax, mlp, sparse_lr)"));
   }
   blocks_ = model_->Blocks();
   params_.resize(model_->NumParams());
@@ -187,7 +353,370 @@ absl::Status WorkerImpl::PushGrads(const std::vector<float>& grads) {
                       });
 }
 
+// A splitmix64 finalizer: bijective on 64 bits. The key space is
+// [0, 2^64 - 1), so the one id that mixes to 2^64 - 1 shares key 0.
+uint64_t MixKey(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x == ~uint64_t{0} ? 0 : x;
+}
+
+// The rows `rows` of `data`, in that order.
+SparseDataset SelectRows(const SparseDataset& data,
+                         const std::vector<size_t>& rows) {
+  SparseDataset out;
+  out.labels.reserve(rows.size());
+  out.row_offsets.reserve(rows.size() + 1);
+  for (size_t r : rows) {
+    const size_t f0 = data.row_offsets[r], f1 = data.row_offsets[r + 1];
+    out.feature_ids.insert(out.feature_ids.end(),
+                           data.feature_ids.begin() + f0,
+                           data.feature_ids.begin() + f1);
+    out.feature_values.insert(out.feature_values.end(),
+                              data.feature_values.begin() + f0,
+                              data.feature_values.begin() + f1);
+    out.row_offsets.push_back(out.feature_ids.size());
+    out.labels.push_back(data.labels[r]);
+  }
+  return out;
+}
+
+absl::Status WorkerImpl::InitSparse() {
+  sparse_ = true;
+  if (options_.holdout <= 0 || options_.holdout >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("holdout ", options_.holdout, " outside (0, 1)"));
+  }
+  SparseDataset all;
+  if (!options_.libsvm.empty()) {
+    std::ifstream in(options_.libsvm);
+    if (!in) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot open libsvm file '", options_.libsvm, "'"));
+    }
+    auto parsed = ParseLibsvm(in);
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat("libsvm file '", options_.libsvm,
+                                       "': ", parsed.status().message()));
+    }
+    all = *std::move(parsed);
+  } else {
+    if (options_.click_rows < 2 || options_.click_features_per_row < 1 ||
+        options_.click_num_features < 1 || options_.click_zipf < 0) {
+      return absl::InvalidArgumentError(
+          "click data: need click_rows >= 2, click_features_per_row >= 1, "
+          "click_num_features >= 1, click_zipf >= 0");
+    }
+    all = GenerateClickData(options_.click_rows,
+                            options_.click_features_per_row,
+                            options_.click_num_features, options_.click_zipf,
+                            options_.seed);
+  }
+  const size_t rows = all.NumRows();
+  const size_t train_rows = static_cast<size_t>(
+      std::floor(static_cast<double>(rows) * (1.0 - options_.holdout)));
+  if (train_rows < static_cast<size_t>(total_workers_) || train_rows == rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rows, " rows cannot give ", total_workers_,
+                     " workers rows to train on and keep ", options_.holdout,
+                     " of them held out"));
+  }
+  std::vector<size_t> mine;
+  for (size_t r = rank_; r < train_rows; r += total_workers_) mine.push_back(r);
+  std::mt19937_64 rng(options_.seed * 1000003 + rank_);
+  std::shuffle(mine.begin(), mine.end(), rng);
+  sparse_train_ = SelectRows(all, mine);
+  if (rank_ == 0) {
+    std::vector<size_t> held(rows - train_rows);
+    std::iota(held.begin(), held.end(), train_rows);
+    sparse_test_ = SelectRows(all, held);
+    test_ids_ = BatchFeatureIds(sparse_test_, 0, sparse_test_.NumRows());
+    test_keys_.resize(test_ids_.size());
+    for (size_t i = 0; i < test_ids_.size(); ++i) {
+      test_keys_[i] = SparseFeatureKey(test_ids_[i]);
+    }
+  }
+  DP_LOG(INFO) << "sparse_lr: " << rows << " rows ("
+               << (options_.libsvm.empty() ? "synthetic clicks"
+                                           : options_.libsvm)
+               << "), " << sparse_train_.NumRows() << " to train on here, "
+               << rows - train_rows << " held out";
+  return DeclareSparseTable();
+}
+
+absl::Status WorkerImpl::DeclareSparseTable() {
+  // Rows are created on first push with the initializer's zeros, so no
+  // worker writes initial values; the barrier only lines up the start.
+  TableOptions t;
+  t.name = kSparseLrTable;
+  t.width = 1;
+  t.sparse = true;
+  t.init = "zeros";
+  t.tracked_workers = total_workers_;
+  // Adagrad under every policy: with power-law ids the hottest weights
+  // get a gradient at every step and the rare ones almost never, and plain
+  // SGD at a rate that moves the rare ones diverges on the hot ones. Under
+  // BSP the servers do not aggregate these pushes (sync_workers needs key
+  // ranges; sparse pushes are key batches): each is applied on arrival, and
+  // the clock gate alone keeps the step synchronous (staleness 0).
+  t.handler = "adagrad";
+  t.handler_params = {{"learning_rate", options_.async_lr},
+                      {"initial_accumulator", 0.1}};
+  DP_ASSIGN_OR_RETURN(Table table, client_->CreateTable(t));
+  tables_.push_back(table);
+  return scheduler_.Barrier("init-params", id_, total_workers_,
+                            absl::Seconds(120));
+}
+
 absl::Status WorkerImpl::Run() {
+  reporter_ = std::make_unique<ClockReporter>(&scheduler_);
+  absl::Status s = sparse_                         ? RunSparse()
+                   : options_.hogwild_threads > 1 ? RunHogwild()
+                                                   : RunDense();
+  // The last clock reaches the scheduler before Run returns.
+  absl::Status flushed = reporter_->Flush(absl::Seconds(30));
+  reporter_.reset();
+  return s.ok() ? flushed : s;
+}
+
+absl::Status WorkerImpl::RunHogwild() {
+  const int k = options_.hogwild_threads;
+  // Steps are handed out from one counter; `completed` counts the finished
+  // ones, and only thread 0 reports them to the scheduler, so that the
+  // reported clock never moves back.
+  std::atomic<int64_t> next{0}, completed{0};
+  std::atomic<uint64_t> examples{0};
+  std::atomic<bool> failed{false};
+  std::vector<absl::Status> status(k);
+  std::vector<int64_t> taken(k, 0);
+  // Writes to params_ (Pull) and reads of it (LossAndGradient) race across
+  // threads on purpose: see worker.h.
+  float* const shared = params_.data();
+  auto body = [&](int t) -> absl::Status {
+    std::vector<float> grads(params_.size());
+    Batcher batcher(train_.num_examples, options_.seed,
+                    rank_ * k + t);  // distinct batches per thread
+    while (!failed.load(std::memory_order_relaxed)) {
+      const int64_t step = next.fetch_add(1);
+      if (step >= options_.steps) break;
+      client_->SetWorkerClock(rank_, step);
+      DP_RETURN_IF_ERROR(ForEachBlock(
+          *client_, blocks_, tables_,
+          [&](const Table& tb, Keys keys, size_t off, size_t n) {
+            return client_->Pull(tb, keys, absl::MakeSpan(shared + off, n));
+          }));
+      const std::vector<int> batch = batcher.Next(options_.batch);
+      const double loss =
+          model_->LossAndGradient(shared, train_, batch, grads.data());
+      DP_RETURN_IF_ERROR(PushGrads(grads));
+      examples.fetch_add(batch.size());
+      const int64_t done = completed.fetch_add(1) + 1;
+      ++taken[t];
+      if (t == 0 && done < options_.steps) {
+        DP_RETURN_IF_ERROR(FinishStep(done - 1, loss, examples.load(), -1));
+      }
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k; ++t) {
+    threads.emplace_back([&, t] {
+      status[t] = body(t);
+      if (!status[t].ok()) failed.store(true);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < k; ++t) {
+    if (!status[t].ok()) {
+      return absl::Status(status[t].code(),
+                          absl::StrCat("hogwild thread ", t, ": ",
+                                       status[t].message()));
+    }
+  }
+  double accuracy = -1;
+  if (rank_ == 0) {
+    DP_RETURN_IF_ERROR(PullParams());
+    double test_loss;
+    std::tie(accuracy, test_loss) = model_->Evaluate(params_.data(), test_);
+    DP_LOG(INFO) << "clock " << options_.steps << ": test accuracy "
+                 << accuracy << ", test loss " << test_loss;
+  }
+  DP_RETURN_IF_ERROR(
+      FinishStep(options_.steps - 1, 0, examples.load(), accuracy));
+  DP_LOG(INFO) << "done: " << examples.load() << " examples on " << k
+               << " hogwild threads (steps per thread: "
+               << absl::StrJoin(taken, ", ") << ")";
+  return absl::OkStatus();
+}
+
+absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
+  *done = false;
+  if (job_.consistency() == "asp") return absl::OkStatus();
+  if (job_.backup_workers() == 0) {
+    // Without backups the gating clock is the minimum of all clocks: ours
+    // (queued, our pushes acknowledged) and the others', of which the
+    // reporter keeps a lower bound. If that already lets this clock
+    // proceed, the scheduler would answer at once: do not ask.
+    const int64_t gating = std::min(reporter_->own_clock(),
+                                    reporter_->others_lower_bound());
+    const int64_t bound = bsp_ ? 0 : job_.staleness();
+    if (*clock - gating <= bound) return absl::OkStatus();
+  }
+  DP_ASSIGN_OR_RETURN(int64_t gating,
+                      scheduler_.WaitClock(rank_, *clock, absl::Minutes(2)));
+  reporter_->ObserveGating(gating);
+  // A backup worker that fell behind skips to the step being taken.
+  if (gating > *clock && job_.backup_workers() > 0) *clock = gating;
+  *done = *clock >= options_.steps;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerImpl::FinishStep(int64_t clock, double loss,
+                                    uint64_t examples, double test_accuracy) {
+  proto::AdvanceClockRequest adv;
+  adv.set_node_id(id_);
+  adv.set_rank(rank_);
+  adv.set_clock(clock + 1);
+  adv.set_loss(loss);
+  adv.set_examples(examples);
+  adv.set_test_accuracy(test_accuracy);
+  adv.set_max_staleness(client_->max_staleness());
+  adv.set_discarded(client_->discarded_pushes());
+  return reporter_->Advance(std::move(adv));
+}
+
+absl::Status WorkerImpl::RunSparse() {
+  const Table& table = tables_[0];
+  const size_t rows = sparse_train_.NumRows();
+  const size_t batch = static_cast<size_t>(std::max(1, options_.batch));
+  std::vector<uint64_t> ids;
+  std::vector<Key> keys;
+  std::vector<float> weights, grads, test_weights;
+  size_t cursor = 0;
+  uint64_t examples = 0;
+  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+    bool done;
+    DP_RETURN_IF_ERROR(StartStep(&clock, &done));
+    if (done) break;
+    client_->SetWorkerClock(rank_, clock);
+    // Batches are consecutive windows of the shuffled shard; the one that
+    // reaches the end is shorter and the next starts over.
+    const size_t begin = cursor, end = std::min(rows, cursor + batch);
+    cursor = end == rows ? 0 : end;
+    ids = BatchFeatureIds(sparse_train_, begin, end);
+    keys.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) keys[i] = SparseFeatureKey(ids[i]);
+    weights.resize(ids.size());
+    grads.resize(ids.size());
+    DP_RETURN_IF_ERROR(client_->PullSync(table, keys, absl::MakeSpan(weights)));
+    const double loss = SparseLogRegLossAndGradient(
+        sparse_train_, begin, end, ids, weights, absl::MakeSpan(grads),
+        options_.l2);
+    examples += end - begin;
+    DP_RETURN_IF_ERROR(client_->PushSync(table, keys, grads));
+
+    double accuracy = -1;
+    const bool last = clock + 1 == options_.steps;
+    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
+      test_weights.resize(test_ids_.size());
+      DP_RETURN_IF_ERROR(
+          client_->PullSync(table, test_keys_, absl::MakeSpan(test_weights)));
+      const SparseEval e =
+          EvaluateSparseLogReg(sparse_test_, test_ids_, test_weights);
+      accuracy = e.accuracy;
+      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
+                   << ", held-out log-loss " << e.log_loss << ", accuracy "
+                   << e.accuracy << ", AUC " << e.auc;
+    }
+    DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, accuracy));
+  }
+  DP_LOG(INFO) << "done: " << examples << " examples, max staleness "
+               << client_->max_staleness();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerImpl::RunAspPipelined() {
+  // Step c computes on the parameters returned by step c - 2's PushPull
+  // while step c - 1's PushPull is on the wire: communication hides behind
+  // computation, for one step more of staleness, which ASP allows. Two
+  // gradient buffers alternate (one being sent while the next is written),
+  // and two parameter buffers swap when a PushPull lands. No per-step
+  // allocation besides the mini-batch indices.
+  std::vector<float> next(params_.size());
+  std::vector<float> grads[2] = {std::vector<float>(params_.size()),
+                                 std::vector<float>(params_.size())};
+  std::vector<Ticket> in_flight;
+  int64_t in_flight_clock = -1;
+  double in_flight_loss = 0;
+  Batcher batcher(train_.num_examples, options_.seed, rank_);
+  uint64_t examples = 0;
+  // Completes step `clock`: its PushPull is acknowledged and its values
+  // become the parameters; rank 0 evaluates on schedule.
+  auto land = [&](int64_t clock, double loss) -> absl::Status {
+    absl::Status status;
+    for (Ticket t : in_flight) {
+      absl::Status s = client_->Wait(t);
+      if (status.ok()) status = s;
+    }
+    in_flight.clear();
+    DP_RETURN_IF_ERROR(status);
+    params_.swap(next);
+    double test_accuracy = -1;
+    const bool last = clock + 1 == options_.steps;
+    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
+      auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
+      test_accuracy = accuracy;
+      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
+                   << ", test accuracy " << accuracy << ", test loss "
+                   << test_loss;
+    }
+    return FinishStep(clock, loss, examples, test_accuracy);
+  };
+
+  client_->SetWorkerClock(rank_, 0);
+  DP_RETURN_IF_ERROR(PullParams());
+  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+    std::vector<float>& g = grads[clock % 2];
+    const std::vector<int> batch = batcher.Next(options_.batch);
+    const absl::Time start = absl::Now();
+    const double loss =
+        model_->LossAndGradient(params_.data(), train_, batch, g.data());
+    if (options_.slow_factor > 1.0) {
+      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
+    }
+    examples += batch.size();
+    if (in_flight_clock >= 0) {
+      DP_RETURN_IF_ERROR(land(in_flight_clock, in_flight_loss));
+    }
+    client_->SetWorkerClock(rank_, clock);
+    size_t off = 0;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const size_t n = blocks_[i].rows * blocks_[i].width;
+      in_flight.push_back(client_->PushPull(
+          tables_[i], Keys::Range(0, blocks_[i].rows),
+          absl::MakeConstSpan(g.data() + off, n),
+          absl::MakeSpan(next.data() + off, n)));
+      off += n;
+    }
+    in_flight_clock = clock;
+    in_flight_loss = loss;
+  }
+  if (in_flight_clock >= 0) {
+    DP_RETURN_IF_ERROR(land(in_flight_clock, in_flight_loss));
+  }
+  DP_LOG(INFO) << "done: " << examples << " examples (ASP, pipelined), max "
+               << "staleness " << client_->max_staleness();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerImpl::RunDense() {
+  if (job_.consistency() == "asp" && options_.n_fetch == 1 &&
+      options_.n_push == 1) {
+    return RunAspPipelined();
+  }
   const int n = static_cast<int>(job_.num_workers());
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
   Batcher batcher(train_.num_examples, options_.seed, rank_);
@@ -195,13 +724,9 @@ absl::Status WorkerImpl::Run() {
   const bool asp = job_.consistency() == "asp";
 
   for (int64_t clock = 0; clock < options_.steps; ++clock) {
-    if (!asp) {
-      DP_ASSIGN_OR_RETURN(int64_t gating,
-                          scheduler_.WaitClock(rank_, clock, absl::Minutes(2)));
-      // A backup worker that fell behind skips to the step being taken.
-      if (gating > clock && job_.backup_workers() > 0) clock = gating;
-      if (clock >= options_.steps) break;
-    }
+    bool done;
+    DP_RETURN_IF_ERROR(StartStep(&clock, &done));
+    if (done) break;
     client_->SetWorkerClock(rank_, clock);
     if (!asp || clock % options_.n_fetch == 0) DP_RETURN_IF_ERROR(PullParams());
 
@@ -223,31 +748,24 @@ absl::Status WorkerImpl::Run() {
       DP_RETURN_IF_ERROR(PushGrads(grads));
     } else {
       for (size_t i = 0; i < grads.size(); ++i) acc[i] += grads[i];
-      if ((clock + 1) % options_.n_push == 0) {
+      // The last step flushes what is left, so no gradient is lost.
+      if ((clock + 1) % options_.n_push == 0 || clock + 1 == options_.steps) {
         DP_RETURN_IF_ERROR(PushGrads(acc));
         std::fill(acc.begin(), acc.end(), 0.0f);
       }
     }
 
-    proto::AdvanceClockRequest adv;
-    adv.set_node_id(id_);
-    adv.set_rank(rank_);
-    adv.set_clock(clock + 1);
-    adv.set_loss(loss);
-    adv.set_examples(examples);
-    adv.set_test_accuracy(-1);
-    adv.set_max_staleness(client_->max_staleness());
-    adv.set_discarded(client_->discarded_pushes());
+    double test_accuracy = -1;
     const bool last = clock + 1 == options_.steps;
     if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
       DP_RETURN_IF_ERROR(PullParams());
       auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
-      adv.set_test_accuracy(accuracy);
+      test_accuracy = accuracy;
       DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
                    << ", test accuracy " << accuracy << ", test loss "
                    << test_loss;
     }
-    DP_RETURN_IF_ERROR(scheduler_.AdvanceClock(adv).status());
+    DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, test_accuracy));
   }
   DP_LOG(INFO) << "done: " << examples << " examples, max staleness "
                << client_->max_staleness() << ", discarded pushes "
@@ -256,6 +774,57 @@ absl::Status WorkerImpl::Run() {
 }
 
 }  // namespace
+
+uint64_t SparseFeatureKey(uint64_t feature_id) { return MixKey(feature_id); }
+
+SparseEval EvaluateSparseLogReg(const SparseDataset& data,
+                                const std::vector<uint64_t>& ids,
+                                const std::vector<float>& weights) {
+  SparseEval e;
+  const size_t rows = data.NumRows();
+  if (rows == 0) return e;
+  std::vector<std::pair<double, float>> scored(rows);  // (logit, label)
+  double loss = 0;
+  size_t correct = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    double z = 0;
+    for (size_t f = data.row_offsets[r]; f < data.row_offsets[r + 1]; ++f) {
+      auto it = std::lower_bound(ids.begin(), ids.end(), data.feature_ids[f]);
+      if (it != ids.end() && *it == data.feature_ids[f]) {
+        z += static_cast<double>(weights[it - ids.begin()]) *
+             data.feature_values[f];
+      }
+    }
+    const double y = data.labels[r];
+    // softplus(z) - y z, computed stably.
+    loss += std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - y * z;
+    correct += (z > 0) == (y > 0.5);
+    scored[r] = {z, data.labels[r]};
+  }
+  e.log_loss = loss / rows;
+  e.accuracy = static_cast<double>(correct) / rows;
+  // AUC by the rank-sum (Mann-Whitney) statistic, ties sharing their rank.
+  std::sort(scored.begin(), scored.end());
+  double rank_sum = 0, positives = 0;
+  for (size_t i = 0; i < rows;) {
+    size_t j = i;
+    while (j < rows && scored[j].first == scored[i].first) ++j;
+    const double mid = (i + 1 + j) / 2.0;  // mean of ranks i+1 .. j
+    for (size_t k = i; k < j; ++k) {
+      if (scored[k].second > 0.5) {
+        rank_sum += mid;
+        positives += 1;
+      }
+    }
+    i = j;
+  }
+  const double negatives = rows - positives;
+  e.auc = positives == 0 || negatives == 0
+              ? 0.5
+              : (rank_sum - positives * (positives + 1) / 2) /
+                    (positives * negatives);
+  return e;
+}
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     const WorkerOptions& options) {

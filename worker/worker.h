@@ -16,6 +16,29 @@
 // N workers together take N steps per round: the servers run Adagrad with
 // `async_lr`, which adapts per coordinate and stays stable as N grows.
 //
+// The clock reports go out from a reporter thread; WaitClock is called only
+// when what the worker knows (its own clock, a lower bound on the others')
+// does not already let the next clock proceed. Under ASP with n_fetch =
+// n_push = 1, dense models pipeline: one PushPull per table per step,
+// computing the next step while it is in flight (one step staler).
+//
+// sparse_lr: one sparse table of width 1 keyed by SparseFeatureKey(feature
+// id); each step pulls the weights of the batch's distinct ids and pushes
+// their gradients, and the servers run Adagrad (async_lr) under every
+// policy. Rank 0 evaluates on the held-out rows (log-loss, accuracy, AUC).
+//
+// Hogwild (hogwild_threads = K > 1, ASP only, softmax or mlp): K threads
+// share `steps` iterations, each with its own mini-batches and gradient
+// buffer, and all pull into ONE parameter array and read it while the
+// others' pulls overwrite it, without locks. Those are deliberate data
+// races on plain floats (Hogwild!, Niu et al. 2011): a thread may compute
+// on a mix of two versions of the parameters, which SGD tolerates. C++17
+// has no std::atomic_ref, and relaxed atomics would need the model's Eigen
+// math to read through them (a private copy per step, i.e. not Hogwild);
+// on x86-64 and AArch64 aligned 4-byte loads and stores do not tear, so
+// each float read is some version of that float. ThreadSanitizer reports
+// these races by design.
+//
 // Not thread-safe: Run() is called once.
 #ifndef DOWNPOUR_WORKER_WORKER_H_
 #define DOWNPOUR_WORKER_WORKER_H_
@@ -26,27 +49,67 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "models/dataset.h"
 
 namespace downpour {
 
 struct WorkerOptions {
   std::string scheduler_address;
   std::string name;                 // stable identity (rank survives restarts)
-  std::string model = "mlp";        // "softmax" or "mlp" (784-256-10)
+  // "softmax", "mlp" (784-256-10) on Fashion-MNIST, or "sparse_lr":
+  // sparse logistic regression (see below).
+  std::string model = "mlp";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int batch = 64;                   // per worker
   int64_t steps = 1000;             // iterations (clock ticks)
   double lr = 0.05;                 // BSP: per-worker rate before scaling
   int warmup_steps = 100;           // BSP: linear warm-up to N x lr
   double async_lr = 0.05;           // SSP/ASP: the servers' Adagrad rate
-  int n_fetch = 1;                  // ASP (Downpour): pull every n_fetch steps
-  int n_push = 1;                   // ASP (Downpour): push every n_push steps
+  // ASP only (Downpour; other policies reject values > 1 at Create): pull
+  // every n_fetch steps; push the gradients accumulated over n_push steps
+  // every n_push steps and at the last step.
+  int n_fetch = 1;
+  int n_push = 1;
   int eval_every = 100;             // rank 0 evaluates on the test set
   double slow_factor = 1.0;         // > 1: sleep to look that much slower
   int threads = 1;                  // threads for the gradient computation
   std::string device = "cpu";       // "cpu", or "cuda" (mlp only)
+  // > 1: Hogwild inside this worker (ASP and dense models only; see above).
+  int hogwild_threads = 1;
   uint64_t seed = 1;
+
+  // sparse_lr only. The rows come from `libsvm` (libsvm text) or, if empty,
+  // from GenerateClickData(click_rows, click_features_per_row,
+  // click_num_features, click_zipf, seed). Every worker reads the same rows;
+  // the last `holdout` fraction is held out for evaluation (rank 0) and the
+  // rest is split between the workers (row i to rank i mod workers).
+  std::string libsvm;
+  int64_t click_rows = 100000;
+  int click_features_per_row = 20;
+  uint64_t click_num_features = 100000;
+  double click_zipf = 1.1;
+  double holdout = 0.1;
+  float l2 = 0;  // L2 on the weights a batch touches
 };
+
+// sparse_lr: the table key of a feature id. Ids are spread over the key
+// space by a bijective 64-bit mix (the servers split the key space into
+// contiguous ranges, so raw small ids would all land on one server).
+uint64_t SparseFeatureKey(uint64_t feature_id);
+
+// sparse_lr: the name of the weight table (sparse, width 1, zeros).
+inline constexpr char kSparseLrTable[] = "sparse_lr/w";
+
+// sparse_lr: held-out metrics of `weights` (weights[i] for ids[i], ids
+// sorted as BatchFeatureIds gives them) over all of `data`.
+struct SparseEval {
+  double log_loss = 0;
+  double accuracy = 0;  // p > 0.5 against the label
+  double auc = 0;       // area under the ROC curve; 0.5 if one class only
+};
+SparseEval EvaluateSparseLogReg(const SparseDataset& data,
+                                const std::vector<uint64_t>& ids,
+                                const std::vector<float>& weights);
 
 class Worker {
  public:
