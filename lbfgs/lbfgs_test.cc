@@ -1,6 +1,7 @@
 #include "lbfgs/lbfgs.h"
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
 #include "common/test_util.h"
@@ -155,6 +156,34 @@ TEST(LbfgsTest, SparseLogisticRegressionLearns) {
   ASSERT_OK_AND_ASSIGN(auto held_out, problem->Evaluate(x));
   EXPECT_GT(held_out.first, 0.6);           // accuracy
   EXPECT_LT(held_out.second, std::log(2.0));  // better than a coin
+}
+
+TEST(LbfgsTest, SparseLogisticRegressionOnALibsvmFile) {
+  // Rows of a separable-ish rule: feature 1 means positive, feature 2
+  // negative, feature 0 is a constant bias column.
+  const std::string path = TestTmpDir() + "/train.libsvm";
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 200; ++i) {
+      out << (i % 2 ? "+1 0:1 1:1" : "-1 0:1 2:1") << (i % 7 ? " 3:0.5\n" : "\n");
+    }
+  }
+  proto::SandblasterProblem spec;
+  spec.set_kind("sparse_lr");
+  spec.set_data_path(path);
+  ASSERT_OK_AND_ASSIGN(auto problem, TaskProblem::Load(spec));
+  EXPECT_EQ(problem->num_examples(), 200u);
+  EXPECT_EQ(problem->num_keys(), 4u);
+  LbfgsOptions o;
+  o.max_iterations = 20;
+  o.lambda = 1e-2;
+  std::vector<float> x;
+  ASSERT_OK_AND_ASSIGN(LbfgsResult r, RunLocalLbfgs(*problem, o, 8, nullptr, &x));
+  EXPECT_LT(r.iterations.back().f, 0.3);
+  EXPECT_GT(x[1], 0.5f);   // the positive feature
+  EXPECT_LT(x[2], -0.5f);  // the negative one
+  spec.set_data_path(TestTmpDir() + "/missing.libsvm");
+  EXPECT_THAT(TaskProblem::Load(spec), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace
