@@ -1,12 +1,9 @@
 #include "common/test_util.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "absl/time/clock.h"
+#include "common/address_file.h"
 
 namespace downpour {
 
@@ -27,22 +24,7 @@ std::string RunfilePath(const std::string& relative) {
 
 absl::StatusOr<std::string> WaitForFile(const std::string& path,
                                         absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    std::ifstream in(path);
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
-      std::string content = ss.str();
-      if (!content.empty() && content.back() == '\n') {
-        return std::string(absl::StripTrailingAsciiWhitespace(content));
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("file ", path, " did not appear within ",
-                   absl::FormatDuration(timeout)));
+  return WaitForAddressFile(path, timeout);
 }
 
 }  // namespace downpour

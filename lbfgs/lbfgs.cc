@@ -14,10 +14,10 @@ namespace {
 using proto::VectorCommand;
 using V = LbfgsVectors;
 
-VectorCommand Lincomb(uint32_t dst, double alpha, uint32_t a, double beta,
-                      uint32_t b) {
+VectorCommand Update(VectorCommand::Update kind, uint32_t dst, uint32_t a = 0,
+                     double alpha = 0, uint32_t b = 0, double beta = 0) {
   VectorCommand c;
-  c.set_update(VectorCommand::LINCOMB);
+  c.set_update(kind);
   c.set_dst(dst);
   c.set_a(a);
   c.set_alpha(alpha);
@@ -25,27 +25,20 @@ VectorCommand Lincomb(uint32_t dst, double alpha, uint32_t a, double beta,
   c.set_beta(beta);
   return c;
 }
+// dst := alpha a + beta b
+VectorCommand Lincomb(uint32_t dst, double alpha, uint32_t a, double beta,
+                      uint32_t b) {
+  return Update(VectorCommand::LINCOMB, dst, a, alpha, b, beta);
+}
+// dst += alpha a
 VectorCommand Axpy(uint32_t dst, double alpha, uint32_t a) {
-  VectorCommand c;
-  c.set_update(VectorCommand::AXPY);
-  c.set_dst(dst);
-  c.set_a(a);
-  c.set_alpha(alpha);
-  return c;
+  return Update(VectorCommand::AXPY, dst, a, alpha);
 }
 VectorCommand Copy(uint32_t dst, uint32_t a) {
-  VectorCommand c;
-  c.set_update(VectorCommand::COPY);
-  c.set_dst(dst);
-  c.set_a(a);
-  return c;
+  return Update(VectorCommand::COPY, dst, a);
 }
 VectorCommand Scale(uint32_t dst, double alpha) {
-  VectorCommand c;
-  c.set_update(VectorCommand::SCALE);
-  c.set_dst(dst);
-  c.set_alpha(alpha);
-  return c;
+  return Update(VectorCommand::SCALE, dst, 0, alpha);
 }
 VectorCommand& Dot(VectorCommand& c, uint32_t x, uint32_t y) {
   c.add_dot_x(x);
@@ -118,9 +111,7 @@ absl::StatusOr<Point> Driver::EvalAt(double t) {
   ++round_;
   ++evaluations_;
   DP_RETURN_IF_ERROR(Exec(Lincomb(V::kX, 1.0, V::kX0, t, V::kD)).status());
-  VectorCommand zero;
-  zero.set_update(VectorCommand::ZERO);
-  zero.set_dst(V::kG);
+  VectorCommand zero = Update(VectorCommand::ZERO, V::kG);
   zero.set_open_round(round_);
   DP_RETURN_IF_ERROR(Exec(zero).status());
   DP_ASSIGN_OR_RETURN(double data, objective_->Evaluate(round_));
@@ -160,11 +151,11 @@ absl::StatusOr<double> Driver::Direction() {
   std::vector<double> alpha(n);
   VectorCommand c = Lincomb(V::kD, -1.0, V::kG0, 0.0, V::kG0);
   DP_ASSIGN_OR_RETURN(std::vector<double> r,
-                      Exec(Dot(c, V::S(m, history_[n - 1].slot), V::kD)));
+                      Exec(Dot(c, V::S(history_[n - 1].slot), V::kD)));
   for (int i = n - 1; i >= 0; --i) {
     alpha[i] = history_[i].rho * r[0];
     c = Axpy(V::kD, -alpha[i], V::Y(m, history_[i].slot));
-    if (i > 0) Dot(c, V::S(m, history_[i - 1].slot), V::kD);
+    if (i > 0) Dot(c, V::S(history_[i - 1].slot), V::kD);
     DP_ASSIGN_OR_RETURN(r, Exec(c));
   }
   c = Scale(V::kD, gamma_);
@@ -172,7 +163,7 @@ absl::StatusOr<double> Driver::Direction() {
   // Oldest to newest: b = rho_i y_i . r; r += (a_i - b) s_i.
   for (int i = 0; i < n; ++i) {
     const double beta = history_[i].rho * r[0];
-    c = Axpy(V::kD, alpha[i] - beta, V::S(m, history_[i].slot));
+    c = Axpy(V::kD, alpha[i] - beta, V::S(history_[i].slot));
     if (i + 1 < n) {
       Dot(c, V::Y(m, history_[i + 1].slot), V::kD);
     } else {
@@ -246,10 +237,7 @@ absl::StatusOr<LbfgsResult> Driver::Run(
   };
   // Start at x: x0 := x, d := 0 so that EvalAt(0) evaluates x itself.
   DP_RETURN_IF_ERROR(Exec(Copy(V::kX0, V::kX)).status());
-  VectorCommand zero_d;
-  zero_d.set_update(VectorCommand::ZERO);
-  zero_d.set_dst(V::kD);
-  DP_RETURN_IF_ERROR(Exec(zero_d).status());
+  DP_RETURN_IF_ERROR(Exec(Update(VectorCommand::ZERO, V::kD)).status());
   DP_ASSIGN_OR_RETURN(Point cur, EvalAt(0.0));
   VectorCommand c = Copy(V::kG0, V::kG);
   DP_ASSIGN_OR_RETURN(std::vector<double> r, Exec(Dot(c, V::kX, V::kX)));
@@ -294,9 +282,9 @@ absl::StatusOr<LbfgsResult> Driver::Run(
       }
     }
     DP_RETURN_IF_ERROR(
-        Exec(Lincomb(V::S(m, slot), 1.0, V::kX, -1.0, V::kX0)).status());
+        Exec(Lincomb(V::S(slot), 1.0, V::kX, -1.0, V::kX0)).status());
     c = Lincomb(V::Y(m, slot), 1.0, V::kG, -1.0, V::kG0);
-    Dot(c, V::S(m, slot), V::Y(m, slot));
+    Dot(c, V::S(slot), V::Y(m, slot));
     DP_ASSIGN_OR_RETURN(r, Exec(Dot(c, V::Y(m, slot), V::Y(m, slot))));
     const double sy = r[0], yy = r[1];
     if (static_cast<int>(history_.size()) == m) history_.erase(history_.begin());

@@ -58,7 +58,7 @@ class Objective {
 // then the history s_0..s_{m-1} and y_0..y_{m-1}.
 struct LbfgsVectors {
   static constexpr uint32_t kX = 0, kG = 1, kX0 = 2, kG0 = 3, kD = 4;
-  static uint32_t S(int history, int i) { return 5 + i; }
+  static uint32_t S(int i) { return 5 + i; }
   static uint32_t Y(int history, int i) { return 5 + history + i; }
   static std::vector<std::string> Names(int history);
 };

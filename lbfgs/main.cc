@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "common/address_file.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -105,11 +106,8 @@ int Main() {
     coordinator = *std::move(c);
     const std::string file = absl::GetFlag(FLAGS_address_file);
     if (!file.empty()) {
-      std::ofstream out(file + ".tmp");
-      out << coordinator->address() << "\n";
-      out.close();
-      if (!out || std::rename((file + ".tmp").c_str(), file.c_str()) != 0) {
-        DP_LOG(ERROR) << "cannot write " << file;
+      if (absl::Status s = WriteAddressFile(file, coordinator->address()); !s.ok()) {
+        DP_LOG(ERROR) << s;
         return 1;
       }
     }

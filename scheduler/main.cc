@@ -1,12 +1,11 @@
 // ps_scheduler: membership, cluster map and barriers. See scheduler.h.
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/address_file.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "scheduler/scheduler.h"
@@ -54,13 +53,9 @@ int main(int argc, char** argv) {
   }
   const std::string file = absl::GetFlag(FLAGS_address_file);
   if (!file.empty()) {
-    // Written whole, then renamed, so a reader never sees half a line.
-    const std::string tmp = file + ".tmp";
-    std::ofstream out(tmp);
-    out << (*scheduler)->address() << "\n";
-    out.close();
-    if (!out || std::rename(tmp.c_str(), file.c_str()) != 0) {
-      DP_LOG(ERROR) << "cannot write the address to " << file;
+    if (absl::Status s = downpour::WriteAddressFile(file, (*scheduler)->address());
+        !s.ok()) {
+      DP_LOG(ERROR) << s;
       return 1;
     }
   }

@@ -4,38 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
+#include "common/address_file.h"
 #include "common/status_macros.h"
 
 namespace downpour {
 namespace {
-
-absl::StatusOr<std::string> WaitForLine(const std::string& path,
-                                        absl::Duration timeout,
-                                        Subprocess* process) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string content = ss.str();
-    if (!content.empty() && content.back() == '\n') {
-      return std::string(absl::StripTrailingAsciiWhitespace(content));
-    }
-    if (process->Wait(absl::ZeroDuration()).ok()) {
-      return absl::InternalError(absl::StrCat(
-          "process exited before writing ", path, "; log:\n", process->LogTail()));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(absl::StrCat("no ", path));
-}
 
 }  // namespace
 
@@ -62,8 +39,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       argv, options.work_dir + "/scheduler.log");
   DP_RETURN_IF_ERROR(c->scheduler_->Start());
   DP_ASSIGN_OR_RETURN(c->scheduler_address_,
-                      WaitForLine(address_file, options.start_timeout,
-                                  c->scheduler_.get()),
+                      WaitForAddressFile(address_file, options.start_timeout,
+                                         c->scheduler_.get()),
                       "start ps_scheduler");
   for (int i = 0; i < options.num_servers; ++i) {
     DP_RETURN_IF_ERROR(c->AddServer());

@@ -8,27 +8,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/address_file.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
 #include "tools/local_cluster.h"
 
 namespace downpour {
-namespace {
-
-absl::StatusOr<std::string> ReadWhenWritten(const std::string& path,
-                                            absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    std::ifstream in(path);
-    std::string line;
-    if (in && std::getline(in, line) && !line.empty()) return line;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError("nothing written to " + path);
-}
-
-}  // namespace
-
 double SandblasterJobResult::Num(const std::string& key) const {
   double v = NAN;
   auto it = summary.find(key);
@@ -58,7 +43,8 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   Subprocess coordinator(argv, dir + "/coordinator.log");
   DP_RETURN_IF_ERROR(coordinator.Start());
   DP_ASSIGN_OR_RETURN(std::string address,
-                      ReadWhenWritten(dir + "/coordinator", absl::Seconds(60)));
+                      WaitForAddressFile(dir + "/coordinator", absl::Seconds(60),
+                                         &coordinator));
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (size_t i = 0; i < options.workers.size(); ++i) {
     std::vector<std::string> w = {
