@@ -34,6 +34,7 @@ ABSL_FLAG(int32_t, backup, 0, "backup workers (b)");
 ABSL_FLAG(int32_t, servers, 2, "servers");
 ABSL_FLAG(int64_t, staleness, 3, "SSP bound");
 ABSL_FLAG(std::string, model, "mlp", "softmax or mlp");
+ABSL_FLAG(std::string, device, "cpu", "workers' device: cpu, or cuda (mlp only)");
 ABSL_FLAG(int64_t, steps, 2000, "iterations per worker");
 ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
 ABSL_FLAG(double, lr, 0.05, "BSP per-worker learning rate");
@@ -100,7 +101,8 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
         absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
         absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
         absl::StrCat("--async_lr=", absl::GetFlag(FLAGS_async_lr)),
-        absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every))};
+        absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
+        "--device=" + absl::GetFlag(FLAGS_device)};
     if (i == absl::GetFlag(FLAGS_slow_worker)) {
       argv.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
     }
