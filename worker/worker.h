@@ -25,7 +25,10 @@
 // sparse_lr: one sparse table of width 1 keyed by SparseFeatureKey(feature
 // id); each step pulls the weights of the batch's distinct ids and pushes
 // their gradients, and the servers run Adagrad (async_lr) under every
-// policy. Rank 0 evaluates on the held-out rows (log-loss, accuracy, AUC).
+// policy. Under BSP the table aggregates: each server applies a clock's
+// mean gradient per key once all N workers pushed (summed in rank order),
+// so runs are bit-for-bit repeatable. Rank 0 evaluates on the held-out
+// rows (log-loss, accuracy, AUC); under BSP once the clock's round is in.
 //
 // Hogwild (hogwild_threads = K > 1, ASP only, softmax or mlp): K threads
 // share `steps` iterations, each with its own mini-batches and gradient
