@@ -6,6 +6,8 @@
 //  - under BSP the servers aggregate each clock's key batches and apply
 //    them once in rank order, so a second run with the same seeds ends
 //    with bit-for-bit the same weights;
+//  - a clocked push to a synced sparse table reaches every server, with
+//    an empty batch where the worker has no keys;
 //  - a malformed file (non-numeric feature, missing label) or a missing
 //    one makes the worker exit 1 with a message naming file and line.
 #include <sys/wait.h>
@@ -18,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "common/test_util.h"
+#include "common/types.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "tools/local_cluster.h"
@@ -170,6 +173,57 @@ TEST(SparseTrainingTest, LibsvmFileUnderBspBeatsConstantAndRepeatsBitForBit) {
     differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
   }
   EXPECT_EQ(differ, 0u) << "of " << keys.size() << " weights";
+}
+
+// The client's side of synced sparse tables: a clocked push sends every
+// server a batch, empty ones included, so that a server none of whose keys
+// a rank touched still hears from it and applies the clock. Without the
+// empty parts, key kA below would stay held forever.
+TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
+  const std::string dir = TestTmpDir() + "/synced-client";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 2;
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_OK(cluster);
+  ClientOptions co;
+  co.scheduler_address = (*cluster)->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
+  TableOptions t;
+  t.name = "synced";
+  t.sparse = true;
+  t.width = 1;
+  t.handler = "sum";
+  t.sync_workers = 2;
+  t.tracked_workers = 2;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  // The key space is split in two contiguous ranges, one per server.
+  const Key ka = 5, kb = kKeySpaceEnd - 5;
+  auto push = [&](int rank, int64_t clock, std::vector<Key> keys,
+                  std::vector<float> grads) {
+    client->SetWorkerClock(rank, clock);
+    return client->PushSync(table, keys, grads);
+  };
+  auto get = [&](Key k) {
+    client->SetWorkerClock(0, -1);
+    float v = -1;
+    EXPECT_OK(client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
+    return v;
+  };
+  // Clock 0: rank 0 touches kA only, rank 1 nothing at all.
+  ASSERT_OK(push(0, 0, {ka}, {2}));
+  EXPECT_EQ(get(ka), 0.0f);  // held: rank 1 has not pushed clock 0
+  ASSERT_OK(push(1, 0, {}, {}));
+  EXPECT_EQ(get(ka), 1.0f);  // mean over both ranks
+  // Clock 1: both touch kB only.
+  ASSERT_OK(push(1, 1, {kb}, {2}));
+  ASSERT_OK(push(0, 1, {kb}, {4}));
+  EXPECT_EQ(get(kb), 3.0f);
+  EXPECT_EQ(get(ka), 1.0f);
+  client.reset();
+  EXPECT_OK((*cluster)->Stop());
 }
 
 TEST(SparseTrainingTest, MalformedLibsvmFileIsAClearErrorNamingFileAndLine) {
