@@ -283,6 +283,11 @@ class ClientImpl final : public Client {
   // Splits `scope` (the whole op, or a part being retried) by owner and
   // sends the pieces. Errors go into op.
   void Route(const std::shared_ptr<OpState>& op, const Part* scope);
+  // A clocked push to a sparse table with sync_workers: one part per
+  // server owning a range of it, empty ones included.
+  void RouteSyncedBatch(const std::shared_ptr<OpState>& op, const Part* scope,
+                        const proto::TableMap& table,
+                        const ClusterMapView& map);
   void Send(const std::shared_ptr<OpState>& op, Part part,
             const ClusterMapView& map);
   void OnReply(const std::shared_ptr<OpState>& op, const Part& part,
@@ -384,7 +389,9 @@ std::string ClientImpl::Describe(const OpState& op, const Part& part) const {
   std::string keys =
       part.is_range
           ? absl::StrCat("keys [", part.begin, ", ", part.end, ")")
-          : absl::StrCat(part.size(), " keys from ", part.first_key(op));
+          : part.size() == 0
+                ? std::string("0 keys")
+                : absl::StrCat(part.size(), " keys from ", part.first_key(op));
   return absl::StrCat(OpName(op.op), " table '", op.table.name, "' ", keys);
 }
 
@@ -422,7 +429,10 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
   }
   if (!invalid.ok()) {
     state->Fail(invalid);
-  } else if (keys.size() > 0) {
+  } else if (keys.size() > 0 ||
+             (op == proto::PUSH && !keys.is_range() && state->clock >= 0)) {
+    // An empty clocked push may still have to reach every server (a
+    // synced sparse table, see Route).
     Route(state, nullptr);
   }
   state->Release();  // the submitter's hold
@@ -473,6 +483,11 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
 
   // Batch: group key indices by owning range, in the caller's order.
   absl::Span<const Key> keys = op->keys.batch();
+  if (op->op == proto::PUSH && op->clock >= 0 &&
+      table->spec().sync_workers() > 0 &&
+      table->spec().kind() == proto::SPARSE) {
+    return RouteSyncedBatch(op, scope, *table, *map);
+  }
   std::vector<size_t> all;
   const std::vector<size_t>* indices = nullptr;
   if (scope == nullptr || scope->indices.empty()) {
@@ -504,6 +519,69 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
       }
       Send(op, std::move(p), *map);
     }
+  }
+}
+
+void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
+                                  const Part* scope,
+                                  const proto::TableMap& table,
+                                  const ClusterMapView& map) {
+  if (scope != nullptr && scope->size() == 0) {
+    // An empty part owns no key that could have moved: the same server.
+    Send(op, *scope, map);
+    return;
+  }
+  absl::Span<const Key> keys = op->keys.batch();
+  // Servers in the order of their first range, so that parts go out in the
+  // same order on every run.
+  std::vector<NodeId> servers;
+  std::vector<std::vector<size_t>> indices;
+  auto slot = [&](NodeId server) {
+    for (size_t i = 0; i < servers.size(); ++i) {
+      if (servers[i] == server) return i;
+    }
+    servers.push_back(server);
+    indices.emplace_back();
+    return servers.size() - 1;
+  };
+  // The first routing sends every server a part, possibly empty: a server
+  // applies the step once it has heard from sync_workers ranks. A retried
+  // part goes only where its own keys are.
+  if (scope == nullptr) {
+    for (const proto::RangeAssignment& r : table.ranges()) slot(r.primary());
+  }
+  std::vector<size_t> all;
+  if (scope == nullptr || scope->indices.empty()) {
+    const size_t first = scope ? scope->first : 0;
+    const size_t count = scope ? scope->count : keys.size();
+    for (size_t i = 0; i < count; ++i) all.push_back(first + i);
+  } else {
+    all = scope->indices;
+  }
+  for (size_t i : all) {
+    const int r = ClusterMapView::RangeOf(table, keys[i]);
+    if (r < 0) {
+      op->Fail(absl::OutOfRangeError(absl::StrCat(
+          OpName(op->op), " table '", op->table.name, "': key ", keys[i],
+          " is outside the table's key space")));
+      return;
+    }
+    indices[slot(table.ranges(r).primary())].push_back(i);
+  }
+  // One part per server and clock, not cut at max_message_bytes: the
+  // server counts parts per rank (the message limit still applies).
+  for (size_t s = 0; s < servers.size(); ++s) {
+    Part p;
+    p.server = servers[s];
+    p.attempt = scope ? scope->attempt : 0;
+    const std::vector<size_t>& idx = indices[s];
+    if (idx.empty() || idx.back() - idx.front() == idx.size() - 1) {
+      p.first = idx.empty() ? 0 : idx.front();  // contiguous: zero-copy
+      p.count = idx.size();
+    } else {
+      p.indices = idx;
+    }
+    Send(op, std::move(p), map);
   }
 }
 

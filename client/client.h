@@ -77,7 +77,11 @@ struct TableOptions {
   std::string handler = "sgd";
   std::map<std::string, double> handler_params;
   // BSP: pushes are averaged over this many workers per clock before the
-  // handler applies them once (0: applied on arrival).
+  // handler applies them once (0: applied on arrival). Dense tables take
+  // key-range pushes; sparse tables key batches, and a clocked Push then
+  // sends every server of the table a part, empty ones included, so that
+  // each server hears from every worker (one message per server, not cut
+  // at max_message_bytes).
   uint32_t sync_workers = 0;
   // Workers (N + backups) whose clocks the servers track for staleness.
   uint32_t tracked_workers = 0;

@@ -424,11 +424,8 @@ absl::Status WorkerImpl::InitSparse() {
                      " workers rows to train on and keep ", options_.holdout,
                      " of them held out"));
   }
-  std::vector<size_t> mine;
-  for (size_t r = rank_; r < train_rows; r += total_workers_) mine.push_back(r);
-  std::mt19937_64 rng(options_.seed * 1000003 + rank_);
-  std::shuffle(mine.begin(), mine.end(), rng);
-  sparse_train_ = SelectRows(all, mine);
+  sparse_train_ = SelectRows(
+      all, SparseTrainRows(train_rows, rank_, total_workers_, options_.seed));
   if (rank_ == 0) {
     std::vector<size_t> held(rows - train_rows);
     std::iota(held.begin(), held.end(), train_rows);
@@ -459,12 +456,14 @@ absl::Status WorkerImpl::DeclareSparseTable() {
   // Adagrad under every policy: with power-law ids the hottest weights
   // get a gradient at every step and the rare ones almost never, and plain
   // SGD at a rate that moves the rare ones diverges on the hot ones. Under
-  // BSP the servers do not aggregate these pushes (sync_workers needs key
-  // ranges; sparse pushes are key batches): each is applied on arrival, and
-  // the clock gate alone keeps the step synchronous (staleness 0).
+  // BSP the servers hold a clock's key batches until all N workers pushed
+  // and apply each key's mean once, summed in rank order, as for the dense
+  // tables: runs are bit-for-bit repeatable (the client sends every server
+  // a batch each step, empty ones included, so that it can count ranks).
   t.handler = "adagrad";
   t.handler_params = {{"learning_rate", options_.async_lr},
                       {"initial_accumulator", 0.1}};
+  if (bsp_) t.sync_workers = job_.num_workers();
   DP_ASSIGN_OR_RETURN(Table table, client_->CreateTable(t));
   tables_.push_back(table);
   return scheduler_.Barrier("init-params", id_, total_workers_,
@@ -597,11 +596,36 @@ absl::Status WorkerImpl::RunSparse() {
   std::vector<float> weights, grads, test_weights;
   size_t cursor = 0;
   uint64_t examples = 0;
+  double loss = 0;
+  // Rank 0's held-out figures for the weights at `clock`; the accuracy.
+  auto evaluate = [&](int64_t clock) -> absl::StatusOr<double> {
+    test_weights.resize(test_ids_.size());
+    DP_RETURN_IF_ERROR(
+        client_->PullSync(table, test_keys_, absl::MakeSpan(test_weights)));
+    const SparseEval e =
+        EvaluateSparseLogReg(sparse_test_, test_ids_, test_weights);
+    DP_LOG(INFO) << "clock " << clock << ": train loss " << loss
+                 << ", held-out log-loss " << e.log_loss << ", accuracy "
+                 << e.accuracy << ", AUC " << e.auc;
+    return e.accuracy;
+  };
+  // Under BSP the servers apply a clock's round when the last worker's
+  // batch arrives, which rank 0 does not see. It evaluates the weights at
+  // clock k only once the gate has let clock k start (every push below k
+  // acknowledged, so applied): its figures are then repeatable too. Under
+  // SSP and ASP it evaluates right after its own push, as before.
+  auto eval_due = [&](int64_t k) {
+    return rank_ == 0 && (k % options_.eval_every == 0 || k == options_.steps);
+  };
   for (int64_t clock = 0; clock < options_.steps; ++clock) {
     bool done;
     DP_RETURN_IF_ERROR(StartStep(&clock, &done));
     if (done) break;
     client_->SetWorkerClock(rank_, clock);
+    double accuracy = -1;
+    if (bsp_ && clock > 0 && eval_due(clock)) {
+      DP_ASSIGN_OR_RETURN(accuracy, evaluate(clock));
+    }
     // Batches are consecutive windows of the shuffled shard; the one that
     // reaches the end is shorter and the next starts over.
     const size_t begin = cursor, end = std::min(rows, cursor + batch);
@@ -612,26 +636,26 @@ absl::Status WorkerImpl::RunSparse() {
     weights.resize(ids.size());
     grads.resize(ids.size());
     DP_RETURN_IF_ERROR(client_->PullSync(table, keys, absl::MakeSpan(weights)));
-    const double loss = SparseLogRegLossAndGradient(
-        sparse_train_, begin, end, ids, weights, absl::MakeSpan(grads),
-        options_.l2);
+    loss = SparseLogRegLossAndGradient(sparse_train_, begin, end, ids,
+                                       weights, absl::MakeSpan(grads),
+                                       options_.l2);
     examples += end - begin;
     DP_RETURN_IF_ERROR(client_->PushSync(table, keys, grads));
-
-    double accuracy = -1;
-    const bool last = clock + 1 == options_.steps;
-    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
-      test_weights.resize(test_ids_.size());
-      DP_RETURN_IF_ERROR(
-          client_->PullSync(table, test_keys_, absl::MakeSpan(test_weights)));
-      const SparseEval e =
-          EvaluateSparseLogReg(sparse_test_, test_ids_, test_weights);
-      accuracy = e.accuracy;
-      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
-                   << ", held-out log-loss " << e.log_loss << ", accuracy "
-                   << e.accuracy << ", AUC " << e.auc;
+    if (!bsp_ && eval_due(clock + 1)) {
+      DP_ASSIGN_OR_RETURN(accuracy, evaluate(clock + 1));
     }
     DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, accuracy));
+  }
+  if (bsp_ && rank_ == 0) {
+    // The last round: wait until every worker has pushed it, evaluate, and
+    // report the accuracy with the same (final) clock again.
+    const int64_t last = options_.steps;
+    DP_ASSIGN_OR_RETURN(int64_t gating,
+                        scheduler_.WaitClock(rank_, last, absl::Minutes(2)));
+    (void)gating;
+    client_->SetWorkerClock(rank_, last);
+    DP_ASSIGN_OR_RETURN(double accuracy, evaluate(last));
+    DP_RETURN_IF_ERROR(FinishStep(last - 1, loss, examples, accuracy));
   }
   DP_LOG(INFO) << "done: " << examples << " examples, max staleness "
                << client_->max_staleness();
@@ -776,6 +800,21 @@ absl::Status WorkerImpl::RunDense() {
 }  // namespace
 
 uint64_t SparseFeatureKey(uint64_t feature_id) { return MixKey(feature_id); }
+
+std::vector<size_t> SparseTrainRows(size_t train_rows, int rank, int workers,
+                                    uint64_t seed) {
+  DP_CHECK(rank >= 0 && rank < workers) << "rank " << rank << " of " << workers;
+  std::vector<size_t> mine;
+  for (size_t r = rank; r < train_rows; r += workers) mine.push_back(r);
+  // Fisher-Yates by hand: std::shuffle's algorithm is left to the standard
+  // library, and the row order decides the batches. The modulo bias of a
+  // 64-bit draw over a shard's size is negligible.
+  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(rank));
+  for (size_t i = mine.size(); i > 1; --i) {
+    std::swap(mine[i - 1], mine[rng() % i]);
+  }
+  return mine;
+}
 
 SparseEval EvaluateSparseLogReg(const SparseDataset& data,
                                 const std::vector<uint64_t>& ids,

@@ -25,7 +25,10 @@
 // sparse_lr: one sparse table of width 1 keyed by SparseFeatureKey(feature
 // id); each step pulls the weights of the batch's distinct ids and pushes
 // their gradients, and the servers run Adagrad (async_lr) under every
-// policy. Rank 0 evaluates on the held-out rows (log-loss, accuracy, AUC).
+// policy. Under BSP the table aggregates: each server applies a clock's
+// mean gradient per key once all N workers pushed (summed in rank order),
+// so runs are bit-for-bit repeatable. Rank 0 evaluates on the held-out
+// rows (log-loss, accuracy, AUC); under BSP once the clock's round is in.
 //
 // Hogwild (hogwild_threads = K > 1, ASP only, softmax or mlp): K threads
 // share `steps` iterations, each with its own mini-batches and gradient
@@ -46,6 +49,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -82,7 +86,8 @@ struct WorkerOptions {
   // from GenerateClickData(click_rows, click_features_per_row,
   // click_num_features, click_zipf, seed). Every worker reads the same rows;
   // the last `holdout` fraction is held out for evaluation (rank 0) and the
-  // rest is split between the workers (row i to rank i mod workers).
+  // rest is split between the workers by SparseTrainRows. A malformed file
+  // fails Create with kInvalidArgument naming the file and the line.
   std::string libsvm;
   int64_t click_rows = 100000;
   int click_features_per_row = 20;
@@ -96,6 +101,15 @@ struct WorkerOptions {
 // space by a bijective 64-bit mix (the servers split the key space into
 // contiguous ranges, so raw small ids would all land on one server).
 uint64_t SparseFeatureKey(uint64_t feature_id);
+
+// sparse_lr: the rows worker `rank` of `workers` trains on, out of the
+// first `train_rows` rows, in the order it visits them: row i belongs to
+// rank i mod workers, and each rank shuffles its share (Fisher-Yates with
+// a generator seeded by seed and rank). A pure function: the shards are
+// disjoint, together cover [0, train_rows), and are the same on every run
+// and machine. REQUIRES: 0 <= rank < workers.
+std::vector<size_t> SparseTrainRows(size_t train_rows, int rank, int workers,
+                                    uint64_t seed);
 
 // sparse_lr: the name of the weight table (sparse, width 1, zeros).
 inline constexpr char kSparseLrTable[] = "sparse_lr/w";

@@ -201,10 +201,13 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   }
   const bool synced = clocked && spec.sync_workers() > 0 &&
                       (op == proto::PUSH || op == proto::PUSH_PULL);
-  if (synced && (!h.is_range() || op == proto::PUSH_PULL)) {
+  // Dense tables aggregate per key range; sparse tables per key batch, one
+  // per worker and server and clock (see TableShard::PushSyncedKeys).
+  const bool sparse = spec.kind() == proto::SPARSE;
+  if (synced && (h.is_range() == sparse || op == proto::PUSH_PULL)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(),
-        "' aggregates synchronously: push key ranges, without pull"));
+        "table '", spec.name(), "' aggregates synchronously: push key ",
+        sparse ? "batches" : "ranges", ", without pull"));
   }
 
   // Validated: nothing below can fail.
@@ -221,7 +224,11 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
     return absl::OkStatus();
   }
   if (synced) {
-    auto result = shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in);
+    auto result =
+        h.is_range()
+            ? shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in)
+            : shard->PushSyncedKeys(request.keys, h.worker_rank(),
+                                    h.worker_clock(), in);
     reply->header.set_discarded(result == TableShard::SyncResult::kDiscarded);
     reply->header.set_num_keys(n);
     reply->header.set_width(width);

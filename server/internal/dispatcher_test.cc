@@ -182,6 +182,120 @@ TEST_F(DispatcherTest, BadRequestsGetExactCodesAndChangeNothing) {
   EXPECT_EQ(GetDense({70}), (std::vector<float>{9, 9}));
 }
 
+// BSP on a sparse table: each rank's key batch (possibly empty) is held
+// until sync_workers ranks pushed the clock; then every key gets the mean
+// of the ranks' gradients, summed in rank order whatever the arrival
+// order. The gradients are chosen so that float addition in another order
+// gives another result: rank order (1e8 - 1e8) + 1 = 1, but 1e8 arriving
+// after 1 absorbs it.
+proto::ClusterMap SyncedSparseMap() {
+  proto::ClusterMap map;
+  map.set_epoch(5);
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_name("synced");
+  t->mutable_spec()->set_id(3);
+  t->mutable_spec()->set_kind(proto::SPARSE);
+  t->mutable_spec()->set_width(1);
+  t->mutable_spec()->set_sync_workers(4);
+  t->mutable_spec()->set_num_workers(4);
+  t->mutable_spec()->mutable_handler()->set_name("sum");
+  auto* r = t->add_ranges();
+  r->set_begin(0);
+  r->set_end(kKeySpaceEnd);
+  r->set_primary(kSelf);
+  return map;
+}
+
+proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
+                             std::vector<Key> keys, std::vector<float> grads,
+                             bool range = false) {
+  IncomingMessage req;
+  req.header.set_op(proto::PUSH);
+  req.header.set_table_id(3);
+  req.header.set_width(1);
+  req.header.set_num_keys(keys.size());
+  req.header.set_epoch(5);
+  req.header.set_worker_rank(rank);
+  req.header.set_worker_clock(clock);
+  if (range) {
+    req.header.set_is_range(true);
+    req.header.set_range_begin(keys.front());
+    req.header.set_range_end(keys.back() + 1);
+  } else {
+    req.keys = keys;
+  }
+  req.values = grads;
+  OutgoingReply reply;
+  d.Handle(req, &reply);
+  return reply.header;
+}
+
+std::vector<float> GetSynced(Dispatcher& d, std::vector<Key> keys) {
+  IncomingMessage req;
+  req.header.set_op(proto::GET);
+  req.header.set_table_id(3);
+  req.header.set_width(1);
+  req.header.set_num_keys(keys.size());
+  req.header.set_epoch(5);
+  req.keys = keys;
+  OutgoingReply reply;
+  d.Handle(req, &reply);
+  EXPECT_EQ(reply.header.status_code(), 0) << reply.header.status_message();
+  const float* f = static_cast<const float*>(reply.values.data());
+  return std::vector<float>(f, f + reply.values.size() / sizeof(float));
+}
+
+TEST(SyncedSparseTest, KeyBatchesAreAveragedInRankOrderOnceAllRanksPushed) {
+  struct Push {
+    int rank;
+    std::vector<Key> keys;
+    std::vector<float> grads;
+  };
+  // Key 7: ranks 0, 1, 2 push 1e8, -1e8, 1 (rank 3 nothing): mean 1 / 4.
+  // Key 9: rank 3 alone, 8: mean 2. Rank 2 sends key 7 and no other.
+  const std::vector<Push> pushes = {{0, {7}, {1e8f}},
+                                    {1, {9, 7}, {0, -1e8f}},
+                                    {2, {7}, {1}},
+                                    {3, {9}, {8}}};
+  for (const std::vector<int>& order :
+       std::vector<std::vector<int>>{{0, 1, 2, 3}, {2, 3, 0, 1}, {3, 2, 1, 0}}) {
+    BufferPool pool;
+    PluginRegistry plugins;
+    Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+    ASSERT_OK(d.ApplyMap(SyncedSparseMap()));
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Push& p = pushes[order[i]];
+      proto::DataHeader h = SyncedPush(d, p.rank, 0, p.keys, p.grads);
+      ASSERT_EQ(h.status_code(), 0) << h.status_message();
+      if (i + 1 < order.size()) {
+        // Held: nothing applied yet ("sum" handler from zeros).
+        EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{0, 0}));
+      }
+    }
+    EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{0.25f, 2.0f}))
+        << "arrival order " << order[0] << order[1] << order[2] << order[3];
+    // A late push for the applied clock is acknowledged and dropped; an
+    // empty batch counts as the rank's push for the next clock.
+    EXPECT_TRUE(SyncedPush(d, 1, 0, {7}, {5}).discarded());
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(SyncedPush(d, r, 1, {}, {}).status_code(), 0);
+    }
+    EXPECT_EQ(GetSynced(d, {7}), (std::vector<float>{0.25f}));
+    EXPECT_EQ(SyncedPush(d, 3, 1, {7}, {4}).status_code(), 0);
+    EXPECT_EQ(GetSynced(d, {7}), (std::vector<float>{1.25f}));
+  }
+}
+
+TEST(SyncedSparseTest, RangePushToASyncedSparseTableIsRejected) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+  ASSERT_OK(d.ApplyMap(SyncedSparseMap()));
+  proto::DataHeader h = SyncedPush(d, 0, 0, {4, 5}, {1, 1}, /*range=*/true);
+  EXPECT_EQ(Code(h), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(h.status_message(), ::testing::HasSubstr("push key batches"));
+}
+
 }  // namespace
 }  // namespace server_internal
 }  // namespace downpour

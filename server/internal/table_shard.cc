@@ -262,39 +262,87 @@ bool TableShard::FirstInRound(uint32_t vector, int64_t round, uint64_t task,
   return true;
 }
 
-TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
-                                             Clock clock, const float* grads) {
-  Clock& next = next_clock_[{begin, end}];
+TableShard::SyncResult TableShard::HoldSynced(
+    KeyRange part, int rank, Clock clock, absl::Span<const Key> keys,
+    const float* grads, size_t num_floats,
+    absl::FunctionRef<void(const PendingStep&)> apply) {
+  Clock& next = next_clock_[{part.begin, part.end}];
   if (clock < next) {
     // A backup worker's late push: the step was already taken without it.
     discarded_.fetch_add(1, std::memory_order_relaxed);
     staleness_.Applied(rank, clock);
     return SyncResult::kDiscarded;
   }
-  const size_t n = (end - begin) * width_;
-  PendingStep& step = pending_[{begin, end, clock}];
+  PendingStep& step = pending_[{part.begin, part.end, clock}];
   if (step.by_rank.empty()) step.by_rank.resize(tracked_ranks_);
-  if (!step.by_rank[rank].empty()) return SyncResult::kHeld;  // a resend
-  step.by_rank[rank].assign(grads, grads + n);
+  HeldPush& held = step.by_rank[rank];
+  if (held.pushed) return SyncResult::kHeld;  // a resend
+  held.pushed = true;
+  held.keys.assign(keys.begin(), keys.end());
+  held.grads.assign(grads, grads + num_floats);
   if (++step.count < static_cast<int>(spec_.sync_workers())) {
     return SyncResult::kHeld;
   }
-  // Sum in rank order, so the result does not depend on arrival order.
-  std::vector<float> mean(n, 0.0f);
-  for (const auto& g : step.by_rank) {
-    if (g.empty()) continue;
-    for (size_t j = 0; j < n; ++j) mean[j] += g[j];
-  }
-  const float count = static_cast<float>(step.count);
-  for (float& v : mean) v /= count;
-  PushRange(begin, end, mean.data());
+  apply(step);
   for (int r = 0; r < tracked_ranks_; ++r) {
-    if (!step.by_rank[r].empty()) staleness_.Applied(r, clock);
+    if (step.by_rank[r].pushed) staleness_.Applied(r, clock);
   }
-  pending_.erase({begin, end, clock});
+  pending_.erase({part.begin, part.end, clock});
   next = clock + 1;
   aggregated_.fetch_add(1, std::memory_order_relaxed);
   return SyncResult::kApplied;
+}
+
+TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
+                                             Clock clock, const float* grads) {
+  const size_t n = (end - begin) * width_;
+  return HoldSynced(
+      KeyRange{begin, end}, rank, clock, {}, grads, n,
+      [&](const PendingStep& step) {
+        // Sum in rank order, so the result does not depend on arrival order.
+        std::vector<float> mean(n, 0.0f);
+        for (const HeldPush& g : step.by_rank) {
+          if (!g.pushed) continue;
+          for (size_t j = 0; j < n; ++j) mean[j] += g.grads[j];
+        }
+        const float count = static_cast<float>(step.count);
+        for (float& v : mean) v /= count;
+        PushRange(begin, end, mean.data());
+      });
+}
+
+TableShard::SyncResult TableShard::PushSyncedKeys(absl::Span<const Key> keys,
+                                                 int rank, Clock clock,
+                                                 const float* grads) {
+  return HoldSynced(
+      key_space_, rank, clock, keys, grads, keys.size() * width_,
+      [&](const PendingStep& step) {
+        // The union of the ranks' keys, ascending: rows are then created
+        // in the same order on every run, not only given the same values.
+        std::vector<Key> all;
+        for (const HeldPush& p : step.by_rank) {
+          all.insert(all.end(), p.keys.begin(), p.keys.end());
+        }
+        std::sort(all.begin(), all.end());
+        all.erase(std::unique(all.begin(), all.end()), all.end());
+        absl::flat_hash_map<Key, size_t> slot;
+        slot.reserve(all.size());
+        for (size_t i = 0; i < all.size(); ++i) slot[all[i]] = i;
+        // Each key's sum starts at 0 and adds the ranks' gradients in rank
+        // order, as the range form does; a rank that did not push a key
+        // adds nothing (a zero gradient), so the mean is over every rank.
+        std::vector<float> mean(all.size() * width_, 0.0f);
+        for (const HeldPush& p : step.by_rank) {
+          for (size_t i = 0; i < p.keys.size(); ++i) {
+            float* dst = mean.data() + slot[p.keys[i]] * width_;
+            const float* g = p.grads.data() + i * width_;
+            for (size_t j = 0; j < width_; ++j) dst[j] += g[j];
+          }
+        }
+        const float count = static_cast<float>(step.count);
+        for (float& v : mean) v /= count;
+        Push(all, mean.data());
+      });
 }
 
 void TableShard::RecordApplied(int rank, Clock clock) {

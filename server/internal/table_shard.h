@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/types.h"
@@ -103,6 +104,16 @@ class TableShard {
   enum class SyncResult { kHeld, kApplied, kDiscarded };
   SyncResult PushSynced(Key begin, Key end, int rank, Clock clock,
                         const float* grads);
+  // The same for a batch of keys (sparse tables): every worker sends each
+  // server one batch per clock, possibly empty, so that the server can
+  // count ranks. Held per clock over this server's whole part of the
+  // table; when sync_workers ranks have pushed, each key's gradients are
+  // summed in rank order (a rank's repeats in its order), divided by the
+  // number of ranks, and the handler applies the mean once per key, keys
+  // ascending: the result does not depend on arrival order.
+  // REQUIRES: sparse table; every key owned; rank < tracked ranks.
+  SyncResult PushSyncedKeys(absl::Span<const Key> keys, int rank, Clock clock,
+                            const float* grads);
   // An asynchronous push by `rank` at `clock` was applied (for staleness).
   void RecordApplied(int rank, Clock clock);
   // Staleness of a pull at `clock` (0 when workers are not tracked).
@@ -164,11 +175,25 @@ class TableShard {
   std::vector<std::unique_ptr<float[]>> state_chunks_;
   uint32_t sparse_rows_ = 0;
 
-  // BSP aggregation, per (range, clock).
+  // BSP aggregation, per (range, clock); key batches use the whole key
+  // space as their range.
+  struct HeldPush {
+    bool pushed = false;
+    std::vector<Key> keys;  // key batches only
+    std::vector<float> grads;
+  };
   struct PendingStep {
-    std::vector<std::vector<float>> by_rank;  // empty = not pushed yet
+    std::vector<HeldPush> by_rank;
     int count = 0;
   };
+  // What PushSynced and PushSyncedKeys share: drops a push of a step
+  // already applied, holds the push (a resend is ignored), and once
+  // sync_workers ranks have pushed, runs `apply` on the held step and
+  // closes it.
+  SyncResult HoldSynced(KeyRange part, int rank, Clock clock,
+                        absl::Span<const Key> keys, const float* grads,
+                        size_t num_floats,
+                        absl::FunctionRef<void(const PendingStep&)> apply);
   const int tracked_ranks_;
   std::map<std::tuple<Key, Key, Clock>, PendingStep> pending_;
   std::map<std::pair<Key, Key>, Clock> next_clock_;  // first clock not applied

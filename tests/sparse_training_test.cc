@@ -1,0 +1,275 @@
+// Sparse logistic regression (ps_worker --model=sparse_lr) through the real
+// daemons on 127.0.0.1, on a libsvm FILE:
+//  - two workers under BSP learn a planted model from the file: the
+//    held-out log-loss and AUC, computed here from the servers' table,
+//    clearly beat the best constant predictor;
+//  - under BSP the servers aggregate each clock's key batches and apply
+//    them once in rank order, so a second run with the same seeds ends
+//    with bit-for-bit the same weights;
+//  - a clocked push to a synced sparse table reaches every server, with
+//    an empty batch where the worker has no keys;
+//  - a malformed file (non-numeric feature, missing label) or a missing
+//    one makes the worker exit 1 with a message naming file and line.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "common/test_util.h"
+#include "common/types.h"
+#include "models/dataset.h"
+#include "models/model.h"
+#include "tools/local_cluster.h"
+#include "worker/worker.h"
+
+namespace downpour {
+namespace {
+
+constexpr double kHoldout = 0.1;
+
+// Writes `data` as libsvm text with +1/-1 labels, a comment line and a
+// blank line (both ignored by the parser).
+void WriteLibsvm(const SparseDataset& data, const std::string& path) {
+  std::ofstream out(path);
+  out << "# synthetic clicks, planted logistic model\n\n";
+  for (size_t r = 0; r < data.NumRows(); ++r) {
+    out << (data.labels[r] > 0.5 ? "+1" : "-1");
+    for (size_t f = data.row_offsets[r]; f < data.row_offsets[r + 1]; ++f) {
+      out << ' ' << data.feature_ids[f] << ':' << data.feature_values[f];
+    }
+    out << '\n';
+  }
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// The rows [begin, end) of `data`.
+SparseDataset Rows(const SparseDataset& data, size_t begin, size_t end) {
+  SparseDataset out;
+  for (size_t r = begin; r < end; ++r) {
+    for (size_t f = data.row_offsets[r]; f < data.row_offsets[r + 1]; ++f) {
+      out.feature_ids.push_back(data.feature_ids[f]);
+      out.feature_values.push_back(data.feature_values[f]);
+    }
+    out.row_offsets.push_back(out.feature_ids.size());
+    out.labels.push_back(data.labels[r]);
+  }
+  return out;
+}
+
+// Runs a scheduler, 2 servers and `workers` sparse_lr workers with
+// `flags`, checks that every worker exits 0, and returns the table's
+// weights of `keys` read after they have.
+std::vector<float> RunSparseJob(const std::string& tag,
+                                const std::string& consistency, int workers,
+                                const std::vector<std::string>& flags,
+                                const std::vector<Key>& keys) {
+  const std::string dir = TestTmpDir() + "/" + tag;
+  EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 2;
+  o.scheduler_flags = {"--consistency=" + consistency,
+                       absl::StrCat("--num_workers=", workers)};
+  auto cluster = LocalCluster::Start(o);
+  EXPECT_OK(cluster);
+  if (!cluster.ok()) return {};
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  for (int i = 0; i < workers; ++i) {
+    std::vector<std::string> argv = {
+        RunfilePath("worker/ps_worker"),
+        "--scheduler=" + (*cluster)->scheduler_address(),
+        absl::StrCat("--name=w", i), "--model=sparse_lr"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    procs.push_back(std::make_unique<Subprocess>(
+        argv, absl::StrCat(dir, "/worker-", i, ".log")));
+    EXPECT_OK(procs.back()->Start());
+  }
+  bool all_ok = true;
+  for (auto& p : procs) {
+    auto st = p->Wait(absl::Seconds(240));
+    EXPECT_OK(st);
+    const bool ok = st.ok() && WIFEXITED(*st) && WEXITSTATUS(*st) == 0;
+    EXPECT_TRUE(ok) << p->LogTail();
+    all_ok = all_ok && ok;
+  }
+  std::vector<float> w;
+  if (all_ok) {
+    ClientOptions co;
+    co.scheduler_address = (*cluster)->scheduler_address();
+    auto client = Client::Connect(co);
+    EXPECT_OK(client);
+    if (client.ok()) {
+      auto table = (*client)->OpenTable(kSparseLrTable);
+      EXPECT_OK(table);
+      if (table.ok()) {
+        w.resize(keys.size());
+        EXPECT_OK((*client)->GetSync(*table, keys, absl::MakeSpan(w)));
+      }
+    }
+  }
+  EXPECT_OK((*cluster)->Stop());
+  return w;
+}
+
+TEST(SparseTrainingTest, LibsvmFileUnderBspBeatsConstantAndRepeatsBitForBit) {
+  constexpr int kRows = 20000, kPerRow = 20, kFeatures = 20000, kSeed = 5;
+  const SparseDataset all =
+      GenerateClickData(kRows, kPerRow, kFeatures, 1.1, kSeed);
+  const std::string path = TestTmpDir() + "/clicks.libsvm";
+  ASSERT_NO_FATAL_FAILURE(WriteLibsvm(all, path));
+
+  // The worker holds out the last rows, as it computes the split.
+  const size_t train_rows = static_cast<size_t>(
+      std::floor(static_cast<double>(kRows) * (1.0 - kHoldout)));
+  const SparseDataset held = Rows(all, train_rows, kRows);
+  double positives = 0;
+  for (size_t r = 0; r < train_rows; ++r) positives += all.labels[r];
+  const double p = positives / train_rows;
+  double constant_loss = 0;
+  for (float y : held.labels) {
+    constant_loss -= y > 0.5 ? std::log(p) : std::log(1 - p);
+  }
+  constant_loss /= held.NumRows();
+  // Every feature id in the file: the weights compared between runs.
+  const std::vector<uint64_t> ids = BatchFeatureIds(all, 0, all.NumRows());
+  std::vector<Key> keys;
+  for (uint64_t id : ids) keys.push_back(SparseFeatureKey(id));
+
+  const std::vector<std::string> flags = {
+      "--libsvm=" + path, absl::StrCat("--holdout=", kHoldout), "--seed=3",
+      "--steps=300",      "--batch=100",  "--eval_every=100",
+      "--async_lr=0.5"};
+  const std::vector<float> a = RunSparseJob("libsvm-a", "bsp", 2, flags, keys);
+  const std::vector<float> b = RunSparseJob("libsvm-b", "bsp", 2, flags, keys);
+  ASSERT_EQ(a.size(), keys.size());
+  ASSERT_EQ(b.size(), keys.size());
+
+  // Learnt from the file: the held-out figures from the table.
+  const std::vector<uint64_t> held_ids =
+      BatchFeatureIds(held, 0, held.NumRows());
+  std::vector<float> w(held_ids.size());
+  for (size_t i = 0; i < held_ids.size(); ++i) {
+    w[i] = a[std::lower_bound(ids.begin(), ids.end(), held_ids[i]) -
+             ids.begin()];
+  }
+  const SparseEval e = EvaluateSparseLogReg(held, held_ids, w);
+  std::printf("sparse_lr on %s, BSP: held-out log-loss %.4f (constant %.4f), "
+              "accuracy %.3f, AUC %.3f\n",
+              path.c_str(), e.log_loss, constant_loss, e.accuracy, e.auc);
+  EXPECT_LT(e.log_loss, constant_loss - 0.05);
+  EXPECT_GT(e.auc, 0.7);
+  size_t nonzero = 0;
+  for (float v : a) nonzero += v != 0;
+  EXPECT_GT(nonzero, keys.size() / 2) << "of " << keys.size() << " weights";
+
+  // Repeatable: the same bits in every weight.
+  size_t differ = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differ, 0u) << "of " << keys.size() << " weights";
+}
+
+// The client's side of synced sparse tables: a clocked push sends every
+// server a batch, empty ones included, so that a server none of whose keys
+// a rank touched still hears from it and applies the clock. Without the
+// empty parts, key kA below would stay held forever.
+TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
+  const std::string dir = TestTmpDir() + "/synced-client";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 2;
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_OK(cluster);
+  ClientOptions co;
+  co.scheduler_address = (*cluster)->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
+  TableOptions t;
+  t.name = "synced";
+  t.sparse = true;
+  t.width = 1;
+  t.handler = "sum";
+  t.sync_workers = 2;
+  t.tracked_workers = 2;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  // The key space is split in two contiguous ranges, one per server.
+  const Key ka = 5, kb = kKeySpaceEnd - 5;
+  auto push = [&](int rank, int64_t clock, std::vector<Key> keys,
+                  std::vector<float> grads) {
+    client->SetWorkerClock(rank, clock);
+    return client->PushSync(table, keys, grads);
+  };
+  auto get = [&](Key k) {
+    client->SetWorkerClock(0, -1);
+    float v = -1;
+    EXPECT_OK(client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
+    return v;
+  };
+  // Clock 0: rank 0 touches kA only, rank 1 nothing at all.
+  ASSERT_OK(push(0, 0, {ka}, {2}));
+  EXPECT_EQ(get(ka), 0.0f);  // held: rank 1 has not pushed clock 0
+  ASSERT_OK(push(1, 0, {}, {}));
+  EXPECT_EQ(get(ka), 1.0f);  // mean over both ranks
+  // Clock 1: both touch kB only.
+  ASSERT_OK(push(1, 1, {kb}, {2}));
+  ASSERT_OK(push(0, 1, {kb}, {4}));
+  EXPECT_EQ(get(kb), 3.0f);
+  EXPECT_EQ(get(ka), 1.0f);
+  client.reset();
+  EXPECT_OK((*cluster)->Stop());
+}
+
+TEST(SparseTrainingTest, MalformedLibsvmFileIsAClearErrorNamingFileAndLine) {
+  const std::string dir = TestTmpDir() + "/bad-libsvm";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  struct Case {
+    std::string name;
+    std::string text;  // empty: the file does not exist
+    std::string want;  // in the worker's log, besides the path
+  };
+  const std::vector<Case> cases = {
+      {"non-numeric-feature", "+1 1:1 2:1\n-1 3:1\n+1 4:1 abc:1\n",
+       "line 3: bad feature 'abc:1'"},
+      {"missing-label", "+1 1:1\n3:1 7:1\n", "line 2: bad label '3:1'"},
+      {"missing-file", "", "cannot open libsvm file"},
+  };
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 1;
+  o.scheduler_flags = {"--consistency=asp",
+                       absl::StrCat("--num_workers=", cases.size())};
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_OK(cluster);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].name);
+    const std::string path = dir + "/" + cases[i].name + ".libsvm";
+    if (!cases[i].text.empty()) {
+      std::ofstream(path) << cases[i].text;
+    }
+    Subprocess w({RunfilePath("worker/ps_worker"),
+                  "--scheduler=" + (*cluster)->scheduler_address(),
+                  absl::StrCat("--name=w", i), "--model=sparse_lr",
+                  "--libsvm=" + path, "--steps=5"},
+                 absl::StrCat(dir, "/worker-", i, ".log"));
+    ASSERT_OK(w.Start());
+    auto st = w.Wait(absl::Seconds(60));
+    ASSERT_OK(st);
+    // Exit status 1 (an error), not a signal (a crash).
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
+    EXPECT_NE(w.LogTail().find(path), std::string::npos) << w.LogTail();
+    EXPECT_NE(w.LogTail().find(cases[i].want), std::string::npos)
+        << w.LogTail();
+  }
+  EXPECT_OK((*cluster)->Stop());
+}
+
+}  // namespace
+}  // namespace downpour
