@@ -162,7 +162,9 @@ class DelayQueue {
 class ClientImpl final : public Client {
  public:
   explicit ClientImpl(const ClientOptions& options)
-      : options_(options), scheduler_(options.scheduler_address) {}
+      : options_(options),
+        scheduler_(options.scheduler_address, absl::Seconds(10),
+                   options.auth) {}
 
   ~ClientImpl() override {
     scheduler_.CancelWatch();
@@ -173,7 +175,9 @@ class ClientImpl final : public Client {
   }
 
   absl::Status Init() {
-    DP_ASSIGN_OR_RETURN(data_, DataClient::Create(DataClientOptions(), &pool_));
+    DataClientOptions data_options;
+    data_options.auth = options_.auth;
+    DP_ASSIGN_OR_RETURN(data_, DataClient::Create(data_options, &pool_));
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::StatusOr<proto::ClusterMap> map;
     do {

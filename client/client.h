@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/auth.h"
 #include "common/types.h"
 
 namespace downpour {
@@ -59,6 +60,10 @@ struct ClientOptions {
   // Parts larger than this are cut into several requests.
   size_t max_message_bytes = size_t{64} << 20;
   absl::Duration connect_timeout = absl::Seconds(30);
+  // The cluster secret, when the cluster has one (common/auth.h): the data
+  // plane then uses CURVE and scheduler calls carry its token. A client
+  // without it is refused with kUnauthenticated.
+  ClusterAuth auth;
 };
 
 // How a table is declared. See proto/downpour.proto (TableSpec) for details.

@@ -7,19 +7,19 @@
 #include "grpcpp/grpcpp.h"
 
 namespace downpour {
-namespace {
 
-void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+void SchedulerClient::Prepare(grpc::ClientContext* ctx,
+                              absl::Duration timeout) const {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     absl::ToChronoMilliseconds(timeout));
+  auth_.Attach(ctx);
 }
 
-}  // namespace
-
 SchedulerClient::SchedulerClient(const std::string& address,
-                                 absl::Duration rpc_timeout)
+                                 absl::Duration rpc_timeout, ClusterAuth auth)
     : address_(address),
       rpc_timeout_(rpc_timeout),
+      auth_(std::move(auth)),
       stub_(proto::Scheduler::NewStub(
           grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
 
@@ -30,7 +30,7 @@ absl::StatusOr<proto::RegisterReply> SchedulerClient::Register(
   const absl::Time deadline = absl::Now() + wait;
   while (true) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, std::min(rpc_timeout_, std::max(deadline - absl::Now(),
+    Prepare(&ctx, std::min(rpc_timeout_, std::max(deadline - absl::Now(),
                                                       absl::Milliseconds(100))));
     ctx.set_wait_for_ready(true);  // the scheduler may still be starting
     proto::RegisterReply reply;
@@ -49,7 +49,7 @@ absl::StatusOr<proto::RegisterReply> SchedulerClient::Register(
 absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
     NodeId id, Epoch applied_epoch) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_);
+  Prepare(&ctx, rpc_timeout_);
   proto::HeartbeatRequest req;
   req.set_node_id(id);
   req.set_applied_epoch(applied_epoch);
@@ -61,7 +61,7 @@ absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
 
 absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_);
+  Prepare(&ctx, rpc_timeout_);
   proto::ClusterMap map;
   grpc::Status s = stub_->GetClusterMap(&ctx, proto::GetClusterMapRequest(), &map);
   if (!s.ok()) {
@@ -73,7 +73,7 @@ absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
 absl::StatusOr<proto::CreateTableReply> SchedulerClient::CreateTable(
     const proto::TableSpec& spec, absl::Duration timeout) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout + absl::Seconds(5));
+  Prepare(&ctx, timeout + absl::Seconds(5));
   proto::CreateTableRequest req;
   *req.mutable_spec() = spec;
   req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
@@ -87,7 +87,7 @@ absl::StatusOr<proto::CreateTableReply> SchedulerClient::CreateTable(
 
 absl::Status SchedulerClient::AckEpoch(NodeId id, Epoch epoch) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_);
+  Prepare(&ctx, rpc_timeout_);
   proto::AckEpochRequest req;
   req.set_node_id(id);
   req.set_epoch(epoch);
@@ -99,7 +99,7 @@ absl::Status SchedulerClient::AckEpoch(NodeId id, Epoch epoch) {
 absl::Status SchedulerClient::Barrier(const std::string& name, NodeId id,
                                       uint32_t count, absl::Duration timeout) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout + absl::Seconds(5));
+  Prepare(&ctx, timeout + absl::Seconds(5));
   proto::BarrierRequest req;
   req.set_name(name);
   req.set_node_id(id);
@@ -113,7 +113,7 @@ absl::Status SchedulerClient::Barrier(const std::string& name, NodeId id,
 absl::StatusOr<proto::AdvanceClockReply> SchedulerClient::AdvanceClock(
     const proto::AdvanceClockRequest& req) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_);
+  Prepare(&ctx, rpc_timeout_);
   proto::AdvanceClockReply reply;
   grpc::Status s = stub_->AdvanceClock(&ctx, req, &reply);
   if (!s.ok()) {
@@ -126,7 +126,7 @@ absl::StatusOr<proto::AdvanceClockReply> SchedulerClient::AdvanceClock(
 absl::StatusOr<int64_t> SchedulerClient::WaitClock(int rank, int64_t clock,
                                                    absl::Duration timeout) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, timeout + absl::Seconds(5));
+  Prepare(&ctx, timeout + absl::Seconds(5));
   proto::WaitClockRequest req;
   req.set_rank(rank);
   req.set_clock(clock);
@@ -139,7 +139,7 @@ absl::StatusOr<int64_t> SchedulerClient::WaitClock(int rank, int64_t clock,
 
 absl::StatusOr<proto::JobStatus> SchedulerClient::GetJobStatus() {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, rpc_timeout_);
+  Prepare(&ctx, rpc_timeout_);
   proto::JobStatus status;
   grpc::Status s = stub_->GetJobStatus(&ctx, proto::JobStatusRequest(), &status);
   if (!s.ok()) return FromGrpcStatus(s, "get job status");
@@ -150,6 +150,7 @@ absl::Status SchedulerClient::Watch(
     NodeId id, Epoch known_epoch,
     const std::function<void(const proto::ClusterMap&)>& on_map) {
   grpc::ClientContext ctx;
+  auth_.Attach(&ctx);
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::OkStatus();

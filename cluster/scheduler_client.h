@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "common/types.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/downpour.pb.h"
@@ -27,8 +28,10 @@ namespace downpour {
 
 class SchedulerClient {
  public:
+  // `auth` (off by default) adds the cluster token to every call.
   explicit SchedulerClient(const std::string& address,
-                           absl::Duration rpc_timeout = absl::Seconds(10));
+                           absl::Duration rpc_timeout = absl::Seconds(10),
+                           ClusterAuth auth = ClusterAuth());
   ~SchedulerClient();  // cancels a running Watch
 
   const std::string& address() const { return address_; }
@@ -64,8 +67,12 @@ class SchedulerClient {
   void CancelWatch() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Deadline and token for one call.
+  void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;
+
   const std::string address_;
   const absl::Duration rpc_timeout_;
+  const ClusterAuth auth_;
   std::unique_ptr<proto::Scheduler::Stub> stub_;
   absl::Mutex mu_;
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;

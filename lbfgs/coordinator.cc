@@ -60,6 +60,7 @@ class CoordinatorImpl final : public Coordinator,
                         "load the problem");
     ClientOptions co;
     co.scheduler_address = options_.scheduler_address;
+    co.auth = options_.auth;
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
     TableOptions t;
     t.name = options_.table;
@@ -133,8 +134,9 @@ class CoordinatorImpl final : public Coordinator,
   }
 
   // proto::Sandblaster::Service
-  grpc::Status GetTask(grpc::ServerContext*, const proto::GetTaskRequest* req,
+  grpc::Status GetTask(grpc::ServerContext* ctx, const proto::GetTaskRequest* req,
                        proto::TaskAssignment* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     const absl::Duration wait =
         std::min(absl::Milliseconds(std::max<int64_t>(req->wait_ms(), 0)),
                  absl::Seconds(5));
@@ -159,8 +161,9 @@ class CoordinatorImpl final : public Coordinator,
     return grpc::Status::OK;
   }
 
-  grpc::Status FinishTask(grpc::ServerContext*, const proto::TaskResult* req,
+  grpc::Status FinishTask(grpc::ServerContext* ctx, const proto::TaskResult* req,
                           proto::TaskResultReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     reply->set_counted(pool_.Finish(req->round(), req->task_id(), req->loss()));
     return grpc::Status::OK;
   }

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "client/client.h"
 #include "lbfgs/lbfgs.h"
 #include "lbfgs/task_pool.h"
@@ -32,6 +33,9 @@ namespace downpour {
 
 struct CoordinatorOptions {
   std::string scheduler_address;
+  // The cluster secret, if it has one (common/auth.h): used towards the
+  // scheduler and servers, and required of workers asking for tasks.
+  ClusterAuth auth;
   std::string listen_address = "127.0.0.1:0";  // the Sandblaster gRPC service
   // kind and data (softmax: data_path is the Fashion-MNIST folder;
   // sparse_lr: a libsvm file, or empty for generated click data).

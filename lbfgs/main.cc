@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "common/address_file.h"
+#include "common/auth.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -89,8 +90,14 @@ int Main() {
     result = RunLocalLbfgs(**p, lo, tasks, on_iteration, &x);
     if (result.ok()) held_out = (*p)->Evaluate(x);
   } else {
+    auto auth = ClusterAuth::FromFlags();
+    if (!auth.ok()) {
+      DP_LOG(ERROR) << auth.status();
+      return 2;
+    }
     CoordinatorOptions o;
     o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+    o.auth = *auth;
     o.listen_address = absl::GetFlag(FLAGS_listen);
     o.problem = problem;
     o.table = absl::GetFlag(FLAGS_table);

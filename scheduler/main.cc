@@ -6,6 +6,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
+#include "common/auth.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "scheduler/scheduler.h"
@@ -45,6 +46,13 @@ int main(int argc, char** argv) {
   }
   options.policy = *policy;
   options.policy_name = absl::GetFlag(FLAGS_consistency);
+  auto auth = downpour::ClusterAuth::FromFlags();
+  if (!auth.ok()) {
+    DP_LOG(ERROR) << auth.status();
+    return 2;
+  }
+  options.auth = *auth;
+  if (auth->enabled()) DP_LOG(INFO) << "cluster authentication on";
   DP_LOG(INFO) << "job: " << policy->ToString();
   auto scheduler = downpour::Scheduler::Create(options);
   if (!scheduler.ok()) {

@@ -167,8 +167,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   // --- gRPC service ---
 
-  grpc::Status Register(grpc::ServerContext*, const proto::RegisterRequest* req,
+  grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     if (req->role() == proto::ROLE_UNSPECIFIED) {
       return Err(absl::InvalidArgumentError("register: no role"));
     }
@@ -224,8 +225,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const proto::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
                          proto::HeartbeatReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     proto::NodeInfo* node = FindNode(req->node_id());
     if (node == nullptr) {
@@ -241,8 +243,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status AckEpoch(grpc::ServerContext*, const proto::AckEpochRequest* req,
+  grpc::Status AckEpoch(grpc::ServerContext* ctx, const proto::AckEpochRequest* req,
                         proto::AckEpochReply*) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     if (FindNode(req->node_id()) == nullptr) {
       return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
@@ -251,8 +254,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetClusterMap(grpc::ServerContext*, const proto::GetClusterMapRequest*,
+  grpc::Status GetClusterMap(grpc::ServerContext* ctx, const proto::GetClusterMapRequest*,
                              proto::ClusterMap* map) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     *map = map_;
     return grpc::Status::OK;
@@ -261,6 +265,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status WatchClusterMap(grpc::ServerContext* ctx,
                                const proto::WatchClusterMapRequest* req,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     Epoch known = req->known_epoch();
     while (!ctx->IsCancelled()) {
       proto::ClusterMap map;
@@ -281,14 +286,16 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status CreateTable(grpc::ServerContext*, const proto::CreateTableRequest* req,
+  grpc::Status CreateTable(grpc::ServerContext* ctx, const proto::CreateTableRequest* req,
                            proto::CreateTableReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     return Err(DoCreateTable(*req, reply));
   }
 
-  grpc::Status AdvanceClock(grpc::ServerContext*,
+  grpc::Status AdvanceClock(grpc::ServerContext* ctx,
                             const proto::AdvanceClockRequest* req,
                             proto::AdvanceClockReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     absl::Status s = clocks_.Advance(req->rank(), req->clock());
     if (!s.ok()) return Err(s);
@@ -308,8 +315,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status WaitClock(grpc::ServerContext*, const proto::WaitClockRequest* req,
+  grpc::Status WaitClock(grpc::ServerContext* ctx, const proto::WaitClockRequest* req,
                          proto::WaitClockReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     const absl::Duration timeout = req->timeout_ms() > 0
                                        ? absl::Milliseconds(req->timeout_ms())
                                        : absl::Seconds(60);
@@ -332,8 +340,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetJobStatus(grpc::ServerContext*, const proto::JobStatusRequest*,
+  grpc::Status GetJobStatus(grpc::ServerContext* ctx, const proto::JobStatusRequest*,
                             proto::JobStatus* status) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     *status->mutable_job() = job_;
     status->set_gating_clock(clocks_.GatingClock());
@@ -341,8 +350,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Barrier(grpc::ServerContext*, const proto::BarrierRequest* req,
+  grpc::Status Barrier(grpc::ServerContext* ctx, const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
     const absl::Duration timeout = req->timeout_ms() > 0
                                        ? absl::Milliseconds(req->timeout_ms())

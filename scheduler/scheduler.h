@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "consistency/consistency.h"
 #include "proto/downpour.pb.h"
 
@@ -60,6 +61,9 @@ struct SchedulerOptions {
   // The job's consistency contract; workers get ranks 0 .. N + b - 1.
   ConsistencyPolicy policy;
   std::string policy_name = "bsp";  // as given to ConsistencyPolicy::Parse
+  // On: every call must carry the cluster token (the health service stays
+  // open, for probes).
+  ClusterAuth auth;
 };
 
 class Scheduler {

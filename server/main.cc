@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "common/auth.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -46,6 +47,13 @@ int main(int argc, char** argv) {
   options.plugin_paths = absl::GetFlag(FLAGS_handler_plugins);
   options.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  auto auth = downpour::ClusterAuth::FromFlags();
+  if (!auth.ok()) {
+    DP_LOG(ERROR) << auth.status();
+    return 2;
+  }
+  options.auth = *auth;
+  if (auth->enabled()) DP_LOG(INFO) << "cluster authentication on";
 
   auto server = downpour::Server::Create(options);
   if (!server.ok()) {

@@ -26,13 +26,15 @@ using server_internal::Dispatcher;
 
 class AdminService final : public proto::ServerAdmin::Service {
  public:
-  explicit AdminService(const DataServer* data) : data_(data) {}
+  AdminService(const DataServer* data, ClusterAuth auth)
+      : data_(data), auth_(std::move(auth)) {}
 
   // The dispatcher exists only once the server has registered.
   void set_dispatcher(const Dispatcher* d) { dispatcher_.store(d); }
 
-  grpc::Status GetStats(grpc::ServerContext*, const proto::StatsRequest*,
+  grpc::Status GetStats(grpc::ServerContext* ctx, const proto::StatsRequest*,
                         proto::ServerStats* stats) override {
+    if (grpc::Status a = auth_.Check(ctx); !a.ok()) return a;
     const Dispatcher* dispatcher = dispatcher_.load();
     if (dispatcher == nullptr) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered yet");
@@ -42,12 +44,14 @@ class AdminService final : public proto::ServerAdmin::Service {
     stats->set_bytes_out(data_->counters().bytes_out.load());
     stats->set_errors(stats->errors() +
                       data_->counters().framing_errors.load());
+    stats->set_auth_failures(data_->counters().auth_failures.load());
     return grpc::Status::OK;
   }
 
  private:
   std::atomic<const Dispatcher*> dispatcher_{nullptr};
   const DataServer* const data_;
+  const ClusterAuth auth_;
 };
 
 // Replaces the host of "tcp://host:port".
@@ -60,7 +64,9 @@ std::string Advertise(const std::string& endpoint, const std::string& host) {
 class ServerImpl final : public Server {
  public:
   explicit ServerImpl(const ServerOptions& options)
-      : options_(options), scheduler_(options.scheduler_address) {}
+      : options_(options),
+        scheduler_(options.scheduler_address, absl::Seconds(10),
+                   options.auth) {}
   ~ServerImpl() override { Shutdown(); }
 
   absl::Status Init();
@@ -148,13 +154,14 @@ absl::Status ServerImpl::Init() {
   DataServerOptions data_options;
   data_options.bind_endpoint = options_.data_bind;
   data_options.max_message_bytes = options_.max_message_bytes;
+  data_options.auth = options_.auth;
   DP_ASSIGN_OR_RETURN(data_, DataServer::Create(data_options, &pool_));
   endpoint_ = Advertise(data_->endpoint(), options_.advertise_host);
 
   // The admin service starts before registration so that the map can
   // advertise its port; stats become available once the dispatcher exists.
   grpc::EnableDefaultHealthCheckService(true);
-  admin_service_ = std::make_unique<AdminService>(data_.get());
+  admin_service_ = std::make_unique<AdminService>(data_.get(), options_.auth);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.admin_listen,
                            grpc::InsecureServerCredentials(), &admin_port_);

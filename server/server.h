@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "common/types.h"
 
 namespace downpour {
@@ -36,6 +37,9 @@ struct ServerOptions {
   size_t max_message_bytes = size_t{256} << 20;
   std::vector<std::string> plugin_paths;  // update-handler plugins (.so)
   absl::Duration connect_timeout = absl::Seconds(30);
+  // On: the data plane admits only peers with the cluster secret, and the
+  // admin service and scheduler calls use its token (common/auth.h).
+  ClusterAuth auth;
 };
 
 class Server {

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
 #include "common/address_file.h"
+#include "common/auth.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -35,6 +36,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
                                    "--address_file=" + address_file};
   argv.insert(argv.end(), options.scheduler_flags.begin(),
               options.scheduler_flags.end());
+  if (!options.cluster_secret_file.empty()) {
+    argv.push_back("--cluster_secret_file=" + options.cluster_secret_file);
+  }
   c->scheduler_ = std::make_unique<Subprocess>(
       argv, options.work_dir + "/scheduler.log");
   DP_RETURN_IF_ERROR(c->scheduler_->Start());
@@ -58,13 +62,20 @@ absl::Status LocalCluster::AddServer() {
                                    absl::StrCat("--name=server-", index)};
   argv.insert(argv.end(), options_.server_flags.begin(),
               options_.server_flags.end());
+  if (!options_.cluster_secret_file.empty()) {
+    argv.push_back("--cluster_secret_file=" + options_.cluster_secret_file);
+  }
   servers_.push_back(std::make_unique<Subprocess>(
       argv, absl::StrCat(options_.work_dir, "/server-", index, ".log")));
   return servers_.back()->Start();
 }
 
 absl::Status LocalCluster::WaitForAliveServers(int count) {
-  SchedulerClient scheduler(scheduler_address_);
+  ClusterAuth auth;
+  if (!options_.cluster_secret_file.empty()) {
+    DP_ASSIGN_OR_RETURN(auth, ClusterAuth::FromFile(options_.cluster_secret_file));
+  }
+  SchedulerClient scheduler(scheduler_address_, absl::Seconds(10), auth);
   const absl::Time deadline = absl::Now() + options_.start_timeout;
   while (absl::Now() < deadline) {
     auto map = scheduler.GetClusterMap();

@@ -34,6 +34,9 @@ struct LocalClusterOptions {
   int num_servers = 2;
   std::vector<std::string> scheduler_flags;
   std::vector<std::string> server_flags;  // given to every server
+  // Given to the scheduler and every server (--cluster_secret_file), and
+  // used by the cluster's own scheduler calls. Empty: no authentication.
+  std::string cluster_secret_file;
   absl::Duration start_timeout = absl::Seconds(30);
 };
 

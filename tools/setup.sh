@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
+  libssl-dev
   python3 gnuplot-nox
   procps iproute2
 )

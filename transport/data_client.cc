@@ -4,12 +4,14 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "transport/internal/security.h"
 #include "transport/internal/zmq_util.h"
 
 namespace downpour {
@@ -23,6 +25,7 @@ class DataClient::Loop {
   Loop(DataClient* owner, void* context) : owner_(owner), context_(context) {}
 
   ~Loop() {
+    monitors_.clear();  // before the sockets they watch
     for (auto& [endpoint, socket] : sockets_) zmq_close(socket);
     zmq_ctx_term(context_);
   }
@@ -40,7 +43,8 @@ class DataClient::Loop {
   void SendOne(Queued q);
   void ReceiveFrom(void* socket);
   void ExpireDeadlines();
-  void ResetSocket(void* socket);
+  void ResetSocket(void* socket, const absl::Status& why);
+  void CheckHandshakes(void* socket);
   void FailAll(const absl::Status& status);
   bool DrainQueue();  // false once stopping
 
@@ -48,6 +52,11 @@ class DataClient::Loop {
   void* const context_;
   uint64_t next_id_ = 1;
   std::unordered_map<std::string, void*> sockets_;
+  // Per socket: reports failed security handshakes, so that a request to a
+  // server that refuses us fails at once with a reason instead of waiting
+  // out its deadline.
+  std::unordered_map<void*, std::unique_ptr<transport_internal::HandshakeMonitor>>
+      monitors_;
   std::unordered_map<uint64_t, Pending> pending_;
   // (deadline, id), earliest first; entries whose id is gone are skipped.
   std::priority_queue<std::pair<absl::Time, uint64_t>,
@@ -117,11 +126,17 @@ void* DataClient::Loop::SocketFor(const std::string& endpoint) {
   if (it != sockets_.end()) return it->second;
   void* s = transport_internal::OpenSocket(context_, ZMQ_DEALER,
                                            owner_->options_.max_message_bytes);
-  if (s == nullptr || zmq_connect(s, endpoint.c_str()) != 0) {
-    if (s != nullptr) zmq_close(s);
+  if (s == nullptr) return nullptr;
+  auto monitor = transport_internal::HandshakeMonitor::Create(context_, s);
+  if (!monitor.ok() ||
+      !transport_internal::ApplyCurveClient(s, owner_->options_.auth).ok() ||
+      zmq_connect(s, endpoint.c_str()) != 0) {
+    if (monitor.ok()) monitor->reset();
+    zmq_close(s);
     return nullptr;
   }
   sockets_[endpoint] = s;
+  monitors_[s] = std::move(*monitor);
   return s;
 }
 
@@ -182,7 +197,22 @@ void DataClient::Loop::ReceiveFrom(void* socket) {
   msg_.Clear();
 }
 
-void DataClient::Loop::ResetSocket(void* socket) {
+void DataClient::Loop::CheckHandshakes(void* socket) {
+  auto it = monitors_.find(socket);
+  if (it == monitors_.end()) return;
+  std::optional<transport_internal::HandshakeMonitor::Failure> failure;
+  while (auto f = it->second->Next()) failure = std::move(f);
+  if (!failure) return;
+  std::string endpoint;
+  for (const auto& [e, s] : sockets_) {
+    if (s == socket) endpoint = e;
+  }
+  ResetSocket(socket, absl::UnauthenticatedError(absl::StrCat(
+                          "data plane connection to ", endpoint,
+                          " refused: ", failure->description)));
+}
+
+void DataClient::Loop::ResetSocket(void* socket, const absl::Status& why) {
   // Closing with linger 0 drops queued messages, which releases their
   // borrowed payloads; every request still waiting on it fails.
   std::vector<ReplyCallback> failed;
@@ -202,13 +232,9 @@ void DataClient::Loop::ResetSocket(void* socket) {
       break;
     }
   }
+  monitors_.erase(socket);
   zmq_close(socket);
-  for (auto& done : failed) {
-    done(absl::UnavailableError(absl::StrCat(
-             "connection to ", endpoint,
-             " was reset after another request to it timed out")),
-         nullptr);
-  }
+  for (auto& done : failed) done(why, nullptr);
 }
 
 void DataClient::Loop::ExpireDeadlines() {
@@ -222,7 +248,13 @@ void DataClient::Loop::ExpireDeadlines() {
     void* socket = it->second.socket;
     pending_.erase(it);
     done(absl::DeadlineExceededError("no reply before the deadline"), nullptr);
-    ResetSocket(socket);
+    std::string endpoint;
+    for (const auto& [e, s] : sockets_) {
+      if (s == socket) endpoint = e;
+    }
+    ResetSocket(socket, absl::UnavailableError(absl::StrCat(
+                            "connection to ", endpoint,
+                            " was reset after another request to it timed out")));
   }
 }
 
@@ -258,6 +290,11 @@ void DataClient::Loop::Run() {
       items.push_back(zmq_pollitem_t{socket, 0, ZMQ_POLLIN, 0});
       polled.push_back(socket);
     }
+    const size_t first_monitor = items.size();
+    for (auto& [socket, monitor] : monitors_) {
+      items.push_back(zmq_pollitem_t{monitor->socket(), 0, ZMQ_POLLIN, 0});
+      polled.push_back(socket);
+    }
     long timeout_ms = 100;
     if (!deadlines_.empty()) {
       const absl::Duration left = deadlines_.top().first - absl::Now();
@@ -266,8 +303,12 @@ void DataClient::Loop::Run() {
     }
     int n = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
     if (n > 0) {
-      for (size_t i = 1; i < items.size(); ++i) {
+      for (size_t i = 1; i < first_monitor; ++i) {
         if (items[i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i - 1]);
+      }
+      // After the replies: a socket may be closed here.
+      for (size_t i = first_monitor; i < items.size(); ++i) {
+        if (items[i].revents & ZMQ_POLLIN) CheckHandshakes(polled[i - 1]);
       }
       if ((items[0].revents & ZMQ_POLLIN) && !DrainQueue()) break;
     }

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "common/buffer_pool.h"
 #include "transport/frames.h"
 
@@ -28,6 +29,8 @@ namespace downpour {
 struct DataClientOptions {
   // Replies above twice this make ZeroMQ drop the connection.
   size_t max_message_bytes = size_t{256} << 20;
+  // On: connections use CURVE with the cluster's keys (see common/auth.h).
+  ClusterAuth auth;
 };
 
 class DataClient {
@@ -35,8 +38,10 @@ class DataClient {
   // Runs on the I/O thread, exactly once per Send. On success `status` is OK
   // and `reply` is valid only during the call (its header may still carry an
   // error from the server). Otherwise `reply` is null and `status` is
-  // kDeadlineExceeded (no reply by the deadline) or kUnavailable (the client
-  // is shutting down). Must not block.
+  // kDeadlineExceeded (no reply by the deadline), kUnauthenticated (the
+  // security handshake with that server failed: the cluster secrets differ
+  // or one side has none) or kUnavailable (the client is shutting down).
+  // Must not block.
   using ReplyCallback =
       std::function<void(const absl::Status& status,
                          const IncomingMessage* reply)>;

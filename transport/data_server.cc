@@ -3,9 +3,11 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "transport/internal/security.h"
 #include "transport/internal/zmq_util.h"
 
 namespace downpour {
@@ -25,9 +27,27 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Create(
   // An unroutable reply (the client went away) fails loudly instead of
   // being dropped in silence.
   zmq_setsockopt(socket, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
-  if (zmq_bind(socket, options.bind_endpoint.c_str()) != 0) {
-    absl::Status s = transport_internal::ErrnoStatus(
+  std::unique_ptr<transport_internal::ZapHandler> zap;
+  std::unique_ptr<transport_internal::HandshakeMonitor> monitor;
+  absl::Status s;
+  if (options.auth.enabled()) {
+    // The ZAP handler must be bound before the first handshake can start.
+    auto z = transport_internal::ZapHandler::Create(context, options.auth);
+    auto m = transport_internal::HandshakeMonitor::Create(context, socket);
+    s = z.ok() ? m.status() : z.status();
+    if (s.ok()) {
+      zap = std::move(*z);
+      monitor = std::move(*m);
+      s = transport_internal::ApplyCurveServer(socket, options.auth);
+    }
+  }
+  if (s.ok() && zmq_bind(socket, options.bind_endpoint.c_str()) != 0) {
+    s = transport_internal::ErrnoStatus(
         absl::StrCat("bind data plane to ", options.bind_endpoint));
+  }
+  if (!s.ok()) {
+    monitor.reset();
+    zap.reset();
     zmq_close(socket);
     zmq_ctx_term(context);
     return s;
@@ -35,8 +55,11 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Create(
   char endpoint[256];
   size_t len = sizeof(endpoint);
   zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, endpoint, &len);
-  return std::unique_ptr<DataServer>(
+  std::unique_ptr<DataServer> server(
       new DataServer(options, pool, context, socket, endpoint));
+  server->zap_ = std::move(zap);
+  server->monitor_ = std::move(monitor);
+  return server;
 }
 
 DataServer::DataServer(const DataServerOptions& options, BufferPool* pool,
@@ -56,6 +79,8 @@ void DataServer::Start(Handler handler) {
 void DataServer::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  monitor_.reset();  // before the socket it watches
+  zap_.reset();
   if (socket_ != nullptr) {
     zmq_close(socket_);
     socket_ = nullptr;
@@ -75,14 +100,35 @@ void FillError(const absl::Status& status, proto::DataHeader* header) {
 
 }  // namespace
 
+void DataServer::ServeSecurity() {
+  zap_->Serve();
+  while (auto failure = monitor_->Next()) {
+    const uint64_t n =
+        counters_.auth_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+    // A refused peer reconnects every 100 ms: log the 1st, 2nd, 4th, ...
+    if ((n & (n - 1)) == 0) {
+      DP_LOG(WARNING) << "refused an unauthenticated data-plane connection ("
+                      << failure->endpoint << "): " << failure->description
+                      << " (" << n << " so far)";
+    }
+  }
+}
+
 void DataServer::Loop(Handler handler) {
   MultipartMessage msg;
   std::string header_bytes;
   Buffer key_scratch, value_scratch;
+  std::vector<zmq_pollitem_t> items = {{socket_, 0, ZMQ_POLLIN, 0}};
+  if (zap_ != nullptr) {
+    items.push_back({zap_->socket(), 0, ZMQ_POLLIN, 0});
+    items.push_back({monitor_->socket(), 0, ZMQ_POLLIN, 0});
+  }
   while (!stop_.load(std::memory_order_relaxed)) {
-    zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
     // The timeout only bounds how long Stop() waits.
-    if (zmq_poll(&item, 1, 100) <= 0) continue;
+    if (zmq_poll(items.data(), static_cast<int>(items.size()), 100) <= 0) {
+      continue;
+    }
+    if (zap_ != nullptr) ServeSecurity();
     // Drain everything that is waiting before polling again.
     while (msg.Receive(socket_, ZMQ_DONTWAIT)) {
       counters_.requests.fetch_add(1, std::memory_order_relaxed);

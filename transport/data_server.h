@@ -18,10 +18,15 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/auth.h"
 #include "common/buffer_pool.h"
 #include "transport/frames.h"
 
 namespace downpour {
+namespace transport_internal {
+class HandshakeMonitor;
+class ZapHandler;
+}  // namespace transport_internal
 
 struct DataServerOptions {
   // ZeroMQ endpoint; port "*" picks a free one (see DataServer::endpoint()).
@@ -30,6 +35,10 @@ struct DataServerOptions {
   // kResourceExhausted. Frames above twice this make ZeroMQ drop the peer's
   // connection, bounding the memory a hostile peer can make us allocate.
   size_t max_message_bytes = size_t{256} << 20;
+  // On: only peers holding the cluster secret complete the (CURVE)
+  // handshake; the others never reach the handler and are counted in
+  // auth_failures.
+  ClusterAuth auth;
 };
 
 // Statistics kept by the receive thread; read with relaxed loads.
@@ -38,6 +47,8 @@ struct DataServerCounters {
   std::atomic<uint64_t> framing_errors{0};
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};
+  // Connections refused in the security handshake (wrong or missing secret).
+  std::atomic<uint64_t> auth_failures{0};
 };
 
 class DataServer {
@@ -65,12 +76,16 @@ class DataServer {
   DataServer(const DataServerOptions& options, BufferPool* pool, void* context,
              void* socket, std::string endpoint);
   void Loop(Handler handler);
+  void ServeSecurity();  // ZAP requests and handshake failures
 
   const DataServerOptions options_;
   BufferPool* const pool_;
   void* context_;  // zmq context, owned
   void* socket_;   // ROUTER, used only by the receive thread once started
   const std::string endpoint_;
+  // Only when auth is on; used by the receive thread.
+  std::unique_ptr<transport_internal::ZapHandler> zap_;
+  std::unique_ptr<transport_internal::HandshakeMonitor> monitor_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   DataServerCounters counters_;

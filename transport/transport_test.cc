@@ -182,5 +182,129 @@ TEST_F(TransportTest, MalformedFramesGetClearErrors) {
   EXPECT_GE(server_->counters().framing_errors.load(), 4u);
 }
 
+// A CURVE-secured server: the handler runs only for peers with the secret.
+class SecureTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(std::string secret, ClusterAuth::NewSecret());
+    ASSERT_OK_AND_ASSIGN(auth_, ClusterAuth::FromSecret(secret));
+    DataServerOptions opts;
+    opts.auth = auth_;
+    ASSERT_OK_AND_ASSIGN(server_, DataServer::Create(opts, &pool_));
+    server_->Start([this](const IncomingMessage& req, OutgoingReply* reply) {
+      handled_++;
+      DoublingHandler(&pool_, req, reply);
+    });
+  }
+
+  struct Outcome {
+    absl::Status status;
+    std::vector<float> values;
+  };
+  // Sends one push of {1, 2, 3} through a new client with `auth`.
+  Outcome SendWith(const ClusterAuth& auth, int* released) {
+    DataClientOptions opts;
+    opts.auth = auth;
+    auto client = DataClient::Create(opts, &pool_);
+    if (!client.ok()) return {client.status(), {}};
+    Result r;
+    OutgoingRequest req;
+    req.header.set_op(proto::PUSH);
+    req.values = Payload::Borrow(values_, sizeof(values_),
+                                 [released] { ++*released; });
+    (*client)->Send(server_->endpoint(), std::move(req),
+                    absl::Now() + absl::Seconds(20), Capture(&r));
+    EXPECT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    return {r.status, r.values};
+  }
+
+  float values_[3] = {1, 2, 3};
+  std::atomic<int> handled_{0};
+  ClusterAuth auth_;
+  BufferPool pool_;
+  std::unique_ptr<DataServer> server_;
+};
+
+TEST_F(SecureTransportTest, PeerWithTheSecretIsServed) {
+  int released = 0;
+  Outcome r = SendWith(auth_, &released);
+  ASSERT_OK(r.status);
+  EXPECT_EQ(r.values, (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(released, 1);
+  EXPECT_EQ(server_->counters().auth_failures.load(), 0u);
+}
+
+TEST_F(SecureTransportTest, PeerWithoutSecretFailsFastWithAReason) {
+  int released = 0;
+  const absl::Time start = absl::Now();
+  Outcome r = SendWith(ClusterAuth(), &released);
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(std::string(r.status.message()),
+              ::testing::HasSubstr("security handshake"));
+  EXPECT_THAT(std::string(r.status.message()),
+              ::testing::HasSubstr(server_->endpoint()));
+  // Refused by the handshake, not by the 20 s deadline.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(released, 1);  // the borrowed payload is given back
+  EXPECT_EQ(handled_.load(), 0);
+  // The server counts it (its monitor may run a moment after the client's).
+  for (int i = 0; i < 100 && server_->counters().auth_failures.load() == 0;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GT(server_->counters().auth_failures.load(), 0u);
+}
+
+TEST_F(SecureTransportTest, PeerWithAnotherSecretIsRefused) {
+  ASSERT_OK_AND_ASSIGN(std::string other, ClusterAuth::NewSecret());
+  ASSERT_OK_AND_ASSIGN(ClusterAuth wrong, ClusterAuth::FromSecret(other));
+  int released = 0;
+  Outcome r = SendWith(wrong, &released);
+  // The client expects the cluster's server key derived from its own
+  // secret, so the handshake fails cryptographically.
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_EQ(handled_.load(), 0);
+  EXPECT_EQ(released, 1);
+  // The server still serves a good peer afterwards.
+  Outcome ok = SendWith(auth_, &released);
+  ASSERT_OK(ok.status);
+  EXPECT_EQ(ok.values, (std::vector<float>{2, 4, 6}));
+}
+
+TEST_F(SecureTransportTest, PeerThatKnowsOnlyThePublicKeyIsRefusedByZap) {
+  // An attacker who learned the server's public key (it is not secret)
+  // connects with a key pair of its own: the handshake's cryptography
+  // succeeds, and only the ZAP check of the client key stops it.
+  char pub[41], sec[41];
+  ASSERT_EQ(zmq_curve_keypair(pub, sec), 0);
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_DEALER);
+  int zero = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, auth_.curve_public_key().data(), 40);
+  zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 40);
+  zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40);
+  ASSERT_EQ(zmq_socket_monitor(s, "inproc://attacker",
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH), 0);
+  void* mon = zmq_socket(ctx, ZMQ_PAIR);
+  ASSERT_EQ(zmq_connect(mon, "inproc://attacker"), 0);
+  ASSERT_EQ(zmq_connect(s, server_->endpoint().c_str()), 0);
+  zmq_send(s, "x", 1, 0);
+  int rcvtimeo = 10000;
+  zmq_setsockopt(mon, ZMQ_RCVTIMEO, &rcvtimeo, sizeof(rcvtimeo));
+  zmq_msg_t event;
+  zmq_msg_init(&event);
+  ASSERT_GE(zmq_msg_recv(&event, mon, 0), 6) << "no AUTH failure event";
+  uint16_t id;
+  std::memcpy(&id, zmq_msg_data(&event), sizeof(id));
+  EXPECT_EQ(id, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+  zmq_msg_close(&event);
+  zmq_socket_monitor(s, nullptr, 0);
+  zmq_close(mon);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  EXPECT_EQ(handled_.load(), 0);
+}
+
 }  // namespace
 }  // namespace downpour

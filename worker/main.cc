@@ -3,6 +3,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "worker/sandblaster_worker.h"
@@ -52,9 +53,15 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour worker daemon");
   absl::ParseCommandLine(argc, argv);
   downpour::TuneAllocatorForLargeMessages();
+  auto auth = downpour::ClusterAuth::FromFlags();
+  if (!auth.ok()) {
+    DP_LOG(ERROR) << auth.status();
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_job) == "lbfgs") {
     downpour::SandblasterWorkerOptions so;
     so.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+    so.auth = *auth;
     so.coordinator_address = absl::GetFlag(FLAGS_coordinator);
     so.name = absl::GetFlag(FLAGS_name);
     so.slow_factor = absl::GetFlag(FLAGS_slow_factor);
@@ -74,6 +81,7 @@ int main(int argc, char** argv) {
   }
   downpour::WorkerOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  o.auth = *auth;
   o.name = absl::GetFlag(FLAGS_name);
   o.model = absl::GetFlag(FLAGS_model);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);

@@ -28,6 +28,7 @@ class SandblasterWorker {
   absl::Status Run() {
     ClientOptions co;
     co.scheduler_address = options_.scheduler_address;
+    co.auth = options_.auth;
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
     absl::Time last_contact = absl::Now();
     while (true) {
@@ -37,9 +38,12 @@ class SandblasterWorker {
       proto::TaskAssignment task;
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+      options_.auth.Attach(&ctx);
       const grpc::Status s = stub_->GetTask(&ctx, req, &task);
       if (!s.ok()) {
-        if (absl::Now() - last_contact > options_.coordinator_timeout) {
+        // Waiting would not help a refused token.
+        if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+            absl::Now() - last_contact > options_.coordinator_timeout) {
           return FromGrpcStatus(s, absl::StrCat("coordinator at ",
                                                 options_.coordinator_address));
         }
@@ -127,6 +131,7 @@ class SandblasterWorker {
     proto::TaskResultReply reply;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    options_.auth.Attach(&ctx);
     const grpc::Status s = stub_->FinishTask(&ctx, result, &reply);
     if (!s.ok()) {
       // The gradient is on the servers; the task will be handed out again

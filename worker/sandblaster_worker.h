@@ -13,11 +13,13 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 
 namespace downpour {
 
 struct SandblasterWorkerOptions {
   std::string scheduler_address;
+  ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
   std::string coordinator_address;
   std::string name;           // in the coordinator's task bookkeeping
   double slow_factor = 1.0;   // > 1: sleep to look that much slower

@@ -132,7 +132,7 @@ class ClockReporter {
 class WorkerImpl final : public Worker {
  public:
   explicit WorkerImpl(const WorkerOptions& o)
-      : options_(o), scheduler_(o.scheduler_address) {}
+      : options_(o), scheduler_(o.scheduler_address, absl::Seconds(10), o.auth) {}
   ~WorkerImpl() override {
     stop_.Notify();
     if (heartbeat_.joinable()) heartbeat_.join();
@@ -248,6 +248,7 @@ absl::Status WorkerImpl::Init() {
 
   ClientOptions co;
   co.scheduler_address = options_.scheduler_address;
+  co.auth = options_.auth;
   co.op_timeout = absl::Seconds(60);
   DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
 

@@ -53,12 +53,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/auth.h"
 #include "models/dataset.h"
 
 namespace downpour {
 
 struct WorkerOptions {
   std::string scheduler_address;
+  ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
   std::string name;                 // stable identity (rank survives restarts)
   // "softmax", "mlp" (784-256-10) on Fashion-MNIST, or "sparse_lr":
   // sparse logistic regression (see below).

@@ -1,0 +1,69 @@
+// CURVE security for the data plane (see common/auth.h for the model).
+// Private to transport/.
+#ifndef DOWNPOUR_TRANSPORT_INTERNAL_SECURITY_H_
+#define DOWNPOUR_TRANSPORT_INTERNAL_SECURITY_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/auth.h"
+
+namespace downpour {
+namespace transport_internal {
+
+// Makes `socket` a CURVE server with the cluster's key pair. Call before
+// bind. No-op when auth is off.
+absl::Status ApplyCurveServer(void* socket, const ClusterAuth& auth);
+// Makes `socket` a CURVE client presenting the cluster's key pair and
+// expecting the cluster's server key. Call before connect. No-op when off.
+absl::Status ApplyCurveClient(void* socket, const ClusterAuth& auth);
+
+// The ZAP handler of one ZeroMQ context: without it a CURVE server admits
+// any client that knows the (public) server key; with it only clients whose
+// public key is the cluster's, i.e. who hold the secret. Owned and polled by
+// the server's receive thread; it must exist before the server socket binds.
+class ZapHandler {
+ public:
+  static absl::StatusOr<std::unique_ptr<ZapHandler>> Create(
+      void* context, const ClusterAuth& auth);
+  ~ZapHandler();
+  void* socket() const { return socket_; }  // poll for ZMQ_POLLIN
+  // Answers every waiting request; returns how many it refused.
+  int Serve();
+
+ private:
+  ZapHandler(void* socket, std::string cluster_public_key);
+  void* socket_;
+  const std::string cluster_public_key_;  // 32 raw bytes
+};
+
+// Reports failed security handshakes on one socket: a peer with a wrong
+// secret, or one with security where the other side has none.
+class HandshakeMonitor {
+ public:
+  struct Failure {
+    std::string endpoint;     // the peer's address as ZeroMQ names it
+    std::string description;  // why, in words
+  };
+  // `socket` must outlive the monitor.
+  static absl::StatusOr<std::unique_ptr<HandshakeMonitor>> Create(
+      void* context, void* socket);
+  ~HandshakeMonitor();
+  void* socket() const { return pair_; }  // poll for ZMQ_POLLIN
+  // The next failure if one is waiting.
+  std::optional<Failure> Next();
+
+ private:
+  HandshakeMonitor(void* monitored, void* pair)
+      : monitored_(monitored), pair_(pair) {}
+  void* monitored_;
+  void* pair_;
+};
+
+}  // namespace transport_internal
+}  // namespace downpour
+
+#endif  // DOWNPOUR_TRANSPORT_INTERNAL_SECURITY_H_
