@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 
 ABSL_FLAG(std::string, cluster_secret_file, "",
@@ -86,7 +87,9 @@ absl::StatusOr<ClusterAuth> ClusterAuth::FromFile(const std::string& path) {
 absl::StatusOr<ClusterAuth> ClusterAuth::FromFlags() {
   const std::string path = absl::GetFlag(FLAGS_cluster_secret_file);
   if (path.empty()) return ClusterAuth();
-  return FromFile(path);
+  auto auth = FromFile(path);
+  if (auth.ok()) DP_LOG(INFO) << "cluster authentication on (" << path << ")";
+  return auth;
 }
 
 absl::StatusOr<std::string> ClusterAuth::NewSecret() {

@@ -44,7 +44,7 @@ class ClusterAuth {
   // Reads the secret from a file (surrounding whitespace ignored).
   static absl::StatusOr<ClusterAuth> FromFile(const std::string& path);
   // From the --cluster_secret_file flag that every daemon links in; off when
-  // the flag is empty.
+  // the flag is empty. Logs that authentication is on.
   static absl::StatusOr<ClusterAuth> FromFlags();
   // A fresh random secret in Z85, for a new cluster.
   static absl::StatusOr<std::string> NewSecret();

@@ -52,7 +52,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth = *auth;
-  if (auth->enabled()) DP_LOG(INFO) << "cluster authentication on";
   DP_LOG(INFO) << "job: " << policy->ToString();
   auto scheduler = downpour::Scheduler::Create(options);
   if (!scheduler.ok()) {

@@ -53,7 +53,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth = *auth;
-  if (auth->enabled()) DP_LOG(INFO) << "cluster authentication on";
 
   auto server = downpour::Server::Create(options);
   if (!server.ok()) {
