@@ -262,8 +262,17 @@ bool TableShard::FirstInRound(uint32_t vector, int64_t round, uint64_t task,
   return true;
 }
 
+std::vector<float> TableShard::TakeSpare() {
+  if (spare_.empty()) return {};
+  std::vector<float> v = std::move(spare_.back());
+  spare_.pop_back();
+  return v;
+}
+
 TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
-                                             Clock clock, const float* grads) {
+                                             Clock clock, const float* grads,
+                                             uint64_t waiter,
+                                             std::vector<uint64_t>* released) {
   Clock& next = next_clock_[{begin, end}];
   if (clock < next) {
     // A backup worker's late push: the step was already taken without it.
@@ -271,26 +280,46 @@ TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
     staleness_.Applied(rank, clock);
     return SyncResult::kDiscarded;
   }
+  if (spec_.sync_workers() == 1) {
+    // One gradient is the whole step: apply it from the request's buffer.
+    // The general path below would apply (0.0f + g) / 1, which equals g
+    // except that a -0.0 gradient becomes +0.0; an update rule can tell
+    // the two apart only on a parameter that is exactly -0.0, and
+    // subtracting from +0.0 or a non-zero value never produces one.
+    PushRange(begin, end, grads);
+    staleness_.Applied(rank, clock);
+    next = clock + 1;
+    aggregated_.fetch_add(1, std::memory_order_relaxed);
+    return SyncResult::kApplied;
+  }
   const size_t n = (end - begin) * width_;
   PendingStep& step = pending_[{begin, end, clock}];
   if (step.by_rank.empty()) step.by_rank.resize(tracked_ranks_);
+  if (waiter != 0) step.waiters.push_back(waiter);
   if (!step.by_rank[rank].empty()) return SyncResult::kHeld;  // a resend
+  step.by_rank[rank] = TakeSpare();
   step.by_rank[rank].assign(grads, grads + n);
   if (++step.count < static_cast<int>(spec_.sync_workers())) {
     return SyncResult::kHeld;
   }
   // Sum in rank order, so the result does not depend on arrival order.
-  std::vector<float> mean(n, 0.0f);
+  sum_.assign(n, 0.0f);
   for (const auto& g : step.by_rank) {
     if (g.empty()) continue;
-    for (size_t j = 0; j < n; ++j) mean[j] += g[j];
+    for (size_t j = 0; j < n; ++j) sum_[j] += g[j];
   }
   const float count = static_cast<float>(step.count);
-  for (float& v : mean) v /= count;
-  PushRange(begin, end, mean.data());
+  for (float& v : sum_) v /= count;
+  PushRange(begin, end, sum_.data());
   for (int r = 0; r < tracked_ranks_; ++r) {
-    if (!step.by_rank[r].empty()) staleness_.Applied(r, clock);
+    if (step.by_rank[r].empty()) continue;
+    staleness_.Applied(r, clock);
+    spare_.push_back(std::move(step.by_rank[r]));
   }
+  // The completing request is answered by the caller; a resend of it may
+  // have left its token among the waiters as well, which is harmless.
+  if (waiter != 0) step.waiters.pop_back();
+  released->insert(released->end(), step.waiters.begin(), step.waiters.end());
   pending_.erase({begin, end, clock});
   next = clock + 1;
   aggregated_.fetch_add(1, std::memory_order_relaxed);

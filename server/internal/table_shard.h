@@ -98,11 +98,18 @@ class TableShard {
   // Synchronous (BSP) push of a range by worker `rank` for iteration
   // `clock` (spec().sync_workers() > 0). The gradient is held until
   // sync_workers distinct workers pushed the same range and clock, then
-  // their mean, summed in rank order, is applied once.
-  // REQUIRES: the range lies inside one owned range; rank < tracked ranks.
+  // their mean, summed in rank order, is applied once. With sync_workers =
+  // 1 it is applied at once, without the aggregation copy.
+  // `waiter` != 0 names a request that wants the values once that step is
+  // applied (BSP PushPull): on kHeld it is remembered with the step, and
+  // the kApplied call that completes the step appends every remembered
+  // waiter of it to `*released` (the completing request itself is not
+  // added: its caller answers it directly). REQUIRES: the range lies inside
+  // one owned range; rank < tracked ranks; `released` non-null.
   enum class SyncResult { kHeld, kApplied, kDiscarded };
   SyncResult PushSynced(Key begin, Key end, int rank, Clock clock,
-                        const float* grads);
+                        const float* grads, uint64_t waiter,
+                        std::vector<uint64_t>* released);
   // An asynchronous push by `rank` at `clock` was applied (for staleness).
   void RecordApplied(int rank, Clock clock);
   // Staleness of a pull at `clock` (0 when workers are not tracked).
@@ -168,7 +175,13 @@ class TableShard {
   struct PendingStep {
     std::vector<std::vector<float>> by_rank;  // empty = not pushed yet
     int count = 0;
+    std::vector<uint64_t> waiters;  // PushPull requests to answer
   };
+  // Gradient copies and the sum are reused across steps: allocating 800 KB
+  // per step would write fresh pages, ~40x slower than reused ones here.
+  std::vector<float> TakeSpare();
+  std::vector<std::vector<float>> spare_;
+  std::vector<float> sum_;
   const int tracked_ranks_;
   std::map<std::tuple<Key, Key, Clock>, PendingStep> pending_;
   std::map<std::pair<Key, Key>, Clock> next_clock_;  // first clock not applied
