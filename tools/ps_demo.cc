@@ -45,6 +45,10 @@ ABSL_FLAG(int32_t, eval_every, 50, "evaluate every n steps");
 ABSL_FLAG(std::string, out_dir, "out/demo", "CSV, plot and logs go here");
 ABSL_FLAG(std::string, bin_dir, "", "folder holding the daemons (default: ours)");
 ABSL_FLAG(int64_t, timeout_s, 1200, "give up after this long per run");
+ABSL_FLAG(std::string, data_listen, "",
+          "servers' data-plane endpoint (ps_server --data_listen), e.g. "
+          "ipc://* for ZeroMQ over Unix sockets; empty: the server's default "
+          "(TCP on 127.0.0.1)");
 ABSL_FLAG(bool, overhead, false,
           "time one epoch in-process and with 1 server + 1 worker under "
           "--mode (default bsp), and print the ratio");
@@ -81,6 +85,9 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   o.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = absl::GetFlag(FLAGS_servers);
+  if (!absl::GetFlag(FLAGS_data_listen).empty()) {
+    o.server_flags.push_back("--data_listen=" + absl::GetFlag(FLAGS_data_listen));
+  }
   o.scheduler_flags = {absl::StrCat("--consistency=", mode),
                        absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
                        absl::StrCat("--num_workers=", n),
