@@ -27,6 +27,11 @@ class DenseModel final : public Model {
                          float* grad) const override {
     return net_.LossAndGradient(params, data, batch, grad);
   }
+  double LossAndGradientStreamed(const float* params, const Dataset& data,
+                                 const std::vector<int>& batch, float* grad,
+                                 const GradientReady& ready) const override {
+    return net_.LossAndGradient(params, data, batch, grad, &ready);
+  }
   std::pair<double, double> Evaluate(const float* params,
                                      const Dataset& data) const override {
     return net_.Evaluate(params, data);

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,6 +58,28 @@ class Model {
   virtual double LossAndGradient(const float* params, const Dataset& data,
                                  const std::vector<int>& batch,
                                  float* grad) const = 0;
+  // Receives a range [offset, offset + count) of the gradient, in the
+  // parameter layout, once it is final.
+  using GradientReady = std::function<void(size_t offset, size_t count)>;
+  // LossAndGradient that reports each range of `grad` as soon as it is
+  // final, on the calling thread, so that the caller can send it while the
+  // rest is computed (layer-wise pipelining: the last layer first, a large
+  // weight matrix in row ranges). After ready(o, c) the call neither writes
+  // grad nor reads params in [o, o + c), so the caller may overwrite those
+  // params (with the reply of a PushPull, say). The ranges cover
+  // NumParams() exactly once, each inside one block and made of whole rows;
+  // how they are cut may depend on threads and batch size, so do not key
+  // anything shared on them. Gradient and loss are bit-for-bit those of
+  // LossAndGradient. The default reports everything at the end.
+  virtual double LossAndGradientStreamed(const float* params,
+                                         const Dataset& data,
+                                         const std::vector<int>& batch,
+                                         float* grad,
+                                         const GradientReady& ready) const {
+    const double loss = LossAndGradient(params, data, batch, grad);
+    ready(0, NumParams());
+    return loss;
+  }
   // (accuracy in [0, 1], mean cross-entropy without the L2 term) over all
   // of `data`; (0, 0) for an empty one. Same threading; same REQUIRES on
   // dim and labels.

@@ -1,6 +1,8 @@
 #include "models/model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "common/test_util.h"
@@ -182,6 +184,56 @@ TEST(FloatModel, ThreadsAgreeWithOneThread) {
   auto [acc2, eloss2] = two->Evaluate(p.data(), d);
   EXPECT_EQ(acc1, acc2);
   EXPECT_NEAR(eloss1, eloss2, 1e-5 * eloss1);
+}
+
+// The streamed gradient: every float reported exactly once, in whole rows
+// of one block, the large first layer in several ranges before the end;
+// values and loss bit-for-bit those of LossAndGradient; and no parameter
+// of a reported range is read again (overwriting them with NaN, as a
+// PushPull reply would overwrite them with new values, changes nothing).
+TEST(FloatModel, StreamedGradientIsExactAndReleasesReportedRanges) {
+  const Dataset d = RandomData(300, 784, 10, 8);
+  std::vector<int> batch;
+  for (int i = 0; i < 64; ++i) batch.push_back((i * 11) % d.num_examples);
+  for (int threads : {1, 2}) {
+    for (float l2 : {0.0f, 1e-3f}) {
+      auto m = MakeMlp({784, 256, 10}, l2, threads);
+      std::vector<float> p(m->NumParams());
+      m->Init(5, p.data());
+      std::vector<float> want(p.size()), got(p.size(), -7.0f);
+      const double want_loss = m->LossAndGradient(p.data(), d, batch, want.data());
+      std::vector<int> seen(p.size(), 0);
+      std::vector<float> mutable_p = p;
+      const std::vector<ParamBlock> blocks = m->Blocks();
+      int ranges = 0;
+      const double loss = m->LossAndGradientStreamed(
+          mutable_p.data(), d, batch, got.data(), [&](size_t off, size_t n) {
+            ++ranges;
+            // Inside one block, whole rows.
+            size_t begin = 0;
+            bool inside = false;
+            for (const ParamBlock& b : blocks) {
+              const size_t size = b.rows * b.width;
+              if (off >= begin && off + n <= begin + size) {
+                inside = (off - begin) % b.width == 0 && n % b.width == 0;
+              }
+              begin += size;
+            }
+            EXPECT_TRUE(inside) << off << " + " << n;
+            for (size_t i = off; i < off + n; ++i) {
+              ++seen[i];
+              mutable_p[i] = std::nanf("");
+            }
+          });
+      EXPECT_EQ(loss, want_loss) << threads << " threads, l2 " << l2;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << threads << " threads, l2 " << l2;
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1),
+                static_cast<long>(seen.size()));
+      // One thread streams the 784 x 256 weights in row ranges.
+      if (threads == 1) EXPECT_GT(ranges, 4);
+    }
+  }
 }
 
 TEST(FloatModel, ExtremeLogitsGiveFiniteLossAndGradient) {

@@ -187,9 +187,13 @@ absl::Status ServerImpl::Init() {
                << " as node " << id_ << "; data plane " << endpoint_
                << ", admin 127.0.0.1:" << admin_port_;
 
-  data_->Start([d = dispatcher_.get()](const IncomingMessage& req,
-                                       OutgoingReply* rep) {
-    d->Handle(req, rep);
+  data_->Start([d = dispatcher_.get(), data = data_.get()](
+                   const IncomingMessage& req, OutgoingReply* rep) {
+    // Empty (no allocation) unless a BSP step answers PushPulls that were
+    // waiting for it.
+    std::vector<DeferredReply> released;
+    d->Handle(req, rep, &released);
+    for (DeferredReply& r : released) data->SendDeferred(std::move(r));
   });
   ApplyAndAck(reply.map());
   watch_thread_ = std::thread([this] { WatchLoop(); });

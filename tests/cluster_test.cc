@@ -326,6 +326,61 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   EXPECT_EQ(after.requests - before.requests, 3u);  // one per server
 }
 
+// BSP PushPull over the wire, N = 2 plus one backup: a PushPull waits for
+// its step's last gradient, then every participant gets exactly the
+// post-update values; the backup's late PushPull is discarded and answered
+// at once with the current values.
+TEST_F(ClusterTest, BspPushPullWaitsForTheRound) {
+  TableOptions o;
+  o.name = "bsp_push_pull";
+  o.width = 4;
+  o.num_keys = 30;  // spans the three servers
+  o.init = "constant";
+  o.init_a = 1;
+  o.handler = "sgd";
+  o.handler_params = {{"learning_rate", 1.0}};
+  o.sync_workers = 2;
+  o.tracked_workers = 3;
+  ASSERT_OK_AND_ASSIGN(Table table, client_->CreateTable(o));
+  std::vector<std::unique_ptr<Client>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ClientOptions co;
+    co.scheduler_address = cluster_->scheduler_address();
+    co.op_timeout = absl::Seconds(20);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> c, Client::Connect(co));
+    c->SetWorkerClock(r, 0);
+    ranks.push_back(std::move(c));
+  }
+  const size_t n = 30 * 4;
+  std::vector<float> g0(n), g1(n), g2(n, 100.0f);
+  for (size_t i = 0; i < n; ++i) {
+    g0[i] = static_cast<float>(i % 7);
+    g1[i] = static_cast<float>(i % 5) + 0.5f;
+  }
+  std::vector<float> out0(n, -1), out1(n, -1), out2(n, -1);
+  const Ticket waiting = ranks[0]->PushPull(table, Keys::Range(0, 30), g0,
+                                            absl::MakeSpan(out0));
+  // Rank 1 has not pushed: the round is open and rank 0's reply waits.
+  EXPECT_EQ(ranks[0]->Wait(waiting, absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_OK(ranks[1]->PushPullSync(table, Keys::Range(0, 30), g1,
+                                   absl::MakeSpan(out1)));
+  ASSERT_OK(ranks[0]->Wait(waiting, absl::Seconds(10)));
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = 1.0f - (0.0f + g0[i] + g1[i]) / 2.0f;
+  EXPECT_EQ(out0, want);
+  EXPECT_EQ(out1, want);
+  EXPECT_EQ(ranks[0]->discarded_pushes(), 0u);
+  // The backup is late for clock 0.
+  ASSERT_OK(ranks[2]->PushPullSync(table, Keys::Range(0, 30), g2,
+                                   absl::MakeSpan(out2)));
+  EXPECT_GT(ranks[2]->discarded_pushes(), 0u);
+  EXPECT_EQ(out2, want);
+  std::vector<float> now(n);
+  ASSERT_OK(client_->GetSync(table, Keys::Range(0, 30), absl::MakeSpan(now)));
+  EXPECT_EQ(now, want);
+}
+
 TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
   TableOptions o;
   o.name = "accumulate";

@@ -116,7 +116,6 @@ void DataServer::ServeSecurity() {
 
 void DataServer::Loop(Handler handler) {
   MultipartMessage msg;
-  std::string header_bytes;
   Buffer key_scratch, value_scratch;
   std::vector<zmq_pollitem_t> items = {{socket_, 0, ZMQ_POLLIN, 0}};
   if (zap_ != nullptr) {
@@ -170,26 +169,50 @@ void DataServer::Loop(Handler handler) {
                                         &key_scratch);
         request.values = AlignedView<float>(msg.data(3), msg.frame_size(3),
                                             pool_, &value_scratch);
+        request.reply_token = next_token_++;
         handler(request, &reply);
       }
-
-      reply.header.SerializeToString(&header_bytes);
-      const size_t bytes_out = header_bytes.size() + reply.values.size();
-      // Identity frame first (copied: it is a few bytes), then the reply.
-      bool ok = transport_internal::SendCopy(socket_, msg.data(0),
-                                             msg.frame_size(0), ZMQ_SNDMORE) &&
-                transport_internal::SendCopy(socket_, header_bytes.data(),
-                                             header_bytes.size(), ZMQ_SNDMORE) &&
-                transport_internal::SendPayload(socket_, &reply.values, 0);
-      if (!ok) {
-        DP_LOG(WARNING) << "dropping reply to request "
-                        << reply.header.request_id() << ": "
-                        << zmq_strerror(zmq_errno());
+      if (reply.deferred) {
+        waiting_[request.reply_token] =
+            Waiting{std::string(msg.data(0), msg.frame_size(0)),
+                    request.header.request_id()};
       } else {
-        counters_.bytes_out.fetch_add(bytes_out, std::memory_order_relaxed);
+        SendReply(msg.data(0), msg.frame_size(0), &reply);
       }
       msg.Clear();
     }
+  }
+}
+
+void DataServer::SendDeferred(DeferredReply deferred) {
+  auto it = waiting_.find(deferred.reply_token);
+  if (it == waiting_.end()) {
+    DP_LOG(WARNING) << "no deferred request with token "
+                    << deferred.reply_token;
+    return;
+  }
+  Waiting w = std::move(it->second);
+  waiting_.erase(it);
+  deferred.reply.header.set_request_id(w.request_id);
+  SendReply(w.identity.data(), w.identity.size(), &deferred.reply);
+}
+
+void DataServer::SendReply(const void* identity, size_t identity_size,
+                           OutgoingReply* reply) {
+  reply->header.SerializeToString(&header_bytes_);
+  const size_t bytes_out = header_bytes_.size() + reply->values.size();
+  // Identity frame first (copied: it is a few bytes), then the reply.
+  bool ok = transport_internal::SendCopy(socket_, identity, identity_size,
+                                         ZMQ_SNDMORE) &&
+            transport_internal::SendCopy(socket_, header_bytes_.data(),
+                                         header_bytes_.size(), ZMQ_SNDMORE) &&
+            transport_internal::SendPayload(socket_, &reply->values, 0);
+  if (!ok) {
+    DP_LOG(WARNING) << "dropping reply to request "
+                    << reply->header.request_id() << ": "
+                    << zmq_strerror(zmq_errno());
+  } else {
+    counters_.bytes_out.fetch_add(bytes_out, std::memory_order_relaxed);
   }
 }
 

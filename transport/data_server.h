@@ -7,6 +7,12 @@
 // header, a keys frame whose length is not a multiple of 8, a values frame
 // not a multiple of 4, a message over the size limit) are answered with an
 // error here and never reach the handler.
+//
+// Deferred replies: a handler may leave a request unanswered
+// (OutgoingReply::deferred) and answer it later, from inside a later call
+// of the handler, with SendDeferred(request's reply_token). The server
+// keeps only the sender's identity and request id meanwhile; a request
+// never answered keeps those few bytes until the server stops.
 #ifndef DOWNPOUR_TRANSPORT_DATA_SERVER_H_
 #define DOWNPOUR_TRANSPORT_DATA_SERVER_H_
 
@@ -17,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/auth.h"
 #include "common/buffer_pool.h"
@@ -54,7 +61,8 @@ struct DataServerCounters {
 class DataServer {
  public:
   // Called on the receive thread for every well-framed request. It must fill
-  // `reply` (the header's request_id is set already; status_code 0 = OK).
+  // `reply` (the header's request_id is set already; status_code 0 = OK),
+  // or set reply->deferred and answer later with SendDeferred.
   using Handler =
       std::function<void(const IncomingMessage& request, OutgoingReply* reply)>;
 
@@ -72,11 +80,19 @@ class DataServer {
   void Stop();
   const DataServerCounters& counters() const { return counters_; }
 
+  // Sends the reply of a request the handler deferred. REQUIRES: called on
+  // the receive thread, i.e. from inside the handler. A token that is not
+  // (or no longer) deferred is logged and ignored.
+  void SendDeferred(DeferredReply deferred);
+
  private:
   DataServer(const DataServerOptions& options, BufferPool* pool, void* context,
              void* socket, std::string endpoint);
   void Loop(Handler handler);
   void ServeSecurity();  // ZAP requests and handshake failures
+  // Sends identity + reply; counts the bytes or logs the failure.
+  void SendReply(const void* identity, size_t identity_size,
+                 OutgoingReply* reply);
 
   const DataServerOptions options_;
   BufferPool* const pool_;
@@ -87,6 +103,15 @@ class DataServer {
   std::unique_ptr<transport_internal::ZapHandler> zap_;
   std::unique_ptr<transport_internal::HandshakeMonitor> monitor_;
   std::atomic<bool> stop_{false};
+  // Receive thread only: the sender identity and request id of each
+  // deferred request, by reply token.
+  struct Waiting {
+    std::string identity;
+    uint64_t request_id = 0;
+  };
+  absl::flat_hash_map<uint64_t, Waiting> waiting_;
+  uint64_t next_token_ = 1;
+  std::string header_bytes_;  // receive thread only: serialization scratch
   std::thread thread_;
   DataServerCounters counters_;
 };

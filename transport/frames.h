@@ -76,6 +76,18 @@ struct OutgoingRequest {
 struct OutgoingReply {
   proto::DataHeader header;
   Payload values;
+  // Server side: set by the handler to answer later. Nothing is sent now;
+  // the handler answers with DataServer::SendDeferred and the request's
+  // IncomingMessage::reply_token (BSP PushPull: the values exist only once
+  // the round's last gradient has arrived).
+  bool deferred = false;
+};
+
+// Server side: the reply to a request that was deferred, named by the
+// IncomingMessage::reply_token of that request.
+struct DeferredReply {
+  uint64_t reply_token = 0;
+  OutgoingReply reply;
 };
 
 // A received message's payloads, aligned for direct use. Valid only during
@@ -84,6 +96,8 @@ struct IncomingMessage {
   proto::DataHeader header;
   absl::Span<const Key> keys;      // empty in replies
   absl::Span<const float> values;  // empty when the frame was empty
+  // Server side: names this request for a deferred reply (never 0).
+  uint64_t reply_token = 0;
 };
 
 }  // namespace downpour

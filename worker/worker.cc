@@ -151,6 +151,18 @@ class WorkerImpl final : public Worker {
   absl::Status RunSparse();
   absl::Status RunHogwild();
   absl::Status RunAspPipelined();
+  absl::Status RunBsp();
+  // A BSP PushPull unit: rows [begin, end) of table `table`, floats
+  // [offset, offset + count) of the parameter array.
+  struct ExchangePart {
+    size_t table;
+    Key begin, end;
+    size_t offset, count;
+    size_t ready = 0;  // floats of its gradient known to be final
+  };
+  // Cuts every table into row ranges of about kPushPullPartBytes; the cut
+  // depends on the model only, so every worker cuts the same way.
+  std::vector<ExchangePart> ExchangeParts() const;
   // The consistency gate before iteration *clock: waits until the policy
   // lets it proceed; a backup worker that fell behind skips ahead. Sets
   // *done when the skip passes the last step.
@@ -737,12 +749,143 @@ absl::Status WorkerImpl::RunAspPipelined() {
   return absl::OkStatus();
 }
 
+// A large table's PushPull goes out as row ranges of about this size, so
+// that the server applies and answers the first while the next are still
+// being computed or sent. Every worker cuts the same way (BSP aggregates
+// per range and clock, so all workers must push the same ranges).
+constexpr size_t kPushPullPartBytes = 128 << 10;
+
+std::vector<WorkerImpl::ExchangePart> WorkerImpl::ExchangeParts() const {
+  std::vector<ExchangePart> parts;
+  size_t off = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const size_t rows = blocks_[i].rows, width = blocks_[i].width;
+    const size_t step =
+        std::max<size_t>(1, kPushPullPartBytes / (width * sizeof(float)));
+    for (size_t r = 0; r < rows; r += step) {
+      const size_t e = std::min(rows, r + step);
+      parts.push_back({i, r, e, off + r * width, (e - r) * width});
+    }
+    off += rows * width;
+  }
+  return parts;
+}
+
+absl::Status WorkerImpl::RunBsp() {
+  // One round trip per step, overlapped with the backward pass: each range
+  // of the gradient goes out as a PushPull as soon as the model has
+  // finished it (the last layer first, then the first layer's weights in
+  // row ranges while the rest of them are computed), and each server
+  // answers once that range's update of the step is applied (with N
+  // workers, when the N-th gradient of the step arrives), with the values
+  // step c + 1 must start from. They land straight in params_: the model
+  // reads no parameter of a range after reporting it. If every part was
+  // applied, all N workers' gradients of step c are in, which is exactly
+  // what the gate for c + 1 asks, so no pull and no WaitClock follow. A
+  // backup worker whose push came late (discarded) asks the scheduler and
+  // pulls instead.
+  const int n = static_cast<int>(job_.num_workers());
+  std::vector<float> grads(params_.size());
+  std::vector<ExchangePart> parts = ExchangeParts();
+  std::vector<Ticket> tickets;
+  Batcher batcher(train_.num_examples, options_.seed, rank_);
+  uint64_t examples = 0;
+  int64_t params_clock = -1;  // params_ hold the state step params_clock reads
+  // Where a step's time goes, for the log line at the end.
+  absl::Duration compute_time, exchange_time;
+  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+    if (params_clock != clock) {
+      bool done;
+      DP_RETURN_IF_ERROR(StartStep(&clock, &done));
+      if (done) break;
+      client_->SetWorkerClock(rank_, clock);
+      DP_RETURN_IF_ERROR(PullParams());
+    }
+    client_->SetWorkerClock(rank_, clock);
+    const float lr =
+        BspLearningRate(options_.lr, n, options_.warmup_steps, clock);
+    const uint64_t discarded_before = client_->discarded_pushes();
+    tickets.clear();
+    for (ExchangePart& p : parts) p.ready = 0;
+    auto send = [&](ExchangePart& p) {
+      for (size_t j = p.offset; j < p.offset + p.count; ++j) grads[j] *= lr;
+      tickets.push_back(client_->PushPull(
+          tables_[p.table], Keys::Range(p.begin, p.end),
+          absl::MakeConstSpan(grads.data() + p.offset, p.count),
+          absl::MakeSpan(params_.data() + p.offset, p.count)));
+    };
+    // Sends every part that the range [off, off + count) completes.
+    auto ready = [&](size_t off, size_t count) {
+      for (ExchangePart& p : parts) {
+        const size_t b = std::max(off, p.offset);
+        const size_t e = std::min(off + count, p.offset + p.count);
+        if (b >= e) continue;
+        p.ready += e - b;
+        if (p.ready == p.count) send(p);
+      }
+    };
+
+    const std::vector<int> batch = batcher.Next(options_.batch);
+    const absl::Time start = absl::Now();
+    double loss;
+    if (options_.slow_factor > 1.0) {
+      // A simulated straggler must not send before its (slow) step ends.
+      loss = model_->LossAndGradient(params_.data(), train_, batch,
+                                     grads.data());
+      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
+      ready(0, grads.size());
+    } else {
+      loss = model_->LossAndGradientStreamed(params_.data(), train_, batch,
+                                             grads.data(), ready);
+    }
+    examples += batch.size();
+    const absl::Time computed = absl::Now();
+    compute_time += computed - start;
+    absl::Status status;
+    if (tickets.size() != parts.size()) {
+      status = absl::InternalError(absl::StrCat(
+          "the model reported ", tickets.size(), " of ", parts.size(),
+          " gradient parts"));
+    }
+    for (Ticket t : tickets) {
+      absl::Status s = client_->Wait(t);
+      if (status.ok()) status = s;
+    }
+    DP_RETURN_IF_ERROR(status);
+    exchange_time += absl::Now() - computed;
+    const bool late = client_->discarded_pushes() != discarded_before;
+    params_clock = late ? -1 : clock + 1;
+
+    double test_accuracy = -1;
+    const bool last = clock + 1 == options_.steps;
+    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
+      if (late) DP_RETURN_IF_ERROR(PullParams());
+      auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
+      test_accuracy = accuracy;
+      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
+                   << ", test accuracy " << accuracy << ", test loss "
+                   << test_loss;
+    }
+    DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, test_accuracy));
+  }
+  const double steps = std::max<double>(1, options_.steps);
+  DP_LOG(INFO) << "done: " << examples << " examples (BSP, PushPull), max "
+               << "staleness " << client_->max_staleness()
+               << ", discarded pushes " << client_->discarded_pushes()
+               << "; per step: compute (sends overlapped) "
+               << absl::ToDoubleMilliseconds(compute_time) / steps
+               << " ms, then waiting for the replies "
+               << absl::ToDoubleMilliseconds(exchange_time) / steps << " ms";
+  return absl::OkStatus();
+}
+
 absl::Status WorkerImpl::RunDense() {
   if (job_.consistency() == "asp" && options_.n_fetch == 1 &&
       options_.n_push == 1) {
     return RunAspPipelined();
   }
-  const int n = static_cast<int>(job_.num_workers());
+  if (bsp_) return RunBsp();
+  // SSP, and ASP with n_fetch or n_push > 1.
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
   Batcher batcher(train_.num_examples, options_.seed, rank_);
   uint64_t examples = 0;
@@ -764,12 +907,7 @@ absl::Status WorkerImpl::RunDense() {
     }
     examples += batch.size();
 
-    if (bsp_) {
-      const float lr =
-          BspLearningRate(options_.lr, n, options_.warmup_steps, clock);
-      for (float& g : grads) g *= lr;
-      DP_RETURN_IF_ERROR(PushGrads(grads));
-    } else if (options_.n_push <= 1) {
+    if (options_.n_push <= 1) {
       DP_RETURN_IF_ERROR(PushGrads(grads));
     } else {
       for (size_t i = 0; i < grads.size(); ++i) acc[i] += grads[i];

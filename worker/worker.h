@@ -18,7 +18,10 @@
 //
 // The clock reports go out from a reporter thread; WaitClock is called only
 // when what the worker knows (its own clock, a lower bound on the others')
-// does not already let the next clock proceed. Under ASP with n_fetch =
+// does not already let the next clock proceed. Under BSP, dense models
+// exchange each part of the gradient for the step's new values with one
+// PushPull, sent while the backward pass computes the rest (see
+// docs/ARCHITECTURE.md); the replies replace the pull. Under ASP with n_fetch =
 // n_push = 1, dense models pipeline: one PushPull per table per step,
 // computing the next step while it is in flight (one step staler).
 //

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -75,14 +76,47 @@ class DenseNet {
     }
   }
 
-  double LossAndGradient(const T* params, const Dataset& data,
-                         const std::vector<int>& batch, T* grad) const {
+  // `ready` (may be null): see Model::LossAndGradientStreamed. Ranges are
+  // reported as they finish when the batch is one part (one thread), else
+  // all at the end.
+  double LossAndGradient(
+      const T* params, const Dataset& data, const std::vector<int>& batch,
+      T* grad,
+      const std::function<void(size_t, size_t)>* ready = nullptr) const {
     const int64_t n = static_cast<int64_t>(batch.size());
     DP_CHECK(n > 0) << "empty batch";
     DP_CHECK(data.dim == sizes_[0])
         << "data dim " << data.dim << ", model " << sizes_[0];
     // Forward is 2 flops per parameter and row, backward about 4.
     const int parts = NumParts(threads_, n, 6.0 * num_params_);
+    // The L2 terms of the loss, read before any range is reported (after
+    // which the caller may overwrite its parameters), added in layer order.
+    std::vector<double> l2_loss(num_layers(), 0.0);
+    if (l2_ != T(0)) {
+      for (int l = 0; l < num_layers(); ++l) {
+        l2_loss[l] = 0.5 * static_cast<double>(l2_) *
+                     static_cast<double>(W(params, l).squaredNorm());
+      }
+    }
+    const T inv_n = T(1) / static_cast<T>(n);
+    // Turns the summed gradient of [off, off + count) into the final one:
+    // the mean over the batch, plus the L2 term on weights.
+    auto finish = [&](size_t off, size_t count) {
+      Eigen::Map<Vec> g(grad + off, count);
+      g *= inv_n;
+      if (l2_ == T(0)) return;
+      for (int l = 0; l < num_layers(); ++l) {
+        const size_t w_end = w_off_[l] + size_t(sizes_[l]) * sizes_[l + 1];
+        if (off >= w_off_[l] && off < w_end) {
+          g += l2_ * Eigen::Map<const Vec>(params + off, count);
+        }
+      }
+    };
+    const std::function<void(size_t, size_t)> stream =
+        [&](size_t off, size_t count) {
+          finish(off, count);
+          if (ready != nullptr) (*ready)(off, count);
+        };
     std::vector<std::vector<T>> part_grads(parts - 1);
     std::vector<double> part_loss(parts);
     ParallelFor(parts, n, [&](int part, int64_t begin, int64_t end) {
@@ -102,25 +136,25 @@ class DenseNet {
         part_grads[part - 1].resize(num_params_);
         g = part_grads[part - 1].data();
       }
-      part_loss[part] = SumLossAndGradient(params, x, y.data(), g);
+      part_loss[part] = SumLossAndGradient(params, x, y.data(), g,
+                                           parts == 1 ? &stream : nullptr);
     });
-    // Summed in part order, so the result does not depend on scheduling.
-    Eigen::Map<Vec> total(grad, num_params_);
     double loss = part_loss[0];
-    for (int p = 1; p < parts; ++p) {
-      total += Eigen::Map<const Vec>(part_grads[p - 1].data(), num_params_);
-      loss += part_loss[p];
-    }
-    total *= T(1) / static_cast<T>(n);
-    loss /= static_cast<double>(n);
-    if (l2_ != T(0)) {
-      for (int l = 0; l < num_layers(); ++l) {
-        const auto w = W(params, l);
-        Eigen::Map<Mat>(grad + w_off_[l], sizes_[l], sizes_[l + 1]) += l2_ * w;
-        loss += 0.5 * static_cast<double>(l2_) *
-                static_cast<double>(w.squaredNorm());
+    if (parts > 1) {
+      // Summed in part order, so the result does not depend on scheduling.
+      Eigen::Map<Vec> total(grad, num_params_);
+      for (int p = 1; p < parts; ++p) {
+        total += Eigen::Map<const Vec>(part_grads[p - 1].data(), num_params_);
+        loss += part_loss[p];
+      }
+      size_t off = 0;
+      for (const ParamBlock& b : blocks_) {
+        stream(off, b.rows * b.width);
+        off += b.rows * b.width;
       }
     }
+    loss /= static_cast<double>(n);
+    for (double t : l2_loss) loss += t;
     return loss;
   }
 
@@ -198,10 +232,20 @@ class DenseNet {
     }
   }
 
+  // Rows of a weight gradient computed (and reported) together: about
+  // 128 KB, so that a caller streaming the gradient gets several ranges of
+  // a large layer while the rest is computed.
+  static int64_t StreamRows(int width) {
+    return std::max<int64_t>(1, (int64_t{32} << 10) / width);
+  }
+
   // Sum over the rows of x (labels y) of the cross-entropy; writes the sum
-  // of their gradients (no L2) into grad.
-  double SumLossAndGradient(const T* params, const Mat& x, const int32_t* y,
-                            T* grad) const {
+  // of their gradients (no L2) into grad. If `done` is not null it is
+  // called with each range of grad once written, and once the parameters
+  // in that range are no longer read.
+  double SumLossAndGradient(
+      const T* params, const Mat& x, const int32_t* y, T* grad,
+      const std::function<void(size_t, size_t)>* done) const {
     std::vector<Mat> hidden;
     // Becomes d(loss)/d(logits) = softmax(z) - onehot(y), row by row.
     Mat delta = Logits(params, x, &hidden);
@@ -218,12 +262,25 @@ class DenseNet {
       z(y[i]) -= T(1);
     }
     for (int l = num_layers() - 1; l >= 0; --l) {
-      Eigen::Map<Mat> gw(grad + w_off_[l], sizes_[l], sizes_[l + 1]);
-      Eigen::Map<RowVec> gb(grad + b_off_[l], sizes_[l + 1]);
-      if (l == 0) {
-        gw.noalias() = x.transpose() * delta;
-      } else {
-        gw.noalias() = hidden[l - 1].transpose() * delta;
+      const int64_t in = sizes_[l], out = sizes_[l + 1];
+      const int64_t rows = StreamRows(sizes_[l + 1]);
+      Eigen::Map<Mat> gw(grad + w_off_[l], in, out);
+      Eigen::Map<RowVec> gb(grad + b_off_[l], out);
+      // Row ranges of the weight gradient, each its own product (the same
+      // cut whether or not anyone listens, so the arithmetic never
+      // depends on it). The first layer's weights are not read again, so
+      // each range is done at once; deeper layers' weights are read below
+      // to propagate delta.
+      for (int64_t r = 0; r < in; r += rows) {
+        const int64_t k = std::min(rows, in - r);
+        if (l == 0) {
+          gw.middleRows(r, k).noalias() =
+              x.middleCols(r, k).transpose() * delta;
+          if (done != nullptr) (*done)(w_off_[l] + r * out, k * out);
+        } else {
+          gw.middleRows(r, k).noalias() =
+              hidden[l - 1].middleCols(r, k).transpose() * delta;
+        }
       }
       gb = delta.colwise().sum();
       if (l > 0) {
@@ -232,7 +289,9 @@ class DenseNet {
         // ReLU passes the gradient where its output was positive.
         back.array() *= (hidden[l - 1].array() > T(0)).template cast<T>();
         delta.swap(back);
+        if (done != nullptr) (*done)(w_off_[l], size_t(in * out));
       }
+      if (done != nullptr) (*done)(b_off_[l], size_t(out));
     }
     return loss;
   }

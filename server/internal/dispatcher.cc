@@ -58,14 +58,23 @@ std::shared_ptr<TableShard> Dispatcher::Lookup(TableId id, Epoch* epoch) const {
   return it == tables_.end() ? nullptr : it->second;
 }
 
-void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply) {
+void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
+                        std::vector<DeferredReply>* released) {
   const int op = request.header.op();
   requests_by_op_[op >= 0 && op < 8 ? op : 0].fetch_add(
       1, std::memory_order_relaxed);
   reply->header.set_server_id(self_);
-  absl::Status status = Execute(request, reply);
-  reply->header.set_server_epoch(epoch());
+  const size_t first_released = released->size();
+  absl::Status status = Execute(request, reply, released);
+  const Epoch server_epoch = epoch();
+  reply->header.set_server_epoch(server_epoch);
+  for (size_t i = first_released; i < released->size(); ++i) {
+    OutgoingReply& r = (*released)[i].reply;
+    r.header.set_server_id(self_);
+    r.header.set_server_epoch(server_epoch);
+  }
   if (!status.ok()) {
+    reply->deferred = false;
     errors_.fetch_add(1, std::memory_order_relaxed);
     reply->header.set_status_code(static_cast<int>(status.code()));
     reply->header.set_status_message(std::string(status.message()));
@@ -88,7 +97,8 @@ std::string RangesString(const std::vector<KeyRange>& ranges) {
 }  // namespace
 
 absl::Status Dispatcher::Execute(const IncomingMessage& request,
-                                 OutgoingReply* reply) {
+                                 OutgoingReply* reply,
+                                 std::vector<DeferredReply>* released) {
   const proto::DataHeader& h = request.header;
   if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::VECTOR) {
     return absl::InvalidArgumentError(
@@ -201,13 +211,15 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   }
   const bool synced = clocked && spec.sync_workers() > 0 &&
                       (op == proto::PUSH || op == proto::PUSH_PULL);
-  // Dense tables aggregate per key range; sparse tables per key batch, one
-  // per worker and server and clock (see TableShard::PushSyncedKeys).
+  // Dense tables aggregate per key range (push, or push-pull answered once
+  // the step is applied); sparse tables per key batch, one per worker and
+  // server and clock (see TableShard::PushSyncedKeys), push only.
   const bool sparse = spec.kind() == proto::SPARSE;
-  if (synced && (h.is_range() == sparse || op == proto::PUSH_PULL)) {
+  if (synced && (h.is_range() == sparse || (sparse && op == proto::PUSH_PULL))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "' aggregates synchronously: push key ",
-        sparse ? "batches" : "ranges", ", without pull"));
+        "table '", spec.name(), "' aggregates synchronously: ",
+        sparse ? "push key batches, without pull"
+               : "push or push-pull key ranges"));
   }
 
   // Validated: nothing below can fail.
@@ -224,14 +236,39 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
     return absl::OkStatus();
   }
   if (synced) {
-    auto result =
+    const bool pull = op == proto::PUSH_PULL;
+    const size_t first_waiter = waiters_.size();
+    const auto result =
         h.is_range()
-            ? shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in)
+            ? shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in,
+                                pull ? request.reply_token : 0, &waiters_)
             : shard->PushSyncedKeys(request.keys, h.worker_rank(),
                                     h.worker_clock(), in);
     reply->header.set_discarded(result == TableShard::SyncResult::kDiscarded);
     reply->header.set_num_keys(n);
     reply->header.set_width(width);
+    if (result == TableShard::SyncResult::kHeld) {
+      reply->deferred = pull;
+      return absl::OkStatus();
+    }
+    // The step is applied (or was, for a late push): the values are what a
+    // pull at the next clock reads, for this request if it asks and for
+    // every PushPull that waited for the step (whatever op completed it).
+    const Clock next = h.worker_clock() + 1;
+    if (pull) {
+      reply->header.set_staleness(shard->ObservePull(next));
+      reply->values = ReadRange(*shard, b, e, static_cast<size_t>(floats));
+    }
+    for (size_t i = first_waiter; i < waiters_.size(); ++i) {
+      DeferredReply d;
+      d.reply_token = waiters_[i];
+      d.reply.header.set_num_keys(n);
+      d.reply.header.set_width(width);
+      d.reply.header.set_staleness(shard->ObservePull(next));
+      d.reply.values = ReadRange(*shard, b, e, static_cast<size_t>(floats));
+      released->push_back(std::move(d));
+    }
+    waiters_.resize(first_waiter);
     return absl::OkStatus();
   }
   switch (op) {
@@ -255,15 +292,24 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
     reply->header.set_staleness(shard->ObservePull(h.worker_clock()));
   }
   if (OpReads(op)) {
-    Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
-    float* dst = reinterpret_cast<float*>(out.data());
-    h.is_range() ? shard->GetRange(b, e, dst, vec)
-                 : shard->Get(request.keys, dst, vec);
-    reply->values = Payload::Own(std::move(out));
+    if (h.is_range()) {
+      reply->values = ReadRange(*shard, b, e, static_cast<size_t>(floats), vec);
+    } else {
+      Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
+      shard->Get(request.keys, reinterpret_cast<float*>(out.data()), vec);
+      reply->values = Payload::Own(std::move(out));
+    }
   }
   reply->header.set_num_keys(n);
   reply->header.set_width(width);
   return absl::OkStatus();
+}
+
+Payload Dispatcher::ReadRange(TableShard& shard, Key begin, Key end,
+                              size_t floats, uint32_t vector) {
+  Buffer out = pool_->Acquire(floats * sizeof(float));
+  shard.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
+  return Payload::Own(std::move(out));
 }
 
 absl::Status Dispatcher::ExecuteVector(TableShard& shard,

@@ -12,6 +12,11 @@
 //                      has applied; retry shortly
 //   kResourceExhausted a reply that would exceed the message limit
 //   kFailedPrecondition a task ADD for a round not yet open on its vector
+// BSP PushPull (a clocked PUSH_PULL of a key range on a table with
+// sync_workers > 0): the reply carries the values once the step's update
+// has been applied. If this request completes the step (or was discarded as
+// late) the reply is immediate; otherwise it is deferred, and the request
+// that completes the step releases it (see Handle).
 // VECTOR (server-side algebra) runs on the owned rows only; ranges it names
 // beyond them are not an error, since every owner gets the same command.
 //
@@ -23,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -51,17 +57,24 @@ class Dispatcher {
   absl::Status ApplyMap(const proto::ClusterMap& map) ABSL_LOCKS_EXCLUDED(mu_);
   Epoch epoch() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Executes one request and fills the reply (status fields on error).
-  void Handle(const IncomingMessage& request, OutgoingReply* reply)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Executes one request and fills the reply (status fields on error), or
+  // sets reply->deferred (BSP PushPull waiting for its step). Replies of
+  // earlier deferred requests that this one releases are appended to
+  // `*released`; the caller sends them. REQUIRES: `released` non-null.
+  void Handle(const IncomingMessage& request, OutgoingReply* reply,
+              std::vector<DeferredReply>* released) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Counters and per-table figures.
   void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  absl::Status Execute(const IncomingMessage& request, OutgoingReply* reply);
+  absl::Status Execute(const IncomingMessage& request, OutgoingReply* reply,
+                       std::vector<DeferredReply>* released);
   absl::Status ExecuteVector(TableShard& shard, const IncomingMessage& request,
                              OutgoingReply* reply);
+  // The values of [begin, end) of `vector` in a pooled buffer.
+  Payload ReadRange(TableShard& shard, Key begin, Key end, size_t floats,
+                    uint32_t vector = 0);
   std::shared_ptr<TableShard> Lookup(TableId id, Epoch* epoch) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -74,6 +87,9 @@ class Dispatcher {
   Epoch epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<TableId, std::shared_ptr<TableShard>> tables_
       ABSL_GUARDED_BY(mu_);
+
+  // Data thread only: scratch for the waiters a BSP step releases.
+  std::vector<uint64_t> waiters_;
 
   std::array<std::atomic<uint64_t>, 8> requests_by_op_{};
   std::atomic<uint64_t> errors_{0};

@@ -60,7 +60,10 @@ class DispatcherTest : public ::testing::Test {
     req.keys = keys;
     req.values = values;
     OutgoingReply reply;
-    dispatcher_.Handle(req, &reply);
+    std::vector<DeferredReply> released;
+    dispatcher_.Handle(req, &reply, &released);
+    EXPECT_FALSE(reply.deferred);
+    EXPECT_TRUE(released.empty());
     if (out != nullptr) {
       const float* f = static_cast<const float*>(reply.values.data());
       out->assign(f, f + reply.values.size() / sizeof(float));
@@ -77,6 +80,7 @@ class DispatcherTest : public ::testing::Test {
   BufferPool pool_;
   PluginRegistry plugins_;
   Dispatcher dispatcher_;
+  std::vector<DeferredReply> released_;
 };
 
 absl::StatusCode Code(const proto::DataHeader& h) {
@@ -115,14 +119,14 @@ TEST_F(DispatcherTest, RangeOperations) {
   std::vector<float> v = {1, 2, 3, 4, 5, 6};
   req.values = v;
   OutgoingReply reply;
-  dispatcher_.Handle(req, &reply);
+  dispatcher_.Handle(req, &reply, &released_);
   EXPECT_EQ(reply.header.status_code(), 0) << reply.header.status_message();
   EXPECT_EQ(GetDense({62, 60}), (std::vector<float>{5, 6, 1, 2}));
   // A range that runs past what this server owns.
   req.header.set_range_begin(45);
   req.header.set_range_end(48);
   OutgoingReply r2;
-  dispatcher_.Handle(req, &r2);
+  dispatcher_.Handle(req, &r2, &released_);
   EXPECT_EQ(Code(r2.header), absl::StatusCode::kAborted);
 }
 
@@ -157,14 +161,14 @@ TEST_F(DispatcherTest, BadRequestsGetExactCodesAndChangeNothing) {
   req.keys = k;
   req.values = v;
   OutgoingReply reply;
-  dispatcher_.Handle(req, &reply);
+  dispatcher_.Handle(req, &reply, &released_);
   EXPECT_EQ(Code(reply.header), absl::StatusCode::kInvalidArgument);
   // A request from a newer epoch for a table not yet known: retry later.
   req.header.set_table_id(7);
   req.header.set_epoch(9);
   req.header.set_num_keys(1);
   OutgoingReply behind;
-  dispatcher_.Handle(req, &behind);
+  dispatcher_.Handle(req, &behind, &released_);
   EXPECT_EQ(Code(behind.header), absl::StatusCode::kUnavailable);
   // A reply larger than the message limit.
   IncomingMessage huge;
@@ -176,7 +180,7 @@ TEST_F(DispatcherTest, BadRequestsGetExactCodesAndChangeNothing) {
   huge.header.set_range_end(uint64_t{1} << 40);
   huge.header.set_num_keys(uint64_t{1} << 40);
   OutgoingReply big;
-  dispatcher_.Handle(huge, &big);
+  dispatcher_.Handle(huge, &big, &released_);
   EXPECT_EQ(Code(big.header), absl::StatusCode::kResourceExhausted);
 
   EXPECT_EQ(GetDense({70}), (std::vector<float>{9, 9}));
@@ -226,7 +230,10 @@ proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
   }
   req.values = grads;
   OutgoingReply reply;
-  d.Handle(req, &reply);
+  std::vector<DeferredReply> released;
+  d.Handle(req, &reply, &released);
+  EXPECT_FALSE(reply.deferred);  // plain pushes are answered at once
+  EXPECT_TRUE(released.empty());
   return reply.header;
 }
 
@@ -239,7 +246,8 @@ std::vector<float> GetSynced(Dispatcher& d, std::vector<Key> keys) {
   req.header.set_epoch(5);
   req.keys = keys;
   OutgoingReply reply;
-  d.Handle(req, &reply);
+  std::vector<DeferredReply> released;
+  d.Handle(req, &reply, &released);
   EXPECT_EQ(reply.header.status_code(), 0) << reply.header.status_message();
   const float* f = static_cast<const float*>(reply.values.data());
   return std::vector<float>(f, f + reply.values.size() / sizeof(float));
@@ -294,6 +302,150 @@ TEST(SyncedSparseTest, RangePushToASyncedSparseTableIsRejected) {
   proto::DataHeader h = SyncedPush(d, 0, 0, {4, 5}, {1, 1}, /*range=*/true);
   EXPECT_EQ(Code(h), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(h.status_message(), ::testing::HasSubstr("push key batches"));
+}
+
+// BSP tables: sync_workers = N averages N ranks' pushes of a (range, clock);
+// `backups` more ranks may push late.
+proto::ClusterMap BspMap(int sync_workers, int backups) {
+  proto::ClusterMap map;
+  map.set_epoch(5);
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_name("bsp");
+  t->mutable_spec()->set_id(3);
+  t->mutable_spec()->set_kind(proto::DENSE);
+  t->mutable_spec()->set_width(2);
+  t->mutable_spec()->set_num_keys(4);
+  t->mutable_spec()->set_sync_workers(sync_workers);
+  t->mutable_spec()->set_num_workers(sync_workers + backups);
+  t->mutable_spec()->mutable_init()->set_kind(proto::InitializerSpec::CONSTANT);
+  t->mutable_spec()->mutable_init()->set_value(1.0f);
+  t->mutable_spec()->mutable_handler()->set_name("sgd");
+  (*t->mutable_spec()->mutable_handler()->mutable_params())["learning_rate"] = 1.0;
+  auto* r = t->add_ranges();
+  r->set_begin(0);
+  r->set_end(4);
+  r->set_primary(kSelf);
+  return map;
+}
+
+// A clocked push or push-pull of the range [0, 4) of table "bsp".
+struct BspCall {
+  OutgoingReply reply;
+  std::vector<DeferredReply> released;
+  uint64_t token = 0;
+};
+BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
+                std::vector<float> grads, uint64_t token) {
+  IncomingMessage req;
+  req.header.set_op(op);
+  req.header.set_table_id(3);
+  req.header.set_width(2);
+  req.header.set_epoch(5);
+  req.header.set_is_range(true);
+  req.header.set_range_begin(0);
+  req.header.set_range_end(4);
+  req.header.set_num_keys(4);
+  req.header.set_worker_rank(rank);
+  req.header.set_worker_clock(clock);
+  req.values = grads;
+  req.reply_token = token;
+  BspCall c;
+  c.token = token;
+  d.Handle(req, &c.reply, &c.released);
+  EXPECT_EQ(c.reply.header.status_code(), 0) << c.reply.header.status_message();
+  return c;
+}
+std::vector<float> Values(const OutgoingReply& r) {
+  const float* f = static_cast<const float*>(r.values.data());
+  return std::vector<float>(f, f + r.values.size() / sizeof(float));
+}
+
+TEST(DispatcherBspTest, OneWorkerPushPullReturnsThePostUpdateValuesAtOnce) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+  ASSERT_OK(d.ApplyMap(BspMap(1, 0)));
+  BspCall c = CallBsp(d, proto::PUSH_PULL, 0, 0, {1, 2, 3, 4, 5, 6, 7, 8}, 11);
+  EXPECT_FALSE(c.reply.deferred);
+  EXPECT_TRUE(c.released.empty());
+  EXPECT_FALSE(c.reply.header.discarded());
+  EXPECT_EQ(c.reply.header.staleness(), 0);
+  EXPECT_EQ(Values(c.reply), (std::vector<float>{0, -1, -2, -3, -4, -5, -6, -7}));
+  // The next clock sees that update and adds its own.
+  c = CallBsp(d, proto::PUSH_PULL, 0, 1, {1, 1, 1, 1, 1, 1, 1, 1}, 12);
+  EXPECT_EQ(Values(c.reply), (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
+  // A repeated clock is late: acknowledged as discarded, nothing applied,
+  // and the values are the current ones.
+  c = CallBsp(d, proto::PUSH_PULL, 0, 1, {9, 9, 9, 9, 9, 9, 9, 9}, 13);
+  EXPECT_TRUE(c.reply.header.discarded());
+  EXPECT_EQ(Values(c.reply), (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
+}
+
+TEST(DispatcherBspTest, PushPullWaitsForTheRoundAndLatePushesAreDiscarded) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+  ASSERT_OK(d.ApplyMap(BspMap(2, 1)));  // N = 2, one backup
+  // Rank 2 (the backup) comes first: held, its reply deferred.
+  BspCall first = CallBsp(d, proto::PUSH_PULL, 2, 0, {4, 4, 4, 4, 4, 4, 4, 4}, 21);
+  EXPECT_TRUE(first.reply.deferred);
+  EXPECT_TRUE(first.released.empty());
+  // A plain push of the same clock by rank 0 completes the round (N = 2):
+  // the mean is applied, and the waiting PushPull is released with the
+  // post-update values. Its own reply carries no values.
+  BspCall second = CallBsp(d, proto::PUSH, 0, 0, {2, 2, 2, 2, 2, 2, 2, 2}, 22);
+  EXPECT_FALSE(second.reply.deferred);
+  EXPECT_EQ(second.reply.values.size(), 0u);
+  ASSERT_EQ(second.released.size(), 1u);
+  EXPECT_EQ(second.released[0].reply_token, 21u);
+  EXPECT_EQ(Values(second.released[0].reply),
+            (std::vector<float>(8, 1.0f - 3.0f)));
+  EXPECT_EQ(second.released[0].reply.header.num_keys(), 4u);
+  EXPECT_EQ(second.released[0].reply.header.server_id(), kSelf);
+  // Rank 1 is late for clock 0: discarded, answered at once with the
+  // current values.
+  BspCall late = CallBsp(d, proto::PUSH_PULL, 1, 0, {8, 8, 8, 8, 8, 8, 8, 8}, 23);
+  EXPECT_FALSE(late.reply.deferred);
+  EXPECT_TRUE(late.reply.header.discarded());
+  EXPECT_EQ(Values(late.reply), (std::vector<float>(8, -2.0f)));
+  // Clock 1 with two PushPulls: the first waits, the second completes the
+  // round; both get the same values, the mean of rank 0's and 1's
+  // gradients summed in rank order.
+  BspCall a = CallBsp(d, proto::PUSH_PULL, 1, 1, {1, 2, 3, 4, 5, 6, 7, 8}, 24);
+  EXPECT_TRUE(a.reply.deferred);
+  BspCall b = CallBsp(d, proto::PUSH_PULL, 0, 1, {3, 2, 1, 0, 1, 2, 3, 4}, 25);
+  EXPECT_FALSE(b.reply.deferred);
+  const std::vector<float> want = {-4, -4, -4, -4, -5, -6, -7, -8};
+  EXPECT_EQ(Values(b.reply), want);
+  ASSERT_EQ(b.released.size(), 1u);
+  EXPECT_EQ(b.released[0].reply_token, 24u);
+  EXPECT_EQ(Values(b.released[0].reply), want);
+  EXPECT_EQ(b.released[0].reply.header.staleness(), 0);
+}
+
+TEST(DispatcherBspTest, SyncedPushPullOfKeyBatchIsRejected) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+  ASSERT_OK(d.ApplyMap(BspMap(2, 0)));
+  IncomingMessage req;
+  req.header.set_op(proto::PUSH_PULL);
+  req.header.set_table_id(3);
+  req.header.set_width(2);
+  req.header.set_epoch(5);
+  req.header.set_num_keys(1);
+  req.header.set_worker_rank(0);
+  req.header.set_worker_clock(0);
+  std::vector<Key> k = {1};
+  std::vector<float> v = {1, 1};
+  req.keys = k;
+  req.values = v;
+  req.reply_token = 1;
+  OutgoingReply reply;
+  std::vector<DeferredReply> released;
+  d.Handle(req, &reply, &released);
+  EXPECT_EQ(Code(reply.header), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(reply.deferred);
 }
 
 }  // namespace

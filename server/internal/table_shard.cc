@@ -262,9 +262,17 @@ bool TableShard::FirstInRound(uint32_t vector, int64_t round, uint64_t task,
   return true;
 }
 
+std::vector<float> TableShard::TakeSpare() {
+  if (spare_.empty()) return {};
+  std::vector<float> v = std::move(spare_.back());
+  spare_.pop_back();
+  return v;
+}
+
 TableShard::SyncResult TableShard::HoldSynced(
     KeyRange part, int rank, Clock clock, absl::Span<const Key> keys,
-    const float* grads, size_t num_floats,
+    const float* grads, size_t num_floats, uint64_t waiter,
+    std::vector<uint64_t>* released, const std::function<void()>& apply_alone,
     absl::FunctionRef<void(const PendingStep&)> apply) {
   Clock& next = next_clock_[{part.begin, part.end}];
   if (clock < next) {
@@ -273,20 +281,36 @@ TableShard::SyncResult TableShard::HoldSynced(
     staleness_.Applied(rank, clock);
     return SyncResult::kDiscarded;
   }
+  if (apply_alone && spec_.sync_workers() == 1) {
+    // One gradient is the whole step: apply it from the request's buffer.
+    apply_alone();
+    staleness_.Applied(rank, clock);
+    next = clock + 1;
+    aggregated_.fetch_add(1, std::memory_order_relaxed);
+    return SyncResult::kApplied;
+  }
   PendingStep& step = pending_[{part.begin, part.end, clock}];
   if (step.by_rank.empty()) step.by_rank.resize(tracked_ranks_);
+  if (waiter != 0) step.waiters.push_back(waiter);
   HeldPush& held = step.by_rank[rank];
   if (held.pushed) return SyncResult::kHeld;  // a resend
   held.pushed = true;
   held.keys.assign(keys.begin(), keys.end());
+  held.grads = TakeSpare();
   held.grads.assign(grads, grads + num_floats);
   if (++step.count < static_cast<int>(spec_.sync_workers())) {
     return SyncResult::kHeld;
   }
   apply(step);
   for (int r = 0; r < tracked_ranks_; ++r) {
-    if (step.by_rank[r].pushed) staleness_.Applied(r, clock);
+    if (!step.by_rank[r].pushed) continue;
+    staleness_.Applied(r, clock);
+    spare_.push_back(std::move(step.by_rank[r].grads));
   }
+  // The completing request is answered by the caller; a resend of it may
+  // have left its token among the waiters as well, which is harmless.
+  if (waiter != 0) step.waiters.pop_back();
+  released->insert(released->end(), step.waiters.begin(), step.waiters.end());
   pending_.erase({part.begin, part.end, clock});
   next = clock + 1;
   aggregated_.fetch_add(1, std::memory_order_relaxed);
@@ -294,28 +318,40 @@ TableShard::SyncResult TableShard::HoldSynced(
 }
 
 TableShard::SyncResult TableShard::PushSynced(Key begin, Key end, int rank,
-                                             Clock clock, const float* grads) {
+                                             Clock clock, const float* grads,
+                                             uint64_t waiter,
+                                             std::vector<uint64_t>* released) {
   const size_t n = (end - begin) * width_;
   return HoldSynced(
-      KeyRange{begin, end}, rank, clock, {}, grads, n,
+      KeyRange{begin, end}, rank, clock, {}, grads, n, waiter, released,
+      // The aggregated path would apply (0.0f + g) / 1, which equals g
+      // except that a -0.0 gradient becomes +0.0; an update rule can tell
+      // the two apart only on a parameter that is exactly -0.0, and
+      // subtracting from +0.0 or a non-zero value never produces one.
+      [&] { PushRange(begin, end, grads); },
       [&](const PendingStep& step) {
         // Sum in rank order, so the result does not depend on arrival order.
-        std::vector<float> mean(n, 0.0f);
+        sum_.assign(n, 0.0f);
         for (const HeldPush& g : step.by_rank) {
           if (!g.pushed) continue;
-          for (size_t j = 0; j < n; ++j) mean[j] += g.grads[j];
+          for (size_t j = 0; j < n; ++j) sum_[j] += g.grads[j];
         }
         const float count = static_cast<float>(step.count);
-        for (float& v : mean) v /= count;
-        PushRange(begin, end, mean.data());
+        for (float& v : sum_) v /= count;
+        PushRange(begin, end, sum_.data());
       });
 }
 
 TableShard::SyncResult TableShard::PushSyncedKeys(absl::Span<const Key> keys,
                                                  int rank, Clock clock,
                                                  const float* grads) {
+  std::vector<uint64_t> no_waiters;  // key batches are never push-pulled
   return HoldSynced(
-      key_space_, rank, clock, keys, grads, keys.size() * width_,
+      key_space_, rank, clock, keys, grads, keys.size() * width_, 0,
+      &no_waiters,
+      // No shortcut: even one rank's batch is summed per key (repeats
+      // included) and applied in ascending key order.
+      nullptr,
       [&](const PendingStep& step) {
         // The union of the ranks' keys, ascending: rows are then created
         // in the same order on every run, not only given the same values.

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <memory>
@@ -99,19 +100,26 @@ class TableShard {
   // Synchronous (BSP) push of a range by worker `rank` for iteration
   // `clock` (spec().sync_workers() > 0). The gradient is held until
   // sync_workers distinct workers pushed the same range and clock, then
-  // their mean, summed in rank order, is applied once.
-  // REQUIRES: the range lies inside one owned range; rank < tracked ranks.
+  // their mean, summed in rank order, is applied once. With sync_workers =
+  // 1 it is applied at once, without the aggregation copy.
+  // `waiter` != 0 names a request that wants the values once that step is
+  // applied (BSP PushPull): on kHeld it is remembered with the step, and
+  // the kApplied call that completes the step appends every remembered
+  // waiter of it to `*released` (the completing request itself is not
+  // added: its caller answers it directly). REQUIRES: the range lies inside
+  // one owned range; rank < tracked ranks; `released` non-null.
   enum class SyncResult { kHeld, kApplied, kDiscarded };
   SyncResult PushSynced(Key begin, Key end, int rank, Clock clock,
-                        const float* grads);
+                        const float* grads, uint64_t waiter,
+                        std::vector<uint64_t>* released);
   // The same for a batch of keys (sparse tables): every worker sends each
   // server one batch per clock, possibly empty, so that the server can
   // count ranks. Held per clock over this server's whole part of the
   // table; when sync_workers ranks have pushed, each key's gradients are
   // summed in rank order (a rank's repeats in its order), divided by the
   // number of ranks, and the handler applies the mean once per key, keys
-  // ascending: the result does not depend on arrival order.
-  // REQUIRES: sparse table; every key owned; rank < tracked ranks.
+  // ascending: the result does not depend on arrival order. Push only (no
+  // waiters). REQUIRES: sparse table; every key owned; rank < tracked ranks.
   SyncResult PushSyncedKeys(absl::Span<const Key> keys, int rank, Clock clock,
                             const float* grads);
   // An asynchronous push by `rank` at `clock` was applied (for staleness).
@@ -185,15 +193,24 @@ class TableShard {
   struct PendingStep {
     std::vector<HeldPush> by_rank;
     int count = 0;
+    std::vector<uint64_t> waiters;  // PushPull requests to answer
   };
   // What PushSynced and PushSyncedKeys share: drops a push of a step
-  // already applied, holds the push (a resend is ignored), and once
-  // sync_workers ranks have pushed, runs `apply` on the held step and
-  // closes it.
+  // already applied; with sync_workers = 1 runs `apply_alone` (if given)
+  // straight from the request; otherwise holds the push (a resend is
+  // ignored) and once sync_workers ranks have pushed, runs `apply` on the
+  // held step, releases its waiters and closes it.
   SyncResult HoldSynced(KeyRange part, int rank, Clock clock,
                         absl::Span<const Key> keys, const float* grads,
-                        size_t num_floats,
+                        size_t num_floats, uint64_t waiter,
+                        std::vector<uint64_t>* released,
+                        const std::function<void()>& apply_alone,
                         absl::FunctionRef<void(const PendingStep&)> apply);
+  // Gradient copies and the sum are reused across steps: allocating 800 KB
+  // per step would write fresh pages, ~40x slower than reused ones here.
+  std::vector<float> TakeSpare();
+  std::vector<std::vector<float>> spare_;
+  std::vector<float> sum_;
   const int tracked_ranks_;
   std::map<std::tuple<Key, Key, Clock>, PendingStep> pending_;
   std::map<std::pair<Key, Key>, Clock> next_clock_;  // first clock not applied
