@@ -40,9 +40,12 @@ namespace server_internal {
 
 class Dispatcher {
  public:
-  // `pool` and `plugins` must outlive the dispatcher.
+  // `pool` and `plugins` must outlive the dispatcher. Large range reads of
+  // dense parameters are sent from the table without copying (see
+  // TableShard::PinRange and `pin_options`).
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
-             const PluginRegistry* plugins);
+             const PluginRegistry* plugins,
+             const PinOptions& pin_options = {});
 
   // Creates shards for tables new in `map` (with the ranges this node owns;
   // possibly none) and records its epoch. Tables already known keep their
@@ -69,6 +72,7 @@ class Dispatcher {
   const size_t max_message_bytes_;
   BufferPool* const pool_;
   const PluginRegistry* const plugins_;
+  const PinOptions pin_options_;
 
   mutable absl::Mutex mu_;
   Epoch epoch_ ABSL_GUARDED_BY(mu_) = 0;
