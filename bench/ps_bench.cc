@@ -43,8 +43,13 @@ ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory", "what to run");
 ABSL_FLAG(int, max_mb, 64, "largest dense message, in MiB");
 ABSL_FLAG(int, min_kb, 4, "smallest dense message, in KiB (sizes grow by 4x)");
 ABSL_FLAG(std::string, servers, "1,2", "dense: server counts to measure (1, 2)");
+ABSL_FLAG(std::vector<std::string>, server_flags, {},
+          "extra flags for every ps_server, e.g. --zero_copy_min_kb=-1");
 ABSL_FLAG(int, depth, 2, "dense requests in flight");
 ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
+ABSL_FLAG(int, client_max_mb, 128, "ClientOptions::max_message_bytes, in MiB");
+ABSL_FLAG(int, rounds, 1, "dense: raw and Downpour measured alternately this "
+          "many times per size and direction");
 
 namespace downpour {
 namespace {
@@ -209,6 +214,7 @@ std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) 
   o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + tag;
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = servers;
+  o.server_flags = absl::GetFlag(FLAGS_server_flags);
   auto c = LocalCluster::Start(o);
   Check(c.status(), "start cluster");
   return *std::move(c);
@@ -217,7 +223,7 @@ std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) 
 std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
   ClientOptions co;
   co.scheduler_address = cluster.scheduler_address();
-  co.max_message_bytes = size_t{128} << 20;
+  co.max_message_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
   co.op_timeout = absl::Seconds(120);
   auto c = Client::Connect(co);
   Check(c.status(), "connect");
@@ -267,10 +273,18 @@ void DenseSection(const std::string& raw_endpoint) {
       // Centred on the middle so that with two servers both take part.
       const Key begin = (rows_total - n) / 2;
       const int iters = ItersFor(sizes[i]);
+      // Raw and Downpour alternate `rounds` times; each figure is total
+      // bytes over total time, so a burst of load on the shared machine
+      // falls on both sides rather than on one.
+      const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
       for (int pull = 0; pull < 2; ++pull) {
-        rows[i].raw[servers - 1][pull] = raw.Run(sizes[i], pull, depth, iters);
-        rows[i].ps[servers - 1][pull] =
-            PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
+        double raw_s = 0, ps_s = 0;
+        for (int round = 0; round < rounds; ++round) {
+          raw_s += 1 / raw.Run(sizes[i], pull, depth, iters);
+          ps_s += 1 / PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
+        }
+        rows[i].raw[servers - 1][pull] = rounds / raw_s;
+        rows[i].ps[servers - 1][pull] = rounds / ps_s;
       }
       std::fprintf(stderr, "  dense, %d server(s), %zu bytes: done\n", servers, sizes[i]);
     }
