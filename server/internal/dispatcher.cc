@@ -253,8 +253,9 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
   std::optional<TableShard::PinnedRows> pinned;
   if (OpReads(op) && h.is_range() && vec == 0) pinned = shard->PinRange(b, e);
   if (pinned.has_value()) {
-    // Sent from the table's memory: the copy into a send buffer was a third
-    // of a large pull's cost (docs/BENCHMARKS.md).
+    // Sent from the table's memory: copying large replies into a send
+    // buffer kept one-server pulls under 70% of raw ZeroMQ
+    // (docs/BENCHMARKS.md).
     reply->values = Payload::Borrow(pinned->data, pinned->bytes,
                                     std::move(pinned->release));
   } else if (OpReads(op)) {
