@@ -4,6 +4,7 @@
 //   bazel build -c opt //bench:ps_bench //server:ps_server //scheduler:ps_scheduler
 //   bazel-bin/bench/ps_bench            # all sections
 //   bazel-bin/bench/ps_bench --sections=dense --max_mb=16
+//   bazel-bin/bench/ps_bench --sections=dense --servers=1 --min_kb=16384
 //
 // Sections: dense (push/pull by size, 1 and 2 servers, beside raw ZeroMQ),
 // sparse (power-law keys, width 8 and 64), latency (small pulls), memory
@@ -29,6 +30,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
@@ -46,8 +48,15 @@ ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ binaries
 ABSL_FLAG(std::string, work_dir, "/tmp/ps_bench", "logs of the daemons");
 ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory", "what to run");
 ABSL_FLAG(int, max_mb, 64, "largest dense message, in MiB");
+ABSL_FLAG(int, min_kb, 4, "smallest dense message, in KiB (sizes grow by 4x)");
+ABSL_FLAG(std::string, servers, "1,2", "dense: server counts to measure (1, 2)");
+ABSL_FLAG(std::vector<std::string>, server_flags, {},
+          "extra flags for every ps_server, e.g. --zero_copy_min_kb=-1");
 ABSL_FLAG(int, depth, 2, "dense requests in flight");
 ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
+ABSL_FLAG(int, client_max_mb, 128, "ClientOptions::max_message_bytes, in MiB");
+ABSL_FLAG(int, rounds, 1, "dense: raw and Downpour measured alternately this "
+          "many times per size and direction");
 
 namespace downpour {
 namespace {
@@ -213,6 +222,7 @@ std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) 
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = servers;
   o.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  o.server_flags = absl::GetFlag(FLAGS_server_flags);
   auto c = LocalCluster::Start(o);
   Check(c.status(), "start cluster");
   return *std::move(c);
@@ -221,7 +231,7 @@ std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) 
 std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
   ClientOptions co;
   co.scheduler_address = cluster.scheduler_address();
-  co.max_message_bytes = size_t{128} << 20;
+  co.max_message_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
   co.op_timeout = absl::Seconds(120);
   auto auth = ClusterAuth::FromFlags();
   Check(auth.status(), "read --cluster_secret_file");
@@ -235,8 +245,14 @@ void DenseSection(const std::string& raw_endpoint) {
   const int depth = absl::GetFlag(FLAGS_depth);
   const size_t max_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
   std::vector<size_t> sizes;
-  for (size_t s = 4096; s <= max_bytes; s *= 4) sizes.push_back(s);
-  if (sizes.back() != max_bytes) sizes.push_back(max_bytes);
+  const size_t min_bytes =
+      std::max<size_t>(4096, size_t{static_cast<size_t>(absl::GetFlag(FLAGS_min_kb))} << 10);
+  for (size_t s = min_bytes; s <= max_bytes; s *= 4) sizes.push_back(s);
+  if (sizes.empty() || sizes.back() != max_bytes) sizes.push_back(max_bytes);
+  const std::string servers_flag = absl::GetFlag(FLAGS_servers);
+  auto measured = [&](int servers) {
+    return servers_flag.find(absl::StrCat(servers)) != std::string::npos;
+  };
   RawClient raw(raw_endpoint);
   std::printf("\n## Dense push and pull (GB/s, %d in flight)\n\n", depth);
   std::printf("| size | raw zmq push | 1 srv push | 2 srv push | raw zmq pull | 1 srv pull | 2 srv pull | push/raw (1 srv, 2 srv) | pull/raw (1 srv, 2 srv) |\n");
@@ -245,9 +261,14 @@ void DenseSection(const std::string& raw_endpoint) {
   const uint64_t rows_total = max_bytes / (kWidth * 4);
   // Per size: raw push, raw pull measured right beside each Downpour
   // measurement (the machine is shared and noisy), for 1 and 2 servers.
-  struct Row { double raw[2][2]; double ps[2][2]; };
+  // Server counts not measured stay NaN and print as "-".
+  struct Row {
+    double raw[2][2] = {{NAN, NAN}, {NAN, NAN}};
+    double ps[2][2] = {{NAN, NAN}, {NAN, NAN}};
+  };
   std::vector<Row> rows(sizes.size());
   for (int servers = 1; servers <= 2; ++servers) {
+    if (!measured(servers)) continue;
     auto cluster = StartCluster(servers, absl::StrCat("dense", servers));
     auto client = Connect(*cluster);
     TableOptions o;
@@ -263,10 +284,18 @@ void DenseSection(const std::string& raw_endpoint) {
       // Centred on the middle so that with two servers both take part.
       const Key begin = (rows_total - n) / 2;
       const int iters = ItersFor(sizes[i]);
+      // Raw and Downpour alternate `rounds` times; each figure is total
+      // bytes over total time, so a burst of load on the shared machine
+      // falls on both sides rather than on one.
+      const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
       for (int pull = 0; pull < 2; ++pull) {
-        rows[i].raw[servers - 1][pull] = raw.Run(sizes[i], pull, depth, iters);
-        rows[i].ps[servers - 1][pull] =
-            PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
+        double raw_s = 0, ps_s = 0;
+        for (int round = 0; round < rounds; ++round) {
+          raw_s += 1 / raw.Run(sizes[i], pull, depth, iters);
+          ps_s += 1 / PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
+        }
+        rows[i].raw[servers - 1][pull] = rounds / raw_s;
+        rows[i].ps[servers - 1][pull] = rounds / ps_s;
       }
       std::fprintf(stderr, "  dense, %d server(s), %zu bytes: done\n", servers, sizes[i]);
     }
@@ -277,11 +306,21 @@ void DenseSection(const std::string& raw_endpoint) {
     const Row& r = rows[i];
     std::string size = sizes[i] >= (1 << 20) ? absl::StrCat(sizes[i] >> 20, " MiB")
                                              : absl::StrCat(sizes[i] >> 10, " KiB");
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%%, %.0f%% | %.0f%%, %.0f%% |\n",
-                size.c_str(), r.raw[0][0] / 1e9, r.ps[0][0] / 1e9, r.ps[1][0] / 1e9,
-                r.raw[0][1] / 1e9, r.ps[0][1] / 1e9, r.ps[1][1] / 1e9,
-                100 * r.ps[0][0] / r.raw[0][0], 100 * r.ps[1][0] / r.raw[1][0],
-                100 * r.ps[0][1] / r.raw[0][1], 100 * r.ps[1][1] / r.raw[1][1]);
+    auto gbs = [](double v) {
+      return std::isnan(v) ? std::string("-") : absl::StrFormat("%.2f", v / 1e9);
+    };
+    // The raw columns show the run beside 1 server, else beside 2.
+    auto first = [](double a, double b) { return std::isnan(a) ? b : a; };
+    auto pct = [](double a, double b) {
+      return std::isnan(a) ? std::string("-") : absl::StrFormat("%.0f%%", 100 * a / b);
+    };
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s, %s | %s, %s |\n",
+                size.c_str(), gbs(first(r.raw[0][0], r.raw[1][0])).c_str(),
+                gbs(r.ps[0][0]).c_str(), gbs(r.ps[1][0]).c_str(),
+                gbs(first(r.raw[0][1], r.raw[1][1])).c_str(),
+                gbs(r.ps[0][1]).c_str(), gbs(r.ps[1][1]).c_str(),
+                pct(r.ps[0][0], r.raw[0][0]).c_str(), pct(r.ps[1][0], r.raw[1][0]).c_str(),
+                pct(r.ps[0][1], r.raw[0][1]).c_str(), pct(r.ps[1][1], r.raw[1][1]).c_str());
   }
   std::fflush(stdout);
 }

@@ -1,4 +1,5 @@
 // ps_server: serves key ranges of tables. See server/server.h.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ ABSL_FLAG(int64_t, max_message_mb, 256,
           "largest request or reply accepted, in MiB");
 ABSL_FLAG(std::vector<std::string>, handler_plugins, {},
           "comma-separated update-handler plugins (.so) to load");
+ABSL_FLAG(int64_t, zero_copy_min_kb, 256,
+          "range reads of dense tables of at least this many KiB are sent "
+          "without copying; -1: always copy");
 ABSL_FLAG(int64_t, connect_timeout_s, 30,
           "how long to keep trying to reach the scheduler at start-up");
 
@@ -45,6 +49,10 @@ int main(int argc, char** argv) {
   options.max_message_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mb)) << 20;
   options.plugin_paths = absl::GetFlag(FLAGS_handler_plugins);
+  const int64_t zero_copy_kb = absl::GetFlag(FLAGS_zero_copy_min_kb);
+  options.zero_copy_min_bytes = zero_copy_kb < 0
+                                    ? SIZE_MAX
+                                    : static_cast<size_t>(zero_copy_kb) << 10;
   options.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   auto auth = downpour::ClusterAuth::FromFlags();

@@ -180,8 +180,10 @@ absl::Status ServerImpl::Init() {
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
+  server_internal::PinOptions pins;
+  pins.min_bytes = options_.zero_copy_min_bytes;
   dispatcher_ = std::make_unique<Dispatcher>(id_, options_.max_message_bytes,
-                                             &pool_, &plugins_);
+                                             &pool_, &plugins_, pins);
   admin_service_->set_dispatcher(dispatcher_.get());
   DP_LOG(INFO) << "registered with scheduler " << options_.scheduler_address
                << " as node " << id_ << "; data plane " << endpoint_

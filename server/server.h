@@ -35,6 +35,10 @@ struct ServerOptions {
   std::string advertise_host;
   std::string admin_listen = "127.0.0.1:0";  // gRPC admin + health
   size_t max_message_bytes = size_t{256} << 20;
+  // Range reads of dense parameters at least this large are sent from the
+  // table without copying (writes to those rows wait until sent); SIZE_MAX:
+  // always copy.
+  size_t zero_copy_min_bytes = size_t{256} << 10;
   std::vector<std::string> plugin_paths;  // update-handler plugins (.so)
   absl::Duration connect_timeout = absl::Seconds(30);
   // On: the data plane admits only peers with the cluster secret, and the

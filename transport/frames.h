@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/types/span.h"
 #include "common/buffer_pool.h"
@@ -29,10 +30,29 @@ inline bool OpReads(proto::Op op) {
   return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
 }
 
-// An outgoing payload frame. Move-only.
+// An outgoing payload frame. Move-only. A borrowed payload's release
+// callback runs exactly once: when the transport lets go of the bytes, when
+// someone takes it (TakeReleaseCallback), or else when the Payload is
+// destroyed or assigned over (a reply dropped before it was sent must not
+// leave its memory pinned).
 class Payload {
  public:
   Payload() = default;
+  Payload(Payload&& other) noexcept { *this = std::move(other); }
+  Payload& operator=(Payload&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      borrowed_ = std::exchange(other.borrowed_, nullptr);
+      owned_ = std::move(other.owned_);
+      size_ = std::exchange(other.size_, 0);
+      on_release_ = std::exchange(other.on_release_, nullptr);
+    }
+    return *this;
+  }
+  Payload(const Payload&) = delete;
+  Payload& operator=(const Payload&) = delete;
+  ~Payload() { Reset(); }
+
   // Zero-copy: `data` must stay valid until `on_release` runs (on any
   // thread), which happens once the transport no longer references it: after
   // the bytes were written to the socket, or after the message was dropped.
@@ -58,9 +78,18 @@ class Payload {
   bool owned() const { return owned_.data() != nullptr; }
   // Gives the pooled block away (for a zero-copy send that frees it later).
   PoolBlock* DetachOwned() { return owned_.Detach(); }
-  std::function<void()> TakeReleaseCallback() { return std::move(on_release_); }
+  std::function<void()> TakeReleaseCallback() {
+    return std::exchange(on_release_, nullptr);
+  }
 
  private:
+  void Reset() {
+    if (auto release = TakeReleaseCallback()) release();
+    owned_ = Buffer();
+    borrowed_ = nullptr;
+    size_ = 0;
+  }
+
   const void* borrowed_ = nullptr;
   Buffer owned_;
   size_t size_ = 0;

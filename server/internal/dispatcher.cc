@@ -8,11 +8,13 @@ namespace downpour {
 namespace server_internal {
 
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
-                       const PluginRegistry* plugins)
+                       const PluginRegistry* plugins,
+                       const PinOptions& pin_options)
     : self_(self),
       max_message_bytes_(max_message_bytes),
       pool_(pool),
-      plugins_(plugins) {}
+      plugins_(plugins),
+      pin_options_(pin_options) {}
 
 absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
   absl::Status first_error;
@@ -28,7 +30,8 @@ absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
     }
     // Built outside the lock: a large dense table takes a while to
     // initialize, and the data thread must keep serving meanwhile.
-    auto shard = TableShard::Create(table.spec(), std::move(owned), plugins_);
+    auto shard = TableShard::Create(table.spec(), std::move(owned), plugins_,
+                                    pin_options_);
     if (!shard.ok()) {
       DP_LOG(ERROR) << "cannot serve table '" << table.spec().name()
                     << "': " << shard.status();
@@ -307,6 +310,15 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
 
 Payload Dispatcher::ReadRange(TableShard& shard, Key begin, Key end,
                               size_t floats, uint32_t vector) {
+  if (vector == 0) {
+    if (auto pinned = shard.PinRange(begin, end)) {
+      // Sent from the table's memory: copying large replies into a send
+      // buffer kept one-server pulls under 70% of raw ZeroMQ
+      // (docs/BENCHMARKS.md).
+      return Payload::Borrow(pinned->data, pinned->bytes,
+                             std::move(pinned->release));
+    }
+  }
   Buffer out = pool_->Acquire(floats * sizeof(float));
   shard.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
   return Payload::Own(std::move(out));
@@ -362,6 +374,10 @@ void Dispatcher::FillStats(proto::ServerStats* stats) const {
     t->set_discarded_pushes(shard->discarded_pushes());
     t->set_aggregated_steps(shard->aggregated_steps());
     t->set_dropped_task_adds(shard->dropped_task_adds());
+    t->set_zero_copy_replies(shard->zero_copy_replies());
+    t->set_pin_waits(shard->pin_waits());
+    t->set_pin_copies(shard->pin_copies());
+    t->set_pinned_replies(shard->pinned_replies());
   }
 }
 

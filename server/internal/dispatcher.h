@@ -46,9 +46,12 @@ namespace server_internal {
 
 class Dispatcher {
  public:
-  // `pool` and `plugins` must outlive the dispatcher.
+  // `pool` and `plugins` must outlive the dispatcher. Large range reads of
+  // dense parameters are sent from the table without copying (see
+  // TableShard::PinRange and `pin_options`).
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
-             const PluginRegistry* plugins);
+             const PluginRegistry* plugins,
+             const PinOptions& pin_options = {});
 
   // Creates shards for tables new in `map` (with the ranges this node owns;
   // possibly none) and records its epoch. Tables already known keep their
@@ -72,7 +75,9 @@ class Dispatcher {
                        std::vector<DeferredReply>* released);
   absl::Status ExecuteVector(TableShard& shard, const IncomingMessage& request,
                              OutgoingReply* reply);
-  // The values of [begin, end) of `vector` in a pooled buffer.
+  // The values of [begin, end) of `vector`: the table's own rows, pinned
+  // until sent, when the shard allows it (large ranges of the parameters),
+  // else a copy in a pooled buffer.
   Payload ReadRange(TableShard& shard, Key begin, Key end, size_t floats,
                     uint32_t vector = 0);
   std::shared_ptr<TableShard> Lookup(TableId id, Epoch* epoch) const
@@ -82,6 +87,7 @@ class Dispatcher {
   const size_t max_message_bytes_;
   BufferPool* const pool_;
   const PluginRegistry* const plugins_;
+  const PinOptions pin_options_;
 
   mutable absl::Mutex mu_;
   Epoch epoch_ ABSL_GUARDED_BY(mu_) = 0;

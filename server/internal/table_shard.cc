@@ -12,7 +12,7 @@ namespace server_internal {
 
 absl::StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
     const proto::TableSpec& spec, std::vector<KeyRange> owned,
-    const PluginRegistry* plugins) {
+    const PluginRegistry* plugins, const PinOptions& pin_options) {
   if (spec.width() == 0) return absl::InvalidArgumentError("width is 0");
   DP_ASSIGN_OR_RETURN(std::unique_ptr<UpdateHandler> handler,
                       CreateHandler(spec.handler(), plugins),
@@ -20,13 +20,14 @@ absl::StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
   DP_ASSIGN_OR_RETURN(Initializer init, Initializer::Create(spec.init()),
                       "table '", spec.name(), "'");
   return std::unique_ptr<TableShard>(
-      new TableShard(spec, std::move(owned), std::move(handler), init));
+      new TableShard(spec, std::move(owned), std::move(handler), init,
+                     pin_options));
 }
 
 TableShard::TableShard(const proto::TableSpec& spec,
                        std::vector<KeyRange> owned,
                        std::unique_ptr<UpdateHandler> handler,
-                       Initializer init)
+                       Initializer init, const PinOptions& pin_options)
     : spec_(spec),
       width_(spec.width()),
       owned_(std::move(owned)),
@@ -38,6 +39,7 @@ TableShard::TableShard(const proto::TableSpec& spec,
       dense_(spec.kind() == proto::DENSE),
       num_vectors_(static_cast<uint32_t>(
           std::max(1, dense_ ? spec.vectors_size() : 1))),
+      pin_options_(pin_options),
       tracked_ranks_(static_cast<int>(
           std::max(spec.num_workers(), spec.sync_workers()))),
       staleness_(tracked_ranks_, static_cast<int>(spec.sync_workers())) {
@@ -48,8 +50,8 @@ TableShard::TableShard(const proto::TableSpec& spec,
       d.range = r;
       // Uninitialized allocation, then one pass by the initializer: each page
       // is written once.
-      d.values.reset(new float[d.rows() * width_]);
-      init_.Fill(r.begin, d.rows(), width_, d.values.get());
+      d.values = std::make_shared<PinnedArray>(d.rows() * width_);
+      init_.Fill(r.begin, d.rows(), width_, d.values->data.get());
       rows += r.end - r.begin;
       d.vectors.resize(num_vectors_ - 1);
       dense_ranges_.push_back(std::move(d));
@@ -75,7 +77,7 @@ void TableShard::EnsureDenseState(DenseRange* r) {
 }
 
 float* TableShard::VectorData(DenseRange* r, uint32_t vector) {
-  if (vector == 0) return r->values.get();
+  if (vector == 0) return r->values->data.get();
   std::unique_ptr<float[]>& v = r->vectors[vector - 1];
   if (v == nullptr) {
     v.reset(new float[r->rows() * width_]());
@@ -96,6 +98,107 @@ float* TableShard::DenseRow(Key key, float** state, uint32_t vector) {
     }
   }
   return nullptr;  // unreachable when the caller validated ownership
+}
+
+TableShard::DenseRange* TableShard::DenseRangeOf(Key key) {
+  for (DenseRange& r : dense_ranges_) {
+    if (r.range.Contains(key)) return &r;
+  }
+  return nullptr;
+}
+
+std::optional<TableShard::PinnedRows> TableShard::PinRange(Key begin,
+                                                           Key end) {
+  const size_t bytes = (end - begin) * width_ * sizeof(float);
+  if (!dense_ || bytes < pin_options_.min_bytes) return std::nullopt;
+  if (copy_replies_until_ > absl::InfinitePast() &&
+      absl::Now() < copy_replies_until_) {
+    return std::nullopt;
+  }
+  DenseRange* r = DenseRangeOf(begin);
+  std::shared_ptr<PinnedArray> array = r->values;
+  const std::pair<size_t, size_t> rows{begin - r->range.begin,
+                                       end - r->range.begin};
+  {
+    absl::MutexLock lock(&array->mu);
+    array->pins.push_back(rows);
+    array->num_pins.fetch_add(1, std::memory_order_relaxed);
+  }
+  live_pins_->fetch_add(1, std::memory_order_relaxed);
+  zero_copy_replies_.fetch_add(1, std::memory_order_relaxed);
+  const float* data = array->data.get() + rows.first * width_;
+  // The callback holds the array (not the shard): it may run on ZeroMQ's
+  // I/O thread after the shard is gone.
+  auto release = [array = std::move(array), rows, live = live_pins_] {
+    {
+      absl::MutexLock lock(&array->mu);
+      auto it = std::find(array->pins.begin(), array->pins.end(), rows);
+      if (it != array->pins.end()) {
+        *it = array->pins.back();
+        array->pins.pop_back();
+      }
+      array->num_pins.fetch_sub(1, std::memory_order_release);
+    }
+    live->fetch_sub(1, std::memory_order_relaxed);
+  };
+  return PinnedRows{data, bytes, std::move(release)};
+}
+
+int64_t TableShard::pinned_replies() const {
+  return live_pins_->load(std::memory_order_relaxed);
+}
+
+void TableShard::PrepareWrite(DenseRange* r, Key begin, Key end) {
+  PinnedArray* array = r->values.get();
+  // The common case: nothing pinned, no lock.
+  if (array->num_pins.load(std::memory_order_acquire) == 0) return;
+  const size_t first = begin - r->range.begin, last = end - r->range.begin;
+  auto unpinned = [array, first, last]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // Runs with array->mu held (absl::Condition).
+    for (const auto& [b, e] : array->pins) {
+      if (b < last && first < e) return false;
+    }
+    return true;
+  };
+  bool clear;
+  {
+    absl::MutexLock lock(&array->mu);
+    if (unpinned()) return;
+    // A reply is still being written to the socket: wait for it rather than
+    // tear it, and copy the next replies for a while.
+    pin_waits_.fetch_add(1, std::memory_order_relaxed);
+    copy_replies_until_ = absl::Now() + pin_options_.copy_after_wait;
+    clear = array->mu.AwaitWithTimeout(absl::Condition(&unpinned),
+                                       pin_options_.wait);
+  }
+  if (clear) return;
+  // The peer is not reading its reply. Do not stall every writer behind it:
+  // write to a copy; the pinned array lives on until its pins are released.
+  const size_t floats = r->rows() * width_;
+  auto fresh = std::make_shared<PinnedArray>(floats);
+  std::memcpy(fresh->data.get(), array->data.get(), floats * sizeof(float));
+  r->values = std::move(fresh);
+  pin_copies_.fetch_add(1, std::memory_order_relaxed);
+  DP_LOG(WARNING) << "table '" << spec_.name() << "': rows [" << begin << ", "
+                  << end << ") stayed pinned by a reply in flight for "
+                  << absl::FormatDuration(pin_options_.wait)
+                  << "; writing to a copy of keys [" << r->range.begin << ", "
+                  << r->range.end << ")";
+}
+
+void TableShard::PrepareBatchWrite(absl::Span<const Key> keys,
+                                   uint32_t vector) {
+  if (!dense_ || vector != 0) return;
+  for (DenseRange& r : dense_ranges_) {
+    if (r.values->num_pins.load(std::memory_order_acquire) == 0) continue;
+    Key lo = r.range.end, hi = r.range.begin;
+    for (Key k : keys) {
+      if (!r.range.Contains(k)) continue;
+      lo = std::min(lo, k);
+      hi = std::max(hi, k + 1);
+    }
+    if (lo < hi) PrepareWrite(&r, lo, hi);
+  }
 }
 
 TableShard::SparseRow TableShard::SparseFind(Key key) {
@@ -135,6 +238,7 @@ TableShard::SparseRow TableShard::SparseTouch(Key key) {
 
 void TableShard::Put(absl::Span<const Key> keys, const float* values,
                      uint32_t vector) {
+  PrepareBatchWrite(keys, vector);
   const size_t bytes = width_ * sizeof(float);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = dense_ ? DenseRow(keys[i], nullptr, vector)
@@ -145,6 +249,7 @@ void TableShard::Put(absl::Span<const Key> keys, const float* values,
 
 void TableShard::Add(absl::Span<const Key> keys, const float* values,
                      uint32_t vector) {
+  PrepareBatchWrite(keys, vector);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = dense_ ? DenseRow(keys[i], nullptr, vector)
                         : SparseTouch(keys[i]).values;
@@ -154,6 +259,7 @@ void TableShard::Add(absl::Span<const Key> keys, const float* values,
 }
 
 void TableShard::Push(absl::Span<const Key> keys, const float* grads) {
+  PrepareBatchWrite(keys, 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* state = nullptr;
     float* row;
@@ -195,6 +301,7 @@ std::vector<Key> KeysOf(Key begin, Key end) {
 void TableShard::PutRange(Key begin, Key end, const float* values,
                           uint32_t vector) {
   if (!dense_) return Put(KeysOf(begin, end), values);
+  if (vector == 0) PrepareWrite(DenseRangeOf(begin), begin, end);
   std::memcpy(DenseRow(begin, nullptr, vector), values,
               (end - begin) * width_ * sizeof(float));
 }
@@ -202,6 +309,7 @@ void TableShard::PutRange(Key begin, Key end, const float* values,
 void TableShard::AddRange(Key begin, Key end, const float* values,
                           uint32_t vector) {
   if (!dense_) return Add(KeysOf(begin, end), values);
+  if (vector == 0) PrepareWrite(DenseRangeOf(begin), begin, end);
   float* row = DenseRow(begin, nullptr, vector);
   const size_t n = (end - begin) * width_;
   for (size_t j = 0; j < n; ++j) row[j] += values[j];
@@ -209,6 +317,7 @@ void TableShard::AddRange(Key begin, Key end, const float* values,
 
 void TableShard::PushRange(Key begin, Key end, const float* grads) {
   if (!dense_) return Push(KeysOf(begin, end), grads);
+  PrepareWrite(DenseRangeOf(begin), begin, end);
   float* state = nullptr;
   float* row = DenseRow(begin, &state);
   handler_->Apply(row, state, grads, end - begin, width_);
@@ -229,6 +338,9 @@ void TableShard::RunVectorCommand(const proto::VectorCommand& cmd,
   for (DenseRange& r : dense_ranges_) {
     const Key b = std::max(lo, r.range.begin), e = std::min(hi, r.range.end);
     if (b >= e) continue;
+    if (cmd.update() != proto::VectorCommand::NONE && cmd.dst() == 0) {
+      PrepareWrite(&r, b, e);
+    }
     const size_t offset = (b - r.range.begin) * width_;
     for (uint32_t v = 0; v < num_vectors_; ++v) {
       ptrs[v] = kernel.Uses(v) ? VectorData(&r, v) + offset : nullptr;

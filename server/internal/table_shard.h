@@ -6,8 +6,18 @@
 // push). Sparse tables keep rows in fixed-size chunks indexed by a hash map,
 // so growth never copies or doubles the values already stored.
 //
-// Not thread-safe: a shard is used by one data thread at a time. Stats are
-// atomics and may be read from any thread.
+// Zero-copy reads: PinRange hands out rows of a dense table's parameters
+// for a reply to reference while the transport sends it. Until the reply
+// releases its pin, a write to any pinned row waits (so a reply is never
+// torn and no acknowledged update is lost); after a writer had to wait, the
+// shard copies its replies for a while instead (PinOptions). A pin that
+// outlives PinOptions::wait (a peer that stopped reading) makes the writer
+// move the range to a fresh copy of the array and go on (copy-on-write);
+// the old array lives until its last pin is released.
+//
+// Not thread-safe: a shard is used by one data thread at a time, except
+// that a pin's release may run on any thread. Stats are atomics and may be
+// read from any thread.
 #ifndef DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_
 #define DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_
 
@@ -15,14 +25,19 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/types.h"
 #include "consistency/consistency.h"
@@ -41,12 +56,24 @@ struct KeyRange {
   bool Contains(Key k) const { return k >= begin && k < end; }
 };
 
+// How dense range reads are shared with the transport without copying.
+struct PinOptions {
+  // Replies of at least this many bytes reference the table (smaller ones
+  // are cheaper to copy than to pin).
+  size_t min_bytes = size_t{256} << 10;
+  // How long a writer waits for pins on its rows before copying the array.
+  absl::Duration wait = absl::Seconds(1);
+  // After a writer waited, replies are copied for this long: a workload that
+  // mixes writes with reads of the same rows pays a copy, not a wait.
+  absl::Duration copy_after_wait = absl::Seconds(1);
+};
+
 class TableShard {
  public:
   // kInvalidArgument / kNotFound for a bad handler or initializer spec.
   static absl::StatusOr<std::unique_ptr<TableShard>> Create(
       const proto::TableSpec& spec, std::vector<KeyRange> owned,
-      const PluginRegistry* plugins);
+      const PluginRegistry* plugins, const PinOptions& pin_options = {});
 
   const proto::TableSpec& spec() const { return spec_; }
   size_t width() const { return width_; }
@@ -76,6 +103,27 @@ class TableShard {
   void AddRange(Key begin, Key end, const float* values, uint32_t vector = 0);
   void PushRange(Key begin, Key end, const float* grads);
   void GetRange(Key begin, Key end, float* out, uint32_t vector = 0);
+
+  // Parameter rows [begin, end) for a reply to send without copying.
+  // `release` must run exactly once (on any thread) when the transport no
+  // longer reads `data`; until then writes to these rows wait. The memory
+  // stays valid until then even if the shard is destroyed. Returns nullopt
+  // when the reply should be copied instead: a sparse table, fewer than
+  // PinOptions::min_bytes, or a writer waited recently. REQUIRES: the range
+  // lies inside one owned range.
+  struct PinnedRows {
+    const float* data;
+    size_t bytes;
+    std::function<void()> release;
+  };
+  std::optional<PinnedRows> PinRange(Key begin, Key end);
+  // Pins not yet released, over all ranges (for tests and stats).
+  int64_t pinned_replies() const;
+  uint64_t zero_copy_replies() const {
+    return zero_copy_replies_.load(std::memory_order_relaxed);
+  }
+  uint64_t pin_waits() const { return pin_waits_.load(std::memory_order_relaxed); }
+  uint64_t pin_copies() const { return pin_copies_.load(std::memory_order_relaxed); }
 
   // Runs a vector command (built from `cmd` for num_vectors()) on every
   // owned row in [cmd.begin, cmd.end) and adds its dot products to
@@ -140,13 +188,27 @@ class TableShard {
 
  private:
   TableShard(const proto::TableSpec& spec, std::vector<KeyRange> owned,
-             std::unique_ptr<UpdateHandler> handler, Initializer init);
+             std::unique_ptr<UpdateHandler> handler, Initializer init,
+             const PinOptions& pin_options);
+
+  // A dense range's parameters, shared with the replies that pin its rows.
+  struct PinnedArray {
+    explicit PinnedArray(size_t floats) : data(new float[floats]) {}
+    // A raw array rather than a vector: a vector would zero every page
+    // before the initializer writes it again, and fresh pages are slow.
+    const std::unique_ptr<float[]> data;
+    absl::Mutex mu;
+    // Row intervals [first, last) (from the range's start) that replies in
+    // flight reference; one entry per pin.
+    std::vector<std::pair<size_t, size_t>> pins ABSL_GUARDED_BY(mu);
+    // pins.size(), readable without the lock: writers skip the lock when 0.
+    std::atomic<int64_t> num_pins{0};
+  };
 
   struct DenseRange {
     KeyRange range;
-    // Raw arrays rather than vectors: a vector would zero every page before
-    // the initializer writes it again, and fresh pages are slow to write.
-    std::unique_ptr<float[]> values;
+    // Vector 0; replaced by a copy when a pin outlives PinOptions::wait.
+    std::shared_ptr<PinnedArray> values;
     std::unique_ptr<float[]> state;  // null until the first push
     // Named vectors 1, 2, ...: each null until first touched.
     std::vector<std::unique_ptr<float[]>> vectors;
@@ -160,6 +222,12 @@ class TableShard {
   };
 
   float* DenseRow(Key key, float** state, uint32_t vector = 0);
+  DenseRange* DenseRangeOf(Key key);
+  // Call before writing rows [begin, end) of `r`'s parameters (vector 0):
+  // waits for pins on them, or copies the array (see PinOptions::wait).
+  void PrepareWrite(DenseRange* r, Key begin, Key end);
+  // The same for every range a batch of keys touches (vector 0 only).
+  void PrepareBatchWrite(absl::Span<const Key> keys, uint32_t vector);
   float* VectorData(DenseRange* r, uint32_t vector);
   void EnsureDenseState(DenseRange* r);
   SparseRow SparseFind(Key key);  // values == nullptr when absent
@@ -175,6 +243,15 @@ class TableShard {
   const Initializer init_;
   const bool dense_;
   const uint32_t num_vectors_;
+  const PinOptions pin_options_;
+  absl::Time copy_replies_until_ = absl::InfinitePast();
+  // Pins not yet released over all arrays, shared with the release
+  // callbacks (which may outlive the shard).
+  const std::shared_ptr<std::atomic<int64_t>> live_pins_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  std::atomic<uint64_t> zero_copy_replies_{0};
+  std::atomic<uint64_t> pin_waits_{0};
+  std::atomic<uint64_t> pin_copies_{0};
 
   std::vector<DenseRange> dense_ranges_;
   // Sparse storage.
