@@ -54,7 +54,8 @@ bool TaskPool::TryAssign(const std::string& worker, Assignment* out,
   *retry_at = absl::InfiniteFuture();
   if (!open_) return false;
   const absl::Time now = absl::Now();
-  auto give = [&](size_t i, bool backup) {
+  // Runs under mu_ (held by the caller of TryAssign).
+  auto give = [&](size_t i, bool backup) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Task& t = tasks_[i];
     if (t.runners.empty()) t.first_start = now;
     t.runners.push_back(worker);
