@@ -127,7 +127,8 @@ void* DataClient::Loop::SocketFor(const std::string& endpoint) {
   void* s = transport_internal::OpenSocket(context_, ZMQ_DEALER,
                                            owner_->options_.max_message_bytes);
   if (s == nullptr) return nullptr;
-  auto monitor = transport_internal::HandshakeMonitor::Create(context_, s);
+  auto monitor = transport_internal::HandshakeMonitor::Create(
+      context_, s, /*hangups_to_report=*/2);
   if (!monitor.ok() ||
       !transport_internal::ApplyCurveClient(s, owner_->options_.auth).ok() ||
       zmq_connect(s, endpoint.c_str()) != 0) {

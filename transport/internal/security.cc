@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <tuple>
@@ -148,14 +149,15 @@ int ZapHandler::Serve() {
 }
 
 absl::StatusOr<std::unique_ptr<HandshakeMonitor>> HandshakeMonitor::Create(
-    void* context, void* socket) {
+    void* context, void* socket, int hangups_to_report) {
   static std::atomic<uint64_t> next{0};
   const std::string address =
       absl::StrCat("inproc://downpour-handshake-", next.fetch_add(1));
   if (zmq_socket_monitor(socket, address.c_str(),
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
     return ErrnoStatus("monitor socket");
   }
   void* pair = zmq_socket(context, ZMQ_PAIR);
@@ -168,7 +170,8 @@ absl::StatusOr<std::unique_ptr<HandshakeMonitor>> HandshakeMonitor::Create(
     zmq_socket_monitor(socket, nullptr, 0);
     return s;
   }
-  return std::unique_ptr<HandshakeMonitor>(new HandshakeMonitor(socket, pair));
+  return std::unique_ptr<HandshakeMonitor>(
+      new HandshakeMonitor(socket, pair, std::max(1, hangups_to_report)));
 }
 
 HandshakeMonitor::~HandshakeMonitor() {
@@ -177,13 +180,25 @@ HandshakeMonitor::~HandshakeMonitor() {
 }
 
 std::optional<HandshakeMonitor::Failure> HandshakeMonitor::Next() {
-  std::vector<std::string> event = ReceiveAll(pair_);
-  if (event.size() < 2 || event[0].size() < 6) return std::nullopt;
-  uint16_t id;
-  uint32_t value;
-  std::memcpy(&id, event[0].data(), sizeof(id));
-  std::memcpy(&value, event[0].data() + sizeof(id), sizeof(value));
-  return Failure{event[1], DescribeFailure(id, value)};
+  while (true) {
+    std::vector<std::string> event = ReceiveAll(pair_);
+    if (event.empty()) return std::nullopt;
+    if (event.size() < 2 || event[0].size() < 6) continue;
+    uint16_t id;
+    uint32_t value;
+    std::memcpy(&id, event[0].data(), sizeof(id));
+    std::memcpy(&value, event[0].data() + sizeof(id), sizeof(value));
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      hangups_ = 0;
+      continue;
+    }
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL &&
+        ++hangups_ < hangups_to_report_) {
+      continue;
+    }
+    hangups_ = 0;
+    return Failure{event[1], DescribeFailure(id, value)};
+  }
 }
 
 }  // namespace transport_internal

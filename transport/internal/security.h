@@ -48,19 +48,29 @@ class HandshakeMonitor {
     std::string endpoint;     // the peer's address as ZeroMQ names it
     std::string description;  // why, in words
   };
-  // `socket` must outlive the monitor.
+  // `socket` must outlive the monitor. A peer that hangs up during the
+  // handshake without saying why is reported only after `hangups_to_report`
+  // such hang-ups in a row with no handshake succeeding in between: a
+  // connecting client uses 2, since one hang-up may be a server shutting
+  // down while the second (ZeroMQ reconnects within ~100 ms) is the refusal
+  // a server with CURVE gives a client without it. A refusal with a reason
+  // (ZAP denial, mechanism mismatch, bad cryptography) is reported at once.
   static absl::StatusOr<std::unique_ptr<HandshakeMonitor>> Create(
-      void* context, void* socket);
+      void* context, void* socket, int hangups_to_report = 1);
   ~HandshakeMonitor();
   void* socket() const { return pair_; }  // poll for ZMQ_POLLIN
-  // The next failure if one is waiting.
+  // The next failure to report, if one is waiting.
   std::optional<Failure> Next();
 
  private:
-  HandshakeMonitor(void* monitored, void* pair)
-      : monitored_(monitored), pair_(pair) {}
+  HandshakeMonitor(void* monitored, void* pair, int hangups_to_report)
+      : monitored_(monitored),
+        pair_(pair),
+        hangups_to_report_(hangups_to_report) {}
   void* monitored_;
   void* pair_;
+  const int hangups_to_report_;
+  int hangups_ = 0;  // in a row, since the last successful handshake
 };
 
 }  // namespace transport_internal
