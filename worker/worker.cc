@@ -171,6 +171,11 @@ class WorkerImpl final : public Worker {
   // clock with the progress figures. test_accuracy < 0: not evaluated.
   absl::Status FinishStep(int64_t clock, double loss, uint64_t examples,
                           double test_accuracy);
+  // Rank 0 evaluates on the test set every eval_every clocks and after the
+  // last; returns the accuracy, or -1 when iteration `clock` does not
+  // evaluate. `pull_first`: params_ may be behind the servers.
+  absl::StatusOr<double> MaybeEvaluate(int64_t clock, double loss,
+                                       bool pull_first);
 
   const WorkerOptions options_;
   SchedulerClient scheduler_;
@@ -586,6 +591,19 @@ absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> WorkerImpl::MaybeEvaluate(int64_t clock, double loss,
+                                                 bool pull_first) {
+  const bool last = clock + 1 == options_.steps;
+  if (rank_ != 0 || ((clock + 1) % options_.eval_every != 0 && !last)) {
+    return -1.0;
+  }
+  if (pull_first) DP_RETURN_IF_ERROR(PullParams());
+  auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
+  DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
+               << ", test accuracy " << accuracy << ", test loss " << test_loss;
+  return accuracy;
+}
+
 absl::Status WorkerImpl::FinishStep(int64_t clock, double loss,
                                     uint64_t examples, double test_accuracy) {
   proto::AdvanceClockRequest adv;
@@ -701,15 +719,8 @@ absl::Status WorkerImpl::RunAspPipelined() {
     in_flight.clear();
     DP_RETURN_IF_ERROR(status);
     params_.swap(next);
-    double test_accuracy = -1;
-    const bool last = clock + 1 == options_.steps;
-    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
-      auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
-      test_accuracy = accuracy;
-      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
-                   << ", test accuracy " << accuracy << ", test loss "
-                   << test_loss;
-    }
+    DP_ASSIGN_OR_RETURN(const double test_accuracy,
+                        MaybeEvaluate(clock, loss, /*pull_first=*/false));
     return FinishStep(clock, loss, examples, test_accuracy);
   };
 
@@ -856,16 +867,8 @@ absl::Status WorkerImpl::RunBsp() {
     const bool late = client_->discarded_pushes() != discarded_before;
     params_clock = late ? -1 : clock + 1;
 
-    double test_accuracy = -1;
-    const bool last = clock + 1 == options_.steps;
-    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
-      if (late) DP_RETURN_IF_ERROR(PullParams());
-      auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
-      test_accuracy = accuracy;
-      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
-                   << ", test accuracy " << accuracy << ", test loss "
-                   << test_loss;
-    }
+    DP_ASSIGN_OR_RETURN(const double test_accuracy,
+                        MaybeEvaluate(clock, loss, /*pull_first=*/late));
     DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, test_accuracy));
   }
   const double steps = std::max<double>(1, options_.steps);
@@ -918,16 +921,8 @@ absl::Status WorkerImpl::RunDense() {
       }
     }
 
-    double test_accuracy = -1;
-    const bool last = clock + 1 == options_.steps;
-    if (rank_ == 0 && ((clock + 1) % options_.eval_every == 0 || last)) {
-      DP_RETURN_IF_ERROR(PullParams());
-      auto [accuracy, test_loss] = model_->Evaluate(params_.data(), test_);
-      test_accuracy = accuracy;
-      DP_LOG(INFO) << "clock " << clock + 1 << ": train loss " << loss
-                   << ", test accuracy " << accuracy << ", test loss "
-                   << test_loss;
-    }
+    DP_ASSIGN_OR_RETURN(const double test_accuracy,
+                        MaybeEvaluate(clock, loss, /*pull_first=*/true));
     DP_RETURN_IF_ERROR(FinishStep(clock, loss, examples, test_accuracy));
   }
   DP_LOG(INFO) << "done: " << examples << " examples, max staleness "
