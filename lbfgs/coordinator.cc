@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -76,15 +77,11 @@ class CoordinatorImpl final : public Coordinator,
     spec_.set_g_vector(LbfgsVectors::kG);
     if (spec_.kind() == "sparse_lr") spec_.set_num_features(problem_->num_keys());
 
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.listen_address,
-                             grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(this);
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.listen_address));
-    }
+    DP_ASSIGN_OR_RETURN(
+        StartedGrpcServer started,
+        StartGrpcServer(options_.listen_address, this, "the task service"));
+    server_ = std::move(started.server);
+    port_ = started.port;
     const std::string host =
         options_.listen_address.substr(0, options_.listen_address.rfind(':'));
     address_ = absl::StrCat(host, ":", port_);

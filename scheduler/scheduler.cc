@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -119,15 +120,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   absl::Status Start() {
     grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.listen_address,
-                             grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(this);
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.listen_address));
-    }
+    DP_ASSIGN_OR_RETURN(
+        StartedGrpcServer started,
+        StartGrpcServer(options_.listen_address, this, "the scheduler"));
+    server_ = std::move(started.server);
+    port_ = started.port;
     sweeper_ = std::thread([this] { SweepLoop(); });
     DP_LOG(INFO) << "scheduler listening on port " << port_;
     return absl::OkStatus();

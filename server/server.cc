@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
+#include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -162,15 +163,11 @@ absl::Status ServerImpl::Init() {
   // advertise its port; stats become available once the dispatcher exists.
   grpc::EnableDefaultHealthCheckService(true);
   admin_service_ = std::make_unique<AdminService>(data_.get(), options_.auth);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.admin_listen,
-                           grpc::InsecureServerCredentials(), &admin_port_);
-  builder.RegisterService(admin_service_.get());
-  admin_ = builder.BuildAndStart();
-  if (admin_ == nullptr || admin_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind admin service to ", options_.admin_listen));
-  }
+  DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
+                      StartGrpcServer(options_.admin_listen,
+                                      admin_service_.get(), "admin service"));
+  admin_ = std::move(started.server);
+  admin_port_ = started.port;
 
   DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                       scheduler_.Register(RegisterRequest(),

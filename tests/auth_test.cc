@@ -76,20 +76,26 @@ class AuthTest : public ::testing::Test {
     EXPECT_OK(map);
     return *map;
   }
+  // A server's stats, asked with `auth` (off: no token).
+  static grpc::Status GetStats(const std::string& admin_address,
+                               const ClusterAuth& auth,
+                               proto::ServerStats* stats) {
+    auto channel =
+        grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    auth.Attach(&ctx);
+    return proto::ServerAdmin::NewStub(channel)->GetStats(
+        &ctx, proto::StatsRequest(), stats);
+  }
   static uint64_t AuthFailures() {
     uint64_t total = 0;
     const proto::ClusterMap map = Map();
     for (const auto& n : map.nodes()) {
       if (n.role() != proto::SERVER) continue;
-      auto channel = grpc::CreateChannel(n.admin_address(),
-                                         grpc::InsecureChannelCredentials());
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-      Auth().Attach(&ctx);
       proto::ServerStats stats;
-      grpc::Status s = proto::ServerAdmin::NewStub(channel)->GetStats(
-          &ctx, proto::StatsRequest(), &stats);
+      grpc::Status s = GetStats(n.admin_address(), Auth(), &stats);
       EXPECT_TRUE(s.ok()) << s.error_message();
       total += stats.auth_failures();
     }
@@ -217,15 +223,11 @@ TEST_F(AuthTest, ControlPlaneCallsNeedTheToken) {
   // what Kubernetes probes call).
   for (const auto& n : map.nodes()) {
     if (n.role() != proto::SERVER) continue;
+    proto::ServerStats stats;
+    grpc::Status s = GetStats(n.admin_address(), ClusterAuth(), &stats);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
     auto channel = grpc::CreateChannel(n.admin_address(),
                                        grpc::InsecureChannelCredentials());
-    grpc::ClientContext sctx;
-    sctx.set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::seconds(5));
-    proto::ServerStats stats;
-    grpc::Status s = proto::ServerAdmin::NewStub(channel)->GetStats(
-        &sctx, proto::StatsRequest(), &stats);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
     grpc::ClientContext hctx;
     hctx.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(5));

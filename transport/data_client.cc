@@ -43,6 +43,7 @@ class DataClient::Loop {
   void SendOne(Queued q);
   void ReceiveFrom(void* socket);
   void ExpireDeadlines();
+  std::string EndpointOf(void* socket) const;
   void ResetSocket(void* socket, const absl::Status& why);
   void CheckHandshakes(void* socket);
   void FailAll(const absl::Status& status);
@@ -204,13 +205,16 @@ void DataClient::Loop::CheckHandshakes(void* socket) {
   std::optional<transport_internal::HandshakeMonitor::Failure> failure;
   while (auto f = it->second->Next()) failure = std::move(f);
   if (!failure) return;
-  std::string endpoint;
-  for (const auto& [e, s] : sockets_) {
-    if (s == socket) endpoint = e;
-  }
   ResetSocket(socket, absl::UnauthenticatedError(absl::StrCat(
-                          "data plane connection to ", endpoint,
+                          "data plane connection to ", EndpointOf(socket),
                           " refused: ", failure->description)));
+}
+
+std::string DataClient::Loop::EndpointOf(void* socket) const {
+  for (const auto& [endpoint, s] : sockets_) {
+    if (s == socket) return endpoint;
+  }
+  return "";
 }
 
 void DataClient::Loop::ResetSocket(void* socket, const absl::Status& why) {
@@ -225,14 +229,7 @@ void DataClient::Loop::ResetSocket(void* socket, const absl::Status& why) {
       ++it;
     }
   }
-  std::string endpoint;
-  for (auto it = sockets_.begin(); it != sockets_.end(); ++it) {
-    if (it->second == socket) {
-      endpoint = it->first;
-      sockets_.erase(it);
-      break;
-    }
-  }
+  sockets_.erase(EndpointOf(socket));
   monitors_.erase(socket);
   zmq_close(socket);
   for (auto& done : failed) done(why, nullptr);
@@ -249,12 +246,8 @@ void DataClient::Loop::ExpireDeadlines() {
     void* socket = it->second.socket;
     pending_.erase(it);
     done(absl::DeadlineExceededError("no reply before the deadline"), nullptr);
-    std::string endpoint;
-    for (const auto& [e, s] : sockets_) {
-      if (s == socket) endpoint = e;
-    }
     ResetSocket(socket, absl::UnavailableError(absl::StrCat(
-                            "connection to ", endpoint,
+                            "connection to ", EndpointOf(socket),
                             " was reset after another request to it timed out")));
   }
 }

@@ -127,7 +127,9 @@ void DataServer::Loop(Handler handler) {
     if (zmq_poll(items.data(), static_cast<int>(items.size()), 100) <= 0) {
       continue;
     }
-    if (zap_ != nullptr) ServeSecurity();
+    if (zap_ != nullptr && (items[1].revents | items[2].revents)) {
+      ServeSecurity();
+    }
     // Drain everything that is waiting before polling again.
     while (msg.Receive(socket_, ZMQ_DONTWAIT)) {
       counters_.requests.fetch_add(1, std::memory_order_relaxed);

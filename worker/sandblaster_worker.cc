@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "lbfgs/problem.h"
 #include "proto/downpour.grpc.pb.h"
+#include "worker/slowdown.h"
 
 namespace downpour {
 namespace {
@@ -37,8 +38,7 @@ class SandblasterWorker {
       req.set_wait_ms(1000);
       proto::TaskAssignment task;
       grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-      options_.auth.Attach(&ctx);
+      Prepare(&ctx);
       const grpc::Status s = stub_->GetTask(&ctx, req, &task);
       if (!s.ok()) {
         // Waiting would not help a refused token.
@@ -62,6 +62,11 @@ class SandblasterWorker {
   }
 
  private:
+  // Deadline and cluster token of one call to the coordinator.
+  void Prepare(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    options_.auth.Attach(ctx);
+  }
   absl::Status Prepare(const proto::SandblasterProblem& spec) {
     if (problem_ != nullptr && spec.SerializeAsString() == spec_.SerializeAsString()) {
       return absl::OkStatus();
@@ -111,9 +116,7 @@ class SandblasterWorker {
     const double loss = problem_->Compute(task.begin(), task.end(), x,
                                           absl::MakeSpan(grad_));
     ++tasks_run_;
-    if (options_.slow_factor > 1.0) {
-      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
-    }
+    StretchStep(start, options_.slow_factor);
     if (options_.crash_at_task > 0 && tasks_run_ == options_.crash_at_task) {
       DP_LOG(WARNING) << "crashing in task " << task.task_id()
                       << " as asked (--crash_at_task)";
@@ -130,8 +133,7 @@ class SandblasterWorker {
     result.set_loss(loss);
     proto::TaskResultReply reply;
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    options_.auth.Attach(&ctx);
+    Prepare(&ctx);
     const grpc::Status s = stub_->FinishTask(&ctx, result, &reply);
     if (!s.ok()) {
       // The gradient is on the servers; the task will be handed out again

@@ -24,6 +24,7 @@
 #include "models/dataset.h"
 #include "models/model.h"
 #include "worker/batcher.h"
+#include "worker/slowdown.h"
 
 namespace downpour {
 namespace {
@@ -732,9 +733,7 @@ absl::Status WorkerImpl::RunAspPipelined() {
     const absl::Time start = absl::Now();
     const double loss =
         model_->LossAndGradient(params_.data(), train_, batch, g.data());
-    if (options_.slow_factor > 1.0) {
-      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
-    }
+    StretchStep(start, options_.slow_factor);
     examples += batch.size();
     if (in_flight_clock >= 0) {
       DP_RETURN_IF_ERROR(land(in_flight_clock, in_flight_loss));
@@ -843,7 +842,7 @@ absl::Status WorkerImpl::RunBsp() {
       // A simulated straggler must not send before its (slow) step ends.
       loss = model_->LossAndGradient(params_.data(), train_, batch,
                                      grads.data());
-      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
+      StretchStep(start, options_.slow_factor);
       ready(0, grads.size());
     } else {
       loss = model_->LossAndGradientStreamed(params_.data(), train_, batch,
@@ -905,9 +904,7 @@ absl::Status WorkerImpl::RunDense() {
     const absl::Time start = absl::Now();
     const double loss =
         model_->LossAndGradient(params_.data(), train_, batch, grads.data());
-    if (options_.slow_factor > 1.0) {
-      absl::SleepFor((absl::Now() - start) * (options_.slow_factor - 1.0));
-    }
+    StretchStep(start, options_.slow_factor);
     examples += batch.size();
 
     if (options_.n_push <= 1) {
