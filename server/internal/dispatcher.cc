@@ -30,8 +30,8 @@ absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
     }
     // Built outside the lock: a large dense table takes a while to
     // initialize, and the data thread must keep serving meanwhile.
-    auto shard = TableShard::Create(table.spec(), std::move(owned), plugins_,
-                                    pin_options_);
+    auto shard =
+        TableShard::Create(table.spec(), owned, plugins_, pin_options_);
     if (!shard.ok()) {
       DP_LOG(ERROR) << "cannot serve table '" << table.spec().name()
                     << "': " << shard.status();
@@ -39,8 +39,8 @@ absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
       continue;
     }
     DP_LOG(INFO) << "serving table '" << table.spec().name() << "' (id " << id
-                 << ", " << (*shard)->owned().size() << " ranges, "
-                 << (*shard)->rows() << " rows allocated)";
+                 << ", " << owned.size() << " ranges, " << (*shard)->rows()
+                 << " rows allocated)";
     absl::MutexLock lock(&mu_);
     tables_.emplace(id, std::shared_ptr<TableShard>(std::move(*shard)));
   }
@@ -68,7 +68,8 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
       1, std::memory_order_relaxed);
   reply->header.set_server_id(self_);
   const size_t first_released = released->size();
-  absl::Status status = Execute(request, reply, released);
+  absl::StatusOr<Validated> v = Validate(request);
+  if (v.ok()) Apply(*v, request, reply, released);
   const Epoch server_epoch = epoch();
   reply->header.set_server_epoch(server_epoch);
   for (size_t i = first_released; i < released->size(); ++i) {
@@ -76,17 +77,16 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
     r.header.set_server_id(self_);
     r.header.set_server_epoch(server_epoch);
   }
-  if (!status.ok()) {
+  if (!v.ok()) {
     reply->deferred = false;
     errors_.fetch_add(1, std::memory_order_relaxed);
-    reply->header.set_status_code(static_cast<int>(status.code()));
-    reply->header.set_status_message(std::string(status.message()));
+    reply->header.set_status_code(static_cast<int>(v.status().code()));
+    reply->header.set_status_message(std::string(v.status().message()));
     reply->values = Payload();
   }
 }
 
 namespace {
-
 
 std::string RangesString(const std::vector<KeyRange>& ranges) {
   if (ranges.empty()) return "none";
@@ -99,18 +99,18 @@ std::string RangesString(const std::vector<KeyRange>& ranges) {
 
 }  // namespace
 
-absl::Status Dispatcher::Execute(const IncomingMessage& request,
-                                 OutgoingReply* reply,
-                                 std::vector<DeferredReply>* released) {
+absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
+    const IncomingMessage& request) const {
   const proto::DataHeader& h = request.header;
   if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::VECTOR) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown operation ", static_cast<int>(h.op())));
   }
-  const proto::Op op = h.op();
+  Validated v;
+  v.op = h.op();
   Epoch epoch;
-  std::shared_ptr<TableShard> shard = Lookup(h.table_id(), &epoch);
-  if (shard == nullptr) {
+  v.shard = Lookup(h.table_id(), &epoch);
+  if (v.shard == nullptr) {
     if (h.epoch() > epoch) {
       return absl::UnavailableError(absl::StrCat(
           "server ", self_, " has applied epoch ", epoch,
@@ -119,36 +119,35 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
     return absl::NotFoundError(
         absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
   }
-  const proto::TableSpec& spec = shard->spec();
-  if (op == proto::VECTOR) return ExecuteVector(*shard, request, reply);
-  if (h.vector_id() >= shard->num_vectors()) {
+  TableShard& shard = *v.shard;
+  const proto::TableSpec& spec = shard.spec();
+  if (v.op == proto::VECTOR) return ValidateVector(std::move(v), request);
+  if (h.vector_id() >= shard.num_vectors()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "' has ", shard->num_vectors(),
+        "table '", spec.name(), "' has ", shard.num_vectors(),
         " vectors; the request names vector ", h.vector_id()));
   }
-  if (h.vector_id() != 0 && (op == proto::PUSH || op == proto::PUSH_PULL)) {
+  if (h.vector_id() != 0 && (v.op == proto::PUSH || v.op == proto::PUSH_PULL)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table '", spec.name(), "': push applies the update handler to the "
         "parameters (vector 0), not to vector ", h.vector_id()));
   }
-  if (h.round() < 0 || (h.round() > 0 && op != proto::ADD)) {
+  if (h.round() < 0 || (h.round() > 0 && v.op != proto::ADD)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "round ", h.round(), ": only an ADD may carry a round, and it is > 0"));
   }
-  if (h.round() > 0) {
-    DP_RETURN_IF_ERROR(shard->CheckRound(h.vector_id(), h.round()));
-  }
-  const size_t width = shard->width();
+  v.vector = h.vector_id();
+  const size_t width = shard.width();
   if (h.width() != width) {
     return absl::InvalidArgumentError(
         absl::StrCat("table '", spec.name(), "' has width ", width,
                      ", the request says ", h.width()));
   }
-  const KeyRange space = shard->key_space();
+  const KeyRange space = shard.key_space();
   auto not_owner = [&](Key key) {
     return absl::AbortedError(absl::StrCat(
         "not owner: server ", self_, " does not own key ", key, " of table '",
-        spec.name(), "' (owns ", RangesString(shard->owned()), "), epoch ",
+        spec.name(), "' (owns ", RangesString(shard.held()), "), epoch ",
         epoch));
   };
   auto outside = [&](Key key) {
@@ -157,7 +156,6 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
                      ") of table '", spec.name(), "'"));
   };
 
-  uint64_t n;
   if (h.is_range()) {
     if (!request.keys.empty()) {
       return absl::InvalidArgumentError("a range operation carries no keys");
@@ -168,166 +166,104 @@ absl::Status Dispatcher::Execute(const IncomingMessage& request,
                        h.range_end(), ")"));
     }
     if (h.range_end() > space.end) return outside(h.range_end() - 1);
-    const int r = shard->FindRange(h.range_begin());
-    if (r < 0) return not_owner(h.range_begin());
-    if (h.range_end() > shard->owned()[r].end) {
-      return not_owner(shard->owned()[r].end);
+    v.range = shard.Find(h.range_begin());
+    if (v.range == nullptr) return not_owner(h.range_begin());
+    if (h.range_end() > v.range->range().end) {
+      return not_owner(v.range->range().end);
     }
-    n = h.range_end() - h.range_begin();
-    if (h.num_keys() != n) {
+    v.is_range = true;
+    v.begin = h.range_begin();
+    v.end = h.range_end();
+    v.n = v.end - v.begin;
+    if (h.num_keys() != v.n) {
       return absl::InvalidArgumentError(
-          absl::StrCat("range [", h.range_begin(), ", ", h.range_end(),
-                       ") holds ", n, " keys, the header says ", h.num_keys()));
+          absl::StrCat("range [", v.begin, ", ", v.end, ") holds ", v.n,
+                       " keys, the header says ", h.num_keys()));
     }
   } else {
-    n = request.keys.size();
-    if (h.num_keys() != n) {
+    v.keys = request.keys;
+    v.n = v.keys.size();
+    if (h.num_keys() != v.n) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the keys frame holds ", n, " keys, the header says ", h.num_keys()));
+          "the keys frame holds ", v.n, " keys, the header says ",
+          h.num_keys()));
     }
-    for (Key k : request.keys) {
+    for (Key k : v.keys) {
       if (k >= space.end) return outside(k);
-      if (shard->FindRange(k) < 0) return not_owner(k);
+      if (v.range != nullptr && v.range->range().Contains(k)) continue;
+      TableShard::Range* r = shard.Find(k);
+      if (r == nullptr) return not_owner(k);
+      if (v.range != nullptr) {
+        // Every range is replicated and moved on its own, so one request
+        // speaks for one range; the client SDK splits batches that way.
+        const KeyRange a = v.range->range(), b = r->range();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the keys of one request must lie in one range of table '",
+            spec.name(), "': key ", v.keys[0], " is in [", a.begin, ", ",
+            a.end, "), key ", k, " in [", b.begin, ", ", b.end, ")"));
+      }
+      v.range = r;
     }
   }
+  if (h.round() > 0 && v.range != nullptr) {
+    DP_RETURN_IF_ERROR(v.range->rounds.Check(v.vector, h.round(), spec.name()));
+  }
   // n <= 2^64 and width <= 2^20, so compare in 128 bits.
-  const unsigned __int128 floats = static_cast<unsigned __int128>(n) * width;
+  const unsigned __int128 floats = static_cast<unsigned __int128>(v.n) * width;
   if (floats * sizeof(float) > max_message_bytes_) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(n, " keys of width ", width,
+        absl::StrCat(v.n, " keys of width ", width,
                      " exceed the message limit of ", max_message_bytes_,
                      " bytes"));
   }
-  const size_t expected = OpWrites(op) ? static_cast<size_t>(floats) : 0;
+  v.floats = static_cast<size_t>(floats);
+  const size_t expected = OpWrites(v.op) ? v.floats : 0;
   if (request.values.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the values frame holds ", request.values.size(), " floats, expected ",
-        expected, " (", OpWrites(op) ? n : 0, " keys x width ", width, ") for table '",
-        spec.name(), "'"));
+        expected, " (", OpWrites(v.op) ? v.n : 0, " keys x width ", width,
+        ") for table '", spec.name(), "'"));
   }
+  v.values = request.values.data();
 
-  const bool clocked = h.worker_clock() >= 0 && shard->tracked_ranks() > 0;
-  if (clocked && (h.worker_rank() < 0 || h.worker_rank() >= shard->tracked_ranks())) {
+  v.clocked = h.worker_clock() >= 0 && shard.tracked_ranks() > 0;
+  if (v.clocked &&
+      (h.worker_rank() < 0 || h.worker_rank() >= shard.tracked_ranks())) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", h.worker_rank(), " outside [0, ",
-                     shard->tracked_ranks(), ") of table '", spec.name(), "'"));
+                     shard.tracked_ranks(), ") of table '", spec.name(), "'"));
   }
-  const bool synced = clocked && spec.sync_workers() > 0 &&
-                      (op == proto::PUSH || op == proto::PUSH_PULL);
+  v.synced = v.clocked && spec.sync_workers() > 0 &&
+             (v.op == proto::PUSH || v.op == proto::PUSH_PULL);
   // Dense tables aggregate per key range (push, or push-pull answered once
   // the step is applied); sparse tables per key batch, one per worker and
-  // server and clock (see TableShard::PushSyncedKeys), push only.
+  // range and clock (see TableShard::PushSyncedKeys), push only.
   const bool sparse = spec.kind() == proto::SPARSE;
-  if (synced && (h.is_range() == sparse || (sparse && op == proto::PUSH_PULL))) {
+  if (v.synced &&
+      (v.is_range == sparse || (sparse && v.op == proto::PUSH_PULL))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table '", spec.name(), "' aggregates synchronously: ",
         sparse ? "push key batches, without pull"
                : "push or push-pull key ranges"));
   }
-
-  // Validated: nothing below can fail.
-  const float* in = request.values.data();
-  const Key b = h.range_begin(), e = h.range_end();
-  const uint32_t vec = h.vector_id();
-  if (h.round() > 0 && n > 0 &&
-      !shard->FirstInRound(vec, h.round(), h.task_id(),
-                           h.is_range() ? b : request.keys[0])) {
-    // A backup copy's or a late task's gradient: acknowledged, not applied.
-    reply->header.set_discarded(true);
-    reply->header.set_num_keys(n);
-    reply->header.set_width(width);
-    return absl::OkStatus();
-  }
-  if (synced) {
-    const bool pull = op == proto::PUSH_PULL;
-    const size_t first_waiter = waiters_.size();
-    const auto result =
-        h.is_range()
-            ? shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in,
-                                pull ? request.reply_token : 0, &waiters_)
-            : shard->PushSyncedKeys(request.keys, h.worker_rank(),
-                                    h.worker_clock(), in);
-    reply->header.set_discarded(result == TableShard::SyncResult::kDiscarded);
-    reply->header.set_num_keys(n);
-    reply->header.set_width(width);
-    if (result == TableShard::SyncResult::kHeld) {
-      reply->deferred = pull;
-      return absl::OkStatus();
+  if (v.synced && !v.is_range && v.range == nullptr) {
+    // An empty key batch still counts the rank for the step: it speaks for
+    // the range the sender routed it to, which for a server holding one
+    // range of the table is that one.
+    if (shard.ranges().size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "': an empty synced key batch names no "
+          "range, and server ", self_, " holds ", shard.ranges().size()));
     }
-    // The step is applied (or was, for a late push): the values are what a
-    // pull at the next clock reads, for this request if it asks and for
-    // every PushPull that waited for the step (whatever op completed it).
-    const Clock next = h.worker_clock() + 1;
-    if (pull) {
-      reply->header.set_staleness(shard->ObservePull(next));
-      reply->values = ReadRange(*shard, b, e, static_cast<size_t>(floats));
-    }
-    for (size_t i = first_waiter; i < waiters_.size(); ++i) {
-      DeferredReply d;
-      d.reply_token = waiters_[i];
-      d.reply.header.set_num_keys(n);
-      d.reply.header.set_width(width);
-      d.reply.header.set_staleness(shard->ObservePull(next));
-      d.reply.values = ReadRange(*shard, b, e, static_cast<size_t>(floats));
-      released->push_back(std::move(d));
-    }
-    waiters_.resize(first_waiter);
-    return absl::OkStatus();
+    v.range = shard.ranges().begin()->second.get();
   }
-  switch (op) {
-    case proto::PUT:
-      h.is_range() ? shard->PutRange(b, e, in, vec)
-                   : shard->Put(request.keys, in, vec);
-      break;
-    case proto::ADD:
-      h.is_range() ? shard->AddRange(b, e, in, vec)
-                   : shard->Add(request.keys, in, vec);
-      break;
-    case proto::PUSH:
-    case proto::PUSH_PULL:
-      h.is_range() ? shard->PushRange(b, e, in) : shard->Push(request.keys, in);
-      break;
-    default:
-      break;
-  }
-  if (clocked && OpWrites(op)) shard->RecordApplied(h.worker_rank(), h.worker_clock());
-  if (clocked && OpReads(op)) {
-    reply->header.set_staleness(shard->ObservePull(h.worker_clock()));
-  }
-  if (OpReads(op)) {
-    if (h.is_range()) {
-      reply->values = ReadRange(*shard, b, e, static_cast<size_t>(floats), vec);
-    } else {
-      Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
-      shard->Get(request.keys, reinterpret_cast<float*>(out.data()), vec);
-      reply->values = Payload::Own(std::move(out));
-    }
-  }
-  reply->header.set_num_keys(n);
-  reply->header.set_width(width);
-  return absl::OkStatus();
+  return v;
 }
 
-Payload Dispatcher::ReadRange(TableShard& shard, Key begin, Key end,
-                              size_t floats, uint32_t vector) {
-  if (vector == 0) {
-    if (auto pinned = shard.PinRange(begin, end)) {
-      // Sent from the table's memory: copying large replies into a send
-      // buffer kept one-server pulls under 70% of raw ZeroMQ
-      // (docs/BENCHMARKS.md).
-      return Payload::Borrow(pinned->data, pinned->bytes,
-                             std::move(pinned->release));
-    }
-  }
-  Buffer out = pool_->Acquire(floats * sizeof(float));
-  shard.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
-  return Payload::Own(std::move(out));
-}
-
-absl::Status Dispatcher::ExecuteVector(TableShard& shard,
-                                       const IncomingMessage& request,
-                                       OutgoingReply* reply) {
+absl::StatusOr<Dispatcher::Validated> Dispatcher::ValidateVector(
+    Validated v, const IncomingMessage& request) const {
   const proto::VectorCommand& cmd = request.header.vector_command();
+  const TableShard& shard = *v.shard;
   const std::string& name = shard.spec().name();
   if (!request.keys.empty() || !request.values.empty()) {
     return absl::InvalidArgumentError(
@@ -346,10 +282,139 @@ absl::Status Dispatcher::ExecuteVector(TableShard& shard,
   DP_ASSIGN_OR_RETURN(VectorKernel kernel,
                       VectorKernel::Create(cmd, shard.num_vectors()),
                       "table '", name, "'");
-  std::vector<double> partials(kernel.num_dots(), 0.0);
-  shard.RunVectorCommand(cmd, kernel, partials.data());
+  v.kernel = std::move(kernel);
+  return v;
+}
+
+void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
+                       OutgoingReply* reply,
+                       std::vector<DeferredReply>* released) {
+  if (v.op == proto::VECTOR) return ApplyVector(v, request, reply);
+  const proto::DataHeader& h = request.header;
+  TableShard& shard = *v.shard;
+  reply->header.set_num_keys(v.n);
+  reply->header.set_width(shard.width());
+  if (h.round() > 0 && v.n > 0 &&
+      !v.range->rounds.FirstInRound(v.vector, h.round(), h.task_id(),
+                                    v.is_range ? v.begin : v.keys[0])) {
+    // A backup copy's or a late task's gradient: acknowledged, not applied.
+    shard.CountDroppedTaskAdd();
+    reply->header.set_discarded(true);
+    return;
+  }
+  if (v.synced) return ApplySynced(v, request, reply, released);
+  RangeStore& store = v.range->store;
+  const float* in = v.values;
+  switch (v.op) {
+    case proto::PUT:
+      v.is_range ? store.PutRange(v.begin, v.end, in, v.vector)
+                 : store.Put(v.keys, in, v.vector);
+      break;
+    case proto::ADD:
+      v.is_range ? store.AddRange(v.begin, v.end, in, v.vector)
+                 : store.Add(v.keys, in, v.vector);
+      break;
+    case proto::PUSH:
+    case proto::PUSH_PULL:
+      v.is_range ? store.PushRange(v.begin, v.end, in) : store.Push(v.keys, in);
+      break;
+    default:
+      break;
+  }
+  if (v.clocked && OpWrites(v.op)) {
+    shard.RecordApplied(h.worker_rank(), h.worker_clock());
+  }
+  if (v.clocked && OpReads(v.op)) {
+    reply->header.set_staleness(shard.ObservePull(h.worker_clock()));
+  }
+  if (OpReads(v.op)) {
+    if (v.is_range) {
+      reply->values = ReadRange(store, v.begin, v.end, v.floats, v.vector);
+    } else {
+      Buffer out = pool_->Acquire(v.floats * sizeof(float));
+      store.Get(v.keys, reinterpret_cast<float*>(out.data()), v.vector);
+      reply->values = Payload::Own(std::move(out));
+    }
+  }
+}
+
+void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
+                             OutgoingReply* reply,
+                             std::vector<DeferredReply>* released) {
+  const proto::DataHeader& h = request.header;
+  TableShard& shard = *v.shard;
+  const bool pull = v.op == proto::PUSH_PULL;
+  const size_t first_waiter = waiters_.size();
+  const TableShard::SyncOutcome outcome =
+      v.is_range
+          ? shard.PushSynced(*v.range, v.begin, v.end, h.worker_rank(),
+                             h.worker_clock(), v.values,
+                             pull ? request.reply_token : 0, &waiters_)
+          : shard.PushSyncedKeys(*v.range, v.keys, h.worker_rank(),
+                                 h.worker_clock(), v.values, 0, &waiters_,
+                                 &applied_keys_);
+  reply->header.set_discarded(outcome.result ==
+                              TableShard::SyncResult::kDiscarded);
+  if (outcome.result == TableShard::SyncResult::kHeld) {
+    reply->deferred = pull;
+    return;
+  }
+  // The step is applied (or was, for a late push): the values are what a
+  // pull at the next clock reads, for this request if it asks and for every
+  // PushPull that waited for the step (whatever op completed it).
+  const Clock next = h.worker_clock() + 1;
+  RangeStore& store = v.range->store;
+  if (pull) {
+    reply->header.set_staleness(shard.ObservePull(next));
+    reply->values = ReadRange(store, v.begin, v.end, v.floats);
+  }
+  for (size_t i = first_waiter; i < waiters_.size(); ++i) {
+    DeferredReply d;
+    d.reply_token = waiters_[i];
+    d.reply.header.set_num_keys(v.n);
+    d.reply.header.set_width(shard.width());
+    d.reply.header.set_staleness(shard.ObservePull(next));
+    d.reply.values = ReadRange(store, v.begin, v.end, v.floats);
+    released->push_back(std::move(d));
+  }
+  waiters_.resize(first_waiter);
+}
+
+void Dispatcher::ApplyVector(const Validated& v, const IncomingMessage& request,
+                             OutgoingReply* reply) {
+  const proto::VectorCommand& cmd = request.header.vector_command();
+  const Key lo = cmd.begin();
+  const Key hi = cmd.end() == 0 ? v.shard->key_space().end : cmd.end();
+  const bool writes_params =
+      cmd.update() != proto::VectorCommand::NONE && cmd.dst() == 0;
+  std::vector<double> partials(v.kernel->num_dots(), 0.0);
+  // Held ranges in key order, so the partial sums add up the same way
+  // wherever the command runs.
+  for (const auto& [begin, range] : v.shard->ranges()) {
+    const KeyRange r = range->range();
+    if (r.end <= lo || r.begin >= hi) continue;
+    range->store.RunVector(lo, hi, *v.kernel, writes_params, partials.data());
+    if (cmd.update() == proto::VectorCommand::ZERO && cmd.open_round() > 0) {
+      range->rounds.Open(cmd.dst(), cmd.open_round());
+    }
+  }
   for (double p : partials) reply->header.add_scalars(p);
-  return absl::OkStatus();
+}
+
+Payload Dispatcher::ReadRange(RangeStore& store, Key begin, Key end,
+                              size_t floats, uint32_t vector) {
+  if (vector == 0) {
+    if (auto pinned = store.PinRows(begin, end)) {
+      // Sent from the table's memory: copying large replies into a send
+      // buffer kept one-server pulls under 70% of raw ZeroMQ
+      // (docs/BENCHMARKS.md).
+      return Payload::Borrow(pinned->data, pinned->bytes,
+                             std::move(pinned->release));
+    }
+  }
+  Buffer out = pool_->Acquire(floats * sizeof(float));
+  store.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
+  return Payload::Own(std::move(out));
 }
 
 void Dispatcher::FillStats(proto::ServerStats* stats) const {

@@ -1,12 +1,16 @@
 // Validates data-plane requests and executes them on the table shards.
 //
-// Every check happens before anything is changed, so a rejected request
-// leaves the tables as they were. Error codes:
+// Handle runs each request in two stages: Validate checks everything and
+// resolves the request into a plain struct (the table, the one range it
+// touches, its keys and values), changing nothing; Apply then executes it
+// and cannot fail. So a rejected request leaves the tables as they were.
+// Error codes:
 //   kInvalidArgument   unknown operation, wrong width, key count or value
-//                      length that disagree, keys sent with a range op
+//                      length that disagree, keys sent with a range op, a
+//                      request whose keys lie in two ranges
 //   kNotFound          unknown table (and the server is not behind)
 //   kOutOfRange        a key outside the table's key space
-//   kAborted           a key this server does not own: "not owner, epoch N";
+//   kAborted           a key this server does not hold: "not owner, epoch N";
 //                      the client refreshes its map and retries
 //   kUnavailable       the request comes from a newer epoch than the server
 //                      has applied; retry shortly
@@ -17,8 +21,8 @@
 // has been applied. If this request completes the step (or was discarded as
 // late) the reply is immediate; otherwise it is deferred, and the request
 // that completes the step releases it (see Handle).
-// VECTOR (server-side algebra) runs on the owned rows only; ranges it names
-// beyond them are not an error, since every owner gets the same command.
+// VECTOR (server-side algebra) runs on the held rows only; ranges it names
+// beyond them are not an error, since every holder gets the same command.
 //
 // Thread-safe: ApplyMap runs on the map watcher's thread while Handle runs on
 // the data thread.
@@ -28,15 +32,18 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/buffer_pool.h"
 #include "common/types.h"
 #include "handlers/plugin_registry.h"
+#include "handlers/vector_kernel.h"
 #include "proto/downpour.pb.h"
 #include "server/internal/table_shard.h"
 #include "transport/frames.h"
@@ -48,7 +55,7 @@ class Dispatcher {
  public:
   // `pool` and `plugins` must outlive the dispatcher. Large range reads of
   // dense parameters are sent from the table without copying (see
-  // TableShard::PinRange and `pin_options`).
+  // RangeStore::PinRows and `pin_options`).
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
              const PluginRegistry* plugins,
              const PinOptions& pin_options = {});
@@ -71,14 +78,43 @@ class Dispatcher {
   void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  absl::Status Execute(const IncomingMessage& request, OutgoingReply* reply,
-                       std::vector<DeferredReply>* released);
-  absl::Status ExecuteVector(TableShard& shard, const IncomingMessage& request,
-                             OutgoingReply* reply);
+  // A request that passed every check, resolved to what Apply needs.
+  struct Validated {
+    proto::Op op = proto::OP_UNSPECIFIED;
+    std::shared_ptr<TableShard> shard;
+    // The one range the request touches (nullptr for VECTOR, which runs on
+    // every held range it overlaps).
+    TableShard::Range* range = nullptr;
+    bool is_range = false;
+    Key begin = 0, end = 0;         // is_range
+    absl::Span<const Key> keys;     // !is_range
+    uint64_t n = 0;                 // keys
+    size_t floats = 0;              // n * width
+    uint32_t vector = 0;
+    const float* values = nullptr;  // writes
+    // The request carries a tracked worker clock and rank.
+    bool clocked = false;
+    // A clocked push to a table that aggregates synchronously (BSP).
+    bool synced = false;
+    std::optional<VectorKernel> kernel;  // VECTOR
+  };
+
+  absl::StatusOr<Validated> Validate(const IncomingMessage& request) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Validated> ValidateVector(Validated v,
+                                           const IncomingMessage& request)
+      const;
+  // Executes a validated request. Cannot fail.
+  void Apply(const Validated& v, const IncomingMessage& request,
+             OutgoingReply* reply, std::vector<DeferredReply>* released);
+  void ApplySynced(const Validated& v, const IncomingMessage& request,
+                   OutgoingReply* reply, std::vector<DeferredReply>* released);
+  void ApplyVector(const Validated& v, const IncomingMessage& request,
+                   OutgoingReply* reply);
   // The values of [begin, end) of `vector`: the table's own rows, pinned
-  // until sent, when the shard allows it (large ranges of the parameters),
+  // until sent, when the store allows it (large ranges of the parameters),
   // else a copy in a pooled buffer.
-  Payload ReadRange(TableShard& shard, Key begin, Key end, size_t floats,
+  Payload ReadRange(RangeStore& store, Key begin, Key end, size_t floats,
                     uint32_t vector = 0);
   std::shared_ptr<TableShard> Lookup(TableId id, Epoch* epoch) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -94,8 +130,10 @@ class Dispatcher {
   absl::flat_hash_map<TableId, std::shared_ptr<TableShard>> tables_
       ABSL_GUARDED_BY(mu_);
 
-  // Data thread only: scratch for the waiters a BSP step releases.
+  // Data thread only: scratch for the waiters a BSP step releases, and the
+  // keys a synced sparse step applied.
   std::vector<uint64_t> waiters_;
+  std::vector<Key> applied_keys_;
 
   std::array<std::atomic<uint64_t>, 8> requests_by_op_{};
   std::atomic<uint64_t> errors_{0};
