@@ -15,6 +15,23 @@ void StepAggregator::set_next_clock(Clock clock) {
   }
 }
 
+std::vector<uint64_t> StepAggregator::Abandon() {
+  std::vector<uint64_t> waiters;
+  for (auto& [clock, step] : pending_) {
+    waiters.insert(waiters.end(), step.waiters.begin(), step.waiters.end());
+    for (Push& p : step.by_rank) {
+      if (p.pushed) spare_.push_back(std::move(p.grads));
+    }
+  }
+  pending_.clear();
+  return waiters;
+}
+
+void StepAggregator::Reset(Clock next_clock) {
+  Abandon();
+  next_clock_ = next_clock;
+}
+
 std::vector<float> StepAggregator::TakeSpare() {
   if (spare_.empty()) return {};
   std::vector<float> v = std::move(spare_.back());

@@ -85,6 +85,13 @@ class StepAggregator {
   // Steps held (clocks with at least one push, not yet complete).
   size_t held_steps() const { return pending_.size(); }
 
+  // Drops every held step and returns the waiters they remembered (to be
+  // answered with an error): the part moved to another server.
+  std::vector<uint64_t> Abandon();
+  // Drops every held step and sets the first clock not applied, up or down
+  // (a replica taking its primary's state).
+  void Reset(Clock next_clock);
+
  private:
   struct Step {
     std::vector<Push> by_rank;

@@ -210,9 +210,15 @@ proto::ClusterMap SyncedSparseMap() {
   return map;
 }
 
+// A synced push is answered once its step is applied: held ones are
+// deferred, and the push that completes the step releases their replies.
+// `held` (if given) is set to whether this push was held; `released_tokens`
+// gets the reply tokens this push released.
 proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
                              std::vector<Key> keys, std::vector<float> grads,
-                             bool range = false) {
+                             bool range = false, bool* held = nullptr,
+                             std::vector<uint64_t>* released_tokens = nullptr,
+                             uint64_t token = 1) {
   IncomingMessage req;
   req.header.set_op(proto::PUSH);
   req.header.set_table_id(3);
@@ -229,11 +235,14 @@ proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
     req.keys = keys;
   }
   req.values = grads;
+  req.reply_token = token;
   OutgoingReply reply;
   std::vector<DeferredReply> released;
   d.Handle(req, &reply, &released);
-  EXPECT_FALSE(reply.deferred);  // plain pushes are answered at once
-  EXPECT_TRUE(released.empty());
+  if (held != nullptr) *held = reply.deferred;
+  for (const DeferredReply& r : released) {
+    if (released_tokens != nullptr) released_tokens->push_back(r.reply_token);
+  }
   return reply.header;
 }
 
@@ -271,15 +280,24 @@ TEST(SyncedSparseTest, KeyBatchesAreAveragedInRankOrderOnceAllRanksPushed) {
     PluginRegistry plugins;
     Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
     ASSERT_OK(d.ApplyMap(SyncedSparseMap()));
+    std::vector<uint64_t> released;
     for (size_t i = 0; i < order.size(); ++i) {
       const Push& p = pushes[order[i]];
-      proto::DataHeader h = SyncedPush(d, p.rank, 0, p.keys, p.grads);
+      bool held;
+      proto::DataHeader h = SyncedPush(d, p.rank, 0, p.keys, p.grads, false,
+                                       &held, &released, 100 + i);
       ASSERT_EQ(h.status_code(), 0) << h.status_message();
+      // Held pushes are answered with the step, not before: an answered
+      // gradient must not be lost with the server before it is applied.
+      EXPECT_EQ(held, i + 1 < order.size());
       if (i + 1 < order.size()) {
         // Held: nothing applied yet ("sum" handler from zeros).
         EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{0, 0}));
+        EXPECT_TRUE(released.empty());
       }
     }
+    std::sort(released.begin(), released.end());
+    EXPECT_EQ(released, (std::vector<uint64_t>{100, 101, 102}));
     EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{0.25f, 2.0f}))
         << "arrival order " << order[0] << order[1] << order[2] << order[3];
     // A late push for the applied clock is acknowledged and dropped; an

@@ -354,7 +354,7 @@ std::optional<uint64_t> RangeStore::ExportRows(uint64_t cursor,
   return next;
 }
 
-absl::Status RangeStore::ImportRows(const RowChunk& c) {
+absl::Status RangeStore::ImportRows(const RowChunkView& c) {
   const size_t w = width(), sw = layout_->state_width;
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(

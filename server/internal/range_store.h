@@ -127,6 +127,29 @@ struct RowChunk {
   size_t ExpectedFloats(size_t width, size_t state_width) const;
 };
 
+// A RowChunk's fields without owning them (e.g. the frames of a message).
+struct RowChunkView {
+  RowChunkView() = default;
+  RowChunkView(const RowChunk& c)  // NOLINT: implicit, a view of it
+      : first_key(c.first_key),
+        count(c.count),
+        keys(c.keys),
+        has_state(c.has_state),
+        vectors(c.vectors),
+        data(c.data) {}
+  Key first_key = 0;
+  uint64_t count = 0;
+  absl::Span<const Key> keys;
+  bool has_state = false;
+  absl::Span<const uint32_t> vectors;
+  absl::Span<const float> data;
+
+  size_t ExpectedFloats(size_t width, size_t state_width) const {
+    return count * (width * (1 + vectors.size()) +
+                    (has_state ? state_width : 0));
+  }
+};
+
 class RangeStore {
  public:
   // A dense store allocates its rows and fills them with the initializer's
@@ -189,7 +212,7 @@ class RangeStore {
   // Overwrites the chunk's rows (creating absent sparse rows). kDataLoss
   // if the chunk is malformed (keys outside range(), a block of the wrong
   // size, a vector the table lacks), and then nothing changes.
-  absl::Status ImportRows(const RowChunk& chunk);
+  absl::Status ImportRows(const RowChunkView& chunk);
 
   // Rows held (dense: all of the range; sparse: those created).
   uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }

@@ -33,17 +33,32 @@ TableShard::Range* TableShard::Find(Key key) {
 }
 
 std::vector<KeyRange> TableShard::held() const {
+  absl::MutexLock lock(&stats_mu_);
   std::vector<KeyRange> out;
   for (const auto& [begin, r] : ranges_) out.push_back(r->range());
   return out;
 }
 
+TableShard::Range* TableShard::FindExact(KeyRange range) {
+  auto it = ranges_.find(range.begin);
+  return it != ranges_.end() && it->second->range() == range
+             ? it->second.get()
+             : nullptr;
+}
+
+std::unique_ptr<TableShard::Range> TableShard::NewRange(KeyRange range) const {
+  return std::make_unique<Range>(layout_.get(), range, tracked_ranks_,
+                                 static_cast<int>(spec().sync_workers()));
+}
+
 TableShard::Range* TableShard::AddRange(KeyRange range) {
-  auto r = std::make_unique<Range>(layout_.get(), range, tracked_ranks_,
-                                   static_cast<int>(spec().sync_workers()));
+  return AddRange(NewRange(range));
+}
+
+TableShard::Range* TableShard::AddRange(std::unique_ptr<Range> r) {
   Range* raw = r.get();
   absl::MutexLock lock(&stats_mu_);
-  ranges_[range.begin] = std::move(r);
+  ranges_[raw->range().begin] = std::move(r);
   return raw;
 }
 
@@ -83,7 +98,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
       staleness_.Applied(rank, clock);
       return {SyncResult::kDiscarded};
     }
-    range.store.PushRange(begin, end, grads);
+    range.store->PushRange(begin, end, grads);
     staleness_.Applied(rank, clock);
     StepApplied(range, clock, 0, released);
     return {SyncResult::kApplied, grads};
@@ -107,7 +122,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
   }
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
-  range.store.PushRange(begin, end, sum_.data());
+  range.store->PushRange(begin, end, sum_.data());
   StepApplied(range, clock, waiter, released);
   return {SyncResult::kApplied, sum_.data()};
 }
@@ -158,7 +173,7 @@ TableShard::SyncOutcome TableShard::PushSyncedKeys(
   }
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
-  range.store.Push(all, sum_.data());
+  range.store->Push(all, sum_.data());
   StepApplied(range, clock, waiter, released);
   return {SyncResult::kApplied, sum_.data()};
 }
@@ -179,7 +194,7 @@ namespace {
 template <typename T, typename F>
 T Sum(const std::map<Key, std::unique_ptr<TableShard::Range>>& ranges, F f) {
   T total = 0;
-  for (const auto& [begin, r] : ranges) total += f(r->store);
+  for (const auto& [begin, r] : ranges) total += f(*r->store);
   return total;
 }
 }  // namespace

@@ -33,6 +33,7 @@
 #include "consistency/step_aggregator.h"
 #include "handlers/plugin_registry.h"
 #include "proto/downpour.pb.h"
+#include "server/internal/client_ledger.h"
 #include "server/internal/range_store.h"
 #include "server/internal/round_ledger.h"
 
@@ -41,17 +42,27 @@ namespace server_internal {
 
 class TableShard {
  public:
-  // One range of the table held here.
+  // One range of the table held here, as its primary (serving clients) or
+  // as a backup (applying what its primary forwards).
   struct Range {
+    enum class Role { kPrimary, kBackup };
     Range(const TableLayout* layout, KeyRange range, int ranks, int needed)
-        : store(layout, range),
+        : store(std::make_unique<RangeStore>(layout, range)),
           steps(std::max(1, ranks), std::max(1, needed)),
           rounds(layout->num_vectors) {}
-    KeyRange range() const { return store.range(); }
+    KeyRange range() const { return store->range(); }
 
-    RangeStore store;
+    // Replaced whole when a backup starts a fresh copy of its range.
+    std::unique_ptr<RangeStore> store;
     StepAggregator steps;  // used when the table has sync_workers > 0
     RoundLedger rounds;
+    ClientLedger clients;
+    Role role = Role::kPrimary;
+    NodeId primary = kNoNode;  // the range's primary in the applied map
+    int backups = 0;           // backups the map lists for it
+    // No live server held the range's data when it was assigned here: every
+    // operation fails with kDataLoss (RangeAssignment.lost).
+    bool lost = false;
   };
 
   // kInvalidArgument / kNotFound for a bad handler or initializer spec.
@@ -67,6 +78,8 @@ class TableShard {
 
   // The range holding `key`, or nullptr when this server holds none.
   Range* Find(Key key);
+  // The range exactly [range.begin, range.end), or nullptr.
+  Range* FindExact(KeyRange range);
   // The held ranges, by begin key.
   const std::map<Key, std::unique_ptr<Range>>& ranges() const {
     return ranges_;
@@ -75,6 +88,11 @@ class TableShard {
   // Starts holding `range` (fresh rows). REQUIRES: it overlaps no held
   // range and lies in the key space.
   Range* AddRange(KeyRange range);
+  // A fresh range to hand to AddRange later: allocating a large dense range
+  // takes a while, so the map watcher does it off the data thread.
+  // Thread-safe.
+  std::unique_ptr<Range> NewRange(KeyRange range) const;
+  Range* AddRange(std::unique_ptr<Range> range);
   // Stops holding the range that begins at `begin` (if any).
   void RemoveRange(Key begin);
 
