@@ -12,15 +12,23 @@ set -euo pipefail
 foreign=""
 if [[ "${1:-}" == --foreign=* ]]; then foreign=${1#--foreign=}; shift; : > "$foreign"; fi
 (($#)) || { echo "usage: $0 [--foreign=FILE] BINARY..." >&2; exit 2; }
-libs=$(ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
-for lib in $libs; do
+mapfile -t libs < <(ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// {print $3}
+                                    $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u)
+# dpkg knows a file under the path its package installed it at: with Debian
+# 12's merged /usr that may be /lib/... or /usr/lib/... One dpkg call for all.
+candidates() { printf '%s\n' "$1" "$(readlink -f "$1")" "${1#/usr}" "/usr$1"; }
+declare -A owner
+while IFS= read -r line; do
+  path=${line##*: }
+  pkg=${line%%: *}
+  owner[$path]=${pkg%%[:,]*}
+done < <(for lib in "${libs[@]}"; do candidates "$lib"; done | sort -u |
+         xargs dpkg -S 2>/dev/null || true)
+for lib in "${libs[@]}"; do
   pkg=""
-  # dpkg knows a file under the path its package installed it at: with
-  # Debian 12's merged /usr that may be /lib/... or /usr/lib/...
-  for p in "$lib" "$(readlink -f "$lib")" "${lib#/usr}" "/usr$lib"; do
-    pkg=$(dpkg -S "$p" 2>/dev/null | head -1 | cut -d: -f1) || true
-    [[ -n $pkg ]] && break
-  done
+  while IFS= read -r p; do
+    if [[ -n ${owner[$p]:-} ]]; then pkg=${owner[$p]}; break; fi
+  done < <(candidates "$lib")
   if [[ -n $pkg ]]; then
     echo "$pkg"
   elif [[ -n $foreign ]]; then

@@ -27,6 +27,7 @@ lowered limits, the way that works here.
 """
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -148,6 +149,12 @@ def build_image(flags, tmp):
     if full:
         ctx = os.path.dirname(os.path.dirname(os.path.realpath(
             runfile("deploy/Containerfile"))))
+        # This machine's Bazel disk cache (.bazelrc), if any, spares the
+        # build stage most compiles; the image does not keep it.
+        cache = os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".cache",
+                             "downpour-bazel")
+        if os.path.isdir(cache):
+            cmd += ["-v", f"{cache}:/root/.cache/downpour-bazel"]
     else:
         cmd += ["--build-arg", "PREBUILT=prebuilt"]
     start = time.time()
@@ -266,6 +273,7 @@ def run_dev(flags, tmp):
 
 
 def main():
+    sys.stdout.reconfigure(line_buffering=True)  # progress in the test log
     try:
         if not os.path.exists(PODMAN):
             raise Skip(f"{PODMAN} not installed (bash tools/setup.sh "

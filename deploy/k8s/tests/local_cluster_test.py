@@ -199,6 +199,7 @@ def check_training(objects, logs, label):
 
 
 def main():
+    sys.stdout.reconfigure(line_buffering=True)  # progress in the test log
     problem = k8s_pods.kubectl_problem(KUBECTL)
     if problem:
         print(f"SKIPPED: {problem}")

@@ -324,6 +324,7 @@ def validate_schemas(objects, node_modules):
 
 
 def main():
+    sys.stdout.reconfigure(line_buffering=True)  # progress in the test log
     problem = k8s_pods.kubectl_problem(KUBECTL)
     if problem:
         print(f"SKIPPED: {problem}")
