@@ -290,8 +290,14 @@ def main():
         tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         os.chmod(tmp, 0o755)
         build_image(flags, tmp)
-        check_image(flags)
-        run_dev(flags, tmp)
+        try:
+            check_image(flags)
+            run_dev(flags, tmp)
+        finally:
+            # Each build leaves its build stage (~1.4 GB with CUDA's
+            # libraries) as a dangling image; the base stays for next time.
+            run([PODMAN, "rmi", "-f", IMAGE], check=False)
+            run([PODMAN, "image", "prune", "-f"], check=False)
     except Skip as e:
         print(f"SKIPPED: {e}")
         return 0
