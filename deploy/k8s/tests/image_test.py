@@ -40,6 +40,7 @@ import k8s_pods  # noqa: E402
 
 KUBECTL = "/usr/bin/kubectl"
 PODMAN = "/usr/bin/podman"
+DEBOOTSTRAP = "/usr/sbin/debootstrap"
 BASE = "localhost/downpour-debian:12"
 IMAGE = "localhost/downpour:image-test"
 CACHE = os.environ.get("DOWNPOUR_IMAGE_CACHE", "/var/cache/downpour-image")
@@ -80,15 +81,19 @@ def base_image():
         return
     rootfs = os.path.join(CACHE, "rootfs")
     if not os.path.isdir(os.path.join(rootfs, "usr")):
-        if shutil.which("debootstrap") is None:
+        if not os.path.exists(DEBOOTSTRAP):
             raise Skip("no base image and no debootstrap to make one "
                        "(bash tools/setup.sh installs it)")
         os.makedirs(CACHE, exist_ok=True)
         partial = rootfs + ".partial"
         shutil.rmtree(partial, ignore_errors=True)
         print("debootstrap --variant=minbase bookworm (a few minutes)")
-        proc = run(["debootstrap", "--variant=minbase", "bookworm", partial,
-                    "http://deb.debian.org/debian"], timeout=1800, check=False)
+        # Bazel runs tests with PATH=/bin:/usr/bin:/usr/local/bin;
+        # debootstrap needs the sbin tools (chroot, ...).
+        env = dict(os.environ, PATH="/usr/sbin:/usr/bin:/sbin:/bin")
+        proc = run([DEBOOTSTRAP, "--variant=minbase", "bookworm", partial,
+                    "http://deb.debian.org/debian"], timeout=1800, check=False,
+                   env=env)
         if proc.returncode != 0:
             raise Skip("debootstrap could not make a Debian 12 root "
                        f"filesystem:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
