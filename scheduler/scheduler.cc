@@ -17,7 +17,6 @@
 #include "common/types.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
 #include "scheduler/placement.h"
@@ -105,10 +104,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   ~SchedulerImpl() override { Shutdown(); }
 
   absl::Status Start() {
-    grpc::EnableDefaultHealthCheckService(true);
     DP_ASSIGN_OR_RETURN(
         StartedGrpcServer started,
         StartGrpcServer(options_.listen_address, this, "the scheduler"));
+    health_ = std::move(started.health);
     server_ = std::move(started.server);
     port_ = started.port;
     sweeper_ = std::thread([this] { SweepLoop(); });
@@ -187,19 +186,22 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         req->incarnation() != node->incarnation();
     int rank = -1;
     if (req->role() == proto::WORKER) {
-      if (node != nullptr) {
-        rank = rank_of_[node->id()];
-      } else if (next_rank_ >= clocks_.size()) {
-        return Err(absl::ResourceExhaustedError(absl::StrCat(
-            "register: the job has ", clocks_.size(), " workers already")));
-      } else {
-        rank = next_rank_++;
-      }
+      absl::StatusOr<int> granted = GrantRank(*req, node);
+      if (!granted.ok()) return Err(granted.status());
+      rank = *granted;
     }
     if (node == nullptr) {
       node = map_.add_nodes();
       node->set_id(next_node_id_++);
-      if (rank >= 0) rank_of_[node->id()] = rank;
+    }
+    if (rank >= 0) {
+      // A DEAD worker that held this rank gives it up.
+      auto held = rank_holder_.find(rank);
+      if (held != rank_holder_.end() && held->second != node->id()) {
+        rank_of_.erase(held->second);
+      }
+      rank_holder_[rank] = node->id();
+      rank_of_[node->id()] = rank;
     }
     reply->set_rank(rank);
     *reply->mutable_job() = job_;
@@ -427,8 +429,68 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   static grpc::Status Err(const absl::Status& s) { return ToGrpcStatus(s); }
 
+  // The rank a registering worker gets; `node` is the known node of its
+  // name and role, if any (never ALIVE here). Granting it is left to the
+  // caller. An explicit request is granted exactly, a same-name worker gets
+  // its old rank back, a new one the smallest rank nobody holds; a rank whose
+  // holder is DEAD is free.
+  absl::StatusOr<int> GrantRank(const proto::RegisterRequest& req,
+                                const proto::NodeInfo* node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int size = clocks_.size();
+    const auto old = node == nullptr ? rank_of_.end() : rank_of_.find(node->id());
+    int want = -1;
+    if (req.has_requested_rank()) {
+      want = req.requested_rank();
+      if (want < 0 || want >= size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "register: worker '", req.name(), "' asks for rank ", want,
+            ", outside the job's ranks [0, ", size,
+            ") (num_workers + backup_workers)"));
+      }
+      if (old != rank_of_.end() && old->second != want) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "register: worker '", req.name(), "' held rank ", old->second,
+            " and asks for rank ", want, "; a name keeps its rank"));
+      }
+    } else if (old != rank_of_.end()) {
+      want = old->second;
+    } else if (node != nullptr) {
+      // Its rank went to another worker meanwhile.
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register: worker '", req.name(),
+          "' lost its rank to another worker while it was dead"));
+    } else {
+      for (int r = 0; r < size && want < 0; ++r) {
+        if (!rank_holder_.contains(r)) want = r;
+      }
+      if (want < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "register: the job has ", size, " workers already"));
+      }
+    }
+    const auto held = rank_holder_.find(want);
+    if (held != rank_holder_.end() &&
+        (node == nullptr || held->second != node->id())) {
+      const proto::NodeInfo* holder = FindNodeConst(held->second);
+      if (holder != nullptr && holder->state() == proto::ALIVE) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "register: rank ", want, " is held by worker '", holder->name(),
+            "' (node ", holder->id(), "), which is alive"));
+      }
+    }
+    return want;
+  }
+
   proto::NodeInfo* FindNode(NodeId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (auto& n : *map_.mutable_nodes()) {
+      if (n.id() == id) return &n;
+    }
+    return nullptr;
+  }
+  const proto::NodeInfo* FindNodeConst(NodeId id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& n : map_.nodes()) {
       if (n.id() == id) return &n;
     }
     return nullptr;
@@ -621,6 +683,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   const SchedulerOptions options_;
   int port_ = 0;
+  std::unique_ptr<HealthService> health_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
   std::thread sweeper_;
 
@@ -638,8 +701,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   proto::JobConfig job_;  // immutable after construction
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::WorkerStatus> workers_ ABSL_GUARDED_BY(mu_);
+  // Workers' ranks, both ways; a rank is held by at most one node.
   absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);
-  int next_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<int, NodeId> rank_holder_ ABSL_GUARDED_BY(mu_);
   TableId next_table_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -28,12 +28,20 @@
 // range is marked lost (kDataLoss). This never silently hands a range to a
 // server that lacks its data.
 //
+// Worker ranks: a worker that asks for a rank (RegisterRequest
+// .requested_rank, e.g. its Indexed Job completion index) gets exactly that
+// rank, taking it over from a DEAD holder, so a replaced pod takes its rank
+// back; one that does not ask gets its old rank back if its name had one,
+// else the smallest rank nobody holds.
+//
 // RPC errors (canonical codes): kInvalidArgument for a malformed request
-// (no role, a server without data endpoint, a bad table spec, barrier count
-// 0); kAlreadyExists for registering a name that is ALIVE or redeclaring a
-// table with a different spec; kNotFound for an unknown node id (or an
-// unknown update handler); kFailedPrecondition for a heartbeat from a DEAD
-// node; kUnavailable when CreateTable finds fewer than min_servers alive
+// (no role, a server without data endpoint, a requested rank outside the
+// job, a bad table spec, barrier count 0); kAlreadyExists for registering a
+// name that is ALIVE, a rank an ALIVE worker holds, or redeclaring a table
+// with a different spec; kResourceExhausted for a worker when every rank is
+// held; kNotFound for an unknown node id (or an unknown update handler);
+// kFailedPrecondition for a heartbeat from a DEAD node or a worker name that
+// asks for a rank other than its own; kUnavailable when CreateTable finds fewer than min_servers alive
 // servers within its timeout, or the scheduler is shutting down;
 // kDeadlineExceeded when CreateTable's servers do not all acknowledge the new
 // epoch in time (the table stays declared) or a Barrier times out.

@@ -16,7 +16,6 @@
 #include "common/serial_executor.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "handlers/plugin_registry.h"
 #include "proto/downpour.grpc.pb.h"
 #include "server/internal/dispatcher.h"
@@ -173,6 +172,8 @@ class ServerImpl final : public Server {
       shut_down_ = true;
     }
     DP_LOG(INFO) << "shutting down";
+    // Not ready first, so that probes see it leave before its sockets close.
+    if (admin_health_ != nullptr) admin_health_->SetReady(false);
     scheduler_.CancelWatch();
     stop_.Notify();
     if (watch_thread_.joinable()) watch_thread_.join();
@@ -219,6 +220,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<ServerEnv> env_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<HealthService> admin_health_;  // outlives admin_
   std::unique_ptr<grpc::Server> admin_;
   std::thread watch_thread_;
   std::thread heartbeat_thread_;
@@ -247,11 +249,13 @@ absl::Status ServerImpl::Init() {
 
   // The admin service starts before registration so that the map can
   // advertise its port; stats become available once the dispatcher exists.
-  grpc::EnableDefaultHealthCheckService(true);
+  // It reports NOT_SERVING (not ready) until the first map is applied.
   admin_service_ = std::make_unique<AdminService>(data_.get(), options_.auth);
-  DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
-                      StartGrpcServer(options_.admin_listen,
-                                      admin_service_.get(), "admin service"));
+  DP_ASSIGN_OR_RETURN(
+      StartedGrpcServer started,
+      StartGrpcServer(options_.admin_listen, admin_service_.get(),
+                      "admin service", /*ready=*/false));
+  admin_health_ = std::move(started.health);
   admin_ = std::move(started.server);
   admin_port_ = started.port;
 
@@ -290,6 +294,8 @@ absl::Status ServerImpl::Init() {
   ApplyAndAck(reply.map());
   watch_thread_ = std::thread([this] { WatchLoop(); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  // Registered and serving its ranges: a Kubernetes readiness probe passes.
+  admin_health_->SetReady(true);
   return absl::OkStatus();
 }
 
