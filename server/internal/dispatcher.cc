@@ -109,7 +109,11 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
 
 void Dispatcher::AbandonSteps(TableShard::Range& range,
                               const absl::Status& why) {
-  std::vector<uint64_t> waiters = range.steps.Abandon();
+  std::vector<uint64_t> waiters;
+  for (auto& [part, steps] : range.steps) {
+    std::vector<uint64_t> w = steps.Abandon();
+    waiters.insert(waiters.end(), w.begin(), w.end());
+  }
   for (uint64_t token : waiters) pull_waiters_.erase(token);
   if (env_ == nullptr) return;
   for (uint64_t token : waiters) {
@@ -888,7 +892,10 @@ absl::Status Dispatcher::ApplyReplica(TableShard& shard,
         range.store = std::make_unique<RangeStore>(&layout, kr);
       }
       const proto::RangeLedgers& l = r.ledgers();
-      range.steps.Reset(l.next_clock());
+      range.steps.clear();
+      for (const proto::RangeLedgers::Step& step : l.steps()) {
+        range.StepsFor({step.begin(), step.end()}).Reset(step.next_clock());
+      }
       std::vector<RoundLedger::Entry> rounds;
       for (const proto::RangeLedgers::Round& round : l.rounds()) {
         RoundLedger::Entry e{round.vector(), round.open(), {}};
@@ -995,7 +1002,13 @@ absl::Status Dispatcher::ApplyReplica(TableShard& shard,
   if (h.client_id() != 0 && h.seq() != 0) {
     range.clients.Record(h.client_id(), h.seq(), {}, absl::Now());
   }
-  if (r.step_clock() >= 0) range.steps.set_next_clock(r.step_clock() + 1);
+  if (r.step_clock() >= 0) {
+    // The part the primary aggregated: the pushed key range, or the whole
+    // range for a key batch.
+    const KeyRange part = h.is_range() ? KeyRange{h.range_begin(), h.range_end()}
+                                       : kr;
+    range.StepsFor(part).set_next_clock(r.step_clock() + 1);
+  }
   return absl::OkStatus();
 }
 

@@ -353,16 +353,17 @@ struct BspCall {
   uint64_t token = 0;
 };
 BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
-                std::vector<float> grads, uint64_t token) {
+                std::vector<float> grads, uint64_t token, Key begin = 0,
+                Key end = 4) {
   IncomingMessage req;
   req.header.set_op(op);
   req.header.set_table_id(3);
   req.header.set_width(2);
   req.header.set_epoch(5);
   req.header.set_is_range(true);
-  req.header.set_range_begin(0);
-  req.header.set_range_end(4);
-  req.header.set_num_keys(4);
+  req.header.set_range_begin(begin);
+  req.header.set_range_end(end);
+  req.header.set_num_keys(end - begin);
   req.header.set_worker_rank(rank);
   req.header.set_worker_clock(clock);
   req.values = grads;
@@ -397,6 +398,50 @@ TEST(DispatcherBspTest, OneWorkerPushPullReturnsThePostUpdateValuesAtOnce) {
   c = CallBsp(d, proto::PUSH_PULL, 0, 1, {9, 9, 9, 9, 9, 9, 9, 9}, 13);
   EXPECT_TRUE(c.reply.header.discarded());
   EXPECT_EQ(Values(c.reply), (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
+}
+
+// Workers cut a large table into parts and push each part as its own
+// PushPull; the server aggregates each part on its own, also when several
+// parts lie in one of its ranges.
+TEST(DispatcherBspTest, PartsOfOneRangeAggregateOnTheirOwn) {
+  for (int workers : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << workers << " workers");
+    BufferPool pool;
+    PluginRegistry plugins;
+    Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+    ASSERT_OK(d.ApplyMap(BspMap(workers, 0)));
+    std::vector<BspCall> calls;
+    for (int rank = 0; rank < workers; ++rank) {
+      // Rank r pushes 1 + r to every float of both halves of [0, 4).
+      const float g = 1.0f + rank;
+      calls.push_back(CallBsp(d, proto::PUSH_PULL, rank, 0,
+                              std::vector<float>(4, g), 30 + 2 * rank, 0, 2));
+      calls.push_back(CallBsp(d, proto::PUSH_PULL, rank, 0,
+                              std::vector<float>(4, g), 31 + 2 * rank, 2, 4));
+    }
+    // The last rank's pushes completed each half; nothing was discarded.
+    // SGD with rate 1 from initial values of 1.
+    const float mean = workers == 1 ? 1.0f : 1.5f;
+    const float expected = 1.0f - mean;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_FALSE(calls[i].reply.header.discarded()) << i;
+    }
+    const BspCall& last_low = calls[calls.size() - 2];
+    const BspCall& last_high = calls.back();
+    EXPECT_FALSE(last_low.reply.deferred);
+    EXPECT_FALSE(last_high.reply.deferred);
+    EXPECT_EQ(Values(last_low.reply), std::vector<float>(4, expected));
+    EXPECT_EQ(Values(last_high.reply), std::vector<float>(4, expected));
+    if (workers == 2) {
+      // Rank 0's halves waited, each for its own half.
+      ASSERT_EQ(last_low.released.size(), 1u);
+      EXPECT_EQ(last_low.released[0].reply_token, 30u);
+      ASSERT_EQ(last_high.released.size(), 1u);
+      EXPECT_EQ(last_high.released[0].reply_token, 31u);
+      EXPECT_EQ(Values(last_high.released[0].reply),
+                std::vector<float>(4, expected));
+    }
+  }
 }
 
 TEST(DispatcherBspTest, PushPullWaitsForTheRoundAndLatePushesAreDiscarded) {

@@ -373,7 +373,12 @@ std::shared_ptr<Replicator::Message> Replicator::CopyBegin(
   r->set_range_begin(pr.range->range().begin);
   r->set_range_end(pr.range->range().end);
   proto::RangeLedgers* ledgers = r->mutable_ledgers();
-  ledgers->set_next_clock(pr.range->steps.next_clock());
+  for (const auto& [part, steps] : pr.range->steps) {
+    proto::RangeLedgers::Step* step = ledgers->add_steps();
+    step->set_begin(part.first);
+    step->set_end(part.second);
+    step->set_next_clock(steps.next_clock());
+  }
   for (const RoundLedger::Entry& e : pr.range->rounds.Export()) {
     proto::RangeLedgers::Round* round = ledgers->add_rounds();
     round->set_vector(e.vector);

@@ -74,9 +74,10 @@ void TableShard::RemoveRange(Key begin) {
   // Freed outside the lock: a large range takes a while to unmap.
 }
 
-void TableShard::StepApplied(Range& range, Clock clock, uint64_t completing,
+void TableShard::StepApplied(StepAggregator& steps, Clock clock,
+                             uint64_t completing,
                              std::vector<uint64_t>* released) {
-  StepAggregator::Finished f = range.steps.Finish(clock, completing);
+  StepAggregator::Finished f = steps.Finish(clock, completing);
   for (int r : f.ranks) staleness_.Applied(r, clock);
   released->insert(released->end(), f.waiters.begin(), f.waiters.end());
   aggregated_.fetch_add(1, std::memory_order_relaxed);
@@ -86,7 +87,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
     Range& range, Key begin, Key end, int rank, Clock clock,
     const float* grads, uint64_t waiter, std::vector<uint64_t>* released) {
   const size_t n = (end - begin) * width();
-  StepAggregator& steps = range.steps;
+  StepAggregator& steps = range.StepsFor({begin, end});
   if (steps.needed() == 1) {
     // One gradient is the whole step: apply it from the request's buffer.
     // The aggregated path would apply (0.0f + g) / 1, which equals g except
@@ -100,7 +101,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
     }
     range.store->PushRange(begin, end, grads);
     staleness_.Applied(rank, clock);
-    StepApplied(range, clock, 0, released);
+    StepApplied(steps, clock, 0, released);
     return {SyncResult::kApplied, grads};
   }
   switch (steps.Add(rank, clock, {}, absl::MakeConstSpan(grads, n), waiter)) {
@@ -123,7 +124,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
   range.store->PushRange(begin, end, sum_.data());
-  StepApplied(range, clock, waiter, released);
+  StepApplied(steps, clock, waiter, released);
   return {SyncResult::kApplied, sum_.data()};
 }
 
@@ -133,7 +134,7 @@ TableShard::SyncOutcome TableShard::PushSyncedKeys(
     std::vector<Key>* applied_keys) {
   // No shortcut for one rank: even one rank's batch is summed per key
   // (repeats included) and applied in ascending key order.
-  StepAggregator& steps = range.steps;
+  StepAggregator& steps = range.StepsFor(range.range());
   switch (steps.Add(rank, clock, keys,
                     absl::MakeConstSpan(grads, keys.size() * width()),
                     waiter)) {
@@ -174,7 +175,7 @@ TableShard::SyncOutcome TableShard::PushSyncedKeys(
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
   range.store->Push(all, sum_.data());
-  StepApplied(range, clock, waiter, released);
+  StepApplied(steps, clock, waiter, released);
   return {SyncResult::kApplied, sum_.data()};
 }
 

@@ -48,13 +48,27 @@ class TableShard {
     enum class Role { kPrimary, kBackup };
     Range(const TableLayout* layout, KeyRange range, int ranks, int needed)
         : store(std::make_unique<RangeStore>(layout, range)),
-          steps(std::max(1, ranks), std::max(1, needed)),
-          rounds(layout->num_vectors) {}
+          rounds(layout->num_vectors),
+          ranks_(std::max(1, ranks)),
+          needed_(std::max(1, needed)) {}
     KeyRange range() const { return store->range(); }
+
+    // BSP steps (tables with sync_workers > 0) aggregate per part: a key
+    // range as the workers push it (they cut a large table into parts the
+    // same way), or the whole range for sparse key batches.
+    StepAggregator& StepsFor(KeyRange part) {
+      auto it = steps.find({part.begin, part.end});
+      if (it == steps.end()) {
+        it = steps.emplace(std::make_pair(part.begin, part.end),
+                           StepAggregator(ranks_, needed_))
+                 .first;
+      }
+      return it->second;
+    }
 
     // Replaced whole when a backup starts a fresh copy of its range.
     std::unique_ptr<RangeStore> store;
-    StepAggregator steps;  // used when the table has sync_workers > 0
+    std::map<std::pair<Key, Key>, StepAggregator> steps;
     RoundLedger rounds;
     ClientLedger clients;
     Role role = Role::kPrimary;
@@ -63,6 +77,10 @@ class TableShard {
     // No live server held the range's data when it was assigned here: every
     // operation fails with kDataLoss (RangeAssignment.lost).
     bool lost = false;
+
+   private:
+    int ranks_;
+    int needed_;
   };
 
   // kInvalidArgument / kNotFound for a bad handler or initializer spec.
@@ -165,7 +183,7 @@ class TableShard {
  private:
   explicit TableShard(std::unique_ptr<const TableLayout> layout);
   // Bookkeeping of a step that the handler has just applied.
-  void StepApplied(Range& range, Clock clock, uint64_t completing,
+  void StepApplied(StepAggregator& steps, Clock clock, uint64_t completing,
                    std::vector<uint64_t>* released);
 
   const std::unique_ptr<const TableLayout> layout_;
