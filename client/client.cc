@@ -253,6 +253,31 @@ class ClientImpl final : public Client {
   absl::Status Wait(Ticket ticket, absl::Duration timeout) override;
 
   Epoch map_epoch() const override { return Map()->epoch(); }
+  absl::Status CheckTable(const Table& t) const override {
+    auto map = Map();
+    const proto::TableMap* table = map->FindTable(t.id);
+    if (table == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "table '", t.name, "' (id ", t.id, ") is not in the cluster map"));
+    }
+    for (const proto::RangeAssignment& r : table->ranges()) {
+      if (r.lost()) {
+        return absl::DataLossError(absl::StrCat(
+            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
+            ") were lost (epoch ", map->epoch(), ")"));
+      }
+      const proto::NodeInfo* node = map->FindNode(r.primary());
+      if (node == nullptr || node->state() != proto::ALIVE) {
+        return absl::UnavailableError(absl::StrCat(
+            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
+            "): server ", r.primary(),
+            node != nullptr ? absl::StrCat(" ('", node->name(), "')") : "",
+            " is dead and no live server holds them (epoch ", map->epoch(),
+            ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   void SetWorkerClock(int rank, int64_t clock) override {
     worker_rank_.store(rank);

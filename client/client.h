@@ -241,6 +241,15 @@ class Client {
   // The epoch of the cluster map this client currently routes by.
   virtual Epoch map_epoch() const = 0;
 
+  // Whether every range of `t` is served by a live server in the current
+  // map: kUnavailable naming the range and its dead server when nobody
+  // holding its data is alive (with replicas the map names a promoted
+  // backup at once, so this means a range without a live copy), kDataLoss
+  // for a range that was lost, kNotFound for an unknown table. For a long
+  // job that waits on others (a coordinator) to fail at once instead of
+  // after its timeout.
+  virtual absl::Status CheckTable(const Table& t) const = 0;
+
   // For worker daemons: operations submitted after this carry the worker's
   // rank and clock, which the servers use to aggregate BSP steps and to
   // measure staleness (see consistency/consistency.h). clock < 0: none.
