@@ -362,6 +362,7 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
   for (const std::string& v : o.vectors) spec.add_vectors(v);
   spec.set_sync_workers(o.sync_workers);
   spec.set_num_workers(o.tracked_workers);
+  spec.set_follows_job(o.follows_job);
   spec.mutable_handler()->set_name(o.handler);
   for (const auto& [k, v] : o.handler_params) {
     (*spec.mutable_handler()->mutable_params())[k] = v;

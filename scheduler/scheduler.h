@@ -23,9 +23,15 @@
 // comes back empty until replication lands; see docs). This never silently
 // hands a range to a server that lacks its data.
 //
+// Tables declared with TableSpec.follows_job get sync_workers and
+// num_workers from the job's policy (ConsistencyPolicy::sync_workers,
+// tracked_workers), so that every table of the job enforces the same
+// contract whoever declares it.
+//
 // RPC errors (canonical codes): kInvalidArgument for a malformed request
-// (no role, a server without data endpoint, a bad table spec, barrier count
-// 0); kAlreadyExists for registering a name that is ALIVE or redeclaring a
+// (no role, a server without data endpoint, a bad table spec, a table that
+// follows the job but sets sync_workers or num_workers itself, barrier
+// count 0); kAlreadyExists for registering a name that is ALIVE or redeclaring a
 // table with a different spec; kNotFound for an unknown node id (or an
 // unknown update handler); kFailedPrecondition for a heartbeat from a DEAD
 // node; kUnavailable when CreateTable finds fewer than min_servers alive
@@ -58,9 +64,9 @@ struct SchedulerOptions {
   // CreateTable waits (up to its timeout) until this many servers are alive
   // (at least one in any case).
   int min_servers = 1;
-  // The job's consistency contract; workers get ranks 0 .. N + b - 1.
+  // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
+  // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;
-  std::string policy_name = "bsp";  // as given to ConsistencyPolicy::Parse
   // On: every call must carry the cluster token (the health service stays
   // open, for probes).
   ClusterAuth auth;

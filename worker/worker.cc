@@ -20,6 +20,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "consistency/consistency.h"
 #include "models/cuda/cuda_mlp.h"
 #include "models/dataset.h"
 #include "models/model.h"
@@ -184,7 +185,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<ClockReporter> reporter_;
   NodeId id_ = kNoNode;
   int rank_ = 0;
-  proto::JobConfig job_;
+  ConsistencyPolicy policy_;  // the job's, from the scheduler
   int total_workers_ = 1;
   bool bsp_ = true;
   Dataset train_;
@@ -215,9 +216,9 @@ absl::Status WorkerImpl::Init() {
                       scheduler_.Register(reg, absl::Seconds(30)));
   id_ = reply.node_id();
   rank_ = reply.rank();
-  job_ = reply.job();
-  total_workers_ = static_cast<int>(job_.num_workers() + job_.backup_workers());
-  bsp_ = job_.consistency() == "bsp";
+  DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()));
+  total_workers_ = policy_.total_workers();
+  bsp_ = policy_.is_bsp();
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
@@ -229,23 +230,23 @@ absl::Status WorkerImpl::Init() {
   });
   SetLogTag(absl::StrCat("worker ", rank_));
   DP_LOG(INFO) << "registered as node " << id_ << ", rank " << rank_ << " of "
-               << total_workers_ << ", consistency " << job_.consistency();
+               << total_workers_ << ", consistency " << policy_.ToString();
 
-  if (job_.consistency() != "asp" &&
+  if (!policy_.is_asp() &&
       (options_.n_fetch > 1 || options_.n_push > 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "n_fetch ", options_.n_fetch, " and n_push ", options_.n_push,
         ": pulling or pushing less than every step is Downpour's ASP mode; "
         "the job's consistency is ",
-        job_.consistency(), " (use --n_fetch=1 --n_push=1)"));
+        policy_.ToString(), " (use --n_fetch=1 --n_push=1)"));
   }
   if (options_.hogwild_threads > 1) {
-    if (job_.consistency() != "asp") {
+    if (!policy_.is_asp()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "hogwild_threads ", options_.hogwild_threads,
           ": Hogwild threads update without locks or clocks and need ASP; "
           "the job's consistency is ",
-          job_.consistency(), " (use --hogwild_threads=1)"));
+          policy_.ToString(), " (use --hogwild_threads=1)"));
     }
     if (options_.model == "sparse_lr" || options_.n_fetch > 1 ||
         options_.n_push > 1) {
@@ -308,11 +309,11 @@ absl::Status WorkerImpl::DeclareTables() {
     t.name = absl::StrCat(options_.model, "/", b.name);
     t.width = static_cast<uint32_t>(b.width);
     t.num_keys = b.rows;
-    t.tracked_workers = total_workers_;
+    // The scheduler sets how the servers enforce the job's policy.
+    t.follows_job = true;
     if (bsp_) {
       t.handler = "sgd";
       t.handler_params = {{"learning_rate", 1.0}};
-      t.sync_workers = job_.num_workers();
     } else {
       t.handler = "adagrad";
       t.handler_params = {{"learning_rate", options_.async_lr},
@@ -471,7 +472,6 @@ absl::Status WorkerImpl::DeclareSparseTable() {
   t.width = 1;
   t.sparse = true;
   t.init = "zeros";
-  t.tracked_workers = total_workers_;
   // Adagrad under every policy: with power-law ids the hottest weights
   // get a gradient at every step and the rare ones almost never, and plain
   // SGD at a rate that moves the rare ones diverges on the hot ones. Under
@@ -482,7 +482,8 @@ absl::Status WorkerImpl::DeclareSparseTable() {
   t.handler = "adagrad";
   t.handler_params = {{"learning_rate", options_.async_lr},
                       {"initial_accumulator", 0.1}};
-  if (bsp_) t.sync_workers = job_.num_workers();
+  // The scheduler sets sync_workers and tracked_workers from the job.
+  t.follows_job = true;
   DP_ASSIGN_OR_RETURN(Table table, client_->CreateTable(t));
   tables_.push_back(table);
   return scheduler_.Barrier("init-params", id_, total_workers_,
@@ -572,22 +573,21 @@ absl::Status WorkerImpl::RunHogwild() {
 
 absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
   *done = false;
-  if (job_.consistency() == "asp") return absl::OkStatus();
-  if (job_.backup_workers() == 0) {
+  if (policy_.is_asp()) return absl::OkStatus();
+  if (policy_.backup_workers == 0) {
     // Without backups the gating clock is the minimum of all clocks: ours
     // (queued, our pushes acknowledged) and the others', of which the
     // reporter keeps a lower bound. If that already lets this clock
     // proceed, the scheduler would answer at once: do not ask.
     const int64_t gating = std::min(reporter_->own_clock(),
                                     reporter_->others_lower_bound());
-    const int64_t bound = bsp_ ? 0 : job_.staleness();
-    if (*clock - gating <= bound) return absl::OkStatus();
+    if (policy_.Allows(*clock, gating)) return absl::OkStatus();
   }
   DP_ASSIGN_OR_RETURN(int64_t gating,
                       scheduler_.WaitClock(rank_, *clock, absl::Minutes(2)));
   reporter_->ObserveGating(gating);
   // A backup worker that fell behind skips to the step being taken.
-  if (gating > *clock && job_.backup_workers() > 0) *clock = gating;
+  if (gating > *clock && policy_.backup_workers > 0) *clock = gating;
   *done = *clock >= options_.steps;
   return absl::OkStatus();
 }
@@ -794,7 +794,7 @@ absl::Status WorkerImpl::RunBsp() {
   // what the gate for c + 1 asks, so no pull and no WaitClock follow. A
   // backup worker whose push came late (discarded) asks the scheduler and
   // pulls instead.
-  const int n = static_cast<int>(job_.num_workers());
+  const int n = policy_.num_workers;
   std::vector<float> grads(params_.size());
   std::vector<ExchangePart> parts = ExchangeParts();
   std::vector<Ticket> tickets;
@@ -882,7 +882,7 @@ absl::Status WorkerImpl::RunBsp() {
 }
 
 absl::Status WorkerImpl::RunDense() {
-  if (job_.consistency() == "asp" && options_.n_fetch == 1 &&
+  if (policy_.is_asp() && options_.n_fetch == 1 &&
       options_.n_push == 1) {
     return RunAspPipelined();
   }
@@ -891,7 +891,7 @@ absl::Status WorkerImpl::RunDense() {
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
   Batcher batcher(train_.num_examples, options_.seed, rank_);
   uint64_t examples = 0;
-  const bool asp = job_.consistency() == "asp";
+  const bool asp = policy_.is_asp();
 
   for (int64_t clock = 0; clock < options_.steps; ++clock) {
     bool done;
