@@ -23,6 +23,7 @@
 #include "common/types.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "models/sparse_lr.h"
 #include "tools/local_cluster.h"
 #include "worker/worker.h"
 

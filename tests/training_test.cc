@@ -20,8 +20,10 @@
 #include "models/dataset.h"
 #include "models/model.h"
 #include "proto/downpour.grpc.pb.h"
+#include "models/batcher.h"
+#include "models/learning_rate.h"
+#include "models/sparse_lr.h"
 #include "tools/local_cluster.h"
-#include "worker/batcher.h"
 #include "worker/worker.h"
 
 namespace downpour {

@@ -24,8 +24,8 @@
 #include "common/subprocess.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "models/batcher.h"
 #include "tools/local_cluster.h"
-#include "worker/batcher.h"
 
 ABSL_FLAG(std::string, mode, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(bool, compare, false, "run BSP, SSP and ASP and plot them together");

@@ -23,8 +23,10 @@
 #include "consistency/consistency.h"
 #include "models/cuda/cuda_mlp.h"
 #include "models/dataset.h"
+#include "models/batcher.h"
+#include "models/learning_rate.h"
 #include "models/model.h"
-#include "worker/batcher.h"
+#include "models/sparse_lr.h"
 #include "worker/slowdown.h"
 
 namespace downpour {
@@ -373,36 +375,6 @@ absl::Status WorkerImpl::PushGrads(const std::vector<float>& grads) {
                       });
 }
 
-// A splitmix64 finalizer: bijective on 64 bits. The key space is
-// [0, 2^64 - 1), so the one id that mixes to 2^64 - 1 shares key 0.
-uint64_t MixKey(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x == ~uint64_t{0} ? 0 : x;
-}
-
-// The rows `rows` of `data`, in that order.
-SparseDataset SelectRows(const SparseDataset& data,
-                         const std::vector<size_t>& rows) {
-  SparseDataset out;
-  out.labels.reserve(rows.size());
-  out.row_offsets.reserve(rows.size() + 1);
-  for (size_t r : rows) {
-    const size_t f0 = data.row_offsets[r], f1 = data.row_offsets[r + 1];
-    out.feature_ids.insert(out.feature_ids.end(),
-                           data.feature_ids.begin() + f0,
-                           data.feature_ids.begin() + f1);
-    out.feature_values.insert(out.feature_values.end(),
-                              data.feature_values.begin() + f0,
-                              data.feature_values.begin() + f1);
-    out.row_offsets.push_back(out.feature_ids.size());
-    out.labels.push_back(data.labels[r]);
-  }
-  return out;
-}
-
 absl::Status WorkerImpl::InitSparse() {
   sparse_ = true;
   if (options_.holdout <= 0 || options_.holdout >= 1) {
@@ -411,18 +383,7 @@ absl::Status WorkerImpl::InitSparse() {
   }
   SparseDataset all;
   if (!options_.libsvm.empty()) {
-    std::ifstream in(options_.libsvm);
-    if (!in) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot open libsvm file '", options_.libsvm, "'"));
-    }
-    auto parsed = ParseLibsvm(in);
-    if (!parsed.ok()) {
-      return absl::Status(parsed.status().code(),
-                          absl::StrCat("libsvm file '", options_.libsvm,
-                                       "': ", parsed.status().message()));
-    }
-    all = *std::move(parsed);
+    DP_ASSIGN_OR_RETURN(all, LoadLibsvmFile(options_.libsvm));
   } else {
     if (options_.click_rows < 2 || options_.click_features_per_row < 1 ||
         options_.click_num_features < 1 || options_.click_zipf < 0) {
@@ -929,72 +890,6 @@ absl::Status WorkerImpl::RunDense() {
 }
 
 }  // namespace
-
-uint64_t SparseFeatureKey(uint64_t feature_id) { return MixKey(feature_id); }
-
-std::vector<size_t> SparseTrainRows(size_t train_rows, int rank, int workers,
-                                    uint64_t seed) {
-  DP_CHECK(rank >= 0 && rank < workers) << "rank " << rank << " of " << workers;
-  std::vector<size_t> mine;
-  for (size_t r = rank; r < train_rows; r += workers) mine.push_back(r);
-  // Fisher-Yates by hand: std::shuffle's algorithm is left to the standard
-  // library, and the row order decides the batches. The modulo bias of a
-  // 64-bit draw over a shard's size is negligible.
-  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(rank));
-  for (size_t i = mine.size(); i > 1; --i) {
-    std::swap(mine[i - 1], mine[rng() % i]);
-  }
-  return mine;
-}
-
-SparseEval EvaluateSparseLogReg(const SparseDataset& data,
-                                const std::vector<uint64_t>& ids,
-                                const std::vector<float>& weights) {
-  SparseEval e;
-  const size_t rows = data.NumRows();
-  if (rows == 0) return e;
-  std::vector<std::pair<double, float>> scored(rows);  // (logit, label)
-  double loss = 0;
-  size_t correct = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    double z = 0;
-    for (size_t f = data.row_offsets[r]; f < data.row_offsets[r + 1]; ++f) {
-      auto it = std::lower_bound(ids.begin(), ids.end(), data.feature_ids[f]);
-      if (it != ids.end() && *it == data.feature_ids[f]) {
-        z += static_cast<double>(weights[it - ids.begin()]) *
-             data.feature_values[f];
-      }
-    }
-    const double y = data.labels[r];
-    // softplus(z) - y z, computed stably.
-    loss += std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - y * z;
-    correct += (z > 0) == (y > 0.5);
-    scored[r] = {z, data.labels[r]};
-  }
-  e.log_loss = loss / rows;
-  e.accuracy = static_cast<double>(correct) / rows;
-  // AUC by the rank-sum (Mann-Whitney) statistic, ties sharing their rank.
-  std::sort(scored.begin(), scored.end());
-  double rank_sum = 0, positives = 0;
-  for (size_t i = 0; i < rows;) {
-    size_t j = i;
-    while (j < rows && scored[j].first == scored[i].first) ++j;
-    const double mid = (i + 1 + j) / 2.0;  // mean of ranks i+1 .. j
-    for (size_t k = i; k < j; ++k) {
-      if (scored[k].second > 0.5) {
-        rank_sum += mid;
-        positives += 1;
-      }
-    }
-    i = j;
-  }
-  const double negatives = rows - positives;
-  e.auc = positives == 0 || negatives == 0
-              ? 0.5
-              : (rank_sum - positives * (positives + 1) / 2) /
-                    (positives * negatives);
-  return e;
-}
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     const WorkerOptions& options) {

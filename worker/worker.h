@@ -52,12 +52,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/auth.h"
-#include "models/dataset.h"
 
 namespace downpour {
 
@@ -102,33 +100,9 @@ struct WorkerOptions {
   float l2 = 0;  // L2 on the weights a batch touches
 };
 
-// sparse_lr: the table key of a feature id. Ids are spread over the key
-// space by a bijective 64-bit mix (the servers split the key space into
-// contiguous ranges, so raw small ids would all land on one server).
-uint64_t SparseFeatureKey(uint64_t feature_id);
-
-// sparse_lr: the rows worker `rank` of `workers` trains on, out of the
-// first `train_rows` rows, in the order it visits them: row i belongs to
-// rank i mod workers, and each rank shuffles its share (Fisher-Yates with
-// a generator seeded by seed and rank). A pure function: the shards are
-// disjoint, together cover [0, train_rows), and are the same on every run
-// and machine. REQUIRES: 0 <= rank < workers.
-std::vector<size_t> SparseTrainRows(size_t train_rows, int rank, int workers,
-                                    uint64_t seed);
-
-// sparse_lr: the name of the weight table (sparse, width 1, zeros).
+// sparse_lr: the name of the weight table (sparse, width 1, zeros). Its
+// keys are SparseFeatureKey(feature id) (models/sparse_lr.h).
 inline constexpr char kSparseLrTable[] = "sparse_lr/w";
-
-// sparse_lr: held-out metrics of `weights` (weights[i] for ids[i], ids
-// sorted as BatchFeatureIds gives them) over all of `data`.
-struct SparseEval {
-  double log_loss = 0;
-  double accuracy = 0;  // p > 0.5 against the label
-  double auc = 0;       // area under the ROC curve; 0.5 if one class only
-};
-SparseEval EvaluateSparseLogReg(const SparseDataset& data,
-                                const std::vector<uint64_t>& ids,
-                                const std::vector<float>& weights);
 
 class Worker {
  public:
