@@ -1,7 +1,8 @@
 // ps_worker: runs one model replica on its shard of the training data.
 //
-// A worker registers with the scheduler (which gives it a rank and the
-// job's consistency policy), declares the model's parameter tables, and
+// A worker joins the job (client/job_member.h: the scheduler gives it a
+// rank and the job's consistency policy), declares the model's parameter
+// tables (following the job's policy, which the scheduler enforces), and
 // then for each iteration c: waits until the policy lets clock c proceed,
 // pulls the parameters, computes the loss and gradient of a mini-batch,
 // pushes the gradient, waits for the acknowledgements, and advances its
@@ -45,6 +46,12 @@
 // each float read is some version of that float. ThreadSanitizer reports
 // these races by design.
 //
+// Files: worker.cc checks the options against the job's policy and picks
+// a loop; internal/step_context.h is the gate and report around each step,
+// internal/dense_replica.h the dense model's data, tables and parameters,
+// and internal/training_loop.h the loops, one file per family (hogwild,
+// sparse, asp_pipelined, bsp, ssp).
+//
 // Not thread-safe: Run() is called once.
 #ifndef DOWNPOUR_WORKER_WORKER_H_
 #define DOWNPOUR_WORKER_WORKER_H_
@@ -62,25 +69,25 @@ namespace downpour {
 struct WorkerOptions {
   std::string scheduler_address;
   ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
-  std::string name;                 // stable identity (rank survives restarts)
+  std::string name;  // stable identity (rank survives restarts)
   // "softmax", "mlp" (784-256-10) on Fashion-MNIST, or "sparse_lr":
   // sparse logistic regression (see below).
   std::string model = "mlp";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int batch = 64;                   // per worker
-  int64_t steps = 1000;             // iterations (clock ticks)
-  double lr = 0.05;                 // BSP: per-worker rate before scaling
-  int warmup_steps = 100;           // BSP: linear warm-up to N x lr
-  double async_lr = 0.05;           // SSP/ASP: the servers' Adagrad rate
+  int batch = 64;          // per worker
+  int64_t steps = 1000;    // iterations (clock ticks)
+  double lr = 0.05;        // BSP: per-worker rate before scaling
+  int warmup_steps = 100;  // BSP: linear warm-up to N x lr
+  double async_lr = 0.05;  // SSP/ASP: the servers' Adagrad rate
   // ASP only (Downpour; other policies reject values > 1 at Create): pull
   // every n_fetch steps; push the gradients accumulated over n_push steps
   // every n_push steps and at the last step.
   int n_fetch = 1;
   int n_push = 1;
-  int eval_every = 100;             // rank 0 evaluates on the test set
-  double slow_factor = 1.0;         // > 1: sleep to look that much slower
-  int threads = 1;                  // threads for the gradient computation
-  std::string device = "cpu";       // "cpu", or "cuda" (mlp only)
+  int eval_every = 100;        // rank 0 evaluates on the test set
+  double slow_factor = 1.0;    // > 1: sleep to look that much slower
+  int threads = 1;             // threads for the gradient computation
+  std::string device = "cpu";  // "cpu", or "cuda" (mlp only)
   // > 1: Hogwild inside this worker (ASP and dense models only; see above).
   int hogwild_threads = 1;
   uint64_t seed = 1;
@@ -106,7 +113,9 @@ inline constexpr char kSparseLrTable[] = "sparse_lr/w";
 
 class Worker {
  public:
-  // Registers with the scheduler and loads this worker's data shard.
+  // Joins the job, checks the options against its policy
+  // (kInvalidArgument), loads this worker's data shard and declares the
+  // model's tables.
   static absl::StatusOr<std::unique_ptr<Worker>> Create(
       const WorkerOptions& options);
   virtual ~Worker() = default;
