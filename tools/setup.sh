@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests and the demo need.
+# Installs every Debian package that the build, the tests and the demo need,
+# and the formatting tools (tools/format.sh): Debian's clang-format, and
+# buildifier from the npm registry into ./node_modules at the version that
+# package-lock.json pins.
 # Idempotent: when everything is present it only checks and returns.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
   bazel-bootstrap
@@ -13,6 +17,7 @@ PACKAGES=(
   libssl-dev
   python3 gnuplot-nox
   procps iproute2
+  clang-format nodejs
 )
 
 missing=()
@@ -21,6 +26,12 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+
+# Debian's nodejs leaves npm to its own package; NodeSource's bundles it
+# (and conflicts with Debian's npm).
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
 
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
@@ -31,4 +42,14 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# buildifier for tools/format.sh, at the version package-lock.json pins.
+want=$(sed -n 's/.*"@bazel\/buildifier": "\(.*\)".*/\1/p' package.json)
+if [[ -x node_modules/.bin/buildifier ]] &&
+  node_modules/.bin/buildifier --version 2>/dev/null | grep -q "version: ${want}\b"; then
+  echo "setup: buildifier ${want} present"
+else
+  echo "setup: installing buildifier ${want} into node_modules"
+  npm ci --no-audit --no-fund --loglevel=error
 fi
