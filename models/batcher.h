@@ -10,20 +10,24 @@
 #ifndef DOWNPOUR_MODELS_BATCHER_H_
 #define DOWNPOUR_MODELS_BATCHER_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "absl/types/span.h"
+#include "common/random.h"
 
 namespace downpour {
 
 class Batcher {
  public:
-  // Examples [0, num_examples), shuffled from (seed, stream).
+  // Examples [0, num_examples), shuffled from (seed, stream) with the
+  // portable shuffle (common/random.h): the same batches everywhere.
   Batcher(int num_examples, uint64_t seed, int stream)
-      : rng_(seed * 1000003 + stream), order_(num_examples) {
+      : rng_(StreamSeed(seed, static_cast<uint64_t>(stream))),
+        order_(num_examples) {
     for (int i = 0; i < num_examples; ++i) order_[i] = i;
-    std::shuffle(order_.begin(), order_.end(), rng_);
+    Shuffle(absl::MakeSpan(order_), rng_);
   }
 
   // The next `batch` indices; a pass that runs out is reshuffled and the
@@ -32,7 +36,7 @@ class Batcher {
     std::vector<int> out(batch);
     for (int& b : out) {
       if (cursor_ == order_.size()) {
-        std::shuffle(order_.begin(), order_.end(), rng_);
+        Shuffle(absl::MakeSpan(order_), rng_);
         cursor_ = 0;
       }
       b = order_[cursor_++];

@@ -41,6 +41,14 @@ TEST(BatcherTest, SameSeedAndStreamSameBatches) {
   EXPECT_NE(first_a, first_d);  // another seed
 }
 
+// The order comes from the portable shuffle (common/random.h), so it is
+// the same with every standard library.
+TEST(BatcherTest, PinnedOrder) {
+  Batcher b(10, 7, 1);
+  EXPECT_EQ(b.Next(4), (std::vector<int>{5, 4, 7, 0}));
+  EXPECT_EQ(b.Next(6), (std::vector<int>{2, 3, 8, 6, 9, 1}));
+}
+
 TEST(BatcherTest, BatchesLargerThanThePassWrapAround) {
   Batcher b(3, 1, 0);
   const std::vector<int> batch = b.Next(7);

@@ -8,14 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/random.h"
 
 namespace downpour {
 
 uint64_t SparseFeatureKey(uint64_t feature_id) {
-  uint64_t x = feature_id + 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
+  const uint64_t x = SplitMix64(feature_id);
   return x == ~uint64_t{0} ? 0 : x;
 }
 
@@ -24,13 +22,9 @@ std::vector<size_t> SparseTrainRows(size_t train_rows, int rank, int workers,
   DP_CHECK(rank >= 0 && rank < workers) << "rank " << rank << " of " << workers;
   std::vector<size_t> mine;
   for (size_t r = rank; r < train_rows; r += workers) mine.push_back(r);
-  // Fisher-Yates by hand: std::shuffle's algorithm is left to the standard
-  // library, and the row order decides the batches. The modulo bias of a
-  // 64-bit draw over a shard's size is negligible.
-  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(rank));
-  for (size_t i = mine.size(); i > 1; --i) {
-    std::swap(mine[i - 1], mine[rng() % i]);
-  }
+  // The portable shuffle: the row order decides the batches.
+  std::mt19937_64 rng(StreamSeed(seed, static_cast<uint64_t>(rank)));
+  Shuffle(absl::MakeSpan(mine), rng);
   return mine;
 }
 
