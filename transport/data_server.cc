@@ -132,7 +132,6 @@ void DataServer::Loop(Handler handler) {
     }
     // Drain everything that is waiting before polling again.
     while (msg.Receive(socket_, ZMQ_DONTWAIT)) {
-      counters_.requests.fetch_add(1, std::memory_order_relaxed);
       const size_t bytes_in = msg.total_bytes(1);
       counters_.bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
 
