@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cluster/cluster_map.h"
+#include "client/split_by_owner.h"
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
 #include "common/logging.h"
@@ -102,6 +103,17 @@ struct Part {
     return op.keys.batch()[indices.empty() ? first : indices[0]];
   }
 };
+
+// The positions in the caller's batch that `scope` covers: all `size` of
+// them for a first routing (scope == nullptr), else the retried part's.
+std::vector<size_t> Positions(const Part* scope, size_t size) {
+  if (scope != nullptr && !scope->indices.empty()) return scope->indices;
+  const size_t first = scope ? scope->first : 0;
+  const size_t count = scope ? scope->count : size;
+  std::vector<size_t> all(count);
+  for (size_t i = 0; i < count; ++i) all[i] = first + i;
+  return all;
+}
 
 // Runs closures after a delay on one thread (retries must not block the
 // transport's I/O thread).
@@ -461,6 +473,10 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
         OpName(op->op), " table '", op->table.name, "': key ", k,
         " is outside the table's key space")));
   };
+  auto fail = [&](const absl::Status& s) {
+    op->Fail(Annotate(s, absl::StrCat(OpName(op->op), " table '",
+                                      op->table.name, "'")));
+  };
 
   if (op->keys.is_range()) {
     const Key b = scope ? scope->begin : op->keys.begin();
@@ -493,28 +509,15 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
       table->spec().kind() == proto::SPARSE) {
     return RouteSyncedBatch(op, scope, *table, *map);
   }
-  std::vector<size_t> all;
-  const std::vector<size_t>* indices = nullptr;
-  if (scope == nullptr || scope->indices.empty()) {
-    const size_t first = scope ? scope->first : 0;
-    const size_t count = scope ? scope->count : keys.size();
-    all.resize(count);
-    for (size_t i = 0; i < count; ++i) all[i] = first + i;
-    indices = &all;
-  } else {
-    indices = &scope->indices;
-  }
-  absl::flat_hash_map<int, std::vector<size_t>> by_range;
-  for (size_t i : *indices) {
-    const int r = ClusterMapView::RangeOf(*table, keys[i]);
-    if (r < 0) return outside(keys[i]);
-    by_range[r].push_back(i);
-  }
-  for (auto& [r, idx] : by_range) {
+  absl::StatusOr<std::vector<OwnerGroup>> groups =
+      SplitByOwner(*table, keys, Positions(scope, keys.size()));
+  if (!groups.ok()) return fail(groups.status());
+  for (const OwnerGroup& group : *groups) {
+    const std::vector<size_t>& idx = group.positions;
     for (size_t c = 0; c < idx.size(); c += max_rows) {
       const size_t n = std::min(max_rows, idx.size() - c);
       Part p;
-      p.server = table->ranges(r).primary();
+      p.server = group.server;
       p.attempt = scope ? scope->attempt : 0;
       if (idx[c + n - 1] - idx[c] == n - 1) {
         p.first = idx[c];  // contiguous: zero-copy slice
@@ -538,48 +541,26 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
   }
   absl::Span<const Key> keys = op->keys.batch();
   // Servers in the order of their first range, so that parts go out in the
-  // same order on every run.
-  std::vector<NodeId> servers;
-  std::vector<std::vector<size_t>> indices;
-  auto slot = [&](NodeId server) {
-    for (size_t i = 0; i < servers.size(); ++i) {
-      if (servers[i] == server) return i;
-    }
-    servers.push_back(server);
-    indices.emplace_back();
-    return servers.size() - 1;
-  };
-  // The first routing sends every server a part, possibly empty: a server
-  // applies the step once it has heard from sync_workers ranks. A retried
-  // part goes only where its own keys are.
-  if (scope == nullptr) {
-    for (const proto::RangeAssignment& r : table.ranges()) slot(r.primary());
-  }
-  std::vector<size_t> all;
-  if (scope == nullptr || scope->indices.empty()) {
-    const size_t first = scope ? scope->first : 0;
-    const size_t count = scope ? scope->count : keys.size();
-    for (size_t i = 0; i < count; ++i) all.push_back(first + i);
-  } else {
-    all = scope->indices;
-  }
-  for (size_t i : all) {
-    const int r = ClusterMapView::RangeOf(table, keys[i]);
-    if (r < 0) {
-      op->Fail(absl::OutOfRangeError(absl::StrCat(
-          OpName(op->op), " table '", op->table.name, "': key ", keys[i],
-          " is outside the table's key space")));
-      return;
-    }
-    indices[slot(table.ranges(r).primary())].push_back(i);
+  // same order on every run. The first routing sends every server a part,
+  // possibly empty: a server applies the step once it has heard from
+  // sync_workers ranks. A retried part goes only where its own keys are.
+  SplitOptions split;
+  split.by_server = true;
+  split.every_server = scope == nullptr;
+  absl::StatusOr<std::vector<OwnerGroup>> groups =
+      SplitByOwner(table, keys, Positions(scope, keys.size()), split);
+  if (!groups.ok()) {
+    op->Fail(Annotate(groups.status(), absl::StrCat(OpName(op->op), " table '",
+                                                    op->table.name, "'")));
+    return;
   }
   // One part per server and clock, not cut at max_message_bytes: the
   // server counts parts per rank (the message limit still applies).
-  for (size_t s = 0; s < servers.size(); ++s) {
+  for (const OwnerGroup& group : *groups) {
     Part p;
-    p.server = servers[s];
+    p.server = group.server;
     p.attempt = scope ? scope->attempt : 0;
-    const std::vector<size_t>& idx = indices[s];
+    const std::vector<size_t>& idx = group.positions;
     if (idx.empty() || idx.back() - idx.front() == idx.size() - 1) {
       p.first = idx.empty() ? 0 : idx.front();  // contiguous: zero-copy
       p.count = idx.size();
