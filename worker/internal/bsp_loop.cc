@@ -80,14 +80,16 @@ class BspLoop final : public TrainingLoop {
     // Where a step's time goes, for the log line at the end.
     absl::Duration compute_time, exchange_time;
     for (int64_t clock = 0; clock < o.steps; ++clock) {
-      if (params_clock != clock) {
+      // Without the state of step `clock` (first step, or a late backup
+      // worker): pass the gate (which may skip ahead) and pull.
+      const bool pull = params_clock != clock;
+      if (pull) {
         bool done;
         DP_RETURN_IF_ERROR(ctx_.StartStep(&clock, &done));
         if (done) break;
-        client.SetWorkerClock(rank, clock);
-        DP_RETURN_IF_ERROR(replica_.PullParams());
       }
       client.SetWorkerClock(rank, clock);
+      if (pull) DP_RETURN_IF_ERROR(replica_.PullParams());
       const float lr = BspLearningRate(o.lr, n, o.warmup_steps, clock);
       const uint64_t discarded_before = client.discarded_pushes();
       tickets.clear();
