@@ -247,6 +247,34 @@ TEST(TrainingTest, AspOnlyFlagsRejectedUnderBsp) {
   EXPECT_OK(job->Stop());
 }
 
+// Options that no policy accepts stop the worker at start with the reason,
+// before it computes anything (--threads reaches the model's factory,
+// which would abort on 0).
+TEST(TrainingTest, BadWorkerOptionsExitWithTheReason) {
+  const std::string dir = TestTmpDir() + "/bad-options";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 1;
+  o.cluster.scheduler_flags = {"--consistency=asp", "--num_workers=3"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--threads=0", "threads 0: must be >= 1"},
+      {"--hogwild_threads=0", "hogwild_threads must be >= 1"},
+      {"--device=tpu", "device 'tpu' for model 'softmax'"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_OK(job->AddWorker({"--model=softmax", "--steps=5", cases[i].first}));
+    auto st = job->WaitForWorker(i, absl::Seconds(60));
+    ASSERT_OK(st);
+    Subprocess& w = job->worker(i);
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
+    EXPECT_NE(w.LogTail().find(cases[i].second), std::string::npos)
+        << w.LogTail();
+  }
+  EXPECT_OK(job->Stop());
+}
+
 // Hogwild: 4 threads in one worker share one parameter array without
 // locks; the model still learns well (a softmax regression that loses its
 // pulls or its pushes, or computes on garbage, stays far below 75%).

@@ -43,6 +43,10 @@ absl::Status CheckOptions(const WorkerOptions& o,
   if (o.hogwild_threads < 1) {
     return absl::InvalidArgumentError("hogwild_threads must be >= 1");
   }
+  if (o.threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads ", o.threads, ": must be >= 1"));
+  }
   if (o.model == "sparse_lr" && lazy) {
     return absl::InvalidArgumentError(
         "sparse_lr pulls and pushes the keys of each batch: n_fetch and "

@@ -84,9 +84,11 @@ struct WorkerOptions {
   // every n_push steps and at the last step.
   int n_fetch = 1;
   int n_push = 1;
-  int eval_every = 100;        // rank 0 evaluates on the test set
-  double slow_factor = 1.0;    // > 1: sleep to look that much slower
-  int threads = 1;             // threads for the gradient computation
+  int eval_every = 100;      // rank 0 evaluates on the test set
+  double slow_factor = 1.0;  // > 1: sleep to look that much slower
+  // Threads for a CPU model's gradient (models/model.h); other values than
+  // 1 change the results in the last bits (partial sums added in order).
+  int threads = 1;
   std::string device = "cpu";  // "cpu", or "cuda" (mlp only)
   // > 1: Hogwild inside this worker (ASP and dense models only; see above).
   int hogwild_threads = 1;

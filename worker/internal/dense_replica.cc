@@ -30,9 +30,10 @@ absl::Status DenseReplica::Init() {
   if (o.device == "cuda") {
     DP_ASSIGN_OR_RETURN(model_, MakeCudaMlp({full.dim, 256, full.num_classes}));
   } else if (o.model == "softmax") {
-    model_ = MakeSoftmaxRegression(full.dim, full.num_classes);
+    model_ =
+        MakeSoftmaxRegression(full.dim, full.num_classes, /*l2=*/0, o.threads);
   } else if (o.model == "mlp") {
-    model_ = MakeMlp({full.dim, 256, full.num_classes});
+    model_ = MakeMlp({full.dim, 256, full.num_classes}, /*l2=*/0, o.threads);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown model '", o.model, "' (softmax, mlp, sparse_lr)"));
