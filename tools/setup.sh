@@ -51,5 +51,10 @@ if [[ -x node_modules/.bin/buildifier ]] &&
   echo "setup: buildifier ${want} present"
 else
   echo "setup: installing buildifier ${want} into node_modules"
-  npm ci --no-audit --no-fund --loglevel=error
+  # Only tools/format.sh needs it: a machine without the npm registry can
+  # still build and test.
+  if ! npm ci --no-audit --no-fund --loglevel=error; then
+    echo "setup: WARNING: could not install buildifier; tools/format.sh" \
+      "will not run until 'npm ci' succeeds" >&2
+  fi
 fi
