@@ -134,6 +134,7 @@ class JobMemberImpl final : public JobMember {
     proto::RegisterRequest reg;
     reg.set_role(proto::WORKER);
     reg.set_name(options_.name);
+    if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
     id_ = reply.node_id();

@@ -36,16 +36,18 @@
 //
 // Errors (absl::Status, canonical codes):
 //   kInvalidArgument    no scheduler address; a job config without a known
-//                       policy
+//                       policy; Join: a requested rank outside the job
 //   kUnavailable        the scheduler cannot be reached, or it is shutting
 //                       down
 //   kDeadlineExceeded   a wait (WaitClock, Barrier, Flush) timed out; Join:
 //                       no scheduler answered within register_timeout
 //                       (Join retries until then)
-//   kAlreadyExists      Join: a live worker already has this name
+//   kAlreadyExists      Join: a live worker already has this name, or the
+//                       requested rank
 //   kResourceExhausted  Join: the job has all its N + b workers
 //   kUnauthenticated    the cluster has a secret and this member lacks it
-//   kFailedPrecondition a clock report moved the clock back
+//   kFailedPrecondition a clock report moved the clock back; Join: the name
+//                       holds another rank than the one requested
 //
 // Thread-safe: every method may be called from any thread.
 #ifndef DOWNPOUR_CLIENT_JOB_MEMBER_H_
@@ -69,6 +71,11 @@ struct JobMemberOptions {
   // Identity in the job: a member joining again under the name of a dead
   // one gets its node id and rank back. Empty: a fresh identity each time.
   std::string name;
+  // The rank to take (e.g. a Kubernetes Indexed Job's completion index), so
+  // that a replacement takes its predecessor's rank; granted exactly, from
+  // a DEAD holder too. -1: the scheduler picks (the name's old rank, else
+  // the smallest free one).
+  int rank = -1;
   // The cluster secret, if it has one (common/auth.h).
   ClusterAuth auth;
   // How long Join keeps retrying a scheduler that is not up yet.

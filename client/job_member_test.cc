@@ -93,6 +93,35 @@ TEST_F(JobMemberTest, JoinGivesRanksInOrderAndTheTypedPolicy) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A member may ask for its rank (an Indexed Job's completion index): it
+// gets exactly that one, and a replacement takes it back from a dead
+// holder.
+TEST_F(JobMemberTest, RequestedRanks) {
+  StartScheduler("bsp", 0, 2, 1);
+  JobMemberOptions o = Options("pod-2");
+  o.rank = 2;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobMember> two, JobMember::Join(o));
+  EXPECT_EQ(two->rank(), 2);
+  auto first = MustJoin("x");  // no request: the smallest free rank
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rank(), 0);
+  JobMemberOptions taken = Options("pod-2b");
+  taken.rank = 2;
+  EXPECT_THAT(JobMember::Join(taken),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  JobMemberOptions outside = Options("pod-9");
+  outside.rank = 3;
+  EXPECT_THAT(JobMember::Join(outside),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // The holder dies; a replacement under another name takes the rank.
+  const NodeId dead = two->node_id();
+  two.reset();
+  ASSERT_TRUE(WaitForState(dead, proto::DEAD));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobMember> again,
+                       JobMember::Join(taken));
+  EXPECT_EQ(again->rank(), 2);
+}
+
 TEST_F(JobMemberTest, JoinFailsWhenNoSchedulerAnswers) {
   StartScheduler("bsp", 0, 1);
   JobMemberOptions o = Options("lost");

@@ -10,7 +10,7 @@ namespace downpour {
 namespace {
 
 // Keys [0, 30): [0, 10) on server 7, [10, 20) on server 8, [20, 30) on
-// server 7 again (a server may own several ranges).
+// server 7 again (a server may hold several ranges).
 proto::TableMap Table() {
   proto::TableMap t;
   t.mutable_spec()->set_name("t");
@@ -37,11 +37,15 @@ TEST(SplitByOwnerTest, GroupsByRangeInKeyOrderKeepingTheCallersOrder) {
   ASSERT_OK_AND_ASSIGN(std::vector<OwnerGroup> g,
                        SplitByOwner(Table(), keys, All(keys.size())));
   ASSERT_EQ(g.size(), 3u);
-  EXPECT_EQ(g[0].server, 7u);  // [0, 10)
+  EXPECT_EQ(g[0].range, 0);
+  EXPECT_EQ(g[0].server, 7u);
   EXPECT_EQ(g[0].positions, (std::vector<size_t>{1, 3, 4, 6}));
-  EXPECT_EQ(g[1].server, 8u);  // [10, 20)
+  EXPECT_EQ(g[1].range, 1);
+  EXPECT_EQ(g[1].server, 8u);
   EXPECT_EQ(g[1].positions, (std::vector<size_t>{2}));
-  EXPECT_EQ(g[2].server, 7u);  // [20, 30)
+  // Server 7's second range is a group of its own.
+  EXPECT_EQ(g[2].range, 2);
+  EXPECT_EQ(g[2].server, 7u);
   EXPECT_EQ(g[2].positions, (std::vector<size_t>{0, 5}));
 }
 
@@ -50,6 +54,7 @@ TEST(SplitByOwnerTest, RangesWithoutKeysAreLeftOut) {
   ASSERT_OK_AND_ASSIGN(std::vector<OwnerGroup> g,
                        SplitByOwner(Table(), keys, All(keys.size())));
   ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].range, 1);
   EXPECT_EQ(g[0].server, 8u);
   EXPECT_EQ(g[0].positions, (std::vector<size_t>{0, 1, 2}));
   ASSERT_OK_AND_ASSIGN(g, SplitByOwner(Table(), keys, {}));
@@ -57,7 +62,7 @@ TEST(SplitByOwnerTest, RangesWithoutKeysAreLeftOut) {
 }
 
 TEST(SplitByOwnerTest, OnlyTheGivenPositions) {
-  // A retried part: positions 1 and 4 of the batch only.
+  // A retried part: positions 4 and 1 of the batch only.
   const std::vector<Key> keys = {25, 3, 12, 9, 29};
   ASSERT_OK_AND_ASSIGN(std::vector<OwnerGroup> g,
                        SplitByOwner(Table(), keys, std::vector<size_t>{4, 1}));
@@ -66,32 +71,22 @@ TEST(SplitByOwnerTest, OnlyTheGivenPositions) {
   EXPECT_EQ(g[1].positions, (std::vector<size_t>{4}));
 }
 
-TEST(SplitByOwnerTest, ByServerMergesRangesAndCanListEveryServer) {
+TEST(SplitByOwnerTest, EveryRangeListsTheEmptyOnesToo) {
   const std::vector<Key> keys = {25, 3, 21};
-  SplitOptions by_server;
-  by_server.by_server = true;
+  SplitOptions every;
+  every.every_range = true;
   ASSERT_OK_AND_ASSIGN(std::vector<OwnerGroup> g,
-                       SplitByOwner(Table(), keys, All(3), by_server));
-  ASSERT_EQ(g.size(), 1u);  // server 8 holds none of them
-  EXPECT_EQ(g[0].server, 7u);
-  EXPECT_EQ(g[0].positions, (std::vector<size_t>{0, 1, 2}));
-
-  by_server.every_server = true;
-  ASSERT_OK_AND_ASSIGN(g, SplitByOwner(Table(), keys, All(3), by_server));
-  ASSERT_EQ(g.size(), 2u);  // in the order of each server's first range
-  EXPECT_EQ(g[0].server, 7u);
-  EXPECT_EQ(g[0].positions, (std::vector<size_t>{0, 1, 2}));
+                       SplitByOwner(Table(), keys, All(3), every));
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].positions, (std::vector<size_t>{1}));
+  EXPECT_EQ(g[1].range, 1);
   EXPECT_EQ(g[1].server, 8u);
   EXPECT_TRUE(g[1].positions.empty());
-  // An empty batch still reaches every server.
-  ASSERT_OK_AND_ASSIGN(g, SplitByOwner(Table(), {}, {}, by_server));
-  ASSERT_EQ(g.size(), 2u);
-  EXPECT_TRUE(g[0].positions.empty() && g[1].positions.empty());
-  // every_server means nothing when grouping by range.
-  SplitOptions by_range;
-  by_range.every_server = true;
-  ASSERT_OK_AND_ASSIGN(g, SplitByOwner(Table(), keys, All(3), by_range));
-  EXPECT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[2].positions, (std::vector<size_t>{0, 2}));
+  // An empty batch still reaches every range.
+  ASSERT_OK_AND_ASSIGN(g, SplitByOwner(Table(), {}, {}, every));
+  ASSERT_EQ(g.size(), 3u);
+  for (const OwnerGroup& group : g) EXPECT_TRUE(group.positions.empty());
 }
 
 TEST(SplitByOwnerTest, KeyOutsideTheKeySpaceIsOutOfRange) {

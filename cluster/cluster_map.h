@@ -18,6 +18,7 @@ class ClusterMapView {
   explicit ClusterMapView(proto::ClusterMap map);
 
   Epoch epoch() const { return map_.epoch(); }
+  const proto::ClusterMap& proto() const { return map_; }
 
   // kNotFound when no table of that name exists.
   absl::StatusOr<const proto::TableMap*> FindTable(const std::string& name) const;

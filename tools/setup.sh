@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
 # Installs every Debian package that the build, the tests and the demo need,
-# and the formatting tools (tools/format.sh): Debian's clang-format, and
+# the npm packages of the Kubernetes manifest tests (deploy/k8s/tests), and
+# the formatting tools of tools/format.sh: Debian's clang-format, and
 # buildifier from the npm registry into ./node_modules at the version that
 # package-lock.json pins.
 # Idempotent: when everything is present it only checks and returns.
+#
+#   bash tools/setup.sh           # everything
+#   bash tools/setup.sh --build   # only what building the daemons needs
+#                                 # (deploy/Containerfile's build stage)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(
+BUILD_PACKAGES=(
   bazel-bootstrap
   g++ clang
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist
   libssl-dev
+)
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
+  dataset-fashion-mnist
   python3 gnuplot-nox
   procps iproute2
-  clang-format nodejs
+  # deploy/: the manifest tests (python3-yaml, python3-grpcio for gRPC
+  # health probes) and the image test (podman with runc, debootstrap).
+  python3-yaml python3-grpcio
+  podman runc debootstrap
+  # tools/format.sh (buildifier comes from npm, below).
+  clang-format
 )
+
+mode=all
+if [[ "${1:-}" == "--build" ]]; then mode=build; PACKAGES=("${BUILD_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -26,11 +42,14 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-
-# Debian's nodejs leaves npm to its own package; NodeSource's bundles it
-# (and conflicts with Debian's npm).
-if ! command -v npm >/dev/null 2>&1; then
-  missing+=(npm)
+if [[ $mode == all ]]; then
+  # kubectl (with its kustomize) and Node.js may come from elsewhere than
+  # Debian (another apt source, a nodesource build); only a missing command
+  # is installed from Debian. Debian 12's kubectl is 1.20, whose kustomize
+  # is too old for deploy/k8s: the manifest tests then say so and skip.
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
 fi
 
 if ((${#missing[@]})); then
@@ -44,17 +63,29 @@ else
   echo "setup: all packages present"
 fi
 
-# buildifier for tools/format.sh, at the version package-lock.json pins.
-want=$(sed -n 's/.*"@bazel\/buildifier": "\(.*\)".*/\1/p' package.json)
-if [[ -x node_modules/.bin/buildifier ]] &&
-  node_modules/.bin/buildifier --version 2>/dev/null | grep -q "version: ${want}\b"; then
-  echo "setup: buildifier ${want} present"
-else
-  echo "setup: installing buildifier ${want} into node_modules"
-  # Only tools/format.sh needs it: a machine without the npm registry can
-  # still build and test.
-  if ! npm ci --no-audit --no-fund --loglevel=error; then
-    echo "setup: WARNING: could not install buildifier; tools/format.sh" \
-      "will not run until 'npm ci' succeeds" >&2
+if [[ $mode == all ]]; then
+  # The schema validator's npm packages, pinned by package-lock.json, in a
+  # project-local node_modules; reinstalled only when the lock changes.
+  k8s_tests=deploy/k8s/tests
+  if ! cmp -s "$k8s_tests/package-lock.json" \
+       "$k8s_tests/node_modules/.downpour-package-lock.json" 2>/dev/null; then
+    echo "setup: npm ci in $k8s_tests"
+    (cd "$k8s_tests" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$k8s_tests/package-lock.json" "$k8s_tests/node_modules/.downpour-package-lock.json"
+  fi
+
+  # buildifier for tools/format.sh, at the version package-lock.json pins.
+  want=$(sed -n 's/.*"@bazel\/buildifier": "\(.*\)".*/\1/p' package.json)
+  if [[ -x node_modules/.bin/buildifier ]] &&
+    node_modules/.bin/buildifier --version 2>/dev/null | grep -q "version: ${want}\b"; then
+    echo "setup: buildifier ${want} present"
+  else
+    echo "setup: installing buildifier ${want} into node_modules"
+    # Only tools/format.sh needs it: a machine without the npm registry can
+    # still build and test.
+    if ! npm ci --no-audit --no-fund --loglevel=error; then
+      echo "setup: WARNING: could not install buildifier; tools/format.sh" \
+        "will not run until 'npm ci' succeeds" >&2
+    fi
   fi
 fi

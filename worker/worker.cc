@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/job_member.h"
+#include "common/grpc_server.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "worker/internal/dense_replica.h"
@@ -58,13 +59,27 @@ absl::Status CheckOptions(const WorkerOptions& o,
 class WorkerImpl final : public Worker {
  public:
   explicit WorkerImpl(const WorkerOptions& o) : options_(o) {}
+  ~WorkerImpl() override {
+    if (health_.server != nullptr) {
+      health_.server->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
+    }
+  }
 
   absl::Status Init() {
+    if (!options_.health_listen.empty()) {
+      DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
+                          StartGrpcServer(options_.health_listen, nullptr,
+                                          "worker health service",
+                                          /*ready=*/false));
+      health_ = std::move(started);
+    }
     JobMemberOptions mo;
     mo.scheduler_address = options_.scheduler_address;
     mo.name = options_.name;
+    mo.rank = options_.rank;
     mo.auth = options_.auth;
     DP_ASSIGN_OR_RETURN(member_, JobMember::Join(mo));
+    if (health_.health != nullptr) health_.health->SetReady(true);
     const ConsistencyPolicy& policy = member_->policy();
     SetLogTag(absl::StrCat("worker ", member_->rank()));
     DP_LOG(INFO) << "registered as node " << member_->node_id() << ", rank "
@@ -109,7 +124,9 @@ class WorkerImpl final : public Worker {
  private:
   const WorkerOptions options_;
   // Declared in the order they are built: destroyed loop first, the
-  // membership (heartbeats) last.
+  // membership (heartbeats) last; the health service (options_
+  // .health_listen) is shut down by the destructor's body.
+  StartedGrpcServer health_;
   std::unique_ptr<JobMember> member_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<StepContext> ctx_;
