@@ -12,6 +12,9 @@ PACKAGES=(
   dataset-fashion-mnist
   libssl-dev
   python3 gnuplot-nox
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  python3-setuptools python3-wheel python3-pip python3-venv
+  cmake pkgconf
   procps iproute2
 )
 
