@@ -3,6 +3,9 @@
 # Idempotent: when everything is present it only checks and returns.
 set -euo pipefail
 
+# libopenblas0-openmp: PyTorch and NumPy call whichever libblas.so.3 is
+# installed; without it that is the reference BLAS, ~10x slower, and
+# torch.set_num_threads governs the OpenMP build's threads.
 PACKAGES=(
   bazel-bootstrap
   g++ clang
@@ -14,6 +17,7 @@ PACKAGES=(
   python3 gnuplot-nox
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   python3-setuptools python3-wheel python3-pip python3-venv
+  libopenblas0-openmp
   cmake pkgconf
   procps iproute2
 )
