@@ -80,6 +80,7 @@ class CoordinatorImpl final : public Coordinator,
     DP_ASSIGN_OR_RETURN(
         StartedGrpcServer started,
         StartGrpcServer(options_.listen_address, this, "the task service"));
+    health_ = std::move(started.health);
     server_ = std::move(started.server);
     port_ = started.port;
     const std::string host =
@@ -172,6 +173,7 @@ class CoordinatorImpl final : public Coordinator,
   std::unique_ptr<Client> client_;
   Table table_;
   proto::SandblasterProblem spec_;
+  std::unique_ptr<HealthService> health_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests and the demo need.
+# Installs every Debian package that the build, the tests and the demo need,
+# and the npm packages of the Kubernetes manifest tests (deploy/k8s/tests).
 # Idempotent: when everything is present it only checks and returns.
+#
+#   bash tools/setup.sh           # everything
+#   bash tools/setup.sh --build   # only what building the daemons needs
+#                                 # (deploy/Containerfile's build stage)
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-# libopenblas0-openmp: PyTorch and NumPy call whichever libblas.so.3 is
-# installed; without it that is the reference BLAS, ~10x slower, and
-# torch.set_num_threads governs the OpenMP build's threads.
-PACKAGES=(
+BUILD_PACKAGES=(
   bazel-bootstrap
   g++ clang
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist
   libssl-dev
+)
+# python/ and sdk/: pybind11 and Python's headers for the module, NumPy,
+# PyTorch and pytest for its tests, pip/venv for the install test, cmake and
+# pkg-config for the SDK's. libopenblas0-openmp: PyTorch and NumPy call
+# whichever libblas.so.3 is installed; without it that is the reference
+# BLAS, ~10x slower, and torch.set_num_threads governs the OpenMP build's
+# threads.
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
+  dataset-fashion-mnist
   python3 gnuplot-nox
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   python3-setuptools python3-wheel python3-pip python3-venv
   libopenblas0-openmp
   cmake pkgconf
   procps iproute2
+  # deploy/: the manifest tests (python3-yaml, python3-grpcio for gRPC
+  # health probes) and the image test (podman with runc, debootstrap).
+  python3-yaml python3-grpcio
+  podman runc debootstrap
 )
+
+mode=all
+if [[ "${1:-}" == "--build" ]]; then mode=build; PACKAGES=("${BUILD_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -28,6 +47,15 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+if [[ $mode == all ]]; then
+  # kubectl (with its kustomize) and Node.js may come from elsewhere than
+  # Debian (another apt source, a nodesource build); only a missing command
+  # is installed from Debian. Debian 12's kubectl is 1.20, whose kustomize
+  # is too old for deploy/k8s: the manifest tests then say so and skip.
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
+fi
 
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
@@ -38,4 +66,16 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+if [[ $mode == all ]]; then
+  # The schema validator's npm packages, pinned by package-lock.json, in a
+  # project-local node_modules; reinstalled only when the lock changes.
+  k8s_tests=deploy/k8s/tests
+  if ! cmp -s "$k8s_tests/package-lock.json" \
+       "$k8s_tests/node_modules/.downpour-package-lock.json" 2>/dev/null; then
+    echo "setup: npm ci in $k8s_tests"
+    (cd "$k8s_tests" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$k8s_tests/package-lock.json" "$k8s_tests/node_modules/.downpour-package-lock.json"
+  fi
 fi
