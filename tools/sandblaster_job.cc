@@ -11,7 +11,7 @@
 #include "common/address_file.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
-#include "tools/local_cluster.h"
+#include "tools/local_job.h"
 
 namespace downpour {
 double SandblasterJobResult::Num(const std::string& key) const {
@@ -28,14 +28,15 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   std::filesystem::create_directories(dir);
-  LocalClusterOptions o;
-  o.bin_dir = options.bin_dir;
-  o.work_dir = dir;
-  o.num_servers = options.num_servers;
-  DP_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start(o));
+  LocalJobOptions o;
+  o.cluster.bin_dir = options.bin_dir;
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = options.num_servers;
+  // The workers start once the coordinator is up.
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
   std::vector<std::string> argv = {
       options.bin_dir + "/lbfgs/ps_lbfgs",
-      "--scheduler=" + cluster->scheduler_address(),
+      "--scheduler=" + job->scheduler_address(),
       "--address_file=" + dir + "/coordinator",
       "--trace_csv=" + dir + "/trace.csv", "--summary_file=" + dir + "/summary"};
   argv.insert(argv.end(), options.coordinator_flags.begin(),
@@ -45,27 +46,20 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   DP_ASSIGN_OR_RETURN(std::string address,
                       WaitForAddressFile(dir + "/coordinator", absl::Seconds(60),
                                          &coordinator));
-  std::vector<std::unique_ptr<Subprocess>> workers;
-  for (size_t i = 0; i < options.workers.size(); ++i) {
-    std::vector<std::string> w = {
-        options.bin_dir + "/worker/ps_worker", "--job=lbfgs",
-        "--scheduler=" + cluster->scheduler_address(),
-        "--coordinator=" + address, "--name=w" + std::to_string(i)};
-    w.insert(w.end(), options.workers[i].begin(), options.workers[i].end());
-    workers.push_back(std::make_unique<Subprocess>(
-        w, dir + "/worker" + std::to_string(i) + ".log"));
-    DP_RETURN_IF_ERROR(workers.back()->Start());
+  for (const std::vector<std::string>& flags : options.workers) {
+    std::vector<std::string> w = {"--job=lbfgs", "--coordinator=" + address};
+    w.insert(w.end(), flags.begin(), flags.end());
+    DP_RETURN_IF_ERROR(job->AddWorker(w));
   }
   DP_ASSIGN_OR_RETURN(int status, coordinator.Wait(absl::Minutes(10)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError("coordinator failed: " + coordinator.LogTail());
   }
   SandblasterJobResult result;
-  for (auto& w : workers) {
-    DP_ASSIGN_OR_RETURN(int ws, w->Wait(absl::Seconds(30)));
-    result.worker_exit_codes.push_back(WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-  }
-  DP_RETURN_IF_ERROR(cluster->Stop());
+  // Some exit on purpose (crash_at_task): their codes are the result.
+  DP_ASSIGN_OR_RETURN(result.worker_exit_codes,
+                      job->WaitForWorkerExits(absl::Seconds(30)));
+  DP_RETURN_IF_ERROR(job->Stop());
   std::ifstream trace(dir + "/trace.csv");
   std::string line;
   std::getline(trace, line);  // header
