@@ -43,6 +43,8 @@ _locate_extension()
 from downpour import errors  # noqa: E402
 from downpour._downpour import (  # noqa: E402
     Client,
+    ConsistencyPolicy,
+    JobMember,
     Operation,
     Table,
     TrafficStats,
@@ -68,7 +70,8 @@ from downpour.errors import (  # noqa: E402
 connect = Client.connect
 
 __all__ = [
-    "AbortedError", "AlreadyExistsError", "Client", "DeadlineExceededError",
+    "AbortedError", "AlreadyExistsError", "Client", "ConsistencyPolicy",
+    "DeadlineExceededError", "JobMember",
     "DownpourError", "FailedPreconditionError", "InternalError",
     "InvalidArgumentError", "NotFoundError", "Operation", "OutOfRangeError",
     "ResourceExhaustedError", "StatusCode", "Table", "TrafficStats",

@@ -152,7 +152,7 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
                   const std::string& handler,
                   const std::map<std::string, double>& handler_params,
                   uint32_t sync_workers, uint32_t tracked_workers,
-                  const std::vector<std::string>& vectors) {
+                  const std::vector<std::string>& vectors, bool follows_job) {
   TableOptions o;
   o.name = name;
   o.num_keys = num_keys;
@@ -167,6 +167,7 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
   o.sync_workers = sync_workers;
   o.tracked_workers = tracked_workers;
   o.vectors = vectors;
+  o.follows_job = follows_job;
   std::shared_ptr<Client> client = self.Get();
   absl::StatusOr<Table> table;
   {
@@ -325,6 +326,7 @@ void RegisterClient(py::module_& m) {
            arg("handler_params") = std::map<std::string, double>(),
            arg("sync_workers") = 0, arg("tracked_workers") = 0,
            arg("vectors") = std::vector<std::string>(),
+           arg("follows_job") = false,
            "Declares a table and waits until every server serves it; "
            "declaring an identical one again returns it "
            "(AlreadyExistsError for a different one of the same name).\n\n"
@@ -340,7 +342,9 @@ void RegisterClient(py::module_& m) {
            "averaged over that many workers before being applied once. "
            "tracked_workers: workers whose clocks the servers track for "
            "staleness. vectors: named vectors over the same keys (dense "
-           "only).")
+           "only). follows_job: the table enforces the job's consistency "
+           "policy (the scheduler sets sync_workers and tracked_workers; "
+           "leave both 0): what a training program's tables use.")
       .def("open_table", &OpenTable, arg("name"),
            "A table declared elsewhere; NotFoundError if there is none.")
       .def("put", op(OpKind::kPut), arg("table"), arg("keys"), arg("values"),

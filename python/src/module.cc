@@ -3,6 +3,7 @@
 #include "common/malloc_tuning.h"
 #include "pybind11/pybind11.h"
 #include "python/src/client_binding.h"
+#include "python/src/job_member_binding.h"
 #include "python/src/status.h"
 
 PYBIND11_MODULE(_downpour, m) {
@@ -10,6 +11,7 @@ PYBIND11_MODULE(_downpour, m) {
   m.doc() = "Downpour parameter-server client (C++ SDK bindings).";
   downpour::python::RegisterStatus(m);
   downpour::python::RegisterClient(m);
+  downpour::python::RegisterJobMember(m);
   m.def("tune_allocator", &downpour::TuneAllocatorForLargeMessages,
         "Keeps large blocks in the process heap instead of fresh mmaps "
         "(common/malloc_tuning.h): on VMs where fresh pages are written ~40x "
