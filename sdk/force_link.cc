@@ -3,6 +3,7 @@
 // shared library's dependencies on demand, and a library with no code of
 // its own demands nothing. Whatever they need comes along with them.
 #include "client/client.h"
+#include "client/job_member.h"
 #include "common/auth.h"
 
 namespace downpour {
@@ -12,6 +13,8 @@ extern void* const kKeepInLibrary[];
 void* const kKeepInLibrary[] = {
     reinterpret_cast<void*>(&Client::Connect),      // client/client.cc
     reinterpret_cast<void*>(&ClusterAuth::FromFile),  // common/auth.cc
+    reinterpret_cast<void*>(&JobMember::Join),        // client/job_member.cc
+    reinterpret_cast<void*>(&ConsistencyPolicy::Parse),  // consistency/
 };
 
 }  // namespace sdk_internal

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the client SDK under a prefix:
 #   PREFIX/lib/libdownpour.so.0 (+ the libdownpour.so link)
-#   PREFIX/include/downpour/{client,common,proto}/*.h
+#   PREFIX/include/downpour/{client,common,consistency,proto}/*.h
 #   PREFIX/lib/pkgconfig/downpour.pc
 #
 #   bazel run //sdk:install -- --prefix=/usr/local
@@ -35,8 +35,9 @@ elif [[ -d "$0.runfiles/downpour" ]]; then
 else
   root="$(cd "$(dirname "$0")/.." && pwd)"  # sdk/install.sh inside runfiles
 fi
-for f in sdk/libdownpour.so sdk/downpour.pc.in client/client.h common/auth.h \
-         common/types.h proto/downpour.pb.h; do
+for f in sdk/libdownpour.so sdk/downpour.pc.in client/client.h \
+         client/job_member.h common/auth.h common/types.h \
+         consistency/consistency.h proto/downpour.pb.h; do
   if [[ ! -f "$root/$f" ]]; then
     echo "install: $root/$f is missing (bazel build //sdk:install first)" >&2
     exit 1
@@ -44,10 +45,14 @@ for f in sdk/libdownpour.so sdk/downpour.pc.in client/client.h common/auth.h \
 done
 
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/include/downpour/client" \
-         "$prefix/include/downpour/common" "$prefix/include/downpour/proto"
+         "$prefix/include/downpour/common" \
+         "$prefix/include/downpour/consistency" "$prefix/include/downpour/proto"
 install -m 0755 "$root/sdk/libdownpour.so" "$prefix/lib/libdownpour.so.0"
 ln -sf libdownpour.so.0 "$prefix/lib/libdownpour.so"
-install -m 0644 "$root/client/client.h" "$prefix/include/downpour/client/"
+install -m 0644 "$root/client/client.h" "$root/client/job_member.h" \
+        "$prefix/include/downpour/client/"
+install -m 0644 "$root/consistency/consistency.h" \
+        "$prefix/include/downpour/consistency/"
 install -m 0644 "$root/common/auth.h" "$root/common/types.h" \
         "$prefix/include/downpour/common/"
 install -m 0644 "$root/proto/downpour.pb.h" "$prefix/include/downpour/proto/"

@@ -11,13 +11,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 bash "$root/sdk/install.sh" --prefix="$prefix"
 for f in lib/libdownpour.so lib/libdownpour.so.0 lib/pkgconfig/downpour.pc \
-         include/downpour/client/client.h include/downpour/common/auth.h \
-         include/downpour/common/types.h include/downpour/proto/downpour.pb.h; do
+         include/downpour/client/client.h include/downpour/client/job_member.h \
+         include/downpour/common/auth.h include/downpour/common/types.h \
+         include/downpour/consistency/consistency.h \
+         include/downpour/proto/downpour.pb.h; do
   [[ -e "$prefix/$f" ]] || fail "$prefix/$f not installed"
 done
 # Only namespace downpour is exported.
 exported=$(nm -D --defined-only -C "$prefix/lib/libdownpour.so.0" | awk '{$1=$2=""; print}')
-grep -q 'downpour::Client::Connect' <<<"$exported" || fail "Client::Connect not exported"
+for sym in 'downpour::Client::Connect' 'downpour::JobMember::Join' \
+           'downpour::ClusterAuth::FromFile'; do
+  grep -q "$sym" <<<"$exported" || fail "$sym not exported"
+done
 if grep -v -E '^ *(downpour::|typeinfo for downpour::|typeinfo name for downpour::|vtable for downpour::)' <<<"$exported" | grep -q .; then
   fail "symbols outside namespace downpour exported: $(grep -v downpour:: <<<"$exported" | head -5)"
 fi
@@ -41,7 +46,7 @@ for exe in "$tmp/example_gxx" "$tmp/cmake-build/sdk_example"; do
 done
 
 # A scheduler and a server on free ports.
-"$root/scheduler/ps_scheduler" --listen=127.0.0.1:0 \
+"$root/scheduler/ps_scheduler" --listen=127.0.0.1:0 --consistency=bsp --num_workers=2 \
     --address_file="$tmp/scheduler.address" >"$tmp/scheduler.log" 2>&1 &
 scheduler_pid=$!
 server_pid=""

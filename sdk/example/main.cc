@@ -1,14 +1,16 @@
 // A program built outside the Bazel workspace against the installed SDK
 // (pkg-config downpour): declares a table, pushes, pulls, and checks the
-// result. sdk/install_test.sh builds it with g++ and with CMake.
+// result, then joins the job as a worker and reports a clock.
+// sdk/install_test.sh builds it with g++ and with CMake.
 //
-//   sdk_example <scheduler host:port> <table name>
+//   sdk_example <scheduler host:port> <table and worker name>
 // Prints "ok <sum of pulled values>" and exits 0, or the error and exits 1.
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "client/client.h"
+#include "client/job_member.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -60,6 +62,29 @@ int main(int argc, char** argv) {
   if (missing.status().code() != absl::StatusCode::kNotFound) {
     std::fprintf(stderr, "open_table: expected NOT_FOUND, got %s\n",
                  missing.status().ToString().c_str());
+    return 1;
+  }
+  downpour::JobMemberOptions member_options;
+  member_options.scheduler_address = argv[1];
+  member_options.name = argv[2];
+  auto member = downpour::JobMember::Join(member_options);
+  if (!member.ok()) {
+    std::fprintf(stderr, "join: %s\n", member.status().ToString().c_str());
+    return 1;
+  }
+  const downpour::ConsistencyPolicy& policy = (*member)->policy();
+  if (!policy.is_bsp() || (*member)->rank() < 0 ||
+      (*member)->rank() >= policy.total_workers()) {
+    std::fprintf(stderr, "join: rank %d, policy %s\n", (*member)->rank(),
+                 policy.ToString().c_str());
+    return 1;
+  }
+  downpour::ClockReport report;
+  report.clock = 1;
+  absl::Status reported = (*member)->ReportClock(report);
+  if (reported.ok()) reported = (*member)->Flush(absl::Seconds(10));
+  if (!reported.ok()) {
+    std::fprintf(stderr, "report: %s\n", reported.ToString().c_str());
     return 1;
   }
   std::printf("ok %g\n", sum);
