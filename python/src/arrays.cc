@@ -110,20 +110,21 @@ HeldKeys ToKeys(const Table& table, const py::handle& keys) {
     return held;
   }
   if (PyRange_Check(keys.ptr())) {
-    const auto start = py::cast<int64_t>(keys.attr("start"));
-    const auto stop = py::cast<int64_t>(keys.attr("stop"));
-    const auto step = py::cast<int64_t>(keys.attr("step"));
-    if (step != 1 || start < 0) {
+    const py::object start = keys.attr("start"), stop = keys.attr("stop");
+    const auto step = py::cast<py::int_>(keys.attr("step"));
+    if (!step.equal(py::int_(1)) || start < py::int_(0)) {
       throw py::value_error(absl::StrCat(
           "a key range must be range(begin, end) with 0 <= begin and step 1, "
-          "got range(", start, ", ", stop, ", ", step, ")"));
+          "got ",
+          std::string(py::repr(keys))));
     }
     if (stop < start) {
       // As the SDK would answer, but before an output array is sized.
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-          "inverted key range [", start, ", ", stop, ")")));
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("inverted key range [", std::string(py::str(start)),
+                       ", ", std::string(py::str(stop)), ")")));
     }
-    held.keys = Keys::Range(static_cast<Key>(start), static_cast<Key>(stop));
+    held.keys = Keys::Range(ToKey(start), ToKey(stop));
     return held;
   }
   KeyArray array;

@@ -91,6 +91,13 @@ def test_sparse_table(client):
                                   [[2, 3], [0, 1], [0, 0]])
     with pytest.raises(ValueError, match="sparse"):
         client.get(t, None)
+    # Ranges reach the top of the 64-bit key space.
+    top = 2**64 - 1
+    client.put(t, range(top - 3, top), np.ones(6, np.float32))
+    np.testing.assert_array_equal(client.get(t, range(top - 4, top)),
+                                  [[0, 0], [1, 1], [1, 1], [1, 1]])
+    with pytest.raises(ValueError, match="64 bits"):
+        client.get(t, range(0, 2**64))
 
 
 def test_async_operations(client):
