@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the client SDK under a prefix:
 #   PREFIX/lib/libdownpour.so.0 (+ the libdownpour.so link)
-#   PREFIX/include/downpour/{client,common,consistency,proto}/*.h
+#   PREFIX/include/downpour/{client,common,consistency}/*.h
 #   PREFIX/lib/pkgconfig/downpour.pc
 #
 #   bazel run //sdk:install -- --prefix=/usr/local
@@ -37,7 +37,7 @@ else
 fi
 for f in sdk/libdownpour.so sdk/downpour.pc.in client/client.h \
          client/job_member.h common/auth.h common/types.h \
-         consistency/consistency.h proto/downpour.pb.h; do
+         consistency/consistency.h; do
   if [[ ! -f "$root/$f" ]]; then
     echo "install: $root/$f is missing (bazel build //sdk:install first)" >&2
     exit 1
@@ -46,7 +46,7 @@ done
 
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/include/downpour/client" \
          "$prefix/include/downpour/common" \
-         "$prefix/include/downpour/consistency" "$prefix/include/downpour/proto"
+         "$prefix/include/downpour/consistency"
 install -m 0755 "$root/sdk/libdownpour.so" "$prefix/lib/libdownpour.so.0"
 ln -sf libdownpour.so.0 "$prefix/lib/libdownpour.so"
 install -m 0644 "$root/client/client.h" "$root/client/job_member.h" \
@@ -55,7 +55,6 @@ install -m 0644 "$root/consistency/consistency.h" \
         "$prefix/include/downpour/consistency/"
 install -m 0644 "$root/common/auth.h" "$root/common/types.h" \
         "$prefix/include/downpour/common/"
-install -m 0644 "$root/proto/downpour.pb.h" "$prefix/include/downpour/proto/"
 sed "s|@PREFIX@|$prefix|" "$root/sdk/downpour.pc.in" \
     > "$prefix/lib/pkgconfig/downpour.pc"
 chmod 0644 "$prefix/lib/pkgconfig/downpour.pc"

@@ -13,8 +13,7 @@ bash "$root/sdk/install.sh" --prefix="$prefix"
 for f in lib/libdownpour.so lib/libdownpour.so.0 lib/pkgconfig/downpour.pc \
          include/downpour/client/client.h include/downpour/client/job_member.h \
          include/downpour/common/auth.h include/downpour/common/types.h \
-         include/downpour/consistency/consistency.h \
-         include/downpour/proto/downpour.pb.h; do
+         include/downpour/consistency/consistency.h; do
   [[ -e "$prefix/$f" ]] || fail "$prefix/$f not installed"
 done
 # Only namespace downpour is exported.
