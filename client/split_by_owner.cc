@@ -18,8 +18,8 @@ absl::StatusOr<std::vector<OwnerGroup>> SplitByOwner(
   for (size_t p : positions) {
     const int r = ClusterMapView::RangeOf(table, keys[p]);
     if (r < 0) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "key ", keys[p], " is outside the table's key space"));
+      return absl::OutOfRangeError(
+          absl::StrCat("key ", keys[p], " is outside the table's key space"));
     }
     groups[r].positions.push_back(p);
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -32,6 +33,7 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   o.cluster.bin_dir = options.bin_dir;
   o.cluster.work_dir = dir;
   o.cluster.num_servers = options.num_servers;
+  o.cluster.scheduler_flags = options.scheduler_flags;
   // The workers start once the coordinator is up.
   DP_ASSIGN_OR_RETURN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
   std::vector<std::string> argv = {
@@ -51,15 +53,27 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
     w.insert(w.end(), flags.begin(), flags.end());
     DP_RETURN_IF_ERROR(job->AddWorker(w));
   }
-  DP_ASSIGN_OR_RETURN(int status, coordinator.Wait(absl::Minutes(10)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError("coordinator failed: " + coordinator.LogTail());
+  std::thread during;
+  if (options.while_running) {
+    during = std::thread([&] { options.while_running(&job->cluster()); });
   }
+  absl::StatusOr<int> status = coordinator.Wait(absl::Minutes(10));
+  if (during.joinable()) during.join();
+  DP_RETURN_IF_ERROR(status.status());
   SandblasterJobResult result;
+  result.coordinator_exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  if (result.coordinator_exit_code != 0) {
+    result.coordinator_log = coordinator.LogTail();
+    if (!options.allow_failure) {
+      return absl::InternalError("coordinator failed: " + result.coordinator_log);
+    }
+  }
   // Some exit on purpose (crash_at_task): their codes are the result.
   DP_ASSIGN_OR_RETURN(result.worker_exit_codes,
                       job->WaitForWorkerExits(absl::Seconds(30)));
-  DP_RETURN_IF_ERROR(job->Stop());
+  absl::Status stopped = job->Stop();
+  // A server killed on purpose is skipped by Stop; others must stop cleanly.
+  if (!options.allow_failure) DP_RETURN_IF_ERROR(stopped);
   std::ifstream trace(dir + "/trace.csv");
   std::string line;
   std::getline(trace, line);  // header
