@@ -152,7 +152,8 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
                   const std::string& handler,
                   const std::map<std::string, double>& handler_params,
                   uint32_t sync_workers, uint32_t tracked_workers,
-                  const std::vector<std::string>& vectors, bool follows_job) {
+                  const std::vector<std::string>& vectors, bool follows_job,
+                  bool allow_non_finite) {
   TableOptions o;
   o.name = name;
   o.num_keys = num_keys;
@@ -168,6 +169,7 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
   o.tracked_workers = tracked_workers;
   o.vectors = vectors;
   o.follows_job = follows_job;
+  o.allow_non_finite = allow_non_finite;
   std::shared_ptr<Client> client = self.Get();
   absl::StatusOr<Table> table;
   {
@@ -175,6 +177,16 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
     table = client->CreateTable(o);
   }
   return ValueOrThrow(std::move(table));
+}
+
+void CheckTable(PyClient& self, const Table& t) {
+  std::shared_ptr<Client> client = self.Get();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = client->CheckTable(t);
+  }
+  ThrowIfError(status);
 }
 
 Table OpenTable(PyClient& self, const std::string& name) {
@@ -248,6 +260,8 @@ void RegisterClient(py::module_& m) {
       .def_readonly("vectors", &Table::vectors)
       .def_readonly("vector", &Table::vector,
                     "the named vector operations address (0: parameters)")
+      .def_readonly("allow_non_finite", &Table::allow_non_finite,
+                    "pushes may hold NaN or infinity")
       .def(
           "with_vector",
           [](const Table& t, const std::string& name) {
@@ -326,7 +340,7 @@ void RegisterClient(py::module_& m) {
            arg("handler_params") = std::map<std::string, double>(),
            arg("sync_workers") = 0, arg("tracked_workers") = 0,
            arg("vectors") = std::vector<std::string>(),
-           arg("follows_job") = false,
+           arg("follows_job") = false, arg("allow_non_finite") = false,
            "Declares a table and waits until every server serves it; "
            "declaring an identical one again returns it "
            "(AlreadyExistsError for a different one of the same name).\n\n"
@@ -344,9 +358,19 @@ void RegisterClient(py::module_& m) {
            "staleness. vectors: named vectors over the same keys (dense "
            "only). follows_job: the table enforces the job's consistency "
            "policy (the scheduler sets sync_workers and tracked_workers; "
-           "leave both 0): what a training program's tables use.")
+           "leave both 0): what a training program's tables use. "
+           "allow_non_finite: accept pushes holding NaN or infinity (by "
+           "default they are InvalidArgumentError naming the key, so that "
+           "they cannot poison a row and its handler state).")
       .def("open_table", &OpenTable, arg("name"),
            "A table declared elsewhere; NotFoundError if there is none.")
+      .def("check_table", &CheckTable, arg("table"),
+           "Returns if every key range of `table` is served by a live "
+           "server in the current cluster map; raises UnavailableError "
+           "naming the range and its dead server when no live server holds "
+           "it, DataLossError for a range that was lost, NotFoundError for "
+           "an unknown table. For a program that waits on others, to fail "
+           "at once instead of after its timeout.")
       .def("put", op(OpKind::kPut), arg("table"), arg("keys"), arg("values"),
            py::kw_only(), arg("async_op") = false,
            OpDoc("Assigns values to keys.", true, false).c_str())

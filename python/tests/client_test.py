@@ -81,6 +81,29 @@ def test_push_applies_the_handler(client):
     np.testing.assert_array_equal(after, [[0.5, 0.5], [-0.5, -0.5]])
 
 
+def test_non_finite_pushes_are_refused_unless_allowed(client):
+    t = dense(client, rows=4, width=2, init="constant", init_a=1.0,
+              handler="sgd", handler_params={"learning_rate": 1.0})
+    assert not t.allow_non_finite
+    grads = np.zeros((4, 2), np.float32)
+    grads[2, 1] = np.nan
+    with pytest.raises(downpour.InvalidArgumentError) as e:
+        client.push(t, None, grads)
+    assert e.value.code == StatusCode.INVALID_ARGUMENT
+    assert "key 2 (column 1)" in e.value.message and t.name in e.value.message
+    with pytest.raises(downpour.InvalidArgumentError):
+        client.push_pull(t, [3], np.array([np.inf, 0], np.float32))
+    # Refused before anything changed.
+    np.testing.assert_array_equal(client.pull(t, None), np.ones((4, 2)))
+
+    loose = dense(client, rows=4, width=2, handler="sum",
+                  allow_non_finite=True)
+    assert loose.allow_non_finite
+    client.push(loose, None, grads)
+    got = client.get(loose, None)
+    assert np.isnan(got[2, 1]) and np.count_nonzero(np.isnan(got)) == 1
+
+
 def test_sparse_table(client):
     t = client.create_table(fresh("sparse"), sparse=True, width=2,
                             handler="sum")
@@ -295,6 +318,7 @@ def test_dead_server_is_unavailable(tmp_path):
         client = downpour.Client.connect(c.scheduler_address, op_timeout=5)
         t = client.create_table("t", num_keys=1000, width=1)
         client.put(t, None, np.ones(1000, np.float32))
+        assert client.check_table(t) is None  # every range served
         c.kill_server(0)
         deadline = time.monotonic() + 20
         while True:
@@ -307,6 +331,17 @@ def test_dead_server_is_unavailable(tmp_path):
             except downpour.DeadlineExceededError:
                 pass  # the map has not moved yet
             assert time.monotonic() < deadline, "no UNAVAILABLE in 20 s"
+            time.sleep(0.2)
+        # Without replicas no live server holds server 0's ranges: once the
+        # client's map says so, check_table names the range at once.
+        while True:
+            try:
+                client.check_table(t)
+            except downpour.UnavailableError as e:
+                assert e.code == StatusCode.UNAVAILABLE
+                assert "'t' keys [" in e.message and "is dead" in e.message
+                break
+            assert time.monotonic() < deadline, "check_table kept passing"
             time.sleep(0.2)
         client.close()
 
