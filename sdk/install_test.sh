@@ -22,8 +22,9 @@ for sym in 'downpour::Client::Connect' 'downpour::JobMember::Join' \
            'downpour::ClusterAuth::FromFile'; do
   grep -q "$sym" <<<"$exported" || fail "$sym not exported"
 done
-if grep -v -E '^ *(downpour::|typeinfo for downpour::|typeinfo name for downpour::|vtable for downpour::)' <<<"$exported" | grep -q .; then
-  fail "symbols outside namespace downpour exported: $(grep -v downpour:: <<<"$exported" | head -5)"
+foreign=$(grep -v -E '^ *(downpour::|typeinfo for downpour::|typeinfo name for downpour::|vtable for downpour::)' <<<"$exported" || true)
+if [[ -n "$foreign" ]]; then
+  fail "symbols outside namespace downpour exported: $(head -5 <<<"$foreign")"
 fi
 
 # Build outside the workspace: copy the example somewhere else first.
@@ -40,8 +41,11 @@ cmake -S "$src" -B "$tmp/cmake-build" -DCMAKE_BUILD_TYPE=Release >"$tmp/cmake.lo
 cmake --build "$tmp/cmake-build" >>"$tmp/cmake.log" 2>&1 \
   || { cat "$tmp/cmake.log"; fail "cmake build"; }
 for exe in "$tmp/example_gxx" "$tmp/cmake-build/sdk_example"; do
-  LD_LIBRARY_PATH="$prefix/lib" ldd "$exe" | grep -q "$prefix/lib/libdownpour.so.0" \
-    || fail "$exe does not load the installed libdownpour.so.0"
+  # Not `ldd | grep -q`: grep -q stops reading at the first match, ldd may
+  # then die of SIGPIPE, and pipefail turns that into a failure.
+  libs=$(LD_LIBRARY_PATH="$prefix/lib" ldd "$exe") || fail "ldd $exe"
+  grep -qF "$prefix/lib/libdownpour.so.0" <<<"$libs" \
+    || { echo "$libs" >&2; fail "$exe does not load the installed libdownpour.so.0"; }
 done
 
 # A scheduler and a server on free ports.
