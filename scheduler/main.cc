@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   }
   options.policy = *policy;
   options.policy_name = absl::GetFlag(FLAGS_consistency);
-  auto auth = downpour::ClusterAuth::FromFlags();
+  auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcServer);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
     return 2;

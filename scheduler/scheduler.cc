@@ -122,7 +122,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     grpc::EnableDefaultHealthCheckService(true);
     DP_ASSIGN_OR_RETURN(
         StartedGrpcServer started,
-        StartGrpcServer(options_.listen_address, this, "the scheduler"));
+        StartGrpcServer(options_.listen_address, this, "the scheduler",
+                        options_.auth));
     server_ = std::move(started.server);
     port_ = started.port;
     sweeper_ = std::thread([this] { SweepLoop(); });
@@ -166,7 +167,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     if (req->role() == proto::ROLE_UNSPECIFIED) {
       return Err(absl::InvalidArgumentError("register: no role"));
     }
@@ -224,7 +224,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
                          proto::HeartbeatReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     proto::NodeInfo* node = FindNode(req->node_id());
     if (node == nullptr) {
@@ -242,7 +241,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status AckEpoch(grpc::ServerContext* ctx, const proto::AckEpochRequest* req,
                         proto::AckEpochReply*) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     if (FindNode(req->node_id()) == nullptr) {
       return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
@@ -253,7 +251,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status GetClusterMap(grpc::ServerContext* ctx, const proto::GetClusterMapRequest*,
                              proto::ClusterMap* map) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     *map = map_;
     return grpc::Status::OK;
@@ -262,7 +259,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status WatchClusterMap(grpc::ServerContext* ctx,
                                const proto::WatchClusterMapRequest* req,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     Epoch known = req->known_epoch();
     while (!ctx->IsCancelled()) {
       proto::ClusterMap map;
@@ -285,14 +281,12 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status CreateTable(grpc::ServerContext* ctx, const proto::CreateTableRequest* req,
                            proto::CreateTableReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     return Err(DoCreateTable(*req, reply));
   }
 
   grpc::Status AdvanceClock(grpc::ServerContext* ctx,
                             const proto::AdvanceClockRequest* req,
                             proto::AdvanceClockReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     absl::Status s = clocks_.Advance(req->rank(), req->clock());
     if (!s.ok()) return Err(s);
@@ -314,7 +308,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status WaitClock(grpc::ServerContext* ctx, const proto::WaitClockRequest* req,
                          proto::WaitClockReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     const absl::Duration timeout = req->timeout_ms() > 0
                                        ? absl::Milliseconds(req->timeout_ms())
                                        : absl::Seconds(60);
@@ -339,7 +332,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status GetJobStatus(grpc::ServerContext* ctx, const proto::JobStatusRequest*,
                             proto::JobStatus* status) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     *status->mutable_job() = job_;
     status->set_gating_clock(clocks_.GatingClock());
@@ -349,7 +341,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Barrier(grpc::ServerContext* ctx, const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
     const absl::Duration timeout = req->timeout_ms() > 0
                                        ? absl::Milliseconds(req->timeout_ms())

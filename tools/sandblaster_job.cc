@@ -32,12 +32,19 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   o.bin_dir = options.bin_dir;
   o.work_dir = dir;
   o.num_servers = options.num_servers;
+  o.cluster_secret_file = options.cluster_secret_file;
+  o.tls = options.tls;
   DP_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start(o));
+  std::vector<std::string> security = options.tls.ToFlags();
+  if (!options.cluster_secret_file.empty()) {
+    security.push_back("--cluster_secret_file=" + options.cluster_secret_file);
+  }
   std::vector<std::string> argv = {
       options.bin_dir + "/lbfgs/ps_lbfgs",
       "--scheduler=" + cluster->scheduler_address(),
       "--address_file=" + dir + "/coordinator",
       "--trace_csv=" + dir + "/trace.csv", "--summary_file=" + dir + "/summary"};
+  argv.insert(argv.end(), security.begin(), security.end());
   argv.insert(argv.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
   Subprocess coordinator(argv, dir + "/coordinator.log");
@@ -51,6 +58,7 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
         options.bin_dir + "/worker/ps_worker", "--job=lbfgs",
         "--scheduler=" + cluster->scheduler_address(),
         "--coordinator=" + address, "--name=w" + std::to_string(i)};
+    w.insert(w.end(), security.begin(), security.end());
     w.insert(w.end(), options.workers[i].begin(), options.workers[i].end());
     workers.push_back(std::make_unique<Subprocess>(
         w, dir + "/worker" + std::to_string(i) + ".log"));

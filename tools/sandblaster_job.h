@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/auth.h"
 
 namespace downpour {
 
@@ -19,6 +20,10 @@ struct SandblasterJobOptions {
   int num_servers = 2;
   std::vector<std::string> coordinator_flags;     // to ps_lbfgs
   std::vector<std::vector<std::string>> workers;  // flags, one per worker
+  // The cluster's security, given to every process (--cluster_secret_file,
+  // --tls_*); off by default.
+  std::string cluster_secret_file;
+  TlsFiles tls;
 };
 
 struct SandblasterJobResult {

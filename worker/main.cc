@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour worker daemon");
   absl::ParseCommandLine(argc, argv);
   downpour::TuneAllocatorForLargeMessages();
-  auto auth = downpour::ClusterAuth::FromFlags();
+  auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
     return 2;

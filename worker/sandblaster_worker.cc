@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -23,8 +24,8 @@ class SandblasterWorker {
  public:
   explicit SandblasterWorker(const SandblasterWorkerOptions& o)
       : options_(o),
-        stub_(proto::Sandblaster::NewStub(grpc::CreateChannel(
-            o.coordinator_address, grpc::InsecureChannelCredentials()))) {}
+        stub_(proto::Sandblaster::NewStub(
+            NewGrpcChannel(o.coordinator_address, o.auth))) {}
 
   absl::Status Run() {
     ClientOptions co;
@@ -62,10 +63,9 @@ class SandblasterWorker {
   }
 
  private:
-  // Deadline and cluster token of one call to the coordinator.
+  // The deadline of one call to the coordinator.
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    options_.auth.Attach(ctx);
   }
   absl::Status Prepare(const proto::SandblasterProblem& spec) {
     if (problem_ != nullptr && spec.SerializeAsString() == spec_.SerializeAsString()) {
