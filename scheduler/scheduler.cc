@@ -20,75 +20,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
+#include "scheduler/table_spec.h"
 
 namespace downpour {
 namespace {
-
-// Named vectors per table: enough for L-BFGS with a history of 30.
-constexpr int kMaxTableVectors = 64;
-
-absl::Status BadSpec(const proto::TableSpec& spec, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("table '", spec.name(), "': ", why));
-}
-
-// The checks that need no servers: name, kind, width, key count and the
-// initializer. kInvalidArgument.
-absl::Status ValidateShape(const proto::TableSpec& spec) {
-  if (spec.name().empty()) return BadSpec(spec, "empty name");
-  if (spec.kind() != proto::DENSE && spec.kind() != proto::SPARSE) {
-    return BadSpec(spec, "kind must be DENSE or SPARSE");
-  }
-  if (spec.width() < 1 || spec.width() > (1u << 20)) {
-    return BadSpec(spec,
-                   absl::StrCat("width ", spec.width(), " not in [1, 2^20]"));
-  }
-  if (spec.kind() == proto::DENSE && spec.num_keys() == 0) {
-    return BadSpec(spec, "a dense table needs num_keys >= 1");
-  }
-  if (spec.kind() == proto::SPARSE && spec.num_keys() != 0) {
-    return BadSpec(spec,
-                   "a sparse table spans the whole key space; leave num_keys 0");
-  }
-  if (spec.vectors_size() > 0) {
-    // Named vectors exist for server-side algebra over contiguous ranges.
-    if (spec.kind() != proto::DENSE) {
-      return BadSpec(spec, "named vectors need a dense table");
-    }
-    if (spec.vectors_size() > kMaxTableVectors) {
-      return BadSpec(spec, absl::StrCat(spec.vectors_size(),
-                                        " named vectors, at most ",
-                                        kMaxTableVectors));
-    }
-    absl::flat_hash_set<std::string> names;
-    for (const std::string& v : spec.vectors()) {
-      if (v.empty()) return BadSpec(spec, "a named vector without a name");
-      if (!names.insert(v).second) {
-        return BadSpec(spec, absl::StrCat("vector '", v, "' named twice"));
-      }
-    }
-  }
-  const auto& init = spec.init();
-  if (init.kind() == proto::InitializerSpec::UNIFORM &&
-      init.high() < init.low()) {
-    return BadSpec(spec, "uniform initializer with high < low");
-  }
-  if (init.kind() == proto::InitializerSpec::NORMAL && init.stddev() < 0) {
-    return BadSpec(spec, "normal initializer with stddev < 0");
-  }
-  return absl::OkStatus();
-}
-
-// The whole check of a new table: its shape, then its update handler against
-// `plugin_names`, the plugins every live server has loaded.
-absl::Status ValidateSpec(const proto::TableSpec& spec,
-                          const std::vector<std::string>& plugin_names) {
-  DP_RETURN_IF_ERROR(ValidateShape(spec));
-  // The one call site of the handler check (//handlers).
-  DP_RETURN_IF_ERROR(ValidateHandlerSpec(spec.handler(), plugin_names),
-                     "table '", spec.name(), "'");
-  return absl::OkStatus();
-}
 
 // Splits [0, end) into `parts` near-equal contiguous ranges (fewer if there
 // are fewer keys than parts).
@@ -425,7 +360,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     proto::TableSpec spec = req.spec();
     spec.set_id(0);
     // A malformed spec fails at once, without waiting for servers.
-    DP_RETURN_IF_ERROR(ValidateShape(spec));
+    DP_RETURN_IF_ERROR(ValidateTableShape(spec));
     absl::MutexLock lock(&mu_);
     auto existing_reply = [&](const proto::TableMap* t)
                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -467,7 +402,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                    [&](const std::string& p) { return !has.contains(p); }),
                     plugins.end());
     }
-    DP_RETURN_IF_ERROR(ValidateSpec(spec, plugins));
+    DP_RETURN_IF_ERROR(ValidateTableSpec(spec, plugins));
 
     spec.set_id(next_table_id_++);
     proto::TableMap* table = map_.add_tables();
