@@ -24,7 +24,8 @@ inline constexpr int kMaxTableVectors = 64;
 inline constexpr uint32_t kMaxTableWidth = 1u << 20;
 
 // The checks that need no servers: name, kind, width, key count, named
-// vectors and the initializer. kInvalidArgument.
+// vectors and the initializer (the servers' Initializer::Create check).
+// kInvalidArgument.
 absl::Status ValidateTableShape(const proto::TableSpec& spec);
 
 // The whole check of a new table: its shape, then its update handler against

@@ -3,6 +3,7 @@
 // and the problem.
 #include "scheduler/table_spec.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -81,14 +82,29 @@ TEST(TableSpecTest, BadShapesAreNamed) {
     s.add_vectors("x");
     s.add_vectors("x");
   });
-  add("high", [](proto::TableSpec& s) {
+  add("uniform initializer has high 0 < low 1", [](proto::TableSpec& s) {
     s.mutable_init()->set_kind(proto::InitializerSpec::UNIFORM);
     s.mutable_init()->set_low(1);
     s.mutable_init()->set_high(0);
   });
-  add("stddev", [](proto::TableSpec& s) {
+  add("normal initializer has stddev -1 < 0", [](proto::TableSpec& s) {
     s.mutable_init()->set_kind(proto::InitializerSpec::NORMAL);
     s.mutable_init()->set_stddev(-1);
+  });
+  // Found by table_spec_fuzzer: accepted by the scheduler, refused by every
+  // server, so the table was declared but served nowhere.
+  add("unknown initializer kind 12799", [](proto::TableSpec& s) {
+    s.mutable_init()->set_kind(
+        static_cast<proto::InitializerSpec::Kind>(12799));
+  });
+  add("value", [](proto::TableSpec& s) {
+    s.mutable_init()->set_kind(proto::InitializerSpec::CONSTANT);
+    s.mutable_init()->set_value(std::numeric_limits<float>::quiet_NaN());
+  });
+  add("beyond the float range", [](proto::TableSpec& s) {
+    s.mutable_init()->set_kind(proto::InitializerSpec::NORMAL);
+    s.mutable_init()->set_mean(3e38f);
+    s.mutable_init()->set_stddev(1e38f);
   });
   for (const Case& c : cases) {
     const absl::Status s = ValidateTableShape(c.spec);

@@ -61,7 +61,11 @@ class FuzzInput {
   }
   // Up to `max_len` bytes (the length comes first).
   std::string String(size_t max_len) {
-    const size_t n = std::min<size_t>(IntInRange(0, max_len), remaining());
+    // Two statements: the length bytes are consumed before remaining() is
+    // read (argument evaluation order is unspecified, and GCC and clang
+    // differ: found by the dispatcher fuzzer's corpus under GCC's ASan).
+    const size_t wanted = IntInRange(0, max_len);
+    const size_t n = std::min(wanted, remaining());
     std::string s(data_ + pos_, n);
     pos_ += n;
     return s;
