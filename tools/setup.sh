@@ -6,11 +6,12 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap
   g++ clang
+  libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (tools/fuzz.sh)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
-  libssl-dev
+  libssl-dev openssl  # openssl: test certificates (tools/make_test_certs.sh)
   python3 gnuplot-nox
   procps iproute2
 )
