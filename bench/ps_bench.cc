@@ -8,7 +8,8 @@
 //
 // Sections: dense (push/pull by size, 1 and 2 servers, beside raw ZeroMQ),
 // sparse (power-law keys, width 8 and 64), latency (small pulls), memory
-// (server RSS against raw table bytes). Every loop is bounded in count and
+// (server RSS against raw table bytes), replication (r = 2 against r = 1,
+// and a backup's catch-up copy). Every loop is bounded in count and
 // time.
 #include <signal.h>
 #include <sys/prctl.h>
@@ -35,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "common/auth.h"
+#include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
 #include "tools/local_cluster.h"
 
@@ -46,7 +48,8 @@ ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
 ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ binaries "
           "(default: next to this binary's folder)");
 ABSL_FLAG(std::string, work_dir, "/tmp/ps_bench", "logs of the daemons");
-ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory", "what to run");
+ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory,replication",
+          "what to run");
 ABSL_FLAG(int, max_mb, 64, "largest dense message, in MiB");
 ABSL_FLAG(int, min_kb, 4, "smallest dense message, in KiB (sizes grow by 4x)");
 ABSL_FLAG(std::string, servers, "1,2", "dense: server counts to measure (1, 2)");
@@ -214,8 +217,11 @@ double PsRun(Client* c, const Table& t, Key begin, size_t rows, bool pull,
          absl::ToDoubleSeconds(absl::Now() - start);
 }
 
-std::unique_ptr<LocalCluster> StartCluster(int servers, const std::string& tag) {
+std::unique_ptr<LocalCluster> StartCluster(
+    int servers, const std::string& tag,
+    const std::vector<std::string>& scheduler_flags = {}) {
   LocalClusterOptions o;
+  o.scheduler_flags = scheduler_flags;
   o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? BinDirOfThisProgram()
                                                    : absl::GetFlag(FLAGS_bin_dir);
   o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + tag;
@@ -424,6 +430,131 @@ void LatencySection() {
   Check(cluster->Stop(), "stop cluster");
 }
 
+// p50 of one-at-a-time operations, in microseconds.
+double MedianMicros(const std::function<void()>& op) {
+  for (int i = 0; i < 200; ++i) op();
+  std::vector<double> us;
+  const absl::Time stop = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  while (us.size() < 20000 && absl::Now() < stop) {
+    const absl::Time a = absl::Now();
+    op();
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - a));
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// Replication's cost: the same two-server cluster with --replicas=1 and
+// --replicas=2, measured alternately. Writes forward the request itself to
+// the backup (the gradient, not the rows it changed); a catching-up backup
+// gets rows, values and handler state, whose copy speed is measured too.
+void ReplicationSection() {
+  const int depth = absl::GetFlag(FLAGS_depth);
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  constexpr uint32_t kWidth = 256;  // 1 KiB rows
+  const size_t max_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
+  const uint64_t rows_total = 2 * max_bytes / (kWidth * 4);
+  std::unique_ptr<LocalCluster> clusters[2];
+  std::unique_ptr<Client> clients[2];
+  Table tables[2];
+  for (int r = 0; r < 2; ++r) {
+    clusters[r] = StartCluster(2, absl::StrCat("replicas", r + 1),
+                               {absl::StrCat("--replicas=", r + 1)});
+    clients[r] = Connect(*clusters[r]);
+    TableOptions o;
+    o.name = "dense";
+    o.width = kWidth;
+    o.num_keys = rows_total;
+    o.handler = "adagrad";
+    auto t = clients[r]->CreateTable(o);
+    Check(t.status(), "create table");
+    tables[r] = *t;
+  }
+  std::printf("\n## Replication (2 servers, adagrad, GB/s with %d in flight; "
+              "r = 2 against r = 1, alternated %d times)\n\n", depth, rounds);
+  std::printf("| size | push r=1 | push r=2 | r=2/r=1 | pull r=1 | pull r=2 | r=2/r=1 |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::vector<std::vector<float>> bufs;
+  for (size_t size = 256 << 10; size <= max_bytes; size *= 4) {
+    const size_t n = size / (kWidth * 4);
+    const int iters = ItersFor(size);
+    double gbs[2][2];  // [pull][r]
+    for (int pull = 0; pull < 2; ++pull) {
+      double secs[2] = {0, 0};
+      for (int round = 0; round < rounds; ++round) {
+        for (int r = 0; r < 2; ++r) {
+          // Within the first range, so one primary (and its backup) serve it.
+          secs[r] += 1 / PsRun(clients[r].get(), tables[r], 0, n, pull, depth,
+                               iters, &bufs);
+        }
+      }
+      for (int r = 0; r < 2; ++r) gbs[pull][r] = rounds / secs[r];
+    }
+    std::printf("| %s | %.2f | %.2f | %.0f%% | %.2f | %.2f | %.0f%% |\n",
+                size >= (1 << 20) ? absl::StrCat(size >> 20, " MiB").c_str()
+                                  : absl::StrCat(size >> 10, " KiB").c_str(),
+                gbs[0][0] / 1e9, gbs[0][1] / 1e9, 100 * gbs[0][1] / gbs[0][0],
+                gbs[1][0] / 1e9, gbs[1][1] / 1e9, 100 * gbs[1][1] / gbs[1][0]);
+    std::fflush(stdout);
+    std::fprintf(stderr, "  replication, %zu bytes: done\n", size);
+  }
+  std::printf("\n| 4-byte op, one at a time (p50) | r=1 | r=2 |\n|---|---|---|\n");
+  std::vector<Key> key = {7};
+  std::vector<float> one(kWidth), out(kWidth);
+  double pull_us[2], add_us[2];
+  for (int r = 0; r < 2; ++r) {
+    Client* c = clients[r].get();
+    const Table& t = tables[r];
+    pull_us[r] = MedianMicros(
+        [&] { Check(c->PullSync(t, key, absl::MakeSpan(out)), "pull"); });
+    add_us[r] = MedianMicros([&] { Check(c->AddSync(t, key, one), "add"); });
+  }
+  std::printf("| pull (1 KiB row) | %.0f us | %.0f us |\n", pull_us[0], pull_us[1]);
+  std::printf("| add (1 KiB row) | %.0f us | %.0f us |\n", add_us[0], add_us[1]);
+  for (int r = 0; r < 2; ++r) {
+    clients[r].reset();
+    Check(clusters[r]->Stop(), "stop cluster");
+  }
+
+  // Catch-up: one server holds a range of every row written (values and
+  // adagrad's accumulators); a second joins and copies it while idle.
+  auto cluster = StartCluster(1, "catchup", {"--replicas=2"});
+  auto client = Connect(*cluster);
+  TableOptions o;
+  o.name = "big";
+  o.width = kWidth;
+  o.num_keys = rows_total;
+  o.handler = "adagrad";
+  auto t = client->CreateTable(o);
+  Check(t.status(), "create table");
+  std::vector<float> v(16384 * kWidth, 0.5f);
+  for (Key k = 0; k < rows_total; k += 16384) {
+    const Key e = std::min<Key>(rows_total, k + 16384);
+    Check(client->PushSync(*t, Keys::Range(k, e),
+                           absl::MakeConstSpan(v.data(), (e - k) * kWidth)),
+          "fill");
+  }
+  SchedulerClient sched(cluster->scheduler_address());
+  const absl::Time start = absl::Now();
+  Check(cluster->AddServer(), "add server");
+  bool synced = false;
+  while (!synced && absl::Now() - start < absl::Seconds(120)) {
+    auto map = sched.GetClusterMap();
+    Check(map.status(), "map");
+    synced = map->tables_size() == 1 &&
+             map->tables(0).ranges(0).replicas_size() == 1;
+    if (!synced) absl::SleepFor(absl::Milliseconds(2));
+  }
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  const double bytes = 2.0 * rows_total * kWidth * 4;  // values + accumulators
+  std::printf("\n| catch-up copy of one range (values + adagrad state) | %s |\n|---|---|\n",
+              synced ? "" : "(did not finish)");
+  std::printf("| bytes | %.0f MiB |\n| from the new server's start to in sync | %.2f s |\n"
+              "| rate | %.2f GB/s |\n", bytes / 1048576, secs, bytes / secs / 1e9);
+  client.reset();
+  Check(cluster->Stop(), "stop cluster");
+}
+
 uint64_t RssBytes(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
@@ -484,6 +615,9 @@ int main(int argc, char** argv) {
   if (sections.find("sparse") != std::string::npos) downpour::SparseSection();
   if (sections.find("latency") != std::string::npos) downpour::LatencySection();
   if (sections.find("memory") != std::string::npos) downpour::MemorySection();
+  if (sections.find("replication") != std::string::npos) {
+    downpour::ReplicationSection();
+  }
   if (sections.find("dense") == std::string::npos) {
     downpour::RawClient quit(ep);  // its destructor tells the child to quit
   }

@@ -1,13 +1,17 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -15,12 +19,18 @@
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
 #include "common/logging.h"
+#include "common/serial_executor.h"
 #include "common/status_macros.h"
 #include "proto/downpour.pb.h"
 #include "transport/data_client.h"
 
 namespace downpour {
 namespace {
+
+uint64_t RandomId() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
+}
 
 const char* OpName(proto::Op op) {
   switch (op) {
@@ -89,6 +99,11 @@ struct Part {
   std::vector<size_t> indices;  // empty for ranges and slices
   NodeId server = kNoNode;
   int attempt = 0;
+  // The write's sequence number, fixed at its first send so that a retry
+  // is recognised by the range (0: not assigned yet, or a read).
+  uint64_t seq = 0;
+  // A synced sparse batch: the range it speaks for (sent even when empty).
+  Key range_begin = 0, range_end = 0;
 
   size_t size() const {
     return is_range ? end - begin : (indices.empty() ? count : indices.size());
@@ -167,6 +182,7 @@ class ClientImpl final : public Client {
                    options.auth) {}
 
   ~ClientImpl() override {
+    shutting_down_.store(true);
     scheduler_.CancelWatch();
     if (watch_thread_.joinable()) watch_thread_.join();
     if (retries_ != nullptr) retries_->Stop();
@@ -177,6 +193,9 @@ class ClientImpl final : public Client {
   absl::Status Init() {
     DataClientOptions data_options;
     data_options.auth = options_.auth;
+    data_options.on_disconnect = [this](const std::string& endpoint) {
+      ReportBrokenConnection(endpoint);
+    };
     DP_ASSIGN_OR_RETURN(data_, DataClient::Create(data_options, &pool_));
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::StatusOr<proto::ClusterMap> map;
@@ -238,6 +257,31 @@ class ClientImpl final : public Client {
   absl::Status Wait(Ticket ticket, absl::Duration timeout) override;
 
   Epoch map_epoch() const override { return Map()->epoch(); }
+  absl::Status CheckTable(const Table& t) const override {
+    auto map = Map();
+    const proto::TableMap* table = map->FindTable(t.id);
+    if (table == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "table '", t.name, "' (id ", t.id, ") is not in the cluster map"));
+    }
+    for (const proto::RangeAssignment& r : table->ranges()) {
+      if (r.lost()) {
+        return absl::DataLossError(absl::StrCat(
+            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
+            ") were lost (epoch ", map->epoch(), ")"));
+      }
+      const proto::NodeInfo* node = map->FindNode(r.primary());
+      if (node == nullptr || node->state() != proto::ALIVE) {
+        return absl::UnavailableError(absl::StrCat(
+            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
+            "): server ", r.primary(),
+            node != nullptr ? absl::StrCat(" ('", node->name(), "')") : "",
+            " is dead and no live server holds them (epoch ", map->epoch(),
+            ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   void SetWorkerClock(int rank, int64_t clock) override {
     worker_rank_.store(rank);
@@ -253,9 +297,57 @@ class ClientImpl final : public Client {
   }
   void UpdateMap(proto::ClusterMap map) {
     auto view = std::make_shared<const ClusterMapView>(std::move(map));
-    absl::MutexLock lock(&map_mu_);
-    if (map_ == nullptr || view->epoch() > map_->epoch()) map_ = view;
+    std::shared_ptr<const ClusterMapView> old;
+    {
+      absl::MutexLock lock(&map_mu_);
+      if (map_ != nullptr && view->epoch() <= map_->epoch()) return;
+      old = map_;
+      map_ = view;
+    }
+    if (old == nullptr || data_ == nullptr) return;
+    // Requests in flight to a server the map now calls dead will get no
+    // answer: fail them now, so that they are sent where their ranges went.
+    for (const proto::NodeInfo& n : old->proto().nodes()) {
+      if (n.role() != proto::SERVER || n.state() != proto::ALIVE) continue;
+      const proto::NodeInfo* now = view->FindNode(n.id());
+      if (now != nullptr && now->state() == proto::ALIVE &&
+          now->data_endpoint() == n.data_endpoint()) {
+        continue;
+      }
+      data_->Reset(n.data_endpoint(),
+                   absl::UnavailableError(absl::StrCat(
+                       "server ", n.id(), " (", n.data_endpoint(),
+                       ") left the cluster map in epoch ", view->epoch())));
+    }
   }
+  // A data connection to a server broke: tell the scheduler, which then
+  // declares it dead unless it hears from it within a short grace (faster
+  // than missed heartbeats, and harmless if the server is alive). On the
+  // transport's I/O thread: the call itself goes to `reports_`.
+  void ReportBrokenConnection(const std::string& endpoint) {
+    if (shutting_down_.load()) return;
+    NodeId server = kNoNode;
+    for (const proto::NodeInfo& n : Map()->proto().nodes()) {
+      if (n.data_endpoint() == endpoint && n.state() == proto::ALIVE) {
+        server = n.id();
+      }
+    }
+    if (server == kNoNode) return;
+    {
+      absl::MutexLock lock(&reports_mu_);
+      const absl::Time now = absl::Now();
+      absl::Time& last = last_report_[server];
+      if (now - last < absl::Seconds(1)) return;  // one report is enough
+      last = now;
+    }
+    reports_.Schedule([this, server, endpoint] {
+      absl::Status s = scheduler_.ReportUnreachable(
+          kNoNode, server,
+          absl::StrCat("a client's data connection to ", endpoint, " broke"));
+      if (!s.ok()) DP_LOG(WARNING) << s;
+    });
+  }
+
   void RefreshMap() {
     auto map = scheduler_.GetClusterMap();
     if (map.ok()) UpdateMap(*std::move(map));
@@ -298,6 +390,15 @@ class ClientImpl final : public Client {
                const std::string& endpoint, const absl::Status& status,
                const IncomingMessage* reply);
   std::string Describe(const OpState& op, const Part& part) const;
+  // The largest request this client sends: its own limit, or the smallest a
+  // live server takes if that is less.
+  size_t MessageLimit(const ClusterMapView& map) const {
+    const uint64_t servers = map.min_server_message_bytes();
+    return servers > 0 ? std::min<size_t>(options_.max_message_bytes, servers)
+                       : options_.max_message_bytes;
+  }
+  // Room left in a request for its header.
+  static constexpr size_t kHeaderAllowance = 4096;
 
   const ClientOptions options_;
   SchedulerClient scheduler_;
@@ -320,6 +421,35 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
+  std::atomic<bool> shutting_down_{false};
+  // Reports of broken connections, sent off the I/O thread, at most one a
+  // second per server.
+  absl::Mutex reports_mu_;
+  absl::flat_hash_map<NodeId, absl::Time> last_report_
+      ABSL_GUARDED_BY(reports_mu_);
+  SerialExecutor reports_;
+
+  // Exactly once across retries: this client's random id, and the writes it
+  // may still retry (a server forgets those below the smallest).
+  const uint64_t client_id_ = RandomId();
+  absl::Mutex seq_mu_;
+  uint64_t next_seq_ ABSL_GUARDED_BY(seq_mu_) = 1;
+  std::set<uint64_t> open_seqs_ ABSL_GUARDED_BY(seq_mu_);
+  uint64_t OpenSeq() ABSL_LOCKS_EXCLUDED(seq_mu_) {
+    absl::MutexLock lock(&seq_mu_);
+    const uint64_t seq = next_seq_++;
+    open_seqs_.insert(seq);
+    return seq;
+  }
+  void CloseSeq(uint64_t seq) ABSL_LOCKS_EXCLUDED(seq_mu_) {
+    if (seq == 0) return;
+    absl::MutexLock lock(&seq_mu_);
+    open_seqs_.erase(seq);
+  }
+  uint64_t LowSeq() ABSL_LOCKS_EXCLUDED(seq_mu_) {
+    absl::MutexLock lock(&seq_mu_);
+    return open_seqs_.empty() ? next_seq_ : *open_seqs_.begin();
+  }
 };
 
 Table TableFromSpec(const proto::TableSpec& spec) {
@@ -330,6 +460,7 @@ Table TableFromSpec(const proto::TableSpec& spec) {
   t.sparse = spec.kind() == proto::SPARSE;
   t.num_keys = spec.num_keys();
   t.vectors.assign(spec.vectors().begin(), spec.vectors().end());
+  t.allow_non_finite = spec.allow_non_finite();
   return t;
 }
 
@@ -361,6 +492,7 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
   }
   for (const std::string& v : o.vectors) spec.add_vectors(v);
   spec.set_sync_workers(o.sync_workers);
+  spec.set_allow_non_finite(o.allow_non_finite);
   spec.set_num_workers(o.tracked_workers);
   spec.mutable_handler()->set_name(o.handler);
   for (const auto& [k, v] : o.handler_params) {
@@ -430,6 +562,20 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
     invalid = absl::InvalidArgumentError(absl::StrCat(
         OpName(op), " table '", t.name, "': output holds ", out.size(),
         " floats, need ", keys.size(), " keys x width ", t.width));
+  } else if ((op == proto::PUSH || op == proto::PUSH_PULL) &&
+             !t.allow_non_finite) {
+    // Checked here too (the servers check each part), so that a bad
+    // gradient is refused whole, before any part of it is applied.
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (std::isfinite(in[i])) continue;
+      const size_t row = i / t.width;
+      const Key key = keys.is_range() ? keys.begin() + row : keys.batch()[row];
+      invalid = absl::InvalidArgumentError(absl::StrCat(
+          OpName(op), " table '", t.name, "': the gradient of key ", key,
+          " (column ", i % t.width, ") is ", in[i],
+          "; pushes must be finite (TableOptions::allow_non_finite)"));
+      break;
+    }
   }
   if (!invalid.ok()) {
     state->Fail(invalid);
@@ -453,8 +599,13 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
     return;
   }
   const size_t width = op->table.width;
-  const size_t max_rows =
-      std::max<size_t>(1, options_.max_message_bytes / (width * sizeof(float)));
+  // Parts are cut to what both this client and every server take (the
+  // servers' limit counts the whole request: header, keys and values).
+  const size_t limit = MessageLimit(*map);
+  const size_t row_bytes =
+      width * sizeof(float) + (op->keys.is_range() ? 0 : sizeof(Key));
+  const size_t max_rows = std::max<size_t>(
+      1, (limit > kHeaderAllowance ? limit - kHeaderAllowance : 0) / row_bytes);
   auto outside = [&](Key k) {
     op->Fail(absl::OutOfRangeError(absl::StrCat(
         OpName(op->op), " table '", op->table.name, "': key ", k,
@@ -477,6 +628,7 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
         p.end = c + std::min<Key>(stop - c, max_rows);
         p.server = range.primary();
         p.attempt = scope ? scope->attempt : 0;
+        p.seq = scope ? scope->seq : 0;
         c = p.end;
         Send(op, std::move(p), *map);
       }
@@ -515,6 +667,7 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
       Part p;
       p.server = table->ranges(r).primary();
       p.attempt = scope ? scope->attempt : 0;
+      p.seq = scope ? scope->seq : 0;
       if (idx[c + n - 1] - idx[c] == n - 1) {
         p.first = idx[c];  // contiguous: zero-copy slice
         p.count = n;
@@ -531,29 +684,20 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
                                   const proto::TableMap& table,
                                   const ClusterMapView& map) {
   if (scope != nullptr && scope->size() == 0) {
-    // An empty part owns no key that could have moved: the same server.
-    Send(op, *scope, map);
+    // An empty part speaks for its range: to that range's primary now.
+    Part p = *scope;
+    const int r = ClusterMapView::RangeOf(table, p.range_begin);
+    if (r >= 0) p.server = table.ranges(r).primary();
+    Send(op, std::move(p), map);
     return;
   }
   absl::Span<const Key> keys = op->keys.batch();
-  // Servers in the order of their first range, so that parts go out in the
-  // same order on every run.
-  std::vector<NodeId> servers;
-  std::vector<std::vector<size_t>> indices;
-  auto slot = [&](NodeId server) {
-    for (size_t i = 0; i < servers.size(); ++i) {
-      if (servers[i] == server) return i;
-    }
-    servers.push_back(server);
-    indices.emplace_back();
-    return servers.size() - 1;
-  };
-  // The first routing sends every server a part, possibly empty: a server
+  // The first routing sends every range a part, possibly empty: a range
   // applies the step once it has heard from sync_workers ranks. A retried
-  // part goes only where its own keys are.
-  if (scope == nullptr) {
-    for (const proto::RangeAssignment& r : table.ranges()) slot(r.primary());
-  }
+  // part goes only where its own keys are. Ranges in key order, so that
+  // parts go out in the same order on every run.
+  std::vector<std::vector<size_t>> indices(table.ranges_size());
+  std::vector<bool> send(table.ranges_size(), scope == nullptr);
   std::vector<size_t> all;
   if (scope == nullptr || scope->indices.empty()) {
     const size_t first = scope ? scope->first : 0;
@@ -570,15 +714,32 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
           " is outside the table's key space")));
       return;
     }
-    indices[slot(table.ranges(r).primary())].push_back(i);
+    indices[r].push_back(i);
+    send[r] = true;
   }
-  // One part per server and clock, not cut at max_message_bytes: the
-  // server counts parts per rank (the message limit still applies).
-  for (size_t s = 0; s < servers.size(); ++s) {
+  // One part per range and clock, not cut at max_message_bytes: the range
+  // counts parts per rank. A part the servers would not take fails here,
+  // at once, instead of being dropped by the transport.
+  const size_t limit = MessageLimit(map);
+  const size_t row_bytes = op->table.width * sizeof(float) + sizeof(Key);
+  for (int r = 0; r < table.ranges_size(); ++r) {
+    if (!send[r]) continue;
+    const size_t bytes = indices[r].size() * row_bytes + kHeaderAllowance;
+    if (bytes > limit) {
+      op->Fail(absl::ResourceExhaustedError(absl::StrCat(
+          OpName(op->op), " table '", op->table.name, "': a synced batch of ",
+          indices[r].size(), " keys for the range from key ",
+          table.ranges(r).begin(), " needs ", bytes,
+          " bytes, over the message limit of ", limit,
+          " bytes (a synced batch is not split; push fewer keys per step)")));
+      return;
+    }
     Part p;
-    p.server = servers[s];
+    p.server = table.ranges(r).primary();
+    p.range_begin = table.ranges(r).begin();
+    p.range_end = table.ranges(r).end();
     p.attempt = scope ? scope->attempt : 0;
-    const std::vector<size_t>& idx = indices[s];
+    const std::vector<size_t>& idx = indices[r];
     if (idx.empty() || idx.back() - idx.front() == idx.size() - 1) {
       p.first = idx.empty() ? 0 : idx.front();  // contiguous: zero-copy
       p.count = idx.size();
@@ -593,6 +754,8 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
                       const ClusterMapView& map) {
   const proto::NodeInfo* node = map.FindNode(part.server);
   if (node == nullptr || node->state() != proto::ALIVE) {
+    // No live server holds the range (a failover would have named one).
+    CloseSeq(part.seq);
     op->Fail(absl::UnavailableError(absl::StrCat(
         Describe(*op, part), ": server ", part.server,
         node == nullptr ? " is unknown" : " is dead", " (cluster map epoch ",
@@ -613,6 +776,16 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   h.set_vector_id(op->table.vector);
   h.set_round(op->round);
   h.set_task_id(op->task);
+  if (OpWrites(op->op)) {
+    if (part.seq == 0) part.seq = OpenSeq();
+    h.set_client_id(client_id_);
+    h.set_seq(part.seq);
+    h.set_low_seq(LowSeq());
+  }
+  if (part.range_end > 0) {
+    h.set_batch_range_begin(part.range_begin);
+    h.set_batch_range_end(part.range_end);
+  }
   auto release = [op] { op->Release(); };
   if (part.is_range) {
     h.set_is_range(true);
@@ -665,7 +838,29 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
     return absl::StrCat(Describe(*op, part), " on server ", part.server, " (",
                         endpoint, ")");
   };
+  // Routes this part again after refreshing the map, off the I/O thread:
+  // the map moved (not owner), the server is behind, or it went away (a
+  // reset connection; the write carries its sequence number, so the range
+  // applies it once however often it arrives).
+  auto retry = [&] {
+    Part again = part;
+    again.attempt++;
+    const absl::Duration delay =
+        std::min(absl::Milliseconds(5) * (1 << std::min(again.attempt, 7)),
+                 absl::Milliseconds(500));
+    retries_->After(delay, [this, op, again = std::move(again)] {
+      RefreshMap();
+      Route(op, &again);
+      op->Release();
+    });
+  };
+  const bool may_retry =
+      absl::Now() < op->deadline && !shutting_down_.load();
   if (!status.ok()) {
+    if (status.code() == absl::StatusCode::kUnavailable && may_retry) {
+      return retry();
+    }
+    CloseSeq(part.seq);
     op->Fail(Annotate(status, context()));
     op->Release();
     return;
@@ -676,25 +871,13 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
     const auto code = static_cast<absl::StatusCode>(h.status_code());
     const bool retriable = code == absl::StatusCode::kAborted ||
                            code == absl::StatusCode::kUnavailable;
-    if (retriable && absl::Now() < op->deadline) {
-      // The map moved (not owner) or the server is behind: refresh and
-      // route this part again, off the I/O thread.
-      Part again = part;
-      again.attempt++;
-      const absl::Duration delay =
-          std::min(absl::Milliseconds(5) * (1 << std::min(again.attempt, 7)),
-                   absl::Milliseconds(500));
-      retries_->After(delay, [this, op, again = std::move(again)] {
-        RefreshMap();
-        Route(op, &again);
-        op->Release();
-      });
-      return;
-    }
+    if (retriable && may_retry) return retry();
+    CloseSeq(part.seq);
     op->Fail(absl::Status(code, absl::StrCat(context(), ": ", h.status_message())));
     op->Release();
     return;
   }
+  CloseSeq(part.seq);
   if (h.discarded()) discarded_.fetch_add(1, std::memory_order_relaxed);
   for (int64_t seen = max_staleness_.load();
        h.staleness() > seen &&
@@ -747,9 +930,19 @@ absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
 absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
     const Table& t, const proto::VectorCommand& command) {
   const absl::Time deadline = absl::Now() + options_.op_timeout;
-  // The servers owning keys in the command's range, in key order: partial
-  // sums are added in this order, so the result is repeatable.
-  std::vector<NodeId> servers;
+  // One command per range the command's keys overlap, restricted to that
+  // range, in key order: each range runs (and records, for a retry) its own
+  // part, and the partial sums are added in key order, so the result is
+  // the same wherever the ranges live.
+  struct Piece {
+    Key begin, end;  // the command's keys in this range
+    uint64_t seq = 0;
+    absl::Status status;
+    std::vector<double> scalars;
+    bool done = false;
+  };
+  std::vector<Piece> pieces;
+  const bool writes = command.update() != proto::VectorCommand::NONE;
   {
     auto map = Map();
     const proto::TableMap* table = map->FindTable(t.id);
@@ -758,36 +951,44 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
           "vector command: unknown table '", t.name, "' (id ", t.id, ")"));
     }
     const Key lo = command.begin();
-    const Key hi = command.end() == 0 ? kKeySpaceEnd : command.end();
+    const Key space_end = t.sparse ? kKeySpaceEnd : t.num_keys;
+    const Key hi = command.end() == 0 ? space_end : command.end();
+    if (command.end() != 0 && (lo >= hi || hi > space_end)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vector command range [", lo, ", ", command.end(),
+          ") is empty or outside [0, ", space_end, ") of table '", t.name,
+          "'"));
+    }
     for (const proto::RangeAssignment& r : table->ranges()) {
       if (r.end() <= lo || r.begin() >= hi) continue;
-      if (std::find(servers.begin(), servers.end(), r.primary()) ==
-          servers.end()) {
-        servers.push_back(r.primary());
-      }
+      Piece p;
+      p.begin = std::max<Key>(lo, r.begin());
+      p.end = std::min<Key>(hi, r.end());
+      if (writes) p.seq = OpenSeq();
+      pieces.push_back(std::move(p));
     }
   }
-  struct Result {
-    absl::Status status;
-    std::vector<double> scalars;
-    bool done = false;
-  };
-  std::vector<Result> results(servers.size());
-  std::vector<size_t> todo(servers.size());
-  for (size_t i = 0; i < servers.size(); ++i) todo[i] = i;
+  std::vector<size_t> todo(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) todo[i] = i;
   int attempt = 0;
   while (!todo.empty()) {
     auto map = Map();
+    const proto::TableMap* table = map->FindTable(t.id);
     absl::Mutex mu;
     size_t pending = todo.size();
     for (size_t i : todo) {
-      const proto::NodeInfo* node = map->FindNode(servers[i]);
+      Piece& piece = pieces[i];
+      const int r =
+          table == nullptr ? -1 : ClusterMapView::RangeOf(*table, piece.begin);
+      const NodeId server = r < 0 ? kNoNode : table->ranges(r).primary();
+      const proto::NodeInfo* node = map->FindNode(server);
       if (node == nullptr || node->state() != proto::ALIVE) {
         absl::MutexLock lock(&mu);
-        results[i].status = absl::UnavailableError(absl::StrCat(
-            "vector command on table '", t.name, "': server ", servers[i],
-            " is ", node == nullptr ? "unknown" : "dead"));
-        results[i].done = true;
+        piece.status = absl::UnavailableError(absl::StrCat(
+            "vector command on table '", t.name, "' keys [", piece.begin,
+            ", ", piece.end, "): server ", server, " is ",
+            node == nullptr ? "unknown" : "dead"));
+        piece.done = true;
         --pending;
         continue;
       }
@@ -796,31 +997,41 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       req.header.set_table_id(t.id);
       req.header.set_epoch(map->epoch());
       *req.header.mutable_vector_command() = command;
+      req.header.mutable_vector_command()->set_begin(piece.begin);
+      req.header.mutable_vector_command()->set_end(piece.end);
+      if (piece.seq != 0) {
+        req.header.set_client_id(client_id_);
+        req.header.set_seq(piece.seq);
+        req.header.set_low_seq(LowSeq());
+      }
       CountSent(req);
       const std::string endpoint = node->data_endpoint();
       data_->Send(endpoint, std::move(req), deadline,
-                  [&, i, endpoint](const absl::Status& st,
-                                   const IncomingMessage* reply) {
-                    Result r;
+                  [&, i, server, endpoint](const absl::Status& st,
+                                           const IncomingMessage* reply) {
+                    Piece& piece = pieces[i];
+                    absl::Status status;
+                    std::vector<double> scalars;
+                    const std::string where = absl::StrCat(
+                        "vector command on table '", t.name, "' keys [",
+                        piece.begin, ", ", piece.end, "), server ", server,
+                        " (", endpoint, ")");
                     if (!st.ok()) {
-                      r.status = Annotate(st, absl::StrCat(
-                          "vector command on table '", t.name, "', server ",
-                          servers[i], " (", endpoint, ")"));
+                      status = Annotate(st, where);
                     } else {
                       CountReceived(*reply);
                       const proto::DataHeader& h = reply->header;
                       if (h.status_code() != 0) {
-                        r.status = absl::Status(
+                        status = absl::Status(
                             static_cast<absl::StatusCode>(h.status_code()),
-                            absl::StrCat("vector command on table '", t.name,
-                                         "', server ", servers[i], " (",
-                                         endpoint, "): ", h.status_message()));
+                            absl::StrCat(where, ": ", h.status_message()));
                       }
-                      r.scalars.assign(h.scalars().begin(), h.scalars().end());
+                      scalars.assign(h.scalars().begin(), h.scalars().end());
                     }
-                    r.done = true;
                     absl::MutexLock lock(&mu);
-                    results[i] = std::move(r);
+                    piece.status = std::move(status);
+                    piece.scalars = std::move(scalars);
+                    piece.done = true;
                     --pending;
                   });
     }
@@ -828,14 +1039,20 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       absl::MutexLock lock(&mu);
       mu.Await(absl::Condition(+[](size_t* p) { return *p == 0; }, &pending));
     }
-    // Only "server behind the map" is retried: it did not run the command,
-    // so running it again cannot apply it twice.
+    // Retried: a moved range (not owner), a server behind the map, a lost
+    // connection. A write carries its sequence number, so a range that ran
+    // it already answers with its first result instead of running it again.
     std::vector<size_t> again;
     for (size_t i : todo) {
-      if (results[i].status.code() == absl::StatusCode::kUnavailable &&
-          absl::Now() < deadline &&
-          map->FindNode(servers[i]) != nullptr &&
-          map->FindNode(servers[i])->state() == proto::ALIVE) {
+      const absl::StatusCode code = pieces[i].status.code();
+      const bool retriable = code == absl::StatusCode::kAborted ||
+                             code == absl::StatusCode::kUnavailable;
+      const bool dead = absl::StrContains(pieces[i].status.message(),
+                                          " is dead") ||
+                        absl::StrContains(pieces[i].status.message(),
+                                          " is unknown");
+      if (retriable && !dead && absl::Now() < deadline &&
+          !shutting_down_.load()) {
         again.push_back(i);
       }
     }
@@ -846,15 +1063,16 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       RefreshMap();
     }
   }
+  for (const Piece& p : pieces) CloseSeq(p.seq);
   std::vector<double> sums(command.dot_x_size(), 0.0);
-  for (const Result& r : results) {
-    if (!r.status.ok()) return r.status;
-    if (r.scalars.size() != sums.size()) {
+  for (const Piece& p : pieces) {
+    if (!p.status.ok()) return p.status;
+    if (p.scalars.size() != sums.size()) {
       return absl::DataLossError(absl::StrCat(
           "vector command on table '", t.name, "': a server returned ",
-          r.scalars.size(), " scalars, expected ", sums.size()));
+          p.scalars.size(), " scalars, expected ", sums.size()));
     }
-    for (size_t j = 0; j < sums.size(); ++j) sums[j] += r.scalars[j];
+    for (size_t j = 0; j < sums.size(); ++j) sums[j] += p.scalars[j];
   }
   return sums;
 }

@@ -175,4 +175,34 @@ void SchedulerClient::CancelWatch() {
   if (watch_context_ != nullptr) watch_context_->TryCancel();
 }
 
+absl::Status SchedulerClient::ReplicaReady(
+    const proto::ReplicaReadyRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::ReplicaReadyReply reply;
+  grpc::Status s = stub_->ReplicaReady(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("report replica ready to ", address_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerClient::ReportUnreachable(NodeId reporter,
+                                                NodeId suspect,
+                                                const std::string& reason) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::ReportUnreachableRequest req;
+  req.set_reporter(reporter);
+  req.set_suspect(suspect);
+  req.set_reason(reason);
+  proto::ReportUnreachableReply reply;
+  grpc::Status s = stub_->ReportUnreachable(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("report node ", suspect,
+                                          " unreachable to ", address_));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace downpour

@@ -59,6 +59,11 @@ class SchedulerClient {
                                     absl::Duration timeout);
   absl::StatusOr<proto::JobStatus> GetJobStatus();
 
+  // Replication (see server/internal/replicator.h).
+  absl::Status ReplicaReady(const proto::ReplicaReadyRequest& req);
+  absl::Status ReportUnreachable(NodeId reporter, NodeId suspect,
+                                 const std::string& reason);
+
   // Streams cluster maps newer than `known_epoch` to `on_map` until Cancel()
   // or the stream breaks; returns why it ended (OK after Cancel()).
   // Blocks; run it on its own thread. One Watch at a time.

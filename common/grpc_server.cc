@@ -108,17 +108,41 @@ std::shared_ptr<grpc::ServerCredentials> MakeCredentials(
 
 }  // namespace
 
+void HealthService::SetReady(bool ready) {
+  absl::MutexLock lock(&mu_);
+  ready_ = ready;
+}
+
+grpc::Status HealthService::Check(
+    grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest* request,
+    grpc::health::v1::HealthCheckResponse* response) {
+  using Response = grpc::health::v1::HealthCheckResponse;
+  if (request->service() == kLivenessService) {
+    response->set_status(Response::SERVING);
+    return grpc::Status::OK;
+  }
+  if (!request->service().empty()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no service '", request->service(), "'"));
+  }
+  absl::MutexLock lock(&mu_);
+  response->set_status(ready_ ? Response::SERVING : Response::NOT_SERVING);
+  return grpc::Status::OK;
+}
+
 absl::StatusOr<StartedGrpcServer> StartGrpcServer(
     const std::string& listen_address, grpc::Service* service,
-    const std::string& what, const ClusterAuth& auth) {
+    const std::string& what, const ClusterAuth& auth, bool ready) {
   // Core credentials are made outside grpc++'s objects: keep the library
   // initialized meanwhile (reference-counted; the server holds its own).
   grpc_init();
   StartedGrpcServer started;
+  started.health = std::make_unique<HealthService>(ready);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen_address, MakeCredentials(auth),
                            &started.port);
-  builder.RegisterService(service);
+  if (service != nullptr) builder.RegisterService(service);
+  builder.RegisterService(started.health.get());
   started.server = builder.BuildAndStart();
   grpc_shutdown();
   if (started.server == nullptr || started.port == 0) {

@@ -24,6 +24,7 @@ class Subprocess {
 
   absl::Status Start();
   pid_t pid() const { return pid_; }
+  const std::vector<std::string>& argv() const { return argv_; }
   bool running() const { return pid_ > 0 && !exited_; }
   void Signal(int signo);
   // Waits for exit; returns the raw wait status, or kDeadlineExceeded.

@@ -14,9 +14,15 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address");
 ABSL_FLAG(std::string, address_file, "",
           "if set, write \"127.0.0.1:<port>\" here once listening");
-ABSL_FLAG(int64_t, heartbeat_interval_ms, 500, "heartbeat interval for nodes");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 200, "heartbeat interval for nodes");
 ABSL_FLAG(int64_t, dead_after_ms, 3000,
           "a node silent this long is declared dead");
+ABSL_FLAG(int64_t, suspect_grace_ms, 400,
+          "a node reported unreachable (a broken connection) and silent this "
+          "long after the report is declared dead");
+ABSL_FLAG(int32_t, replicas, 1,
+          "servers holding each key range: a primary and replicas - 1 "
+          "backups (writes are acknowledged once every holder has them)");
 ABSL_FLAG(int32_t, min_servers, 1,
           "table declarations wait until this many servers are alive");
 ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
@@ -37,6 +43,13 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options.dead_after = absl::Milliseconds(absl::GetFlag(FLAGS_dead_after_ms));
   options.min_servers = absl::GetFlag(FLAGS_min_servers);
+  options.suspect_grace =
+      absl::Milliseconds(absl::GetFlag(FLAGS_suspect_grace_ms));
+  options.replicas = absl::GetFlag(FLAGS_replicas);
+  if (options.replicas < 1 || options.replicas > 16) {
+    DP_LOG(ERROR) << "--replicas=" << options.replicas << ": must be in [1, 16]";
+    return 2;
+  }
   auto policy = downpour::ConsistencyPolicy::Parse(
       absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness),
       absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_backup_workers));

@@ -17,28 +17,13 @@
 #include "common/types.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
+#include "scheduler/placement.h"
 #include "scheduler/table_spec.h"
 
 namespace downpour {
 namespace {
-
-// Splits [0, end) into `parts` near-equal contiguous ranges (fewer if there
-// are fewer keys than parts).
-std::vector<std::pair<Key, Key>> Split(Key end, size_t parts) {
-  std::vector<std::pair<Key, Key>> out;
-  parts = static_cast<size_t>(std::min<unsigned __int128>(parts, end));
-  Key begin = 0;
-  for (size_t i = 0; i < parts; ++i) {
-    const Key next = static_cast<Key>(
-        static_cast<unsigned __int128>(end) * (i + 1) / parts);
-    out.emplace_back(begin, next);
-    begin = next;
-  }
-  return out;
-}
 
 class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
@@ -54,11 +39,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   ~SchedulerImpl() override { Shutdown(); }
 
   absl::Status Start() {
-    grpc::EnableDefaultHealthCheckService(true);
     DP_ASSIGN_OR_RETURN(
         StartedGrpcServer started,
         StartGrpcServer(options_.listen_address, this, "the scheduler",
                         options_.auth));
+    health_ = std::move(started.health);
     server_ = std::move(started.server);
     port_ = started.port;
     sweeper_ = std::thread([this] { SweepLoop(); });
@@ -116,25 +101,42 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       }
     }
     if (node != nullptr && node->state() == proto::ALIVE) {
-      return Err(absl::AlreadyExistsError(
-          absl::StrCat("register: node '", req->name(), "' is alive as id ",
-                       node->id())));
+      if (req->incarnation() == 0 ||
+          req->incarnation() == node->incarnation()) {
+        return Err(absl::AlreadyExistsError(
+            absl::StrCat("register: node '", req->name(),
+                         "' is alive as id ", node->id())));
+      }
+      // The same name from a new process: the old one is gone (a pod
+      // restarted faster than its heartbeats expired). Fail it over now.
+      DP_LOG(WARNING) << "node '" << req->name() << "' (id " << node->id()
+                      << ") registered again from a new process; the old "
+                      << "one is declared dead";
+      node->set_state(proto::DEAD);
+      if (node->role() == proto::SERVER) RemoveServer(&map_, node->id());
     }
+    // A server registering again as a new process has lost its memory.
+    const bool new_incarnation =
+        node != nullptr && node->role() == proto::SERVER &&
+        req->incarnation() != node->incarnation();
     int rank = -1;
     if (req->role() == proto::WORKER) {
-      if (node != nullptr) {
-        rank = rank_of_[node->id()];
-      } else if (next_rank_ >= clocks_.size()) {
-        return Err(absl::ResourceExhaustedError(absl::StrCat(
-            "register: the job has ", clocks_.size(), " workers already")));
-      } else {
-        rank = next_rank_++;
-      }
+      absl::StatusOr<int> granted = GrantRank(*req, node);
+      if (!granted.ok()) return Err(granted.status());
+      rank = *granted;
     }
     if (node == nullptr) {
       node = map_.add_nodes();
       node->set_id(next_node_id_++);
-      if (rank >= 0) rank_of_[node->id()] = rank;
+    }
+    if (rank >= 0) {
+      // A DEAD worker that held this rank gives it up.
+      auto held = rank_holder_.find(rank);
+      if (held != rank_holder_.end() && held->second != node->id()) {
+        rank_of_.erase(held->second);
+      }
+      rank_holder_[rank] = node->id();
+      rank_of_[node->id()] = rank;
     }
     reply->set_rank(rank);
     *reply->mutable_job() = job_;
@@ -144,8 +146,16 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     node->set_data_endpoint(req->data_endpoint());
     node->set_admin_address(req->admin_address());
     node->mutable_plugin_handlers()->CopyFrom(req->plugin_handlers());
+    node->set_incarnation(req->incarnation());
+    node->set_max_message_bytes(req->max_message_bytes());
     last_seen_[node->id()] = absl::Now();
+    suspect_since_.erase(node->id());
     applied_[node->id()] = 0;
+    if (new_incarnation && ForgetServerData(&map_, node->id())) {
+      DP_LOG(WARNING) << "server '" << req->name() << "' (id " << node->id()
+                      << ") restarted: ranges only it held are lost";
+    }
+    if (req->role() == proto::SERVER) Refill(&map_, options_.replicas);
     BumpEpoch();
     DP_LOG(INFO) << proto::NodeRole_Name(req->role()) << " '" << req->name()
                  << "' registered as node " << node->id() << " ("
@@ -195,21 +205,30 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                const proto::WatchClusterMapRequest* req,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override {
     Epoch known = req->known_epoch();
-    while (!ctx->IsCancelled()) {
+    bool broken = false;
+    while (!(broken = ctx->IsCancelled())) {
       proto::ClusterMap map;
       {
         absl::MutexLock lock(&mu_);
         auto changed = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stopping_ || map_.epoch() > known;
         };
-        // Bounded slices so that a cancelled stream is noticed.
-        mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(200));
+        // Short slices: a stream that breaks is how a killed node first
+        // shows, and failover waits for it.
+        mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(50));
         if (stopping_) break;
         if (map_.epoch() <= known) continue;
         map = map_;
       }
       known = map.epoch();
-      if (!writer->Write(map)) break;  // not under the lock
+      if (!writer->Write(map)) {  // not under the lock
+        broken = true;
+        break;
+      }
+    }
+    if (broken && req->node_id() != kNoNode) {
+      absl::MutexLock lock(&mu_);
+      if (!stopping_) Suspect(req->node_id(), "its map watch stream broke");
     }
     return grpc::Status::OK;
   }
@@ -274,6 +293,29 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ReplicaReady(grpc::ServerContext* ctx,
+                            const proto::ReplicaReadyRequest* req,
+                            proto::ReplicaReadyReply*) override {
+    absl::MutexLock lock(&mu_);
+    absl::Status s = MarkInSync(&map_, req->table_id(), req->range_begin(),
+                                req->primary(), req->backup());
+    if (!s.ok()) return Err(s);
+    BumpEpoch();
+    DP_LOG(INFO) << "table " << req->table_id() << " range from key "
+                 << req->range_begin() << ": backup " << req->backup()
+                 << " in sync, epoch " << map_.epoch();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportUnreachable(grpc::ServerContext* ctx,
+                                 const proto::ReportUnreachableRequest* req,
+                                 proto::ReportUnreachableReply*) override {
+    absl::MutexLock lock(&mu_);
+    Suspect(req->suspect(), absl::StrCat("node ", req->reporter(), ": ",
+                                         req->reason().substr(0, 200)));
+    return grpc::Status::OK;
+  }
+
   grpc::Status Barrier(grpc::ServerContext* ctx, const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
     if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
@@ -312,8 +354,68 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   static grpc::Status Err(const absl::Status& s) { return ToGrpcStatus(s); }
 
+  // The rank a registering worker gets; `node` is the known node of its
+  // name and role, if any (never ALIVE here). Granting it is left to the
+  // caller. An explicit request is granted exactly, a same-name worker gets
+  // its old rank back, a new one the smallest rank nobody holds; a rank whose
+  // holder is DEAD is free.
+  absl::StatusOr<int> GrantRank(const proto::RegisterRequest& req,
+                                const proto::NodeInfo* node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int size = clocks_.size();
+    const auto old = node == nullptr ? rank_of_.end() : rank_of_.find(node->id());
+    int want = -1;
+    if (req.has_requested_rank()) {
+      want = req.requested_rank();
+      if (want < 0 || want >= size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "register: worker '", req.name(), "' asks for rank ", want,
+            ", outside the job's ranks [0, ", size,
+            ") (num_workers + backup_workers)"));
+      }
+      if (old != rank_of_.end() && old->second != want) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "register: worker '", req.name(), "' held rank ", old->second,
+            " and asks for rank ", want, "; a name keeps its rank"));
+      }
+    } else if (old != rank_of_.end()) {
+      want = old->second;
+    } else if (node != nullptr) {
+      // Its rank went to another worker meanwhile.
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register: worker '", req.name(),
+          "' lost its rank to another worker while it was dead"));
+    } else {
+      for (int r = 0; r < size && want < 0; ++r) {
+        if (!rank_holder_.contains(r)) want = r;
+      }
+      if (want < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "register: the job has ", size, " workers already"));
+      }
+    }
+    const auto held = rank_holder_.find(want);
+    if (held != rank_holder_.end() &&
+        (node == nullptr || held->second != node->id())) {
+      const proto::NodeInfo* holder = FindNodeConst(held->second);
+      if (holder != nullptr && holder->state() == proto::ALIVE) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "register: rank ", want, " is held by worker '", holder->name(),
+            "' (node ", holder->id(), "), which is alive"));
+      }
+    }
+    return want;
+  }
+
   proto::NodeInfo* FindNode(NodeId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (auto& n : *map_.mutable_nodes()) {
+      if (n.id() == id) return &n;
+    }
+    return nullptr;
+  }
+  const proto::NodeInfo* FindNodeConst(NodeId id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& n : map_.nodes()) {
       if (n.id() == id) return &n;
     }
     return nullptr;
@@ -407,18 +509,15 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     spec.set_id(next_table_id_++);
     proto::TableMap* table = map_.add_tables();
     *table->mutable_spec() = spec;
-    const Key end = spec.kind() == proto::DENSE ? spec.num_keys() : kKeySpaceEnd;
-    const auto ranges = Split(end, servers.size());
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      proto::RangeAssignment* r = table->add_ranges();
-      r->set_begin(ranges[i].first);
-      r->set_end(ranges[i].second);
-      r->set_primary(servers[i]->id());
-    }
+    std::vector<NodeId> ring;
+    for (const auto* s : servers) ring.push_back(s->id());
+    std::sort(ring.begin(), ring.end());
+    PlaceTable(table, ring, options_.replicas);
     BumpEpoch();
     const Epoch epoch = map_.epoch();
     DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
-                 << ranges.size() << " servers, epoch " << epoch;
+                 << table->ranges_size() << " ranges, " << options_.replicas
+                 << " holders each, epoch " << epoch;
     std::vector<NodeId> waiting;
     for (const auto* s : servers) waiting.push_back(s->id());
     // Servers that died meanwhile are not waited for.
@@ -451,35 +550,65 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   }
 
   void SweepLoop() {
-    const absl::Duration slice = options_.heartbeat_interval / 2;
+    // Often enough that a suspect's grace is not rounded up much.
+    const absl::Duration slice =
+        std::min(options_.heartbeat_interval / 2, absl::Milliseconds(50));
     absl::MutexLock lock(&mu_);
     while (!stopping_) {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), slice);
       if (stopping_) break;
       const absl::Time now = absl::Now();
-      bool changed = false;
+      std::vector<NodeId> dead;
       for (auto& n : *map_.mutable_nodes()) {
         if (n.state() != proto::ALIVE) continue;
         // Clients do not heartbeat.
         if (n.role() != proto::SERVER && n.role() != proto::WORKER) continue;
-        if (now - last_seen_[n.id()] > options_.dead_after) {
-          n.set_state(proto::DEAD);
-          changed = true;
-          DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name()
-                          << "') missed heartbeats for "
-                          << absl::FormatDuration(now - last_seen_[n.id()])
-                          << "; declared dead";
+        const absl::Time seen = last_seen_[n.id()];
+        std::string why;
+        if (now - seen > options_.dead_after) {
+          why = absl::StrCat("missed heartbeats for ",
+                             absl::FormatDuration(now - seen));
+        } else if (auto s = suspect_since_.find(n.id());
+                   s != suspect_since_.end() && seen < s->second.first &&
+                   now - s->second.first > options_.suspect_grace) {
+          why = absl::StrCat("unreachable (", s->second.second,
+                             ") and silent for ",
+                             absl::FormatDuration(now - seen));
+        } else {
+          continue;
         }
+        n.set_state(proto::DEAD);
+        dead.push_back(n.id());
+        DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name() << "') "
+                        << why << "; declared dead";
       }
-      if (changed) {
-        BumpEpoch();
-        DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
+      if (dead.empty()) continue;
+      for (NodeId id : dead) {
+        suspect_since_.erase(id);
+        RemoveServer(&map_, id);
       }
+      Refill(&map_, options_.replicas);
+      BumpEpoch();
+      DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
+    }
+  }
+
+  // Starts the grace after which an unreachable node is declared dead,
+  // unless it is heard from meanwhile.
+  void Suspect(NodeId id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const proto::NodeInfo* n = FindNode(id);
+    if (n == nullptr || n->state() != proto::ALIVE) return;
+    if (n->role() != proto::SERVER && n->role() != proto::WORKER) return;
+    if (suspect_since_.emplace(id, std::make_pair(absl::Now(), why)).second) {
+      DP_LOG(INFO) << "node " << id << " ('" << n->name()
+                   << "') reported unreachable: " << why;
     }
   }
 
   const SchedulerOptions options_;
   int port_ = 0;
+  std::unique_ptr<HealthService> health_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
   std::thread sweeper_;
 
@@ -488,14 +617,18 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   proto::ClusterMap map_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  // Nodes reported unreachable: since when, and why.
+  absl::flat_hash_map<NodeId, std::pair<absl::Time, std::string>>
+      suspect_since_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, Epoch> applied_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
   NodeId next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
   proto::JobConfig job_;  // immutable after construction
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::WorkerStatus> workers_ ABSL_GUARDED_BY(mu_);
+  // Workers' ranks, both ways; a rank is held by at most one node.
   absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);
-  int next_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<int, NodeId> rank_holder_ ABSL_GUARDED_BY(mu_);
   TableId next_table_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

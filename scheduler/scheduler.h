@@ -18,17 +18,30 @@
 // gets kFailedPrecondition; it must Register again under the same name and
 // role, and then gets its old id back.
 //
-// A dead server keeps its key ranges: clients get kUnavailable for them until
-// a server registers again under the same name and takes them back (data
-// comes back empty until replication lands; see docs). This never silently
-// hands a range to a server that lacks its data.
+// Replication and failover (scheduler/placement.h): every range has a
+// primary and up to replicas - 1 backups. A dead server's ranges go to their
+// first in-sync backup (a new epoch) and new backups are chosen to restore
+// the count; a backup becomes promotable once its primary reports it caught
+// up (ReplicaReady). A range whose only holder died keeps it (clients get
+// kUnavailable naming it) until it registers again: as the same incarnation
+// (it was cut off, its data is intact) it serves again; as a new one the
+// range is marked lost (kDataLoss). This never silently hands a range to a
+// server that lacks its data.
+//
+// Worker ranks: a worker that asks for a rank (RegisterRequest
+// .requested_rank, e.g. its Indexed Job completion index) gets exactly that
+// rank, taking it over from a DEAD holder, so a replaced pod takes its rank
+// back; one that does not ask gets its old rank back if its name had one,
+// else the smallest rank nobody holds.
 //
 // RPC errors (canonical codes): kInvalidArgument for a malformed request
-// (no role, a server without data endpoint, a bad table spec, barrier count
-// 0); kAlreadyExists for registering a name that is ALIVE or redeclaring a
-// table with a different spec; kNotFound for an unknown node id (or an
-// unknown update handler); kFailedPrecondition for a heartbeat from a DEAD
-// node; kUnavailable when CreateTable finds fewer than min_servers alive
+// (no role, a server without data endpoint, a requested rank outside the
+// job, a bad table spec, barrier count 0); kAlreadyExists for registering a
+// name that is ALIVE, a rank an ALIVE worker holds, or redeclaring a table
+// with a different spec; kResourceExhausted for a worker when every rank is
+// held; kNotFound for an unknown node id (or an unknown update handler);
+// kFailedPrecondition for a heartbeat from a DEAD node or a worker name that
+// asks for a rank other than its own; kUnavailable when CreateTable finds fewer than min_servers alive
 // servers within its timeout, or the scheduler is shutting down;
 // kDeadlineExceeded when CreateTable's servers do not all acknowledge the new
 // epoch in time (the table stays declared) or a Barrier times out.
@@ -52,9 +65,18 @@ namespace downpour {
 struct SchedulerOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0: pick a free port
   // Told to nodes at Register.
-  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
   // A SERVER or WORKER silent this long is marked DEAD.
   absl::Duration dead_after = absl::Seconds(3);
+  // A node reported unreachable (a peer lost its connection to it, or its
+  // map watch stream broke, which is what a killed process looks like) is
+  // marked DEAD if it is not heard from for this long after the report.
+  // Much shorter than dead_after: this is how failover stays under a
+  // second, while a node that is only slow keeps its place.
+  absl::Duration suspect_grace = absl::Milliseconds(400);
+  // Holders of each key range: a primary and replicas - 1 backups on other
+  // servers (fewer while there are fewer live servers).
+  int replicas = 1;
   // CreateTable waits (up to its timeout) until this many servers are alive
   // (at least one in any case).
   int min_servers = 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -465,6 +466,98 @@ TEST_F(SchedulerTest, ShutdownEndsWaitsPromptly) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_THAT(barrier, StatusIs(absl::StatusCode::kUnavailable));
   scheduler_->Shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace downpour
+
+namespace downpour {
+namespace {
+
+// Workers that ask for a rank (a Kubernetes Indexed Job's completion index).
+class SchedulerRankTest : public ::testing::Test {
+ protected:
+  // A job of three workers.
+  void Start(absl::Duration dead_after) {
+    SchedulerOptions o;
+    o.heartbeat_interval = absl::Milliseconds(50);
+    o.dead_after = dead_after;
+    auto policy = ConsistencyPolicy::Parse("bsp", 0, 3, 0);
+    ASSERT_OK(policy);
+    o.policy = *policy;
+    auto s = Scheduler::Create(o);
+    ASSERT_OK(s);
+    scheduler_ = std::move(*s);
+    client_ = std::make_unique<SchedulerClient>(scheduler_->address(),
+                                                absl::Seconds(5));
+  }
+  absl::StatusOr<proto::RegisterReply> Worker(const std::string& name,
+                                              std::optional<int> rank) {
+    proto::RegisterRequest r;
+    r.set_role(proto::WORKER);
+    r.set_name(name);
+    if (rank.has_value()) r.set_requested_rank(*rank);
+    return client_->Register(r, absl::Seconds(5));
+  }
+  // Waits until the scheduler has declared `id` dead.
+  bool WaitDead(NodeId id) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      const proto::ClusterMap map = scheduler_->CurrentMap();
+      for (const auto& n : map.nodes()) {
+        if (n.id() == id && n.state() == proto::DEAD) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SchedulerClient> client_;
+};
+
+TEST_F(SchedulerRankTest, GrantsExactlyTheRequestedRank) {
+  Start(absl::Seconds(30));
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply two, Worker("job-2-a", 2));
+  EXPECT_EQ(two.rank(), 2);
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply zero, Worker("job-0-a", 0));
+  EXPECT_EQ(zero.rank(), 0);
+  // Without a request: the smallest rank nobody holds.
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply picked, Worker("plain", {}));
+  EXPECT_EQ(picked.rank(), 1);
+  EXPECT_THAT(Worker("one-too-many", {}),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(Worker("job-3-a", 3), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Worker("job-minus", -1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Rank 2's holder is alive: a second pod of index 2 is refused.
+  auto again = Worker("job-2-b", 2);
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_TRUE(absl::StrContains(again.status().message(), "job-2-a"))
+      << again.status();
+}
+
+TEST_F(SchedulerRankTest, ReplacedWorkerTakesItsRankBack) {
+  Start(absl::Milliseconds(300));
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply old, Worker("job-1-old", 1));
+  ASSERT_EQ(old.rank(), 1);
+  ASSERT_TRUE(WaitDead(old.node_id()));  // never heartbeats
+  // The replacement pod: another name, the same completion index.
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply fresh, Worker("job-1-new", 1));
+  EXPECT_EQ(fresh.rank(), 1);
+  EXPECT_NE(fresh.node_id(), old.node_id());
+  ASSERT_OK(client_->Heartbeat(fresh.node_id(), 0));
+  // The old pod cannot come back to the rank it lost, asked for or not.
+  EXPECT_THAT(Worker("job-1-old", {}),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  // A name keeps its rank: once dead, "job-1-new" gets its id and rank 1
+  // back, and no other rank.
+  ASSERT_TRUE(WaitDead(fresh.node_id()));
+  EXPECT_THAT(Worker("job-1-new", 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply back, Worker("job-1-new", 1));
+  EXPECT_EQ(back.rank(), 1);
+  EXPECT_EQ(back.node_id(), fresh.node_id());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -12,12 +13,13 @@
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/serial_executor.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "handlers/plugin_registry.h"
 #include "proto/downpour.grpc.pb.h"
 #include "server/internal/dispatcher.h"
+#include "transport/data_client.h"
 #include "transport/data_server.h"
 
 namespace downpour {
@@ -52,6 +54,82 @@ class AdminService final : public proto::ServerAdmin::Service {
   const DataServer* const data_;
 };
 
+// What the replication engine needs from the running server: the data
+// server's receive thread (everything replication does runs there), a
+// client for talking to peer servers, and a thread for scheduler calls.
+class ServerEnv final : public server_internal::ReplicationEnv {
+ public:
+  ServerEnv(DataServer* data, DataClient* peers, SchedulerClient* scheduler,
+            NodeId self)
+      : data_(data), peers_(peers), scheduler_(scheduler), self_(self) {}
+
+  void SendToPeer(const std::string& endpoint, OutgoingRequest request,
+                  PeerDone done) override {
+    // The reply arrives on the peer client's I/O thread; the replicator
+    // wants it on the data thread.
+    peers_->Send(endpoint, std::move(request),
+                 absl::Now() + absl::Seconds(10),
+                 [data = data_, done = std::move(done)](
+                     const absl::Status& s, const IncomingMessage* reply) {
+                   auto header = std::make_shared<proto::DataHeader>();
+                   if (reply != nullptr) *header = reply->header;
+                   data->Post([done, s, header, ok = reply != nullptr] {
+                     done(s, ok ? header.get() : nullptr);
+                   });
+                 });
+  }
+  void SendDeferred(DeferredReply reply) override {
+    data_->SendDeferred(std::move(reply));
+  }
+  std::shared_ptr<const RetainedRequest> Retain(
+      const IncomingMessage& request) override {
+    return data_->Retain(request);
+  }
+  void PostAfter(absl::Duration delay, std::function<void()> fn) override {
+    data_->PostAfter(delay, std::move(fn));
+  }
+  void ReplicaReady(TableId table, Key range_begin, NodeId backup,
+                    Epoch epoch) override {
+    proto::ReplicaReadyRequest req;
+    req.set_primary(self_);
+    req.set_table_id(table);
+    req.set_range_begin(range_begin);
+    req.set_backup(backup);
+    req.set_epoch(epoch);
+    control_.Schedule([this, req] {
+      // Retried until the scheduler answers: a replica it never hears of
+      // is never promotable. It refuses (for good) a report that no longer
+      // matches its map.
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        absl::Status s = scheduler_->ReplicaReady(req);
+        if (s.ok() || s.code() != absl::StatusCode::kUnavailable) {
+          if (!s.ok()) DP_LOG(WARNING) << s;
+          return;
+        }
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    });
+  }
+  void ReportUnreachable(NodeId peer, const std::string& why) override {
+    control_.Schedule([this, peer, why] {
+      absl::Status s = scheduler_->ReportUnreachable(self_, peer, why);
+      if (!s.ok()) DP_LOG(WARNING) << s;
+    });
+  }
+
+ private:
+  DataServer* const data_;
+  DataClient* const peers_;
+  SchedulerClient* const scheduler_;
+  const NodeId self_;
+  SerialExecutor control_;
+};
+
+uint64_t RandomIncarnation() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
+}
+
 // Replaces the host of "tcp://host:port".
 std::string Advertise(const std::string& endpoint, const std::string& host) {
   if (host.empty()) return endpoint;
@@ -64,7 +142,8 @@ class ServerImpl final : public Server {
   explicit ServerImpl(const ServerOptions& options)
       : options_(options),
         scheduler_(options.scheduler_address, absl::Seconds(10),
-                   options.auth) {}
+                   options.auth),
+        incarnation_(RandomIncarnation()) {}
   ~ServerImpl() override { Shutdown(); }
 
   absl::Status Init();
@@ -90,12 +169,15 @@ class ServerImpl final : public Server {
       shut_down_ = true;
     }
     DP_LOG(INFO) << "shutting down";
+    // Not ready first, so that probes see it leave before its sockets close.
+    if (admin_health_ != nullptr) admin_health_->SetReady(false);
     scheduler_.CancelWatch();
     stop_.Notify();
     if (watch_thread_.joinable()) watch_thread_.join();
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
     if (admin_ != nullptr) admin_->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
     if (data_ != nullptr) data_->Stop();
+    peers_.reset();  // fails forwards in flight; their closures are dropped
     if (!done_.HasBeenNotified()) done_.Notify();
   }
 
@@ -112,6 +194,8 @@ class ServerImpl final : public Server {
     reg.set_name(options_.name);
     reg.set_data_endpoint(endpoint_);
     reg.set_admin_address(admin_address());
+    reg.set_incarnation(incarnation_);
+    reg.set_max_message_bytes(options_.max_message_bytes);
     for (const std::string& n : plugins_.names()) reg.add_plugin_handlers(n);
     return reg;
   }
@@ -127,9 +211,14 @@ class ServerImpl final : public Server {
   std::string endpoint_;
   int admin_port_ = 0;
   absl::Duration heartbeat_interval_ = absl::Milliseconds(500);
+  // A random number fixed for this process (RegisterRequest.incarnation).
+  const uint64_t incarnation_;
   std::unique_ptr<DataServer> data_;
+  std::unique_ptr<DataClient> peers_;  // to the backups of our ranges
+  std::unique_ptr<ServerEnv> env_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<HealthService> admin_health_;  // outlives admin_
   std::unique_ptr<grpc::Server> admin_;
   std::thread watch_thread_;
   std::thread heartbeat_thread_;
@@ -158,12 +247,13 @@ absl::Status ServerImpl::Init() {
 
   // The admin service starts before registration so that the map can
   // advertise its port; stats become available once the dispatcher exists.
-  grpc::EnableDefaultHealthCheckService(true);
+  // It reports NOT_SERVING (not ready) until the first map is applied.
   admin_service_ = std::make_unique<AdminService>(data_.get());
   DP_ASSIGN_OR_RETURN(
       StartedGrpcServer started,
       StartGrpcServer(options_.admin_listen, admin_service_.get(),
-                      "admin service", options_.auth));
+                      "admin service", options_.auth, /*ready=*/false));
+  admin_health_ = std::move(started.health);
   admin_ = std::move(started.server);
   admin_port_ = started.port;
 
@@ -177,8 +267,15 @@ absl::Status ServerImpl::Init() {
   }
   server_internal::PinOptions pins;
   pins.min_bytes = options_.zero_copy_min_bytes;
+  DataClientOptions peer_options;
+  peer_options.max_message_bytes = options_.max_message_bytes;
+  peer_options.auth = options_.auth;
+  DP_ASSIGN_OR_RETURN(peers_, DataClient::Create(peer_options, &pool_));
+  env_ = std::make_unique<ServerEnv>(data_.get(), peers_.get(), &scheduler_,
+                                     id_);
   dispatcher_ = std::make_unique<Dispatcher>(id_, options_.max_message_bytes,
-                                             &pool_, &plugins_, pins);
+                                             &pool_, &plugins_, pins,
+                                             env_.get());
   admin_service_->set_dispatcher(dispatcher_.get());
   DP_LOG(INFO) << "registered with scheduler " << options_.scheduler_address
                << " as node " << id_ << "; data plane " << endpoint_
@@ -195,12 +292,27 @@ absl::Status ServerImpl::Init() {
   ApplyAndAck(reply.map());
   watch_thread_ = std::thread([this] { WatchLoop(); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  // Registered and serving its ranges: a Kubernetes readiness probe passes.
+  admin_health_->SetReady(true);
   return absl::OkStatus();
 }
 
 void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {
-  absl::Status applied = dispatcher_->ApplyMap(map);
-  if (!applied.ok()) DP_LOG(ERROR) << "epoch " << map.epoch() << ": " << applied;
+  // New ranges are allocated here, off the data thread; the data thread
+  // then switches to the map between two requests, so that what it owns
+  // (ranges, roles, replication streams) needs no lock.
+  auto prepared = dispatcher_->PrepareMap(map);
+  auto installed = std::make_shared<absl::Notification>();
+  auto status = std::make_shared<absl::Status>();
+  data_->Post([this, installed, status,
+               p = std::make_shared<decltype(prepared)>(std::move(prepared))] {
+    *status = dispatcher_->InstallMap(std::move(*p));
+    installed->Notify();
+  });
+  while (!installed->WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+    if (stop_.HasBeenNotified()) return;
+  }
+  if (!status->ok()) DP_LOG(ERROR) << "epoch " << map.epoch() << ": " << *status;
   absl::Status acked = scheduler_.AckEpoch(id_, map.epoch());
   if (!acked.ok()) DP_LOG(WARNING) << acked;
 }

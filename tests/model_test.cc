@@ -146,7 +146,9 @@ class ModelTest : public ::testing::Test {
     cluster_ = cluster.release();
   }
   static void TearDownTestSuite() {
-    if (cluster_ != nullptr) EXPECT_OK(cluster_->Stop());
+    if (cluster_ != nullptr) {
+      EXPECT_OK(cluster_->Stop());
+    }
     delete cluster_;
     cluster_ = nullptr;
   }

@@ -212,14 +212,30 @@ TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
     EXPECT_OK(client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
     return v;
   };
+  // A held push is answered only once its step is applied (so that an
+  // answered gradient cannot be lost with a server before it counts): the
+  // first rank of each clock pushes asynchronously.
+  const std::vector<Key> first_keys = {ka};
+  const std::vector<float> first_grads = {2};
+  auto push_async = [&](int rank, int64_t clock, const std::vector<Key>& keys,
+                        const std::vector<float>& grads) {
+    client->SetWorkerClock(rank, clock);
+    return client->Push(table, keys, grads);
+  };
   // Clock 0: rank 0 touches kA only, rank 1 nothing at all.
-  ASSERT_OK(push(0, 0, {ka}, {2}));
+  Ticket held = push_async(0, 0, first_keys, first_grads);
   EXPECT_EQ(get(ka), 0.0f);  // held: rank 1 has not pushed clock 0
+  EXPECT_THAT(client->Wait(held, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));  // not yet
   ASSERT_OK(push(1, 0, {}, {}));
+  ASSERT_OK(client->Wait(held));
   EXPECT_EQ(get(ka), 1.0f);  // mean over both ranks
   // Clock 1: both touch kB only.
-  ASSERT_OK(push(1, 1, {kb}, {2}));
+  const std::vector<Key> kb_keys = {kb};
+  const std::vector<float> kb_grads = {2};
+  held = push_async(1, 1, kb_keys, kb_grads);
   ASSERT_OK(push(0, 1, {kb}, {4}));
+  ASSERT_OK(client->Wait(held));
   EXPECT_EQ(get(kb), 3.0f);
   EXPECT_EQ(get(ka), 1.0f);
   client.reset();

@@ -65,7 +65,9 @@ class TlsTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     for (LocalCluster* c : {mutual_, tls_token_}) {
-      if (c != nullptr) EXPECT_OK(c->Stop());
+      if (c != nullptr) {
+        EXPECT_OK(c->Stop());
+      }
       delete c;
     }
     mutual_ = tls_token_ = nullptr;

@@ -71,6 +71,17 @@ absl::Status LocalCluster::AddServer() {
   return servers_.back()->Start();
 }
 
+absl::Status LocalCluster::RestartServer(int i) {
+  if (i < 0 || i >= num_servers() || servers_[i]->running()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", i, " is not a stopped server"));
+  }
+  servers_[i] = std::make_unique<Subprocess>(
+      servers_[i]->argv(),
+      absl::StrCat(options_.work_dir, "/server-", i, ".restart.log"));
+  return servers_[i]->Start();
+}
+
 absl::Status LocalCluster::WaitForAliveServers(int count) {
   DP_ASSIGN_OR_RETURN(
       ClusterAuth auth,

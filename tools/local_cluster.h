@@ -59,6 +59,9 @@ class LocalCluster {
 
   // Starts one more server (name "server-<index>").
   absl::Status AddServer();
+  // Starts server `i` again (same name and flags, a new process), e.g.
+  // after a test killed it. REQUIRES: it is not running.
+  absl::Status RestartServer(int i);
   // Sends SIGTERM to every process and waits for each; kInternal naming the
   // first that did not exit with status 0 (killed ones are skipped).
   absl::Status Stop();

@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests and the demo need.
+# Installs every Debian package that the build, the tests and the demo need,
+# and the npm packages of the Kubernetes manifest tests (deploy/k8s/tests).
 # Idempotent: when everything is present it only checks and returns.
+#
+#   bash tools/setup.sh           # everything
+#   bash tools/setup.sh --build   # only what building the daemons needs
+#                                 # (deploy/Containerfile's build stage)
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-PACKAGES=(
+BUILD_PACKAGES=(
   bazel-bootstrap
   g++ clang
-  libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (tools/fuzz.sh)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev
+)
+PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
   dataset-fashion-mnist
-  libssl-dev openssl  # openssl: test certificates (tools/make_test_certs.sh)
+  libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (tools/fuzz.sh, tools/test.sh)
+  openssl  # test certificates (tools/make_test_certs.sh)
   python3 gnuplot-nox
   procps iproute2
+  # deploy/: the manifest tests (python3-yaml, python3-grpcio for gRPC
+  # health probes) and the image test (podman with runc, debootstrap).
+  python3-yaml python3-grpcio
+  podman runc debootstrap
 )
+
+mode=all
+if [[ "${1:-}" == "--build" ]]; then mode=build; PACKAGES=("${BUILD_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -22,6 +39,15 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+if [[ $mode == all ]]; then
+  # kubectl (with its kustomize) and Node.js may come from elsewhere than
+  # Debian (another apt source, a nodesource build); only a missing command
+  # is installed from Debian. Debian 12's kubectl is 1.20, whose kustomize
+  # is too old for deploy/k8s: the manifest tests then say so and skip.
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
+fi
 
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
@@ -32,4 +58,16 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+if [[ $mode == all ]]; then
+  # The schema validator's npm packages, pinned by package-lock.json, in a
+  # project-local node_modules; reinstalled only when the lock changes.
+  k8s_tests=deploy/k8s/tests
+  if ! cmp -s "$k8s_tests/package-lock.json" \
+       "$k8s_tests/node_modules/.downpour-package-lock.json" 2>/dev/null; then
+    echo "setup: npm ci in $k8s_tests"
+    (cd "$k8s_tests" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$k8s_tests/package-lock.json" "$k8s_tests/node_modules/.downpour-package-lock.json"
+  fi
 fi

@@ -122,6 +122,18 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
   (void)unused;
 }
 
+void DataClient::Reset(const std::string& endpoint, absl::Status why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    // Applied after the sends queued before it, before those queued after.
+    resets_.push_back({queue_.size(), {endpoint, std::move(why)}});
+  }
+  uint64_t one = 1;
+  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
 void* DataClient::Loop::SocketFor(const std::string& endpoint) {
   auto it = sockets_.find(endpoint);
   if (it != sockets_.end()) return it->second;
@@ -129,7 +141,8 @@ void* DataClient::Loop::SocketFor(const std::string& endpoint) {
                                            owner_->options_.max_message_bytes);
   if (s == nullptr) return nullptr;
   auto monitor = transport_internal::HandshakeMonitor::Create(
-      context_, s, /*hangups_to_report=*/2);
+      context_, s, /*hangups_to_report=*/2,
+      /*watch_disconnects=*/owner_->options_.on_disconnect != nullptr);
   if (!monitor.ok() ||
       !transport_internal::ApplyCurveClient(s, owner_->options_.auth).ok() ||
       zmq_connect(s, endpoint.c_str()) != 0) {
@@ -204,6 +217,9 @@ void DataClient::Loop::CheckHandshakes(void* socket) {
   if (it == monitors_.end()) return;
   std::optional<transport_internal::HandshakeMonitor::Failure> failure;
   while (auto f = it->second->Next()) failure = std::move(f);
+  if (it->second->TakeDisconnect() && owner_->options_.on_disconnect) {
+    owner_->options_.on_disconnect(EndpointOf(socket));
+  }
   if (!failure) return;
   ResetSocket(socket, absl::UnauthenticatedError(absl::StrCat(
                           "data plane connection to ", EndpointOf(socket),
@@ -263,13 +279,24 @@ bool DataClient::Loop::DrainQueue() {
   ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
   (void)unused;
   std::deque<Queued> batch;
+  std::deque<std::pair<size_t, std::pair<std::string, absl::Status>>> resets;
   bool stopping;
   {
     absl::MutexLock lock(&owner_->mu_);
     batch.swap(owner_->queue_);
+    resets.swap(owner_->resets_);
     stopping = owner_->stopping_;
   }
-  for (auto& q : batch) SendOne(std::move(q));
+  for (size_t i = 0; i <= batch.size(); ++i) {
+    while (!resets.empty() && resets.front().first == i) {
+      auto it = sockets_.find(resets.front().second.first);
+      if (it != sockets_.end()) {
+        ResetSocket(it->second, resets.front().second.second);
+      }
+      resets.pop_front();
+    }
+    if (i < batch.size()) SendOne(std::move(batch[i]));
+  }
   return !stopping;
 }
 

@@ -31,6 +31,10 @@ struct DataClientOptions {
   size_t max_message_bytes = size_t{256} << 20;
   // On: connections use CURVE with the cluster's keys (see common/auth.h).
   ClusterAuth auth;
+  // Called on the I/O thread when an established connection to `endpoint`
+  // breaks (the server died, or the link did); must not block. Requests in
+  // flight are not failed by it: ZeroMQ reconnects, and the caller decides.
+  std::function<void(const std::string& endpoint)> on_disconnect;
 };
 
 class DataClient {
@@ -59,6 +63,14 @@ class DataClient {
             absl::Time deadline, ReplyCallback done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Fails every request in flight to `endpoint` with `why` and drops its
+  // connection (the next Send reconnects), e.g. once the cluster map says
+  // that server is dead, so that nobody waits out a deadline for it.
+  // Thread-safe, non-blocking; requests sent before this call are failed,
+  // later ones are not.
+  void Reset(const std::string& endpoint, absl::Status why)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Queued {
     std::string endpoint;
@@ -75,6 +87,9 @@ class DataClient {
   const int event_fd_;
   absl::Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  // Resets, in order with the sends around them.
+  std::deque<std::pair<size_t, std::pair<std::string, absl::Status>>> resets_
+      ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<Loop> loop_;  // state owned by the I/O thread
   std::thread thread_;

@@ -1,8 +1,11 @@
 #include "transport/data_server.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,25 +56,40 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Create(
     zmq_ctx_term(context);
     return s;
   }
+  const int event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s.ok() && event_fd < 0) s = absl::InternalError("eventfd failed");
+  if (!s.ok()) {
+    if (event_fd >= 0) ::close(event_fd);
+    monitor.reset();
+    zap.reset();
+    zmq_close(socket);
+    zmq_ctx_term(context);
+    return s;
+  }
   char endpoint[256];
   size_t len = sizeof(endpoint);
   zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, endpoint, &len);
   std::unique_ptr<DataServer> server(
-      new DataServer(options, pool, context, socket, endpoint));
+      new DataServer(options, pool, context, socket, endpoint, event_fd));
   server->zap_ = std::move(zap);
   server->monitor_ = std::move(monitor);
   return server;
 }
 
 DataServer::DataServer(const DataServerOptions& options, BufferPool* pool,
-                       void* context, void* socket, std::string endpoint)
+                       void* context, void* socket, std::string endpoint,
+                       int event_fd)
     : options_(options),
       pool_(pool),
       context_(context),
       socket_(socket),
-      endpoint_(std::move(endpoint)) {}
+      endpoint_(std::move(endpoint)),
+      event_fd_(event_fd) {}
 
-DataServer::~DataServer() { Stop(); }
+DataServer::~DataServer() {
+  Stop();
+  ::close(event_fd_);
+}
 
 void DataServer::Start(Handler handler) {
   thread_ = std::thread([this, h = std::move(handler)] { Loop(h); });
@@ -80,6 +98,12 @@ void DataServer::Start(Handler handler) {
 void DataServer::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  {
+    // Closures may hold references (payloads, replies) that must not
+    // outlive the socket's context.
+    absl::MutexLock lock(&posted_mu_);
+    posted_.clear();
+  }
   monitor_.reset();  // before the socket it watches
   zap_.reset();
   if (socket_ != nullptr) {
@@ -115,25 +139,118 @@ void DataServer::ServeSecurity() {
   }
 }
 
+void DataServer::PostAfter(absl::Duration delay, std::function<void()> fn) {
+  {
+    absl::MutexLock lock(&posted_mu_);
+    posted_.emplace(absl::Now() + delay, std::move(fn));
+  }
+  uint64_t one = 1;
+  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
+long DataServer::RunPosted() {
+  const absl::Time now = absl::Now();
+  std::vector<std::function<void()>> due;
+  long timeout_ms = 100;
+  {
+    absl::MutexLock lock(&posted_mu_);
+    auto it = posted_.begin();
+    for (; it != posted_.end() && it->first <= now; ++it) {
+      due.push_back(std::move(it->second));
+    }
+    posted_.erase(posted_.begin(), it);
+    if (!posted_.empty()) {
+      timeout_ms = std::min<long>(
+          timeout_ms,
+          absl::ToInt64Milliseconds(posted_.begin()->first - now) + 1);
+    }
+  }
+  for (auto& fn : due) fn();
+  return due.empty() ? timeout_ms : 0;
+}
+
+namespace {
+
+// Frames moved out of a received message (large ones are reference-counted
+// by ZeroMQ, so nothing is copied); small or unaligned frames are copied.
+class ZmqRetained final : public RetainedRequest {
+ public:
+  ZmqRetained(zmq_msg_t* keys, zmq_msg_t* values) {
+    keys_ = Take(keys, &key_copy_);
+    values_ = Take(values, &value_copy_);
+    this->keys = absl::Span<const Key>(
+        reinterpret_cast<const Key*>(keys_.first), keys_.second / sizeof(Key));
+    this->values = absl::Span<const float>(
+        reinterpret_cast<const float*>(values_.first),
+        values_.second / sizeof(float));
+  }
+  ~ZmqRetained() override {
+    for (int i = 0; i < held_; ++i) zmq_msg_close(&msgs_[i]);
+  }
+
+ private:
+  std::pair<const char*, size_t> Take(zmq_msg_t* frame,
+                                      std::vector<uint64_t>* copy) {
+    const size_t size = zmq_msg_size(frame);
+    const char* data = static_cast<const char*>(zmq_msg_data(frame));
+    if (size > 256 && reinterpret_cast<uintptr_t>(data) % alignof(Key) == 0) {
+      zmq_msg_t* m = &msgs_[held_++];
+      zmq_msg_init(m);
+      zmq_msg_move(m, frame);
+      return {static_cast<const char*>(zmq_msg_data(m)), size};
+    }
+    copy->resize((size + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+    if (size > 0) std::memcpy(copy->data(), data, size);
+    return {reinterpret_cast<const char*>(copy->data()), size};
+  }
+
+  zmq_msg_t msgs_[2];
+  int held_ = 0;
+  std::vector<uint64_t> key_copy_, value_copy_;
+  std::pair<const char*, size_t> keys_, values_;
+};
+
+}  // namespace
+
+std::shared_ptr<const RetainedRequest> DataServer::Retain(
+    const IncomingMessage& request) {
+  DP_CHECK(&request == current_request_)
+      << "Retain outside the handler of its request";
+  auto* msg = static_cast<MultipartMessage*>(current_frames_);
+  return std::make_shared<ZmqRetained>(msg->frame(2), msg->frame(3));
+}
+
 void DataServer::Loop(Handler handler) {
   MultipartMessage msg;
   std::vector<transport_internal::Frame> frames;  // msg's, identity excluded
   Buffer key_scratch, value_scratch;
-  std::vector<zmq_pollitem_t> items = {{socket_, 0, ZMQ_POLLIN, 0}};
+  std::vector<zmq_pollitem_t> items = {{socket_, 0, ZMQ_POLLIN, 0},
+                                       {nullptr, event_fd_, ZMQ_POLLIN, 0}};
   if (zap_ != nullptr) {
     items.push_back({zap_->socket(), 0, ZMQ_POLLIN, 0});
     items.push_back({monitor_->socket(), 0, ZMQ_POLLIN, 0});
   }
   while (!stop_.load(std::memory_order_relaxed)) {
-    // The timeout only bounds how long Stop() waits.
-    if (zmq_poll(items.data(), static_cast<int>(items.size()), 100) <= 0) {
+    // The timeout bounds how long Stop() waits and when the next posted
+    // closure is due.
+    const long timeout_ms = RunPosted();
+    if (zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms) <=
+        0) {
       continue;
     }
-    if (zap_ != nullptr && (items[1].revents | items[2].revents)) {
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t count;
+      ssize_t unused = ::read(event_fd_, &count, sizeof(count));
+      (void)unused;
+    }
+    if (zap_ != nullptr && (items[2].revents | items[3].revents)) {
       ServeSecurity();
     }
-    // Drain everything that is waiting before polling again.
-    while (msg.Receive(socket_, ZMQ_DONTWAIT)) {
+    // Drain what is waiting before polling again, in bounded batches so
+    // that posted closures (a replica's acknowledgement) are not starved.
+    for (int batch = 0; batch < 64 && msg.Receive(socket_, ZMQ_DONTWAIT);
+         ++batch) {
       counters_.requests.fetch_add(1, std::memory_order_relaxed);
       const size_t bytes_in = msg.total_bytes(1);
       counters_.bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
@@ -153,7 +270,11 @@ void DataServer::Loop(Handler handler) {
         FillError(framing, &reply.header);
       } else {
         request.reply_token = next_token_++;
+        current_frames_ = &msg;
+        current_request_ = &request;
         handler(request, &reply);
+        current_request_ = nullptr;
+        current_frames_ = nullptr;
       }
       if (reply.deferred) {
         waiting_[request.reply_token] =

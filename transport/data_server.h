@@ -19,12 +19,16 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/buffer_pool.h"
 #include "transport/frames.h"
@@ -81,14 +85,31 @@ class DataServer {
   const DataServerCounters& counters() const { return counters_; }
 
   // Sends the reply of a request the handler deferred. REQUIRES: called on
-  // the receive thread, i.e. from inside the handler. A token that is not
-  // (or no longer) deferred is logged and ignored.
+  // the receive thread, i.e. from inside the handler or a posted closure. A
+  // token that is not (or no longer) deferred is logged and ignored.
   void SendDeferred(DeferredReply deferred);
+
+  // Runs `fn` on the receive thread, between requests, as soon as it can
+  // (PostAfter: not before `delay`). Thread-safe; never blocks. Closures
+  // still queued when the server stops are dropped unrun. This is how other
+  // threads hand the receive thread work (a new cluster map, a replica's
+  // acknowledgement), so that the state it owns needs no lock.
+  void Post(std::function<void()> fn) { PostAfter(absl::ZeroDuration(), std::move(fn)); }
+  void PostAfter(absl::Duration delay, std::function<void()> fn)
+      ABSL_LOCKS_EXCLUDED(posted_mu_);
+
+  // The key and value frames of `request` kept alive past the handler
+  // (without copying, except small unaligned frames). REQUIRES: called on
+  // the receive thread from inside the handler of `request`.
+  std::shared_ptr<const RetainedRequest> Retain(const IncomingMessage& request);
 
  private:
   DataServer(const DataServerOptions& options, BufferPool* pool, void* context,
-             void* socket, std::string endpoint);
+             void* socket, std::string endpoint, int event_fd);
   void Loop(Handler handler);
+  // Runs the posted closures that are due; returns the poll timeout (ms)
+  // until the next one (at most 100).
+  long RunPosted() ABSL_LOCKS_EXCLUDED(posted_mu_);
   void ServeSecurity();  // ZAP requests and handshake failures
   // Sends identity + reply; counts the bytes or logs the failure.
   void SendReply(const void* identity, size_t identity_size,
@@ -112,6 +133,14 @@ class DataServer {
   absl::flat_hash_map<uint64_t, Waiting> waiting_;
   uint64_t next_token_ = 1;
   std::string header_bytes_;  // receive thread only: serialization scratch
+  // Receive thread only: the message being handled, for Retain.
+  void* current_frames_ = nullptr;
+  const IncomingMessage* current_request_ = nullptr;
+  // Closures for the receive thread, by due time; event_fd_ wakes its poll.
+  const int event_fd_;
+  absl::Mutex posted_mu_;
+  std::multimap<absl::Time, std::function<void()>> posted_
+      ABSL_GUARDED_BY(posted_mu_);
   std::thread thread_;
   DataServerCounters counters_;
 };

@@ -119,6 +119,18 @@ struct DeferredReply {
   OutgoingReply reply;
 };
 
+// A received request's key and value frames, kept past the handler that
+// received it (DataServer::Retain), e.g. to forward them to a replica
+// without copying: Payload::Borrow(values.data(), ..., [keep] {}) with a
+// copy of the shared_ptr keeps them alive until that send completes.
+// Immutable; any thread may read it and drop its reference.
+class RetainedRequest {
+ public:
+  virtual ~RetainedRequest() = default;
+  absl::Span<const Key> keys;
+  absl::Span<const float> values;
+};
+
 // A received message's payloads, aligned for direct use. Valid only during
 // the callback that receives it.
 struct IncomingMessage {

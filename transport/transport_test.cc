@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -125,6 +126,166 @@ TEST_F(TransportTest, NoServerTimesOutAndReleasesBorrowedPayload) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_TRUE(released);
+}
+
+TEST_F(TransportTest, PostedClosuresRunOnTheReceiveThreadWhenDue) {
+  // The handler records the receive thread's id.
+  std::atomic<std::thread::id> receive_thread{};
+  auto server = DataServer::Create(DataServerOptions(), &pool_);
+  ASSERT_OK(server);
+  (*server)->Start([&](const IncomingMessage&, OutgoingReply*) {
+    receive_thread = std::this_thread::get_id();
+  });
+  Result r;
+  client_->Send((*server)->endpoint(), OutgoingRequest(),
+                absl::Now() + absl::Seconds(10), Capture(&r));
+  ASSERT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::Mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  absl::Notification all;
+  const absl::Time start = absl::Now();
+  absl::Time late_ran;
+  auto record = [&](int i) {
+    absl::MutexLock lock(&mu);
+    order.push_back(i);
+    threads.push_back(std::this_thread::get_id());
+    if (i == 3) late_ran = absl::Now();
+    if (order.size() == 4) all.Notify();
+  };
+  (*server)->PostAfter(absl::Milliseconds(300), [&] { record(3); });
+  (*server)->PostAfter(absl::Milliseconds(100), [&] { record(2); });
+  std::thread other([&] {
+    (*server)->Post([&] { record(0); });
+    (*server)->Post([&] { record(1); });
+  });
+  other.join();
+  ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  for (const auto& t : threads) EXPECT_EQ(t, receive_thread.load());
+  EXPECT_GE(late_ran - start, absl::Milliseconds(300));
+}
+
+// The replication pattern: a front server retains each request's frames,
+// defers its reply, forwards the frames (borrowed, not copied) to a back
+// server, and answers the client from a posted closure once the back server
+// has replied. Also, frames retained from a request stay valid after many
+// later requests reused the receive buffers.
+TEST_F(TransportTest, RetainedFramesCanBeForwardedAndTheReplyDeferred) {
+  auto back = DataServer::Create(DataServerOptions(), &pool_);
+  ASSERT_OK(back);
+  (*back)->Start([this](const IncomingMessage& req, OutgoingReply* reply) {
+    DoublingHandler(&pool_, req, reply);
+  });
+  auto peers = DataClient::Create(DataClientOptions(), &pool_);
+  ASSERT_OK(peers);
+  auto front = DataServer::Create(DataServerOptions(), &pool_);
+  ASSERT_OK(front);
+  DataServer* f = front->get();
+  std::atomic<int> released{0};
+  std::vector<std::shared_ptr<const RetainedRequest>> kept;
+  f->Start([&](const IncomingMessage& req, OutgoingReply* reply) {
+    std::shared_ptr<const RetainedRequest> r = f->Retain(req);
+    kept.push_back(r);
+    reply->deferred = true;
+    OutgoingRequest fwd;
+    fwd.header.set_op(req.header.op());
+    fwd.keys = Payload::Borrow(r->keys.data(), r->keys.size() * sizeof(Key),
+                               [r] {});
+    fwd.values = Payload::Borrow(r->values.data(),
+                                 r->values.size() * sizeof(float),
+                                 [r, &released] { released++; });
+    const uint64_t token = req.reply_token;
+    (*peers)->Send((*back)->endpoint(), std::move(fwd),
+                   absl::Now() + absl::Seconds(10),
+                   [f, token](const absl::Status& s,
+                              const IncomingMessage* back_reply) {
+                     DeferredReply d;
+                     d.reply_token = token;
+                     if (s.ok()) {
+                       d.reply.header = back_reply->header;
+                       auto owned = std::make_shared<std::vector<float>>(
+                           back_reply->values.begin(),
+                           back_reply->values.end());
+                       d.reply.values = Payload::Borrow(
+                           owned->data(), owned->size() * sizeof(float),
+                           [owned] {});
+                     }
+                     // Back on the front server's receive thread.
+                     f->Post([f, d = std::make_shared<DeferredReply>(
+                                     std::move(d))]() mutable {
+                       f->SendDeferred(std::move(*d));
+                     });
+                   });
+  });
+  constexpr int kRequests = 50;
+  std::vector<std::vector<float>> inputs(kRequests);
+  std::vector<Key> keys = {1, 2, 3};
+  std::vector<Result> results(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    // Half small (copied when retained), half large (kept by reference).
+    inputs[i].assign(i % 2 ? 10000 : 3, static_cast<float>(i));
+    OutgoingRequest req;
+    req.header.set_op(proto::PUSH);
+    req.keys = Payload::Borrow(keys.data(), keys.size() * sizeof(Key));
+    req.values = Payload::Borrow(inputs[i].data(),
+                                 inputs[i].size() * sizeof(float));
+    client_->Send(f->endpoint(), std::move(req),
+                  absl::Now() + absl::Seconds(30), Capture(&results[i]));
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(results[i].done.WaitForNotificationWithTimeout(
+        absl::Seconds(30)));
+    ASSERT_OK(results[i].status);
+    EXPECT_EQ(results[i].header.num_keys(), 3u);
+    ASSERT_EQ(results[i].values.size(), inputs[i].size()) << i;
+    EXPECT_EQ(results[i].values[0], 2.0f * i);
+  }
+  EXPECT_EQ(released.load(), kRequests);
+  // Every retained request still holds exactly what was sent.
+  f->Stop();
+  ASSERT_EQ(kept.size(), static_cast<size_t>(kRequests));
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(std::vector<float>(kept[i]->values.begin(),
+                                 kept[i]->values.end()),
+              inputs[i]);
+    EXPECT_EQ(std::vector<Key>(kept[i]->keys.begin(), kept[i]->keys.end()),
+              keys);
+  }
+}
+
+TEST_F(TransportTest, ResetFailsRequestsInFlightAtOnceAndLaterOnesReconnect) {
+  // Answers GETs, never answers PUSHes.
+  auto server = DataServer::Create(DataServerOptions(), &pool_);
+  ASSERT_OK(server);
+  (*server)->Start([](const IncomingMessage& req, OutgoingReply* reply) {
+    reply->deferred = req.header.op() == proto::PUSH;
+  });
+  const std::string endpoint = (*server)->endpoint();
+  std::vector<Result> stuck(3);
+  for (Result& r : stuck) {
+    OutgoingRequest req;
+    req.header.set_op(proto::PUSH);
+    client_->Send(endpoint, std::move(req), absl::Now() + absl::Minutes(5),
+                  Capture(&r));
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time reset = absl::Now();
+  client_->Reset(endpoint, absl::UnavailableError("server 7 is dead"));
+  for (Result& r : stuck) {
+    ASSERT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kUnavailable));
+    EXPECT_THAT(std::string(r.status.message()),
+                ::testing::HasSubstr("server 7 is dead"));
+  }
+  EXPECT_LT(absl::Now() - reset, absl::Seconds(5));
+  Result after;
+  OutgoingRequest get;
+  get.header.set_op(proto::GET);
+  client_->Send(endpoint, std::move(get), absl::Now() + absl::Seconds(10),
+                Capture(&after));
+  ASSERT_TRUE(after.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_OK(after.status);
 }
 
 // Sends raw frames with a plain DEALER socket and returns the reply header.

@@ -18,6 +18,11 @@ ABSL_FLAG(int32_t, crash_at_task, 0,
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
 ABSL_FLAG(std::string, name, "", "stable worker name");
+ABSL_FLAG(int32_t, rank, -1,
+          "rank to take (e.g. $JOB_COMPLETION_INDEX); -1: the scheduler picks");
+ABSL_FLAG(std::string, health_listen, "",
+          "if set, serve gRPC health here (host:port): liveness as service "
+          "\"liveness\", readiness (registered) as the overall service");
 ABSL_FLAG(std::string, model, "mlp", "softmax, mlp or sparse_lr");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Fashion-MNIST IDX files");
@@ -64,6 +69,7 @@ int main(int argc, char** argv) {
     so.auth = *auth;
     so.coordinator_address = absl::GetFlag(FLAGS_coordinator);
     so.name = absl::GetFlag(FLAGS_name);
+    so.health_listen = absl::GetFlag(FLAGS_health_listen);
     so.slow_factor = absl::GetFlag(FLAGS_slow_factor);
     so.crash_at_task = absl::GetFlag(FLAGS_crash_at_task);
     downpour::SetLogTag(absl::StrCat("lbfgs worker ", so.name));
@@ -83,6 +89,8 @@ int main(int argc, char** argv) {
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   o.auth = *auth;
   o.name = absl::GetFlag(FLAGS_name);
+  o.rank = absl::GetFlag(FLAGS_rank);
+  o.health_listen = absl::GetFlag(FLAGS_health_listen);
   o.model = absl::GetFlag(FLAGS_model);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.batch = absl::GetFlag(FLAGS_batch);

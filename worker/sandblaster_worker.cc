@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "common/grpc_channel.h"
+#include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -27,11 +28,27 @@ class SandblasterWorker {
         stub_(proto::Sandblaster::NewStub(
             NewGrpcChannel(o.coordinator_address, o.auth))) {}
 
+  ~SandblasterWorker() {
+    if (health_.server != nullptr) {
+      health_.server->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
+    }
+  }
+
   absl::Status Run() {
+    if (!options_.health_listen.empty()) {
+      // Plain text, no token: it serves nothing but health, and Kubernetes'
+      // gRPC probes speak neither TLS nor the token.
+      DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
+                          StartGrpcServer(options_.health_listen, nullptr,
+                                          "worker health service",
+                                          ClusterAuth(), /*ready=*/false));
+      health_ = std::move(started);
+    }
     ClientOptions co;
     co.scheduler_address = options_.scheduler_address;
     co.auth = options_.auth;
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
+    if (health_.health != nullptr) health_.health->SetReady(true);
     absl::Time last_contact = absl::Now();
     while (true) {
       proto::GetTaskRequest req;
@@ -153,6 +170,7 @@ class SandblasterWorker {
   int64_t x_round_ = -1;
   std::vector<float> x_, xs_, grad_;
   int tasks_run_ = 0;
+  StartedGrpcServer health_;  // with options_.health_listen
 };
 
 }  // namespace

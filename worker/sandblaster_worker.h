@@ -22,6 +22,10 @@ struct SandblasterWorkerOptions {
   ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
   std::string coordinator_address;
   std::string name;           // in the coordinator's task bookkeeping
+  // If set, a gRPC health service listens here (host:port): liveness
+  // (common/grpc_server.h) from the start, readiness once connected to the
+  // cluster.
+  std::string health_listen;
   double slow_factor = 1.0;   // > 1: sleep to look that much slower
   // Test hook: exit abruptly (status 3) in the middle of the n-th task this
   // worker runs (1-based), after computing and before adding its gradient.

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
+#include "common/grpc_server.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "models/cuda/cuda_mlp.h"
@@ -137,6 +138,9 @@ class WorkerImpl final : public Worker {
   ~WorkerImpl() override {
     stop_.Notify();
     if (heartbeat_.joinable()) heartbeat_.join();
+    if (health_.server != nullptr) {
+      health_.server->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
+    }
   }
 
   absl::Status Init();
@@ -205,14 +209,26 @@ class WorkerImpl final : public Worker {
   // Keeps the worker alive in the scheduler's eyes while it computes or
   // waits on a slow peer.
   std::thread heartbeat_;
+  StartedGrpcServer health_;  // with options_.health_listen
 };
 
 absl::Status WorkerImpl::Init() {
+  if (!options_.health_listen.empty()) {
+    // Plain text, no token: it serves nothing but health, and Kubernetes'
+    // gRPC probes speak neither TLS nor the token.
+    DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
+                        StartGrpcServer(options_.health_listen, nullptr,
+                                        "worker health service",
+                                        ClusterAuth(), /*ready=*/false));
+    health_ = std::move(started);
+  }
   proto::RegisterRequest reg;
   reg.set_role(proto::WORKER);
   reg.set_name(options_.name);
+  if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
   DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                       scheduler_.Register(reg, absl::Seconds(30)));
+  if (health_.health != nullptr) health_.health->SetReady(true);
   id_ = reply.node_id();
   rank_ = reply.rank();
   job_ = reply.job();

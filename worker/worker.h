@@ -65,6 +65,13 @@ struct WorkerOptions {
   std::string scheduler_address;
   ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
   std::string name;                 // stable identity (rank survives restarts)
+  // The rank to take (e.g. an Indexed Job's completion index; the scheduler
+  // grants exactly it or Create fails: kAlreadyExists while an ALIVE worker
+  // holds it, kInvalidArgument outside the job). -1: the scheduler picks.
+  int rank = -1;
+  // If set, a gRPC health service listens here (host:port): liveness
+  // (common/grpc_server.h) from the start, readiness once registered.
+  std::string health_listen;
   // "softmax", "mlp" (784-256-10) on Fashion-MNIST, or "sparse_lr":
   // sparse logistic regression (see below).
   std::string model = "mlp";

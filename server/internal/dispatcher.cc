@@ -1,52 +1,39 @@
 #include "server/internal/dispatcher.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/internal/replica_apply.h"
 
 namespace downpour {
 namespace server_internal {
 
+// Dispatcher, part one: executing data-plane requests (see dispatcher.h).
+// Their checks are in dispatcher_validate.cc, the map's application in
+// dispatcher_map.cc, a backup's application of what its primary forwards
+// in replica_apply.cc.
+
+using Role = TableShard::Range::Role;
+
+
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
                        const PluginRegistry* plugins,
-                       const PinOptions& pin_options)
+                       const PinOptions& pin_options, ReplicationEnv* env)
     : self_(self),
       max_message_bytes_(max_message_bytes),
       pool_(pool),
       plugins_(plugins),
-      pin_options_(pin_options) {}
-
-absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
-  absl::Status first_error;
-  for (const proto::TableMap& table : map.tables()) {
-    const TableId id = table.spec().id();
-    {
-      absl::MutexLock lock(&mu_);
-      if (tables_.contains(id)) continue;
-    }
-    std::vector<KeyRange> owned;
-    for (const proto::RangeAssignment& r : table.ranges()) {
-      if (r.primary() == self_) owned.push_back(KeyRange{r.begin(), r.end()});
-    }
-    // Built outside the lock: a large dense table takes a while to
-    // initialize, and the data thread must keep serving meanwhile.
-    auto shard = TableShard::Create(table.spec(), std::move(owned), plugins_,
-                                    pin_options_);
-    if (!shard.ok()) {
-      DP_LOG(ERROR) << "cannot serve table '" << table.spec().name()
-                    << "': " << shard.status();
-      if (first_error.ok()) first_error = shard.status();
-      continue;
-    }
-    DP_LOG(INFO) << "serving table '" << table.spec().name() << "' (id " << id
-                 << ", " << (*shard)->owned().size() << " ranges, "
-                 << (*shard)->rows() << " rows allocated)";
-    absl::MutexLock lock(&mu_);
-    tables_.emplace(id, std::shared_ptr<TableShard>(std::move(*shard)));
+      pin_options_(pin_options),
+      env_(env) {
+  if (env_ != nullptr) {
+    // Copy chunks of 4 MiB: large enough to move at memory speed, small
+    // enough not to hold live writes behind them for long.
+    replicator_ = std::make_unique<Replicator>(
+        self, env_, std::min<size_t>(max_message_bytes_ / 2, size_t{4} << 20));
   }
-  absl::MutexLock lock(&mu_);
-  if (map.epoch() > epoch_) epoch_ = map.epoch();
-  return first_error;
 }
 
 Epoch Dispatcher::epoch() const {
@@ -63,255 +50,381 @@ std::shared_ptr<TableShard> Dispatcher::Lookup(TableId id, Epoch* epoch) const {
 
 void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
                         std::vector<DeferredReply>* released) {
-  const int op = request.header.op();
+  const proto::DataHeader& h = request.header;
+  const int op = h.op();
   requests_by_op_[op >= 0 && op < 8 ? op : 0].fetch_add(
       1, std::memory_order_relaxed);
   reply->header.set_server_id(self_);
+  if (h.replication().kind() != proto::Replication::NONE) {
+    HandleReplica(request, reply);
+    reply->header.set_server_epoch(epoch());
+    return;
+  }
   const size_t first_released = released->size();
-  absl::Status status = Execute(request, reply, released);
+  absl::StatusOr<Validated> v = Validate(request);
+  std::vector<ForwardedWrite> forwards;
+  if (v.ok()) {
+    const std::vector<double>* done =
+        v->deduped ? v->range->clients.Find(h.client_id(), h.seq(),
+                                            h.low_seq(), absl::Now())
+                   : nullptr;
+    if (done != nullptr) {
+      // A retry of a write this range applied (e.g. its old primary did,
+      // and died before answering): answer it, do not apply it again.
+      retries_answered_.fetch_add(1, std::memory_order_relaxed);
+      AnswerRetry(*v, request, *done, reply);
+      if (replicator_ != nullptr) {
+        // Still held for the backups? Then it is answered with the original.
+        DeferredReply d{request.reply_token, std::move(*reply)};
+        if (replicator_->JoinHeld(h.table_id(), v->range->range().begin,
+                                  h.client_id(), h.seq(), &d)) {
+          *reply = OutgoingReply();
+          reply->deferred = true;
+        } else {
+          *reply = std::move(d.reply);
+        }
+      }
+    } else if (v->op == proto::VECTOR) {
+      std::vector<std::pair<TableShard::Range*, std::vector<double>>> parts;
+      ApplyVector(*v, request, reply, &forwards, &parts);
+      if (v->deduped) {
+        for (auto& [range, partials] : parts) {
+          range->clients.Record(h.client_id(), h.seq(), partials, absl::Now());
+        }
+      }
+    } else {
+      Apply(*v, request, reply, released, &forwards);
+      if (v->deduped) {
+        v->range->clients.Record(h.client_id(), h.seq(), {}, absl::Now());
+      }
+    }
+  }
   const Epoch server_epoch = epoch();
+  reply->header.set_server_id(self_);
   reply->header.set_server_epoch(server_epoch);
   for (size_t i = first_released; i < released->size(); ++i) {
     OutgoingReply& r = (*released)[i].reply;
     r.header.set_server_id(self_);
     r.header.set_server_epoch(server_epoch);
   }
-  if (!status.ok()) {
+  if (!v.ok()) {
     reply->deferred = false;
     errors_.fetch_add(1, std::memory_order_relaxed);
-    reply->header.set_status_code(static_cast<int>(status.code()));
-    reply->header.set_status_message(std::string(status.message()));
+    reply->header.set_status_code(static_cast<int>(v.status().code()));
+    reply->header.set_status_message(std::string(v.status().message()));
     reply->values = Payload();
+    return;
   }
+  if (forwards.empty()) return;
+  // Hold this reply, and those the request released, until every backup of
+  // the ranges it wrote holds the write.
+  std::vector<DeferredReply> held;
+  for (size_t i = first_released; i < released->size(); ++i) {
+    held.push_back(std::move((*released)[i]));
+  }
+  released->resize(first_released);
+  if (!reply->deferred) {
+    held.push_back(DeferredReply{request.reply_token, std::move(*reply)});
+    *reply = OutgoingReply();
+    reply->deferred = true;
+  }
+  replicator_->Hold(std::move(forwards), std::move(held),
+                    v->deduped ? h.client_id() : 0, h.seq());
 }
 
-namespace {
-
-
-std::string RangesString(const std::vector<KeyRange>& ranges) {
-  if (ranges.empty()) return "none";
-  std::string s;
-  for (const KeyRange& r : ranges) {
-    absl::StrAppend(&s, s.empty() ? "" : " ", "[", r.begin, ", ", r.end, ")");
-  }
-  return s;
+bool Dispatcher::Replicated(const Validated& v) const {
+  return replicator_ != nullptr && v.range != nullptr &&
+         replicator_->HasBackups(v.shard->spec().id(), v.range->range().begin);
 }
 
-}  // namespace
+ForwardedWrite Dispatcher::ForwardOf(const Validated& v,
+                                     const IncomingMessage& request) {
+  const proto::DataHeader& in = request.header;
+  ForwardedWrite f;
+  f.range = v.range;
+  proto::DataHeader& h = f.header;
+  h.set_op(v.op == proto::PUSH_PULL ? proto::PUSH : v.op);
+  h.set_table_id(in.table_id());
+  h.set_epoch(epoch());
+  h.set_is_range(v.is_range);
+  h.set_range_begin(v.begin);
+  h.set_range_end(v.end);
+  h.set_num_keys(v.n);
+  h.set_width(in.width());
+  h.set_vector_id(v.vector);
+  h.set_round(in.round());
+  h.set_task_id(in.task_id());
+  h.set_client_id(in.client_id());
+  h.set_seq(in.seq());
+  std::shared_ptr<const RetainedRequest> frames = env_->Retain(request);
+  f.keys = frames->keys;
+  f.values = frames->values;
+  f.owner = std::move(frames);
+  return f;
+}
 
-absl::Status Dispatcher::Execute(const IncomingMessage& request,
-                                 OutgoingReply* reply,
-                                 std::vector<DeferredReply>* released) {
+void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
+                       OutgoingReply* reply,
+                       std::vector<DeferredReply>* released,
+                       std::vector<ForwardedWrite>* forwards) {
   const proto::DataHeader& h = request.header;
-  if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::VECTOR) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown operation ", static_cast<int>(h.op())));
-  }
-  const proto::Op op = h.op();
-  Epoch epoch;
-  std::shared_ptr<TableShard> shard = Lookup(h.table_id(), &epoch);
-  if (shard == nullptr) {
-    if (h.epoch() > epoch) {
-      return absl::UnavailableError(absl::StrCat(
-          "server ", self_, " has applied epoch ", epoch,
-          " but the request is from epoch ", h.epoch(), "; retry"));
-    }
-    return absl::NotFoundError(
-        absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
-  }
-  const proto::TableSpec& spec = shard->spec();
-  if (op == proto::VECTOR) return ExecuteVector(*shard, request, reply);
-  if (h.vector_id() >= shard->num_vectors()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "' has ", shard->num_vectors(),
-        " vectors; the request names vector ", h.vector_id()));
-  }
-  if (h.vector_id() != 0 && (op == proto::PUSH || op == proto::PUSH_PULL)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "': push applies the update handler to the "
-        "parameters (vector 0), not to vector ", h.vector_id()));
-  }
-  if (h.round() < 0 || (h.round() > 0 && op != proto::ADD)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "round ", h.round(), ": only an ADD may carry a round, and it is > 0"));
-  }
-  if (h.round() > 0) {
-    DP_RETURN_IF_ERROR(shard->CheckRound(h.vector_id(), h.round()));
-  }
-  const size_t width = shard->width();
-  if (h.width() != width) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", spec.name(), "' has width ", width,
-                     ", the request says ", h.width()));
-  }
-  const KeyRange space = shard->key_space();
-  auto not_owner = [&](Key key) {
-    return absl::AbortedError(absl::StrCat(
-        "not owner: server ", self_, " does not own key ", key, " of table '",
-        spec.name(), "' (owns ", RangesString(shard->owned()), "), epoch ",
-        epoch));
-  };
-  auto outside = [&](Key key) {
-    return absl::OutOfRangeError(
-        absl::StrCat("key ", key, " is outside the key space [0, ", space.end,
-                     ") of table '", spec.name(), "'"));
-  };
-
-  uint64_t n;
-  if (h.is_range()) {
-    if (!request.keys.empty()) {
-      return absl::InvalidArgumentError("a range operation carries no keys");
-    }
-    if (h.range_begin() >= h.range_end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("empty or inverted range [", h.range_begin(), ", ",
-                       h.range_end(), ")"));
-    }
-    if (h.range_end() > space.end) return outside(h.range_end() - 1);
-    const int r = shard->FindRange(h.range_begin());
-    if (r < 0) return not_owner(h.range_begin());
-    if (h.range_end() > shard->owned()[r].end) {
-      return not_owner(shard->owned()[r].end);
-    }
-    n = h.range_end() - h.range_begin();
-    if (h.num_keys() != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("range [", h.range_begin(), ", ", h.range_end(),
-                       ") holds ", n, " keys, the header says ", h.num_keys()));
-    }
-  } else {
-    n = request.keys.size();
-    if (h.num_keys() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the keys frame holds ", n, " keys, the header says ", h.num_keys()));
-    }
-    for (Key k : request.keys) {
-      if (k >= space.end) return outside(k);
-      if (shard->FindRange(k) < 0) return not_owner(k);
-    }
-  }
-  // n <= 2^64 and width <= 2^20, so compare in 128 bits.
-  const unsigned __int128 floats = static_cast<unsigned __int128>(n) * width;
-  if (floats * sizeof(float) > max_message_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(n, " keys of width ", width,
-                     " exceed the message limit of ", max_message_bytes_,
-                     " bytes"));
-  }
-  const size_t expected = OpWrites(op) ? static_cast<size_t>(floats) : 0;
-  if (request.values.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the values frame holds ", request.values.size(), " floats, expected ",
-        expected, " (", OpWrites(op) ? n : 0, " keys x width ", width, ") for table '",
-        spec.name(), "'"));
-  }
-
-  const bool clocked = h.worker_clock() >= 0 && shard->tracked_ranks() > 0;
-  if (clocked && (h.worker_rank() < 0 || h.worker_rank() >= shard->tracked_ranks())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker rank ", h.worker_rank(), " outside [0, ",
-                     shard->tracked_ranks(), ") of table '", spec.name(), "'"));
-  }
-  const bool synced = clocked && spec.sync_workers() > 0 &&
-                      (op == proto::PUSH || op == proto::PUSH_PULL);
-  // Dense tables aggregate per key range (push, or push-pull answered once
-  // the step is applied); sparse tables per key batch, one per worker and
-  // server and clock (see TableShard::PushSyncedKeys), push only.
-  const bool sparse = spec.kind() == proto::SPARSE;
-  if (synced && (h.is_range() == sparse || (sparse && op == proto::PUSH_PULL))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "' aggregates synchronously: ",
-        sparse ? "push key batches, without pull"
-               : "push or push-pull key ranges"));
-  }
-
-  // Validated: nothing below can fail.
-  const float* in = request.values.data();
-  const Key b = h.range_begin(), e = h.range_end();
-  const uint32_t vec = h.vector_id();
-  if (h.round() > 0 && n > 0 &&
-      !shard->FirstInRound(vec, h.round(), h.task_id(),
-                           h.is_range() ? b : request.keys[0])) {
+  TableShard& shard = *v.shard;
+  reply->header.set_num_keys(v.n);
+  reply->header.set_width(shard.width());
+  if (h.round() > 0 && v.n > 0 &&
+      !v.range->rounds.FirstInRound(v.vector, h.round(), h.task_id(),
+                                    v.is_range ? v.begin : v.keys[0])) {
     // A backup copy's or a late task's gradient: acknowledged, not applied.
+    shard.CountDroppedTaskAdd();
     reply->header.set_discarded(true);
-    reply->header.set_num_keys(n);
-    reply->header.set_width(width);
-    return absl::OkStatus();
+    return;
   }
-  if (synced) {
-    const bool pull = op == proto::PUSH_PULL;
-    const size_t first_waiter = waiters_.size();
-    const auto result =
-        h.is_range()
-            ? shard->PushSynced(b, e, h.worker_rank(), h.worker_clock(), in,
-                                pull ? request.reply_token : 0, &waiters_)
-            : shard->PushSyncedKeys(request.keys, h.worker_rank(),
-                                    h.worker_clock(), in);
-    reply->header.set_discarded(result == TableShard::SyncResult::kDiscarded);
-    reply->header.set_num_keys(n);
-    reply->header.set_width(width);
-    if (result == TableShard::SyncResult::kHeld) {
-      reply->deferred = pull;
-      return absl::OkStatus();
-    }
-    // The step is applied (or was, for a late push): the values are what a
-    // pull at the next clock reads, for this request if it asks and for
-    // every PushPull that waited for the step (whatever op completed it).
-    const Clock next = h.worker_clock() + 1;
-    if (pull) {
-      reply->header.set_staleness(shard->ObservePull(next));
-      reply->values = ReadRange(*shard, b, e, static_cast<size_t>(floats));
-    }
-    for (size_t i = first_waiter; i < waiters_.size(); ++i) {
-      DeferredReply d;
-      d.reply_token = waiters_[i];
-      d.reply.header.set_num_keys(n);
-      d.reply.header.set_width(width);
-      d.reply.header.set_staleness(shard->ObservePull(next));
-      d.reply.values = ReadRange(*shard, b, e, static_cast<size_t>(floats));
-      released->push_back(std::move(d));
-    }
-    waiters_.resize(first_waiter);
-    return absl::OkStatus();
-  }
-  switch (op) {
+  if (v.synced) return ApplySynced(v, request, reply, released, forwards);
+  RangeStore& store = *v.range->store;
+  const float* in = v.values;
+  switch (v.op) {
     case proto::PUT:
-      h.is_range() ? shard->PutRange(b, e, in, vec)
-                   : shard->Put(request.keys, in, vec);
+      v.is_range ? store.PutRange(v.begin, v.end, in, v.vector)
+                 : store.Put(v.keys, in, v.vector);
       break;
     case proto::ADD:
-      h.is_range() ? shard->AddRange(b, e, in, vec)
-                   : shard->Add(request.keys, in, vec);
+      v.is_range ? store.AddRange(v.begin, v.end, in, v.vector)
+                 : store.Add(v.keys, in, v.vector);
       break;
     case proto::PUSH:
     case proto::PUSH_PULL:
-      h.is_range() ? shard->PushRange(b, e, in) : shard->Push(request.keys, in);
+      v.is_range ? store.PushRange(v.begin, v.end, in) : store.Push(v.keys, in);
       break;
     default:
       break;
   }
-  if (clocked && OpWrites(op)) shard->RecordApplied(h.worker_rank(), h.worker_clock());
-  if (clocked && OpReads(op)) {
-    reply->header.set_staleness(shard->ObservePull(h.worker_clock()));
+  const bool replicated = OpWrites(v.op) && Replicated(v);
+  if (replicated) forwards->push_back(ForwardOf(v, request));
+  if (v.clocked && OpWrites(v.op)) {
+    shard.RecordApplied(h.worker_rank(), h.worker_clock());
   }
-  if (OpReads(op)) {
-    if (h.is_range()) {
-      reply->values = ReadRange(*shard, b, e, static_cast<size_t>(floats), vec);
+  if (v.clocked && OpReads(v.op)) {
+    reply->header.set_staleness(shard.ObservePull(h.worker_clock()));
+  }
+  if (OpReads(v.op)) {
+    if (v.is_range) {
+      // A reply held for the backups is copied: pinned rows would make the
+      // next write to them wait for the backups too.
+      reply->values = ReadRange(store, v.begin, v.end, v.floats, v.vector,
+                                /*may_pin=*/!replicated);
     } else {
-      Buffer out = pool_->Acquire(static_cast<size_t>(floats) * sizeof(float));
-      shard->Get(request.keys, reinterpret_cast<float*>(out.data()), vec);
+      Buffer out = pool_->Acquire(v.floats * sizeof(float));
+      store.Get(v.keys, reinterpret_cast<float*>(out.data()), v.vector);
       reply->values = Payload::Own(std::move(out));
     }
   }
-  reply->header.set_num_keys(n);
-  reply->header.set_width(width);
-  return absl::OkStatus();
 }
 
-Payload Dispatcher::ReadRange(TableShard& shard, Key begin, Key end,
-                              size_t floats, uint32_t vector) {
-  if (vector == 0) {
-    if (auto pinned = shard.PinRange(begin, end)) {
+void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
+                             OutgoingReply* reply,
+                             std::vector<DeferredReply>* released,
+                             std::vector<ForwardedWrite>* forwards) {
+  const proto::DataHeader& h = request.header;
+  TableShard& shard = *v.shard;
+  const bool pull = v.op == proto::PUSH_PULL;
+  const size_t first_waiter = waiters_.size();
+  // Every synced push waits for its step: acknowledging a held gradient
+  // would let it be lost with this server before the step applies it.
+  const TableShard::SyncOutcome outcome =
+      v.is_range
+          ? shard.PushSynced(*v.range, v.begin, v.end, h.worker_rank(),
+                             h.worker_clock(), v.values, request.reply_token,
+                             &waiters_)
+          : shard.PushSyncedKeys(*v.range, v.keys, h.worker_rank(),
+                                 h.worker_clock(), v.values,
+                                 request.reply_token, &waiters_,
+                                 &applied_keys_);
+  reply->header.set_discarded(outcome.result ==
+                              TableShard::SyncResult::kDiscarded);
+  if (outcome.result == TableShard::SyncResult::kHeld) {
+    reply->deferred = true;
+    if (pull) pull_waiters_.insert(request.reply_token);
+    return;
+  }
+  const bool replicated = outcome.result == TableShard::SyncResult::kApplied &&
+                          Replicated(v);
+  if (replicated) {
+    // The step as the backups apply it: one push of what the handler
+    // applied (the ranks' mean), marking the clock applied.
+    ForwardedWrite f;
+    f.range = v.range;
+    f.step_clock = h.worker_clock();
+    proto::DataHeader& fh = f.header;
+    fh.set_op(proto::PUSH);
+    fh.set_table_id(h.table_id());
+    fh.set_epoch(epoch());
+    fh.set_width(shard.width());
+    if (v.is_range && outcome.applied == v.values) {
+      // One rank: the request's own gradient.
+      std::shared_ptr<const RetainedRequest> frames = env_->Retain(request);
+      f.values = frames->values;
+      f.owner = std::move(frames);
+    } else {
+      const size_t floats =
+          v.is_range ? v.floats : applied_keys_.size() * shard.width();
+      auto copy = std::make_shared<std::pair<Buffer, Buffer>>(
+          pool_->Acquire(floats * sizeof(float)),
+          pool_->Acquire(v.is_range ? 0 : applied_keys_.size() * sizeof(Key)));
+      std::memcpy(copy->first.data(), outcome.applied, floats * sizeof(float));
+      f.values = absl::MakeConstSpan(
+          reinterpret_cast<const float*>(copy->first.data()), floats);
+      if (!v.is_range) {
+        std::memcpy(copy->second.data(), applied_keys_.data(),
+                    applied_keys_.size() * sizeof(Key));
+        f.keys = absl::MakeConstSpan(
+            reinterpret_cast<const Key*>(copy->second.data()),
+            applied_keys_.size());
+      }
+      f.owner = std::move(copy);
+    }
+    fh.set_is_range(v.is_range);
+    fh.set_range_begin(v.begin);
+    fh.set_range_end(v.end);
+    fh.set_num_keys(v.is_range ? v.n : f.keys.size());
+    forwards->push_back(std::move(f));
+  }
+  // The step is applied (or was, for a late push): the values are what a
+  // pull at the next clock reads, for this request if it asks and for every
+  // PushPull that waited for the step (whatever op completed it).
+  const Clock next = h.worker_clock() + 1;
+  RangeStore& store = *v.range->store;
+  if (pull) {
+    reply->header.set_staleness(shard.ObservePull(next));
+    reply->values =
+        ReadRange(store, v.begin, v.end, v.floats, 0, !replicated);
+  }
+  for (size_t i = first_waiter; i < waiters_.size(); ++i) {
+    DeferredReply d;
+    d.reply_token = waiters_[i];
+    d.reply.header.set_num_keys(v.n);
+    d.reply.header.set_width(shard.width());
+    // A PushPull waiter gets the values, whatever op completed the step.
+    if (pull_waiters_.erase(d.reply_token) > 0) {
+      d.reply.header.set_staleness(shard.ObservePull(next));
+      d.reply.values =
+          ReadRange(store, v.begin, v.end, v.floats, 0, !replicated);
+    }
+    released->push_back(std::move(d));
+  }
+  waiters_.resize(first_waiter);
+}
+
+void Dispatcher::ApplyVector(
+    const Validated& v, const IncomingMessage& request, OutgoingReply* reply,
+    std::vector<ForwardedWrite>* forwards,
+    std::vector<std::pair<TableShard::Range*, std::vector<double>>>*
+        per_range) {
+  const proto::VectorCommand& cmd = request.header.vector_command();
+  const Key lo = cmd.begin();
+  const Key hi = cmd.end() == 0 ? v.shard->key_space().end : cmd.end();
+  const bool writes_params =
+      cmd.update() != proto::VectorCommand::NONE && cmd.dst() == 0;
+  const bool writes = cmd.update() != proto::VectorCommand::NONE;
+  std::vector<double> partials(v.kernel->num_dots(), 0.0);
+  // Served ranges in key order, each summed on its own and then added, so
+  // the answer is the same however the ranges are spread over servers.
+  for (const auto& [begin, range] : v.shard->ranges()) {
+    const KeyRange r = range->range();
+    if (range->role != Role::kPrimary || r.end <= lo || r.begin >= hi) {
+      continue;
+    }
+    std::vector<double> part(v.kernel->num_dots(), 0.0);
+    range->store->RunVector(lo, hi, *v.kernel, writes_params, part.data());
+    if (cmd.update() == proto::VectorCommand::ZERO && cmd.open_round() > 0) {
+      range->rounds.Open(cmd.dst(), cmd.open_round());
+    }
+    for (size_t i = 0; i < part.size(); ++i) partials[i] += part[i];
+    if (writes && replicator_ != nullptr &&
+        replicator_->HasBackups(v.shard->spec().id(), r.begin)) {
+      ForwardedWrite f;
+      f.range = range.get();
+      f.header.set_op(proto::VECTOR);
+      f.header.set_table_id(request.header.table_id());
+      f.header.set_epoch(epoch());
+      f.header.set_client_id(request.header.client_id());
+      f.header.set_seq(request.header.seq());
+      proto::VectorCommand* c = f.header.mutable_vector_command();
+      *c = cmd;
+      c->set_begin(std::max(lo, r.begin));
+      c->set_end(std::min(hi, r.end));
+      forwards->push_back(std::move(f));
+    }
+    per_range->push_back({range.get(), std::move(part)});
+  }
+  for (double p : partials) reply->header.add_scalars(p);
+}
+
+void Dispatcher::AnswerRetry(const Validated& v, const IncomingMessage& request,
+                             const std::vector<double>& scalars,
+                             OutgoingReply* reply) {
+  reply->header.set_num_keys(v.n);
+  reply->header.set_width(v.shard->width());
+  for (double d : scalars) reply->header.add_scalars(d);
+  if (v.op == proto::PUSH_PULL) {
+    // The values now: the write is in them, and later ones may be.
+    RangeStore& store = *v.range->store;
+    if (v.is_range) {
+      reply->values = ReadRange(store, v.begin, v.end, v.floats, 0, false);
+    } else {
+      Buffer out = pool_->Acquire(v.floats * sizeof(float));
+      store.Get(v.keys, reinterpret_cast<float*>(out.data()));
+      reply->values = Payload::Own(std::move(out));
+    }
+  }
+}
+
+void Dispatcher::HandleReplica(const IncomingMessage& request,
+                               OutgoingReply* reply) {
+  const proto::DataHeader& h = request.header;
+  const proto::Replication& r = h.replication();
+  auto fail = [&](const absl::Status& s) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    reply->header.set_status_code(static_cast<int>(s.code()));
+    reply->header.set_status_message(std::string(s.message()));
+  };
+  Epoch epoch;
+  std::shared_ptr<TableShard> shard = Lookup(h.table_id(), &epoch);
+  const KeyRange kr{r.range_begin(), r.range_end()};
+  TableShard::Range* range =
+      shard != nullptr ? shard->FindExact(kr) : nullptr;
+  if (range == nullptr || range->role != Role::kBackup ||
+      range->primary != h.sender()) {
+    if (h.epoch() > epoch) {
+      return fail(absl::UnavailableError(absl::StrCat(
+          "server ", self_, " has applied epoch ", epoch,
+          " but the primary is at ", h.epoch(), "; resend")));
+    }
+    return fail(absl::AbortedError(absl::StrCat(
+        "server ", self_, " is not a backup of node ", h.sender(),
+        " for table ", h.table_id(), " keys [", kr.begin, ", ", kr.end,
+        ") in epoch ", epoch)));
+  }
+  if (replicator_ == nullptr) {
+    return fail(absl::FailedPreconditionError("replication is off here"));
+  }
+  absl::StatusOr<bool> apply = replicator_->Accept(h.table_id(), kr.begin, r);
+  if (!apply.ok()) return fail(apply.status());
+  if (*apply) {
+    absl::Status s = ApplyReplicated(*shard, *range, request);
+    if (!s.ok()) {
+      DP_LOG(ERROR) << "cannot apply replication message " << r.stream_seq()
+                    << " from node " << h.sender() << ": " << s;
+      return fail(s);
+    }
+    replicator_->Applied(h.table_id(), kr.begin, r);
+    replica_writes_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Payload Dispatcher::ReadRange(RangeStore& store, Key begin, Key end,
+                              size_t floats, uint32_t vector, bool may_pin) {
+  if (vector == 0 && may_pin) {
+    if (auto pinned = store.PinRows(begin, end)) {
       // Sent from the table's memory: copying large replies into a send
       // buffer kept one-server pulls under 70% of raw ZeroMQ
       // (docs/BENCHMARKS.md).
@@ -320,36 +433,8 @@ Payload Dispatcher::ReadRange(TableShard& shard, Key begin, Key end,
     }
   }
   Buffer out = pool_->Acquire(floats * sizeof(float));
-  shard.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
+  store.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
   return Payload::Own(std::move(out));
-}
-
-absl::Status Dispatcher::ExecuteVector(TableShard& shard,
-                                       const IncomingMessage& request,
-                                       OutgoingReply* reply) {
-  const proto::VectorCommand& cmd = request.header.vector_command();
-  const std::string& name = shard.spec().name();
-  if (!request.keys.empty() || !request.values.empty()) {
-    return absl::InvalidArgumentError(
-        "a vector command carries no keys and no values");
-  }
-  if (shard.spec().kind() != proto::DENSE) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", name, "' is sparse: vector commands need a dense table"));
-  }
-  const Key space_end = shard.key_space().end;
-  if (cmd.end() != 0 && (cmd.begin() >= cmd.end() || cmd.end() > space_end)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vector command range [", cmd.begin(), ", ", cmd.end(),
-        ") is empty or outside [0, ", space_end, ") of table '", name, "'"));
-  }
-  DP_ASSIGN_OR_RETURN(VectorKernel kernel,
-                      VectorKernel::Create(cmd, shard.num_vectors()),
-                      "table '", name, "'");
-  std::vector<double> partials(kernel.num_dots(), 0.0);
-  shard.RunVectorCommand(cmd, kernel, partials.data());
-  for (double p : partials) reply->header.add_scalars(p);
-  return absl::OkStatus();
 }
 
 void Dispatcher::FillStats(proto::ServerStats* stats) const {

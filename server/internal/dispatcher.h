@@ -1,43 +1,69 @@
-// Validates data-plane requests and executes them on the table shards.
+// Validates data-plane requests and executes them on the table shards; on a
+// primary, hands writes to the Replicator so that they are acknowledged
+// only once every backup holds them; on a backup, applies what the primary
+// forwards.
 //
-// Every check happens before anything is changed, so a rejected request
-// leaves the tables as they were. Error codes:
+// Handle runs each client request in two stages: Validate checks everything
+// and resolves the request into a plain struct (the table, the one range it
+// touches, its keys and values), changing nothing; Apply then executes it
+// and cannot fail. So a rejected request leaves the tables as they were.
+// Error codes:
 //   kInvalidArgument   unknown operation, wrong width, key count or value
-//                      length that disagree, keys sent with a range op
+//                      length that disagree, keys sent with a range op, a
+//                      request whose keys lie in two ranges
 //   kNotFound          unknown table (and the server is not behind)
 //   kOutOfRange        a key outside the table's key space
-//   kAborted           a key this server does not own: "not owner, epoch N";
-//                      the client refreshes its map and retries
+//   kAborted           a key this server does not serve as primary: "not
+//                      owner, epoch N"; the client refreshes its map and
+//                      retries (also a held write whose range moved away)
 //   kUnavailable       the request comes from a newer epoch than the server
 //                      has applied; retry shortly
+//   kDataLoss          the range was lost (no live server held its data
+//                      when it was assigned here)
 //   kResourceExhausted a reply that would exceed the message limit
 //   kFailedPrecondition a task ADD for a round not yet open on its vector
-// BSP PushPull (a clocked PUSH_PULL of a key range on a table with
-// sync_workers > 0): the reply carries the values once the step's update
-// has been applied. If this request completes the step (or was discarded as
+// BSP (a clocked PUSH or PUSH_PULL on a table with sync_workers > 0): the
+// reply comes once the step's update has been applied (PUSH_PULL's with the
+// new values). If this request completes the step (or was discarded as
 // late) the reply is immediate; otherwise it is deferred, and the request
-// that completes the step releases it (see Handle).
-// VECTOR (server-side algebra) runs on the owned rows only; ranges it names
-// beyond them are not an error, since every owner gets the same command.
+// that completes the step releases it.
+// Exactly once: a write carrying a client id and sequence number that the
+// range has applied already (a retry) is acknowledged without applying it
+// again (a VECTOR command gets its first answer; a PUSH_PULL the current
+// values).
+// VECTOR (server-side algebra) runs on the rows this server serves as
+// primary in the command's range; ranges it names beyond them are not an
+// error, since every holder gets the same command.
 //
-// Thread-safe: ApplyMap runs on the map watcher's thread while Handle runs on
-// the data thread.
+// Implemented in dispatcher.cc (executing requests), dispatcher_validate.cc
+// (checking them), dispatcher_map.cc (map changes) and replica_apply.cc (a
+// backup applying its primary's stream).
+//
+// Thread-compatible: Handle, InstallMap and ApplyMap run on the data
+// thread; PrepareMap (allocating new ranges) may run on another thread, but
+// not concurrently with InstallMap; FillStats on any thread.
 #ifndef DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_
 #define DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/buffer_pool.h"
 #include "common/types.h"
 #include "handlers/plugin_registry.h"
+#include "handlers/vector_kernel.h"
 #include "proto/downpour.pb.h"
+#include "server/internal/replicator.h"
 #include "server/internal/table_shard.h"
 #include "transport/frames.h"
 
@@ -46,24 +72,44 @@ namespace server_internal {
 
 class Dispatcher {
  public:
-  // `pool` and `plugins` must outlive the dispatcher. Large range reads of
-  // dense parameters are sent from the table without copying (see
-  // TableShard::PinRange and `pin_options`).
+  // `pool` and `plugins` must outlive the dispatcher, and `env` too unless
+  // it is null (no replication: ranges with backups then fail their writes
+  // with kFailedPrecondition). Large range reads of dense parameters are
+  // sent from the table without copying (see RangeStore::PinRows).
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
              const PluginRegistry* plugins,
-             const PinOptions& pin_options = {});
+             const PinOptions& pin_options = {},
+             ReplicationEnv* env = nullptr);
 
-  // Creates shards for tables new in `map` (with the ranges this node owns;
-  // possibly none) and records its epoch. Tables already known keep their
-  // data. Returns the first error of a table that could not be created (the
-  // others are still applied).
+  // A map with what applying it needs allocated already.
+  struct PreparedMap {
+    proto::ClusterMap map;
+    absl::flat_hash_map<TableId, std::shared_ptr<TableShard>> new_tables;
+    // Fresh ranges for this server, by (table, first key).
+    std::map<std::pair<TableId, Key>, std::unique_ptr<TableShard::Range>>
+        fresh;
+    absl::Status status;  // the first table that could not be built
+  };
+  // Builds the shards of new tables and the stores of ranges new to this
+  // server (the slow part: a dense range is written once by its
+  // initializer). Tables whose spec cannot be built are reported in the
+  // returned map's status and left out.
+  std::unique_ptr<PreparedMap> PrepareMap(const proto::ClusterMap& map) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes the prepared map current: creates, promotes, demotes and drops
+  // ranges, sets their backups, and records the epoch. Returns the first
+  // error PrepareMap met (the rest is still applied).
+  absl::Status InstallMap(std::unique_ptr<PreparedMap> prepared)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // PrepareMap then InstallMap, on the calling thread.
   absl::Status ApplyMap(const proto::ClusterMap& map) ABSL_LOCKS_EXCLUDED(mu_);
   Epoch epoch() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Executes one request and fills the reply (status fields on error), or
-  // sets reply->deferred (BSP PushPull waiting for its step). Replies of
-  // earlier deferred requests that this one releases are appended to
-  // `*released`; the caller sends them. REQUIRES: `released` non-null.
+  // sets reply->deferred (a BSP push waiting for its step, or a write
+  // waiting for its backups). Replies of earlier deferred requests that
+  // this one releases are appended to `*released`; the caller sends them.
+  // REQUIRES: `released` non-null.
   void Handle(const IncomingMessage& request, OutgoingReply* reply,
               std::vector<DeferredReply>* released) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -71,34 +117,91 @@ class Dispatcher {
   void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  absl::Status Execute(const IncomingMessage& request, OutgoingReply* reply,
-                       std::vector<DeferredReply>* released);
-  absl::Status ExecuteVector(TableShard& shard, const IncomingMessage& request,
-                             OutgoingReply* reply);
+  // A request that passed every check, resolved to what Apply needs.
+  struct Validated {
+    proto::Op op = proto::OP_UNSPECIFIED;
+    std::shared_ptr<TableShard> shard;
+    // The one range the request touches (nullptr for VECTOR, which runs on
+    // every range it overlaps that this server serves as primary).
+    TableShard::Range* range = nullptr;
+    bool is_range = false;
+    Key begin = 0, end = 0;         // is_range
+    absl::Span<const Key> keys;     // !is_range
+    uint64_t n = 0;                 // keys
+    size_t floats = 0;              // n * width
+    uint32_t vector = 0;
+    const float* values = nullptr;  // writes
+    // The request carries a tracked worker clock and rank.
+    bool clocked = false;
+    // A clocked push to a table that aggregates synchronously (BSP).
+    bool synced = false;
+    // A write the client may retry: (client id, seq) recorded per range.
+    bool deduped = false;
+    std::optional<VectorKernel> kernel;  // VECTOR
+  };
+
+  absl::StatusOr<Validated> Validate(const IncomingMessage& request) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<Validated> ValidateVector(Validated v,
+                                           const IncomingMessage& request)
+      const;
+  // Executes a validated request. Cannot fail. Writes that the ranges'
+  // backups must apply too are appended to `forwards`.
+  void Apply(const Validated& v, const IncomingMessage& request,
+             OutgoingReply* reply, std::vector<DeferredReply>* released,
+             std::vector<ForwardedWrite>* forwards);
+  void ApplySynced(const Validated& v, const IncomingMessage& request,
+                   OutgoingReply* reply, std::vector<DeferredReply>* released,
+                   std::vector<ForwardedWrite>* forwards);
+  // Runs a VECTOR command on the primary ranges it overlaps; their partial
+  // dot products, each range's kept in `per_range` (for its client ledger).
+  void ApplyVector(const Validated& v, const IncomingMessage& request,
+                   OutgoingReply* reply, std::vector<ForwardedWrite>* forwards,
+                   std::vector<std::pair<TableShard::Range*,
+                                         std::vector<double>>>* per_range);
+  // A retry of a write this range applied already.
+  void AnswerRetry(const Validated& v, const IncomingMessage& request,
+                   const std::vector<double>& scalars, OutgoingReply* reply);
+  // The forwarded form of a client write (its header, its frames).
+  ForwardedWrite ForwardOf(const Validated& v, const IncomingMessage& request);
+  bool Replicated(const Validated& v) const;
+  // Backup side: a message from the range's primary (checked here,
+  // applied by ApplyReplicated).
+  void HandleReplica(const IncomingMessage& request, OutgoingReply* reply);
   // The values of [begin, end) of `vector`: the table's own rows, pinned
-  // until sent, when the shard allows it (large ranges of the parameters),
-  // else a copy in a pooled buffer.
-  Payload ReadRange(TableShard& shard, Key begin, Key end, size_t floats,
-                    uint32_t vector = 0);
+  // until sent, when the store allows it (large ranges of the parameters)
+  // and `may_pin`, else a copy in a pooled buffer.
+  Payload ReadRange(RangeStore& store, Key begin, Key end, size_t floats,
+                    uint32_t vector = 0, bool may_pin = true);
   std::shared_ptr<TableShard> Lookup(TableId id, Epoch* epoch) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Answers the BSP pushes waiting on a range that leaves this server.
+  void AbandonSteps(TableShard::Range& range, const absl::Status& why);
 
   const NodeId self_;
   const size_t max_message_bytes_;
   BufferPool* const pool_;
   const PluginRegistry* const plugins_;
   const PinOptions pin_options_;
+  ReplicationEnv* const env_;
+  std::unique_ptr<Replicator> replicator_;  // null without env
 
   mutable absl::Mutex mu_;
   Epoch epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<TableId, std::shared_ptr<TableShard>> tables_
       ABSL_GUARDED_BY(mu_);
 
-  // Data thread only: scratch for the waiters a BSP step releases.
+  // Data thread only: scratch for the waiters a BSP step releases, and the
+  // keys a synced sparse step applied.
   std::vector<uint64_t> waiters_;
+  std::vector<Key> applied_keys_;
+  // Held BSP requests that want the step's values (PushPulls), by token.
+  absl::flat_hash_set<uint64_t> pull_waiters_;
 
   std::array<std::atomic<uint64_t>, 8> requests_by_op_{};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> retries_answered_{0};
+  std::atomic<uint64_t> replica_writes_{0};
 };
 
 }  // namespace server_internal

@@ -2,6 +2,7 @@
 // request gets its exact error code and leaves the table unchanged.
 #include "server/internal/dispatcher.h"
 
+#include <limits>
 #include <vector>
 
 #include "common/test_util.h"
@@ -130,6 +131,23 @@ TEST_F(DispatcherTest, RangeOperations) {
   EXPECT_EQ(Code(r2.header), absl::StatusCode::kAborted);
 }
 
+// A raw peer (not the SDK, which checks too) pushing a non-finite
+// gradient: refused, naming table and key, before anything changes.
+TEST_F(DispatcherTest, NonFinitePushesAreRefusedAndAPutResetsState) {
+  ASSERT_EQ(Run(proto::PUT, 1, 2, {70, 71}, {9, 9, 9, 9}).status_code(), 0);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  proto::DataHeader h = Run(proto::PUSH, 1, 2, {70, 71}, {1, 1, 1, nan});
+  EXPECT_EQ(Code(h), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(h.status_message(), ::testing::HasSubstr("key 71"));
+  EXPECT_THAT(h.status_message(), ::testing::HasSubstr("'dense'"));
+  h = Run(proto::PUSH_PULL, 1, 2, {70},
+          {std::numeric_limits<float>::infinity(), 0});
+  EXPECT_EQ(Code(h), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetDense({70, 71}), (std::vector<float>{9, 9, 9, 9}));
+  // An add is a plain value operation, not a gradient: not checked.
+  EXPECT_EQ(Run(proto::ADD, 1, 2, {72}, {1, nan}).status_code(), 0);
+}
+
 TEST_F(DispatcherTest, BadRequestsGetExactCodesAndChangeNothing) {
   ASSERT_EQ(Run(proto::PUT, 1, 2, {70}, {9, 9}).status_code(), 0);
   struct Case {
@@ -210,9 +228,15 @@ proto::ClusterMap SyncedSparseMap() {
   return map;
 }
 
+// A synced push is answered once its step is applied: held ones are
+// deferred, and the push that completes the step releases their replies.
+// `held` (if given) is set to whether this push was held; `released_tokens`
+// gets the reply tokens this push released.
 proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
                              std::vector<Key> keys, std::vector<float> grads,
-                             bool range = false) {
+                             bool range = false, bool* held = nullptr,
+                             std::vector<uint64_t>* released_tokens = nullptr,
+                             uint64_t token = 1) {
   IncomingMessage req;
   req.header.set_op(proto::PUSH);
   req.header.set_table_id(3);
@@ -229,11 +253,14 @@ proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
     req.keys = keys;
   }
   req.values = grads;
+  req.reply_token = token;
   OutgoingReply reply;
   std::vector<DeferredReply> released;
   d.Handle(req, &reply, &released);
-  EXPECT_FALSE(reply.deferred);  // plain pushes are answered at once
-  EXPECT_TRUE(released.empty());
+  if (held != nullptr) *held = reply.deferred;
+  for (const DeferredReply& r : released) {
+    if (released_tokens != nullptr) released_tokens->push_back(r.reply_token);
+  }
   return reply.header;
 }
 
@@ -271,15 +298,24 @@ TEST(SyncedSparseTest, KeyBatchesAreAveragedInRankOrderOnceAllRanksPushed) {
     PluginRegistry plugins;
     Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
     ASSERT_OK(d.ApplyMap(SyncedSparseMap()));
+    std::vector<uint64_t> released;
     for (size_t i = 0; i < order.size(); ++i) {
       const Push& p = pushes[order[i]];
-      proto::DataHeader h = SyncedPush(d, p.rank, 0, p.keys, p.grads);
+      bool held;
+      proto::DataHeader h = SyncedPush(d, p.rank, 0, p.keys, p.grads, false,
+                                       &held, &released, 100 + i);
       ASSERT_EQ(h.status_code(), 0) << h.status_message();
+      // Held pushes are answered with the step, not before: an answered
+      // gradient must not be lost with the server before it is applied.
+      EXPECT_EQ(held, i + 1 < order.size());
       if (i + 1 < order.size()) {
         // Held: nothing applied yet ("sum" handler from zeros).
         EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{0, 0}));
+        EXPECT_TRUE(released.empty());
       }
     }
+    std::sort(released.begin(), released.end());
+    EXPECT_EQ(released, (std::vector<uint64_t>{100, 101, 102}));
     EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{0.25f, 2.0f}))
         << "arrival order " << order[0] << order[1] << order[2] << order[3];
     // A late push for the applied clock is acknowledged and dropped; an
@@ -335,16 +371,17 @@ struct BspCall {
   uint64_t token = 0;
 };
 BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
-                std::vector<float> grads, uint64_t token) {
+                std::vector<float> grads, uint64_t token, Key begin = 0,
+                Key end = 4) {
   IncomingMessage req;
   req.header.set_op(op);
   req.header.set_table_id(3);
   req.header.set_width(2);
   req.header.set_epoch(5);
   req.header.set_is_range(true);
-  req.header.set_range_begin(0);
-  req.header.set_range_end(4);
-  req.header.set_num_keys(4);
+  req.header.set_range_begin(begin);
+  req.header.set_range_end(end);
+  req.header.set_num_keys(end - begin);
   req.header.set_worker_rank(rank);
   req.header.set_worker_clock(clock);
   req.values = grads;
@@ -379,6 +416,50 @@ TEST(DispatcherBspTest, OneWorkerPushPullReturnsThePostUpdateValuesAtOnce) {
   c = CallBsp(d, proto::PUSH_PULL, 0, 1, {9, 9, 9, 9, 9, 9, 9, 9}, 13);
   EXPECT_TRUE(c.reply.header.discarded());
   EXPECT_EQ(Values(c.reply), (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
+}
+
+// Workers cut a large table into parts and push each part as its own
+// PushPull; the server aggregates each part on its own, also when several
+// parts lie in one of its ranges.
+TEST(DispatcherBspTest, PartsOfOneRangeAggregateOnTheirOwn) {
+  for (int workers : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << workers << " workers");
+    BufferPool pool;
+    PluginRegistry plugins;
+    Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+    ASSERT_OK(d.ApplyMap(BspMap(workers, 0)));
+    std::vector<BspCall> calls;
+    for (int rank = 0; rank < workers; ++rank) {
+      // Rank r pushes 1 + r to every float of both halves of [0, 4).
+      const float g = 1.0f + rank;
+      calls.push_back(CallBsp(d, proto::PUSH_PULL, rank, 0,
+                              std::vector<float>(4, g), 30 + 2 * rank, 0, 2));
+      calls.push_back(CallBsp(d, proto::PUSH_PULL, rank, 0,
+                              std::vector<float>(4, g), 31 + 2 * rank, 2, 4));
+    }
+    // The last rank's pushes completed each half; nothing was discarded.
+    // SGD with rate 1 from initial values of 1.
+    const float mean = workers == 1 ? 1.0f : 1.5f;
+    const float expected = 1.0f - mean;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_FALSE(calls[i].reply.header.discarded()) << i;
+    }
+    const BspCall& last_low = calls[calls.size() - 2];
+    const BspCall& last_high = calls.back();
+    EXPECT_FALSE(last_low.reply.deferred);
+    EXPECT_FALSE(last_high.reply.deferred);
+    EXPECT_EQ(Values(last_low.reply), std::vector<float>(4, expected));
+    EXPECT_EQ(Values(last_high.reply), std::vector<float>(4, expected));
+    if (workers == 2) {
+      // Rank 0's halves waited, each for its own half.
+      ASSERT_EQ(last_low.released.size(), 1u);
+      EXPECT_EQ(last_low.released[0].reply_token, 30u);
+      ASSERT_EQ(last_high.released.size(), 1u);
+      EXPECT_EQ(last_high.released[0].reply_token, 31u);
+      EXPECT_EQ(Values(last_high.released[0].reply),
+                std::vector<float>(4, expected));
+    }
+  }
 }
 
 TEST(DispatcherBspTest, PushPullWaitsForTheRoundAndLatePushesAreDiscarded) {

@@ -1,0 +1,99 @@
+#include "consistency/step_aggregator.h"
+
+#include <utility>
+
+namespace downpour {
+
+void StepAggregator::set_next_clock(Clock clock) {
+  if (clock <= next_clock_) return;
+  next_clock_ = clock;
+  while (!pending_.empty() && pending_.begin()->first < clock) {
+    for (Push& p : pending_.begin()->second.by_rank) {
+      if (p.pushed) spare_.push_back(std::move(p.grads));
+    }
+    pending_.erase(pending_.begin());
+  }
+}
+
+std::vector<uint64_t> StepAggregator::Abandon() {
+  std::vector<uint64_t> waiters;
+  for (auto& [clock, step] : pending_) {
+    waiters.insert(waiters.end(), step.waiters.begin(), step.waiters.end());
+    for (Push& p : step.by_rank) {
+      if (p.pushed) spare_.push_back(std::move(p.grads));
+    }
+  }
+  pending_.clear();
+  return waiters;
+}
+
+void StepAggregator::Reset(Clock next_clock) {
+  Abandon();
+  next_clock_ = next_clock;
+}
+
+std::vector<float> StepAggregator::TakeSpare() {
+  if (spare_.empty()) return {};
+  std::vector<float> v = std::move(spare_.back());
+  spare_.pop_back();
+  return v;
+}
+
+StepAggregator::Result StepAggregator::Add(int rank, Clock clock,
+                                           absl::Span<const uint64_t> keys,
+                                           absl::Span<const float> grads,
+                                           uint64_t waiter) {
+  // A backup worker's late push: the step was taken without it.
+  if (clock < next_clock_) return kLate;
+  Step& step = pending_[clock];
+  if (step.by_rank.empty()) step.by_rank.resize(ranks_);
+  if (waiter != 0) step.waiters.push_back(waiter);
+  Push& held = step.by_rank[rank];
+  if (held.pushed) return kHeld;  // a resend
+  held.pushed = true;
+  held.keys.assign(keys.begin(), keys.end());
+  held.grads = TakeSpare();
+  held.grads.assign(grads.begin(), grads.end());
+  return ++step.count < needed_ ? kHeld : kComplete;
+}
+
+StepAggregator::Result StepAggregator::AddDirect(Clock clock) {
+  return clock < next_clock_ ? kLate : kComplete;
+}
+
+const std::vector<StepAggregator::Push>& StepAggregator::Pushes(
+    Clock clock) const {
+  return pending_.at(clock).by_rank;
+}
+
+int StepAggregator::PushedCount(Clock clock) const {
+  auto it = pending_.find(clock);
+  return it == pending_.end() ? 0 : it->second.count;
+}
+
+StepAggregator::Finished StepAggregator::Finish(Clock clock,
+                                                uint64_t completing) {
+  Finished f;
+  auto it = pending_.find(clock);
+  if (it != pending_.end()) {
+    Step& step = it->second;
+    for (int r = 0; r < static_cast<int>(step.by_rank.size()); ++r) {
+      if (!step.by_rank[r].pushed) continue;
+      f.ranks.push_back(r);
+      spare_.push_back(std::move(step.by_rank[r].grads));
+    }
+    // The completing request is answered by its caller; a resend of it may
+    // have left its token among the waiters too, which is harmless (a
+    // token answered once is forgotten).
+    if (completing != 0 && !step.waiters.empty() &&
+        step.waiters.back() == completing) {
+      step.waiters.pop_back();
+    }
+    f.waiters = std::move(step.waiters);
+    pending_.erase(it);
+  }
+  if (clock + 1 > next_clock_) next_clock_ = clock + 1;
+  return f;
+}
+
+}  // namespace downpour

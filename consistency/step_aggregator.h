@@ -1,0 +1,112 @@
+// Synchronous (BSP) aggregation of one part of a table (one key range on
+// one server): gradients that carry a worker clock are held per clock until
+// `needed` distinct workers have pushed that clock, then handed back once,
+// in rank order, for the caller to average and apply. The protocol beside
+// the storage: the aggregator holds copies of gradients and the clocks
+// applied; it never touches the table.
+//
+//   StepAggregator steps(/*ranks=*/N + b, /*needed=*/N);
+//   switch (steps.Add(rank, clock, keys, grads, waiter)) {
+//     case StepAggregator::kLate: ...          // dropped: already applied
+//     case StepAggregator::kHeld: ...          // waiting for other ranks
+//     case StepAggregator::kComplete:          // this push completed it
+//       apply the mean of steps.Pushes(clock) ...
+//       released = steps.Finish(clock, waiter);
+//   }
+//
+// A rank's resend of a clock it already pushed is ignored (kHeld). With
+// needed == 1, AddDirect lets the caller apply a lone gradient straight from
+// its request buffer, without the copy.
+//
+// Gradient buffers are recycled across steps: on these machines writing to
+// fresh pages is ~40x slower than to reused ones.
+//
+// Thread-compatible: the server's data thread owns it.
+#ifndef DOWNPOUR_CONSISTENCY_STEP_AGGREGATOR_H_
+#define DOWNPOUR_CONSISTENCY_STEP_AGGREGATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "consistency/consistency.h"
+
+namespace downpour {
+
+class StepAggregator {
+ public:
+  // One rank's held push.
+  struct Push {
+    bool pushed = false;
+    std::vector<uint64_t> keys;  // key batches only
+    std::vector<float> grads;
+  };
+  enum Result { kHeld, kComplete, kLate };
+
+  // `ranks`: ranks a push may carry (N + b); `needed`: distinct ranks that
+  // complete a step (N). REQUIRES: 1 <= needed <= ranks.
+  StepAggregator(int ranks, int needed) : ranks_(ranks), needed_(needed) {}
+
+  int needed() const { return needed_; }
+  // The first clock not yet applied.
+  Clock next_clock() const { return next_clock_; }
+  // For a replica that learns the applied clock from its primary (or a
+  // restored checkpoint): steps below `clock` are applied. Held steps below
+  // it are dropped. Never moves back.
+  void set_next_clock(Clock clock);
+
+  // Records `rank`'s push for `clock` (keys: for key batches, else empty).
+  // `waiter` != 0 names a request that wants an answer once the step is
+  // applied; it is remembered with the step (kHeld) and returned by Finish.
+  // REQUIRES: 0 <= rank < ranks.
+  Result Add(int rank, Clock clock, absl::Span<const uint64_t> keys,
+             absl::Span<const float> grads, uint64_t waiter);
+  // needed == 1 and nothing held for `clock`: the caller may apply the
+  // gradient straight from its buffer and then call Finish(clock, 0). Returns
+  // kLate for an applied clock, kComplete otherwise (nothing is copied).
+  // REQUIRES: needed() == 1.
+  Result AddDirect(Clock clock);
+
+  // The held pushes of `clock`, by rank (only those with `pushed` count).
+  // REQUIRES: Add returned kComplete for it.
+  const std::vector<Push>& Pushes(Clock clock) const;
+  int PushedCount(Clock clock) const;
+
+  // Closes `clock` after the caller applied it: returns the waiters the step
+  // remembered, except `completing` (the request that completed it, which
+  // its caller answers directly), and the ranks that pushed it.
+  struct Finished {
+    std::vector<uint64_t> waiters;
+    std::vector<int> ranks;
+  };
+  Finished Finish(Clock clock, uint64_t completing);
+
+  // Steps held (clocks with at least one push, not yet complete).
+  size_t held_steps() const { return pending_.size(); }
+
+  // Drops every held step and returns the waiters they remembered (to be
+  // answered with an error): the part moved to another server.
+  std::vector<uint64_t> Abandon();
+  // Drops every held step and sets the first clock not applied, up or down
+  // (a replica taking its primary's state).
+  void Reset(Clock next_clock);
+
+ private:
+  struct Step {
+    std::vector<Push> by_rank;
+    int count = 0;
+    std::vector<uint64_t> waiters;
+  };
+  std::vector<float> TakeSpare();
+
+  const int ranks_;
+  const int needed_;
+  Clock next_clock_ = 0;
+  std::map<Clock, Step> pending_;
+  std::vector<std::vector<float>> spare_;
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_CONSISTENCY_STEP_AGGREGATOR_H_

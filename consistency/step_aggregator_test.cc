@@ -1,0 +1,66 @@
+#include "consistency/step_aggregator.h"
+
+#include <vector>
+
+#include "common/test_util.h"
+
+namespace downpour {
+namespace {
+
+TEST(StepAggregatorTest, HoldsUntilEnoughRanksThenHandsThemBackInRankOrder) {
+  StepAggregator steps(/*ranks=*/3, /*needed=*/2);
+  const std::vector<float> a = {1, 2}, b = {3, 4};
+  EXPECT_EQ(steps.Add(2, 0, {}, b, /*waiter=*/7), StepAggregator::kHeld);
+  EXPECT_EQ(steps.held_steps(), 1u);
+  // A resend of the same rank and clock is not a second rank.
+  EXPECT_EQ(steps.Add(2, 0, {}, b, 8), StepAggregator::kHeld);
+  EXPECT_EQ(steps.PushedCount(0), 1);
+  EXPECT_EQ(steps.Add(0, 0, {}, a, 9), StepAggregator::kComplete);
+  const auto& pushes = steps.Pushes(0);
+  ASSERT_EQ(pushes.size(), 3u);
+  EXPECT_TRUE(pushes[0].pushed);
+  EXPECT_EQ(pushes[0].grads, a);
+  EXPECT_FALSE(pushes[1].pushed);
+  EXPECT_EQ(pushes[2].grads, b);
+  StepAggregator::Finished f = steps.Finish(0, /*completing=*/9);
+  EXPECT_EQ(f.waiters, (std::vector<uint64_t>{7, 8}));
+  EXPECT_EQ(f.ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(steps.next_clock(), 1);
+  EXPECT_EQ(steps.held_steps(), 0u);
+  // The third rank is late for clock 0.
+  EXPECT_EQ(steps.Add(1, 0, {}, a, 0), StepAggregator::kLate);
+}
+
+TEST(StepAggregatorTest, KeyBatchesAreKeptWithTheirKeys) {
+  StepAggregator steps(2, 2);
+  const std::vector<uint64_t> k0 = {5, 1}, k1 = {};
+  const std::vector<float> g0 = {0.5f, 0.25f};
+  EXPECT_EQ(steps.Add(1, 4, k1, {}, 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(0, 4, k0, g0, 0), StepAggregator::kComplete);
+  EXPECT_EQ(steps.Pushes(4)[0].keys, k0);
+  EXPECT_TRUE(steps.Pushes(4)[1].keys.empty());
+  steps.Finish(4, 0);
+  EXPECT_EQ(steps.next_clock(), 5);
+}
+
+TEST(StepAggregatorTest, DirectStepsAndAReplicaCatchingUp) {
+  StepAggregator one(1, 1);
+  EXPECT_EQ(one.AddDirect(0), StepAggregator::kComplete);
+  one.Finish(0, 0);
+  EXPECT_EQ(one.AddDirect(0), StepAggregator::kLate);
+  EXPECT_EQ(one.AddDirect(3), StepAggregator::kComplete);
+
+  StepAggregator steps(2, 2);
+  const std::vector<float> g = {1};
+  EXPECT_EQ(steps.Add(0, 2, {}, g, 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(0, 3, {}, g, 0), StepAggregator::kHeld);
+  steps.set_next_clock(3);  // a replica learns clocks below 3 are applied
+  EXPECT_EQ(steps.held_steps(), 1u);
+  EXPECT_EQ(steps.Add(1, 2, {}, g, 0), StepAggregator::kLate);
+  steps.set_next_clock(1);  // never moves back
+  EXPECT_EQ(steps.next_clock(), 3);
+  EXPECT_EQ(steps.Add(1, 3, {}, g, 0), StepAggregator::kComplete);
+}
+
+}  // namespace
+}  // namespace downpour

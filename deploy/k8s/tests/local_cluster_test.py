@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""The dev overlay starts a working cluster: its pods, run as local
+processes with their exact commands, arguments and environment, train a
+model to the end.
+
+For each case below the kustomization is rendered with `kubectl kustomize`;
+every pod the workloads would make becomes a process of the Bazel-built
+binary its container names (k8s_pods.LocalPlan: downward-API fields
+substituted, Service DNS names and the pod IP mapped to 127.0.0.1, every
+container port its own local port, volumes as folders, the Secret's file
+written where it is mounted). All start at once, in a shuffled order (the
+seed is printed), as a cluster would start them. The test then:
+  - probes every process as its gRPC readiness and liveness probes would,
+    and requires each to be seen ready and alive;
+  - waits for every Job pod to exit 0 (the training workers, the L-BFGS
+    coordinator and its workers);
+  - sends SIGTERM to the rest (scheduler, servers) and requires exit 0 within
+    the pod's terminationGracePeriodSeconds;
+  - checks that each worker took the rank of its completion index and that
+    rank 0 evaluated the model at the last step.
+
+Cases: the dev overlay as it is (1 scheduler, 1 server, 1 worker); dev with
+NUM_SERVERS=2 and NUM_WORKERS=2 (the job size from the ConfigMap reaches the
+StatefulSet, the Job and the scheduler); the L-BFGS job (jobs/lbfgs) on that
+cluster.
+"""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import k8s_pods  # noqa: E402
+
+KUBECTL = "/usr/bin/kubectl"
+BINARIES = {
+    "/usr/local/bin/ps_scheduler": "scheduler/ps_scheduler",
+    "/usr/local/bin/ps_server": "server/ps_server",
+    "/usr/local/bin/ps_worker": "worker/ps_worker",
+    "/usr/local/bin/ps_lbfgs": "lbfgs/ps_lbfgs",
+}
+JOB_TIMEOUT_S = 300
+
+
+def runfile(rel):
+    return os.path.join(os.environ["TEST_SRCDIR"],
+                        os.environ.get("TEST_WORKSPACE", "downpour"), rel)
+
+
+class Failure(Exception):
+    pass
+
+
+def tail(path, n=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def run_cluster(objects, root, label, rng, extra_objects=()):
+    """Runs the pods of `objects` (then those of each of `extra_objects`,
+    once the first are ready) to the end of their Jobs; returns
+    {pod name: log path}. Raises Failure."""
+    binaries = {k: runfile(v) for k, v in BINARIES.items()}
+    all_objects = list(objects)
+    for extra in extra_objects:
+        all_objects += extra
+    plan = k8s_pods.LocalPlan(all_objects, binaries, root)
+    procs = plan.processes()
+    first = {p.name for p in k8s_pods.pods_of(objects)}
+    waves = [[p for p in procs if p.pod.name in first],
+             [p for p in procs if p.pod.name not in first]]
+    running = {}   # name -> (LocalProcess, Popen, log path)
+    seen = {}      # name -> {"ready": bool, "alive": bool}
+    exits = {}     # name -> exit status
+    logs = {}
+
+    def start(wave):
+        rng.shuffle(wave)
+        for p in wave:
+            log = os.path.join(root, p.pod.name + ".log")
+            logs[p.pod.name] = log
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin",
+                   "HOSTNAME": p.pod.name}
+            env.update(p.env)
+            print(f"[{label}] start {p.name}: {' '.join(p.argv)}")
+            with open(log, "wb") as out:
+                popen = subprocess.Popen(p.argv, env=env, stdout=out,
+                                         stderr=subprocess.STDOUT,
+                                         cwd=root)
+            running[p.pod.name] = (p, popen, log)
+            seen[p.pod.name] = {"ready": False, "alive": False}
+
+    def poll_once():
+        for name, (p, popen, log) in list(running.items()):
+            rc = popen.poll()
+            if rc is not None:
+                exits[name] = rc
+                del running[name]
+                kind = p.pod.kind
+                if kind != "Job":
+                    raise Failure(f"[{label}] {name} ({kind}) exited {rc} "
+                                  f"while the job ran:\n{tail(log)}")
+                if rc != 0:
+                    raise Failure(f"[{label}] {name} exited {rc}:\n{tail(log)}")
+                print(f"[{label}] {name} exited 0")
+                continue
+            s = seen[name]
+            if not s["ready"] and "readiness" in p.probes:
+                port, service = p.probes["readiness"]
+                if k8s_pods.health_status(port, service, 0.5) == \
+                        k8s_pods.SERVING:
+                    s["ready"] = True
+                    print(f"[{label}] {name} ready")
+            if not s["alive"] and "liveness" in p.probes:
+                port, service = p.probes["liveness"]
+                if k8s_pods.health_status(port, service, 0.5) == \
+                        k8s_pods.SERVING:
+                    s["alive"] = True
+
+    try:
+        deadline = time.time() + JOB_TIMEOUT_S
+        start(waves[0])
+        if waves[1]:
+            # A job applied to a running cluster: once its pods are ready.
+            while not all(seen[p.pod.name]["ready"] for p in waves[0]
+                          if p.pod.kind != "Job"):
+                poll_once()
+                if time.time() > deadline:
+                    raise Failure(f"[{label}] cluster not ready in time")
+                time.sleep(0.05)
+            start(waves[1])
+        while any(p.pod.kind == "Job" for p, _, _ in running.values()):
+            poll_once()
+            if time.time() > deadline:
+                raise Failure(f"[{label}] jobs still running after "
+                              f"{JOB_TIMEOUT_S} s: {sorted(running)}")
+            time.sleep(0.05)
+        for name, s in seen.items():
+            for what in ("ready", "alive"):
+                if not s[what]:
+                    raise Failure(f"[{label}] {name} was never seen {what} "
+                                  f"by its probe:\n{tail(logs[name])}")
+        # Graceful termination of the daemons, as at `kubectl delete`.
+        for name, (p, popen, log) in list(running.items()):
+            popen.send_signal(signal.SIGTERM)
+        for name, (p, popen, log) in list(running.items()):
+            try:
+                rc = popen.wait(timeout=p.grace_s)
+            except subprocess.TimeoutExpired:
+                raise Failure(f"[{label}] {name} still running "
+                              f"{p.grace_s} s after SIGTERM "
+                              f"(terminationGracePeriodSeconds):\n{tail(log)}")
+            exits[name] = rc
+            del running[name]
+            if rc != 0:
+                raise Failure(f"[{label}] {name} exited {rc} on SIGTERM:\n"
+                              f"{tail(log)}")
+            print(f"[{label}] {name} stopped on SIGTERM, exit 0")
+    finally:
+        for name, (p, popen, log) in running.items():
+            popen.kill()
+            popen.wait()
+    return logs
+
+
+def check_training(objects, logs, label):
+    config = next(o["data"] for o in objects if o["kind"] == "ConfigMap"
+                  and o["metadata"]["name"].startswith("downpour-job"))
+    workers = int(config["NUM_WORKERS"])
+    steps = int(config["STEPS"])
+    for i in range(workers):
+        name = f"downpour-worker-{i}-local"
+        with open(logs[name], errors="replace") as f:
+            text = f.read()
+        if not re.search(rf"rank {i} of {workers}\b", text):
+            raise Failure(f"[{label}] {name} did not take rank {i} of "
+                          f"{workers}:\n{tail(logs[name])}")
+        if i == 0:
+            m = re.search(rf"clock {steps}: train loss \S+, test accuracy "
+                          r"([0-9.]+)", text)
+            if not m:
+                raise Failure(f"[{label}] rank 0 did not evaluate at clock "
+                              f"{steps}:\n{tail(logs[name])}")
+            accuracy = float(m.group(1))
+            print(f"[{label}] rank 0: test accuracy {accuracy} after "
+                  f"{steps} steps")
+            # A 784-256-10 MLP passes 70% on Fashion-MNIST within a few
+            # hundred steps; a broken exchange stays near 10%.
+            if accuracy < 0.70:
+                raise Failure(f"[{label}] test accuracy {accuracy} < 0.70")
+
+
+def main():
+    sys.stdout.reconfigure(line_buffering=True)  # progress in the test log
+    problem = k8s_pods.kubectl_problem(KUBECTL)
+    if problem:
+        print(f"SKIPPED: {problem}")
+        return 0
+    seed = int(os.environ.get("LOCAL_CLUSTER_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed} (LOCAL_CLUSTER_SEED={seed} repeats the start order)")
+    rng = random.Random(seed)
+    tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    k8s = os.path.join(tmp, "k8s")
+    k8s_pods.copy_tree(runfile("deploy/k8s"), k8s)
+    subprocess.run([runfile("tools/ps_keygen"),
+                    f"--out={k8s}/overlays/dev/cluster.secret"], check=True,
+                   capture_output=True)
+    # dev, two servers and two workers: only the ConfigMap changes.
+    bigger = os.path.join(k8s, "overlays", "dev-2x2")
+    os.makedirs(bigger)
+    with open(os.path.join(bigger, "kustomization.yaml"), "w") as f:
+        f.write("""apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../dev
+components:
+  - ../../components/job-size
+configMapGenerator:
+  - name: downpour-job
+    behavior: merge
+    literals:
+      - NUM_SERVERS=2
+      - NUM_WORKERS=2
+      - STEPS=300
+""")
+    try:
+        dev = k8s_pods.render(KUBECTL, os.path.join(k8s, "overlays/dev"))
+        logs = run_cluster(dev, os.path.join(tmp, "dev"), "dev", rng)
+        check_training(dev, logs, "dev")
+
+        dev2 = k8s_pods.render(KUBECTL, bigger)
+        lbfgs = k8s_pods.render(KUBECTL, os.path.join(k8s, "jobs/lbfgs"))
+        # A shorter L-BFGS run than the manifest's 100 iterations would
+        # change its arguments; 100 iterations of softmax take ~10 s here.
+        logs = run_cluster(dev2, os.path.join(tmp, "dev-2x2"), "dev-2x2", rng,
+                           extra_objects=[lbfgs])
+        check_training(dev2, logs, "dev-2x2")
+        with open(logs["downpour-lbfgs-local-0"], errors="replace") as f:
+            text = f.read()
+        if "accuracy" not in text:
+            raise Failure("the L-BFGS coordinator printed no summary:\n" +
+                          tail(logs["downpour-lbfgs-local-0"]))
+    except (Failure, k8s_pods.PlanError) as e:
+        print(f"FAIL: {e}")
+        return 1
+    print("PASS: dev, dev-2x2 and the L-BFGS job ran to the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+#include "scheduler/placement.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace downpour {
+namespace {
+
+bool Erase(google::protobuf::RepeatedField<uint64_t>* list, NodeId id) {
+  auto it = std::find(list->begin(), list->end(), id);
+  if (it == list->end()) return false;
+  list->erase(it);
+  return true;
+}
+
+bool Holds(const proto::RangeAssignment& r, NodeId id) {
+  return r.primary() == id ||
+         std::find(r.replicas().begin(), r.replicas().end(), id) !=
+             r.replicas().end() ||
+         std::find(r.catching_up().begin(), r.catching_up().end(), id) !=
+             r.catching_up().end();
+}
+
+bool Alive(const proto::ClusterMap& map, NodeId id) {
+  for (const proto::NodeInfo& n : map.nodes()) {
+    if (n.id() == id) return n.state() == proto::ALIVE;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<NodeId> LiveServers(const proto::ClusterMap& map) {
+  std::vector<NodeId> out;
+  for (const proto::NodeInfo& n : map.nodes()) {
+    if (n.role() == proto::SERVER && n.state() == proto::ALIVE) {
+      out.push_back(n.id());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void PlaceTable(proto::TableMap* table, const std::vector<NodeId>& servers,
+                int replicas) {
+  const Key end = table->spec().kind() == proto::DENSE
+                      ? table->spec().num_keys()
+                      : kKeySpaceEnd;
+  const size_t n = servers.size();
+  const size_t parts = static_cast<size_t>(
+      std::min<unsigned __int128>(n, static_cast<unsigned __int128>(end)));
+  const size_t holders = std::min<size_t>(n, std::max(1, replicas));
+  Key begin = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const Key next = static_cast<Key>(static_cast<unsigned __int128>(end) *
+                                      (i + 1) / parts);
+    proto::RangeAssignment* r = table->add_ranges();
+    r->set_begin(begin);
+    r->set_end(next);
+    r->set_primary(servers[i]);
+    for (size_t k = 1; k < holders; ++k) {
+      r->add_replicas(servers[(i + k) % n]);
+    }
+    begin = next;
+  }
+}
+
+bool RemoveServer(proto::ClusterMap* map, NodeId dead) {
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      changed |= Erase(r.mutable_catching_up(), dead);
+      changed |= Erase(r.mutable_replicas(), dead);
+      if (r.primary() != dead) continue;
+      // The first in-sync backup that is alive takes over.
+      NodeId next = kNoNode;
+      for (NodeId b : r.replicas()) {
+        if (Alive(*map, b)) {
+          next = b;
+          break;
+        }
+      }
+      if (next == kNoNode) continue;  // nobody holds the data: keep waiting
+      Erase(r.mutable_replicas(), next);
+      r.set_primary(next);
+      // The other backups may hold a different prefix of the dead
+      // primary's writes: they start over from a copy of the new one.
+      for (NodeId b : r.replicas()) r.add_catching_up(b);
+      r.clear_replicas();
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+bool ForgetServerData(proto::ClusterMap* map, NodeId server) {
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      changed |= Erase(r.mutable_catching_up(), server);
+      changed |= Erase(r.mutable_replicas(), server);
+      if (r.primary() == server && !r.lost()) {
+        r.set_lost(true);
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+bool Refill(proto::ClusterMap* map, int replicas) {
+  const std::vector<NodeId> live = LiveServers(*map);
+  if (live.empty()) return false;
+  absl::flat_hash_map<NodeId, int> load;
+  for (NodeId s : live) load[s] = 0;
+  for (const proto::TableMap& t : map->tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      for (NodeId s : live) {
+        if (Holds(r, s)) ++load[s];
+      }
+    }
+  }
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.lost() || !Alive(*map, r.primary())) continue;
+      while (1 + r.replicas_size() + r.catching_up_size() < replicas) {
+        NodeId best = kNoNode;
+        for (NodeId s : live) {
+          if (Holds(r, s)) continue;
+          if (best == kNoNode || load[s] < load[best]) best = s;
+        }
+        if (best == kNoNode) break;  // every live server holds it already
+        r.add_catching_up(best);
+        ++load[best];
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+absl::Status MarkInSync(proto::ClusterMap* map, TableId table, Key begin,
+                        NodeId primary, NodeId backup) {
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    if (t.spec().id() != table) continue;
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.begin() != begin) continue;
+      if (r.primary() != primary) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "table ", table, " range from key ", begin, ": node ", primary,
+            " is not its primary (", r.primary(), " is)"));
+      }
+      if (!Erase(r.mutable_catching_up(), backup)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "table ", table, " range from key ", begin, ": node ", backup,
+            " is not catching up on it"));
+      }
+      r.add_replicas(backup);
+      return absl::OkStatus();
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "table ", table, " has no range beginning at key ", begin));
+}
+
+}  // namespace downpour

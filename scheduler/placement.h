@@ -1,0 +1,68 @@
+// Where a table's key ranges live, and how that changes when servers come
+// and go: pure functions over the cluster map, which the scheduler calls
+// under its lock (and tests call directly).
+//
+// Each range has a primary, in-sync backups (`replicas`, promotable) and
+// backups being copied to (`catching_up`). The rules:
+//   - A new table's ranges go round the ring of live servers: range i has
+//     its primary on server i and its backups on the next r - 1 servers.
+//     Fresh ranges hold only initial values, so those backups are in sync
+//     from the start.
+//   - A dead server leaves every range. Where it was primary, the first
+//     in-sync backup is promoted; the other in-sync backups are moved to
+//     catching_up (they may have applied a different prefix of the dead
+//     primary's last writes, so they get a fresh copy from the new one).
+//     With no in-sync backup the dead primary stays (reads and writes get
+//     kUnavailable naming it) until it comes back.
+//   - A server that comes back as a new incarnation has lost its memory:
+//     a range it is still primary of is marked lost (kDataLoss) and it is
+//     dropped from the backups of any range.
+//   - Ranges with fewer than r holders get catching-up backups on the live
+//     servers holding the fewest ranges (never twice the same server).
+//   - A catching-up backup becomes in sync when its primary reports the
+//     copy done (MarkInSync).
+//
+// Thread-compatible; no I/O.
+#ifndef DOWNPOUR_SCHEDULER_PLACEMENT_H_
+#define DOWNPOUR_SCHEDULER_PLACEMENT_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/types.h"
+#include "proto/downpour.pb.h"
+
+namespace downpour {
+
+// Live servers of `map`, in id order.
+std::vector<NodeId> LiveServers(const proto::ClusterMap& map);
+
+// Splits a new table's key space into one range per server (fewer if it
+// has fewer keys) and places primaries and `replicas - 1` backups round the
+// ring of `servers`. REQUIRES: servers non-empty, replicas >= 1.
+void PlaceTable(proto::TableMap* table, const std::vector<NodeId>& servers,
+                int replicas);
+
+// Takes `dead` out of every range (see the rules above). Returns whether
+// anything changed.
+bool RemoveServer(proto::ClusterMap* map, NodeId dead);
+
+// `server` came back as a new incarnation (its memory is gone): ranges it
+// is primary of are marked lost, and it leaves every backup list. Returns
+// whether anything changed.
+bool ForgetServerData(proto::ClusterMap* map, NodeId server);
+
+// Adds catching-up backups to every range with fewer than `replicas`
+// holders and a live primary, from the live servers that hold the fewest
+// ranges. Returns whether anything changed.
+bool Refill(proto::ClusterMap* map, int replicas);
+
+// `backup`, catching up on a range of `table` that begins at `begin`, now
+// holds it, as `primary` reports. kFailedPrecondition if the map no longer
+// agrees (another primary, or the backup is not catching up there).
+absl::Status MarkInSync(proto::ClusterMap* map, TableId table, Key begin,
+                        NodeId primary, NodeId backup);
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SCHEDULER_PLACEMENT_H_

@@ -1,0 +1,158 @@
+// Training through a server failure: ps_scheduler --replicas=2, three
+// ps_server and real ps_worker processes; one server is killed with
+// SIGKILL in the middle of the job.
+//  - BSP (the MLP): the job finishes, and its final parameters equal those
+//    of the same job without the kill, bit for bit (the steps the killed
+//    primary held are re-sent to the promoted backup and applied exactly
+//    once).
+//  - ASP: the job goes on and reaches the usual accuracy.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "models/dataset.h"
+#include "models/model.h"
+#include "tools/local_cluster.h"
+
+namespace downpour {
+namespace {
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+
+std::unique_ptr<Model> MakeModel(const std::string& name) {
+  return name == "mlp" ? MakeMlp({784, 256, 10}) : MakeSoftmaxRegression(784, 10);
+}
+
+struct JobRun {
+  std::vector<float> params;
+  int killed = -1;          // server index, or -1
+  int64_t killed_at = -1;   // the gating clock when it was killed
+};
+
+// Trains `steps` steps of softmax regression with `workers` workers; with
+// `kill`, kills the primary of the first table's first range once the job
+// has passed a third of its steps.
+JobRun TrainJob(const std::string& tag, const std::string& model,
+                const std::string& consistency, int workers, int steps,
+                bool kill) {
+  JobRun run;
+  const std::string dir = TestTmpDir() + "/" + tag;
+  EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 3;
+  o.scheduler_flags = {"--consistency=" + consistency, "--replicas=2",
+                       absl::StrCat("--num_workers=", workers)};
+  auto cluster = LocalCluster::Start(o);
+  EXPECT_OK(cluster);
+  if (!cluster.ok()) return run;
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  for (int i = 0; i < workers; ++i) {
+    std::vector<std::string> argv = {
+        RunfilePath("worker/ps_worker"),
+        "--scheduler=" + (*cluster)->scheduler_address(),
+        absl::StrCat("--name=w", i), "--model=" + model,
+        absl::StrCat("--steps=", steps), "--batch=32", "--seed=7",
+        "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"};
+    procs.push_back(std::make_unique<Subprocess>(
+        argv, absl::StrCat(dir, "/worker-", i, ".log")));
+    EXPECT_OK(procs.back()->Start());
+  }
+  SchedulerClient sched((*cluster)->scheduler_address());
+  if (kill) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (absl::Now() < deadline) {
+      auto status = sched.GetJobStatus();
+      if (status.ok() && status->gating_clock() >= steps / 3) {
+        run.killed_at = status->gating_clock();
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    auto map = sched.GetClusterMap();
+    EXPECT_OK(map);
+    if (map.ok() && map->tables_size() > 0) {
+      const NodeId primary = map->tables(0).ranges(0).primary();
+      for (const auto& n : map->nodes()) {
+        if (n.id() == primary) run.killed = std::stoi(n.name().substr(7));
+      }
+    }
+    EXPECT_GE(run.killed, 0);
+    if (run.killed >= 0) {
+      (*cluster)->server(run.killed).Signal(SIGKILL);
+      EXPECT_OK((*cluster)->server(run.killed).Wait(absl::Seconds(10)));
+    }
+  }
+  for (auto& p : procs) {
+    auto st = p->Wait(absl::Seconds(300));
+    EXPECT_OK(st);
+    if (st.ok()) {
+      EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << p->LogTail();
+    }
+  }
+  ClientOptions co;
+  co.scheduler_address = (*cluster)->scheduler_address();
+  auto client = Client::Connect(co);
+  EXPECT_OK(client);
+  if (!client.ok()) return run;
+  std::unique_ptr<Model> m = MakeModel(model);
+  for (const ParamBlock& b : m->Blocks()) {
+    auto t = (*client)->OpenTable(model + "/" + b.name);
+    EXPECT_OK(t);
+    if (!t.ok()) return run;
+    std::vector<float> v(b.rows * b.width);
+    EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
+    run.params.insert(run.params.end(), v.begin(), v.end());
+  }
+  client->reset();
+  EXPECT_OK((*cluster)->Stop());
+  return run;
+}
+
+double TestAccuracy(const std::string& model,
+                    const std::vector<float>& params) {
+  auto test = LoadFashionMnist(kData, false);
+  EXPECT_OK(test);
+  if (!test.ok()) return 0;
+  return MakeModel(model)->Evaluate(params.data(), *test).first;
+}
+
+TEST(TrainingFailoverTest, BspWithAKilledServerEqualsARunWithoutBitForBit) {
+  // The MLP: its first layer is pushed in several parts per step, each
+  // aggregated on its own (and failed over on its own).
+  constexpr int kSteps = 300;
+  const JobRun clean = TrainJob("bsp-clean", "mlp", "bsp", 2, kSteps, false);
+  const JobRun killed = TrainJob("bsp-killed", "mlp", "bsp", 2, kSteps, true);
+  ASSERT_FALSE(clean.params.empty());
+  ASSERT_EQ(killed.params.size(), clean.params.size());
+  EXPECT_GE(killed.killed, 0);
+  std::cout << "killed server-" << killed.killed << " at clock "
+            << killed.killed_at << " of " << kSteps << std::endl;
+  size_t differ = 0;
+  for (size_t i = 0; i < clean.params.size(); ++i) {
+    differ += std::memcmp(&clean.params[i], &killed.params[i], 4) != 0;
+  }
+  EXPECT_EQ(differ, 0u) << "of " << clean.params.size() << " parameters";
+  const double accuracy = TestAccuracy("mlp", killed.params);
+  std::cout << "BSP test accuracy after the kill: " << accuracy << std::endl;
+  EXPECT_GT(accuracy, 0.7);
+}
+
+TEST(TrainingFailoverTest, AspGoesOnThroughAKilledServer) {
+  const JobRun killed = TrainJob("asp-killed", "softmax", "asp", 2, 600, true);
+  ASSERT_FALSE(killed.params.empty());
+  const double accuracy = TestAccuracy("softmax", killed.params);
+  std::cout << "ASP: killed server-" << killed.killed << " at clock "
+            << killed.killed_at << "; test accuracy " << accuracy
+            << std::endl;
+  EXPECT_GT(accuracy, 0.75);
+}
+
+}  // namespace
+}  // namespace downpour
