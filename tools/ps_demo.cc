@@ -8,8 +8,6 @@
 //
 // --cluster_secret_file and the --tls_* flags (common/auth.h) go to every
 // daemon it starts and to its own scheduler calls.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -26,11 +24,11 @@
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
 #include "common/auth.h"
-#include "common/subprocess.h"
+#include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "tools/local_cluster.h"
-#include "worker/batcher.h"
+#include "tools/local_job.h"
 
 // Defined in common/auth.cc, with the --tls_* flags.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
@@ -84,11 +82,6 @@ struct Security {
   std::string secret_file;
   TlsFiles tls;
   ClusterAuth auth;  // for this program's own scheduler calls
-  std::vector<std::string> Flags() const {
-    std::vector<std::string> flags = tls.ToFlags();
-    if (!secret_file.empty()) flags.push_back("--cluster_secret_file=" + secret_file);
-    return flags;
-  }
 };
 
 RunResult RunOnce(const std::string& mode, const Security& security,
@@ -102,31 +95,25 @@ RunResult RunOnce(const std::string& mode, const Security& security,
                               ? BinDirOfThisProgram()
                               : absl::GetFlag(FLAGS_bin_dir);
   const int n = absl::GetFlag(FLAGS_workers), b = absl::GetFlag(FLAGS_backup);
-  LocalClusterOptions o;
-  o.bin_dir = bin;
-  o.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
-  std::system(("mkdir -p " + o.work_dir).c_str());
-  o.num_servers = absl::GetFlag(FLAGS_servers);
-  o.cluster_secret_file = security.secret_file;
-  o.tls = security.tls;
+  LocalJobOptions o;
+  o.cluster.bin_dir = bin;
+  o.cluster.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
+  std::system(("mkdir -p " + o.cluster.work_dir).c_str());
+  o.cluster.num_servers = absl::GetFlag(FLAGS_servers);
+  // LocalJob gives them to the workers too.
+  o.cluster.cluster_secret_file = security.secret_file;
+  o.cluster.tls = security.tls;
   if (!absl::GetFlag(FLAGS_data_listen).empty()) {
-    o.server_flags.push_back("--data_listen=" + absl::GetFlag(FLAGS_data_listen));
+    o.cluster.server_flags.push_back("--data_listen=" +
+                                     absl::GetFlag(FLAGS_data_listen));
   }
-  o.scheduler_flags = {absl::StrCat("--consistency=", mode),
-                       absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
-                       absl::StrCat("--num_workers=", n),
-                       absl::StrCat("--backup_workers=", b)};
-  auto cluster = LocalCluster::Start(o);
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "cannot start cluster: %s\n", cluster.status().ToString().c_str());
-    return r;
-  }
-  std::vector<std::unique_ptr<Subprocess>> workers;
+  o.cluster.scheduler_flags = {
+      absl::StrCat("--consistency=", mode),
+      absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+      absl::StrCat("--num_workers=", n), absl::StrCat("--backup_workers=", b)};
+  o.worker_name_prefix = "worker-";
   for (int i = 0; i < n + b; ++i) {
-    std::vector<std::string> argv = {
-        bin + "/worker/ps_worker",
-        "--scheduler=" + (*cluster)->scheduler_address(),
-        absl::StrCat("--name=worker-", i),
+    std::vector<std::string> flags = {
         "--model=" + absl::GetFlag(FLAGS_model),
         absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
         absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
@@ -135,14 +122,16 @@ RunResult RunOnce(const std::string& mode, const Security& security,
         absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
         "--device=" + absl::GetFlag(FLAGS_device)};
     if (i == absl::GetFlag(FLAGS_slow_worker)) {
-      argv.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
+      flags.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
     }
-    for (const std::string& flag : security.Flags()) argv.push_back(flag);
-    workers.push_back(std::make_unique<Subprocess>(
-        argv, absl::StrCat(o.work_dir, "/worker-", i, ".log")));
-    if (!workers.back()->Start().ok()) return r;
+    o.workers.push_back(flags);
   }
-  SchedulerClient sched((*cluster)->scheduler_address(), absl::Seconds(10),
+  auto job = LocalJob::Start(o);
+  if (!job.ok()) {
+    std::fprintf(stderr, "cannot start the job: %s\n", job.status().ToString().c_str());
+    return r;
+  }
+  SchedulerClient sched((*job)->scheduler_address(), absl::Seconds(10),
                         security.auth);
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
@@ -164,17 +153,13 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   bool failed = false;
   while (running > 0 && absl::Now() < deadline) {
     absl::SleepFor(poll);
-    running = 0;
-    for (auto& w : workers) {
-      if (!w->running()) continue;
-      auto st = w->Wait(absl::ZeroDuration());
-      if (!st.ok()) {
-        ++running;
-      } else if (!(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)) {
-        std::fprintf(stderr, "\na worker failed; log tail:\n%s\n", w->LogTail().c_str());
-        failed = true;
-      }
+    absl::StatusOr<int> still = (*job)->PollWorkers();
+    if (!still.ok()) {
+      std::fprintf(stderr, "\n%s\n", still.status().ToString().c_str());
+      failed = true;
+      break;
     }
+    running = *still;
     auto status = sched.GetJobStatus();
     if (!status.ok()) continue;
     const double t = absl::ToDoubleSeconds(absl::Now() - start);
@@ -219,8 +204,7 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   }
   r.final_accuracy = last_acc;
   r.ok = !failed && running == 0;
-  for (auto& w : workers) w->Signal(SIGKILL);
-  (void)(*cluster)->Stop();
+  (void)(*job)->Stop();  // kills workers still running
   return r;
 }
 
