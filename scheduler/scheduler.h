@@ -90,8 +90,10 @@ struct SchedulerOptions {
   // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
   // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;
-  // On: every call must carry the cluster token (the health service stays
-  // open, for probes).
+  // Applied to every call by the gRPC server (common/grpc_server.h): with a
+  // secret, calls must carry the cluster token; with TLS, the service is
+  // served over TLS (and demands client certificates under mutual TLS). The
+  // health service stays open, for probes.
   ClusterAuth auth;
 };
 

@@ -29,6 +29,8 @@ BUILD_PACKAGES=(
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"
   dataset-fashion-mnist
+  libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (tools/fuzz.sh, tools/test.sh)
+  openssl  # test certificates (tools/make_test_certs.sh)
   python3 gnuplot-nox
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   python3-setuptools python3-wheel python3-pip python3-venv
