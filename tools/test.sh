@@ -47,7 +47,7 @@ done
 TSAN_TARGETS=(
   //transport:transport_test
   //server:dispatcher_test
-  //server:table_shard_test
+  //server:range_store_test
   //server:zero_copy_pull_test
   //scheduler:scheduler_test
   //scheduler:scheduler_process_test
