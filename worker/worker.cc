@@ -30,18 +30,48 @@
 namespace downpour {
 namespace {
 
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// Calls `call` again while it fails with kUnavailable (the scheduler down
+// or restarting: workers keep going through its outage), for at most
+// `limit`.
+template <typename F>
+auto RetryThroughOutage(F call, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  bool logged = false;
+  while (true) {
+    auto r = call();
+    if (StatusOf(r).code() != absl::StatusCode::kUnavailable ||
+        absl::Now() >= deadline) {
+      return r;
+    }
+    if (!logged) {
+      DP_LOG(WARNING) << StatusOf(r) << "; trying again";
+      logged = true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 // Sends a worker's AdvanceClock calls from its own thread, so that the
 // training loop does not wait for the scheduler when the policy does not
 // make it. Calls go out in order; one still queued when a newer one comes
 // is replaced by it (clocks only move forward, and the newer progress
 // figures supersede the older, except an evaluation's accuracy, which is
 // kept). Each reply tells the smallest clock of the other workers, a lower
-// bound that only grows.
+// bound that only grows. A report the scheduler does not answer (down,
+// restarting, or restoring the job) is sent again until it is, unless a
+// newer one replaced it; other errors are kept for the next Advance.
 // Thread-safe; Advance and Flush are called by the training thread.
 class ClockReporter {
  public:
   // `scheduler` must outlive this object.
-  explicit ClockReporter(SchedulerClient* scheduler) : scheduler_(scheduler) {
+  ClockReporter(SchedulerClient* scheduler, int64_t start_clock)
+      : scheduler_(scheduler), own_clock_(start_clock), others_(start_clock) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~ClockReporter() {
@@ -112,11 +142,25 @@ class ClockReporter {
       auto reply = scheduler_->AdvanceClock(req);  // not under the lock
       absl::MutexLock lock(&mu_);
       in_flight_ = false;
-      if (!reply.ok()) {
-        if (error_.ok()) error_ = reply.status();
-      } else {
+      if (reply.ok()) {
+        if (retrying_) DP_LOG(INFO) << "clock reports reach the scheduler again";
+        retrying_ = false;
         others_ = std::max(others_, reply->others_min_clock());
+        continue;
       }
+      const absl::StatusCode code = reply.status().code();
+      if (code != absl::StatusCode::kUnavailable &&
+          code != absl::StatusCode::kDeadlineExceeded) {
+        if (error_.ok()) error_ = reply.status();
+        continue;
+      }
+      if (!retrying_) {
+        DP_LOG(WARNING) << reply.status() << "; sending it again";
+        retrying_ = true;
+      }
+      if (!pending_) pending_ = std::move(req);
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(200));
+      if (stop_) return;
     }
   }
 
@@ -124,10 +168,11 @@ class ClockReporter {
   mutable absl::Mutex mu_;
   std::optional<proto::AdvanceClockRequest> pending_ ABSL_GUARDED_BY(mu_);
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool retrying_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  int64_t own_clock_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t others_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t own_clock_ ABSL_GUARDED_BY(mu_);
+  int64_t others_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
@@ -145,6 +190,7 @@ class WorkerImpl final : public Worker {
 
   absl::Status Init();
   absl::Status Run() override;
+  void RequestStop() override { stop_requested_.store(true); }
 
  private:
   absl::Status InitSparse();
@@ -181,6 +227,18 @@ class WorkerImpl final : public Worker {
   // evaluate. `pull_first`: params_ may be behind the servers.
   absl::StatusOr<double> MaybeEvaluate(int64_t clock, double loss,
                                        bool pull_first);
+  // kCancelled once RequestStop was called: a loop checks it before each
+  // step, so it stops between steps.
+  absl::Status CheckStop(int64_t clock) const {
+    if (!stop_requested_.load()) return absl::OkStatus();
+    return absl::CancelledError(
+        absl::StrCat("stopped on request before clock ", clock));
+  }
+  // A restored job resumes at start_clock_: the batches drawn before it
+  // are skipped, so the run goes on as if it had not stopped.
+  void SkipBatches(Batcher& batcher) const {
+    for (int64_t c = 0; c < start_clock_; ++c) batcher.Next(options_.batch);
+  }
 
   const WorkerOptions options_;
   SchedulerClient scheduler_;
@@ -191,6 +249,11 @@ class WorkerImpl final : public Worker {
   proto::JobConfig job_;
   int total_workers_ = 1;
   bool bsp_ = true;
+  // The clock to start from (RegisterReply.start_clock): 0, or the clock of
+  // the checkpoint the job was restored from.
+  int64_t start_clock_ = 0;
+  bool resumed_ = false;  // restored or resumed: do not initialize tables
+  std::atomic<bool> stop_requested_{false};
   Dataset train_;
   Dataset test_;
   std::unique_ptr<Model> model_;
@@ -223,13 +286,21 @@ absl::Status WorkerImpl::Init() {
   proto::RegisterRequest reg;
   reg.set_role(proto::WORKER);
   reg.set_name(options_.name);
+  // A new process under a known name replaces the old one (which a
+  // restarted scheduler may still list as alive).
+  std::random_device rd;
+  reg.set_incarnation((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
   if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
+  // Long enough to wait out a restore of the job from a checkpoint, during
+  // which the scheduler answers kUnavailable.
   DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
-                      scheduler_.Register(reg, absl::Seconds(30)));
+                      scheduler_.Register(reg, absl::Minutes(5)));
   if (health_.health != nullptr) health_.health->SetReady(true);
   id_ = reply.node_id();
   rank_ = reply.rank();
   job_ = reply.job();
+  start_clock_ = std::max<int64_t>(0, reply.start_clock());
+  resumed_ = start_clock_ > 0 || reply.restored_from() != 0;
   total_workers_ = static_cast<int>(job_.num_workers() + job_.backup_workers());
   bsp_ = job_.consistency() == "bsp";
   if (reply.heartbeat_interval_ms() > 0) {
@@ -243,7 +314,15 @@ absl::Status WorkerImpl::Init() {
   });
   SetLogTag(absl::StrCat("worker ", rank_));
   DP_LOG(INFO) << "registered as node " << id_ << ", rank " << rank_ << " of "
-               << total_workers_ << ", consistency " << job_.consistency();
+               << total_workers_ << ", consistency " << job_.consistency()
+               << (resumed_ ? absl::StrCat(", resuming at clock ", start_clock_,
+                                           reply.restored_from() != 0
+                                               ? absl::StrCat(
+                                                     " (restored from "
+                                                     "checkpoint ",
+                                                     reply.restored_from(), ")")
+                                               : "")
+                            : "");
 
   if (job_.consistency() != "asp" &&
       (options_.n_fetch > 1 || options_.n_push > 1)) {
@@ -335,7 +414,7 @@ absl::Status WorkerImpl::DeclareTables() {
     DP_ASSIGN_OR_RETURN(Table table, client_->CreateTable(t));
     tables_.push_back(table);
   }
-  if (rank_ == 0) {
+  if (rank_ == 0 && !resumed_) {
     model_->Init(options_.seed, params_.data());
     size_t off = 0;
     for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -346,8 +425,12 @@ absl::Status WorkerImpl::DeclareTables() {
       off += n;
     }
   }
-  return scheduler_.Barrier("init-params", id_, total_workers_,
-                            absl::Seconds(120));
+  return RetryThroughOutage(
+      [&] {
+        return scheduler_.Barrier("init-params", id_, total_workers_,
+                                  absl::Seconds(120));
+      },
+      absl::Minutes(5));
 }
 
 // Issues one operation per parameter table, all in flight together, and
@@ -499,17 +582,22 @@ absl::Status WorkerImpl::DeclareSparseTable() {
   if (bsp_) t.sync_workers = job_.num_workers();
   DP_ASSIGN_OR_RETURN(Table table, client_->CreateTable(t));
   tables_.push_back(table);
-  return scheduler_.Barrier("init-params", id_, total_workers_,
-                            absl::Seconds(120));
+  return RetryThroughOutage(
+      [&] {
+        return scheduler_.Barrier("init-params", id_, total_workers_,
+                                  absl::Seconds(120));
+      },
+      absl::Minutes(5));
 }
 
 absl::Status WorkerImpl::Run() {
-  reporter_ = std::make_unique<ClockReporter>(&scheduler_);
+  reporter_ = std::make_unique<ClockReporter>(&scheduler_, start_clock_);
   absl::Status s = sparse_                         ? RunSparse()
                    : options_.hogwild_threads > 1 ? RunHogwild()
                                                    : RunDense();
-  // The last clock reaches the scheduler before Run returns.
-  absl::Status flushed = reporter_->Flush(absl::Seconds(30));
+  // The last clock reaches the scheduler before Run returns (through a
+  // scheduler restart too).
+  absl::Status flushed = reporter_->Flush(absl::Minutes(2));
   reporter_.reset();
   return s.ok() ? flushed : s;
 }
@@ -519,7 +607,7 @@ absl::Status WorkerImpl::RunHogwild() {
   // Steps are handed out from one counter; `completed` counts the finished
   // ones, and only thread 0 reports them to the scheduler, so that the
   // reported clock never moves back.
-  std::atomic<int64_t> next{0}, completed{0};
+  std::atomic<int64_t> next{start_clock_}, completed{start_clock_};
   std::atomic<uint64_t> examples{0};
   std::atomic<bool> failed{false};
   std::vector<absl::Status> status(k);
@@ -534,6 +622,7 @@ absl::Status WorkerImpl::RunHogwild() {
     while (!failed.load(std::memory_order_relaxed)) {
       const int64_t step = next.fetch_add(1);
       if (step >= options_.steps) break;
+      DP_RETURN_IF_ERROR(CheckStop(step));
       client_->SetWorkerClock(rank_, step);
       DP_RETURN_IF_ERROR(ForEachBlock(
           *client_, blocks_, tables_,
@@ -597,8 +686,13 @@ absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
     const int64_t bound = bsp_ ? 0 : job_.staleness();
     if (*clock - gating <= bound) return absl::OkStatus();
   }
-  DP_ASSIGN_OR_RETURN(int64_t gating,
-                      scheduler_.WaitClock(rank_, *clock, absl::Minutes(2)));
+  DP_ASSIGN_OR_RETURN(int64_t gating, RetryThroughOutage(
+                                          [&] {
+                                            return scheduler_.WaitClock(
+                                                rank_, *clock,
+                                                absl::Minutes(2));
+                                          },
+                                          absl::Minutes(5)));
   reporter_->ObserveGating(gating);
   // A backup worker that fell behind skips to the step being taken.
   if (gating > *clock && job_.backup_workers() > 0) *clock = gating;
@@ -663,7 +757,13 @@ absl::Status WorkerImpl::RunSparse() {
   auto eval_due = [&](int64_t k) {
     return rank_ == 0 && (k % options_.eval_every == 0 || k == options_.steps);
   };
-  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+  // A resumed job skips the batches of the clocks before it.
+  for (int64_t c = 0; c < start_clock_; ++c) {
+    const size_t end = std::min(rows, cursor + batch);
+    cursor = end == rows ? 0 : end;
+  }
+  for (int64_t clock = start_clock_; clock < options_.steps; ++clock) {
+    DP_RETURN_IF_ERROR(CheckStop(clock));
     bool done;
     DP_RETURN_IF_ERROR(StartStep(&clock, &done));
     if (done) break;
@@ -696,8 +796,13 @@ absl::Status WorkerImpl::RunSparse() {
     // The last round: wait until every worker has pushed it, evaluate, and
     // report the accuracy with the same (final) clock again.
     const int64_t last = options_.steps;
-    DP_ASSIGN_OR_RETURN(int64_t gating,
-                        scheduler_.WaitClock(rank_, last, absl::Minutes(2)));
+    DP_ASSIGN_OR_RETURN(
+        int64_t gating, RetryThroughOutage(
+                            [&] {
+                              return scheduler_.WaitClock(rank_, last,
+                                                          absl::Minutes(2));
+                            },
+                            absl::Minutes(5)));
     (void)gating;
     client_->SetWorkerClock(rank_, last);
     DP_ASSIGN_OR_RETURN(double accuracy, evaluate(last));
@@ -722,6 +827,7 @@ absl::Status WorkerImpl::RunAspPipelined() {
   int64_t in_flight_clock = -1;
   double in_flight_loss = 0;
   Batcher batcher(train_.num_examples, options_.seed, rank_);
+  SkipBatches(batcher);
   uint64_t examples = 0;
   // Completes step `clock`: its PushPull is acknowledged and its values
   // become the parameters; rank 0 evaluates on schedule.
@@ -739,9 +845,10 @@ absl::Status WorkerImpl::RunAspPipelined() {
     return FinishStep(clock, loss, examples, test_accuracy);
   };
 
-  client_->SetWorkerClock(rank_, 0);
+  client_->SetWorkerClock(rank_, start_clock_);
   DP_RETURN_IF_ERROR(PullParams());
-  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+  for (int64_t clock = start_clock_; clock < options_.steps; ++clock) {
+    DP_RETURN_IF_ERROR(CheckStop(clock));
     std::vector<float>& g = grads[clock % 2];
     const std::vector<int> batch = batcher.Next(options_.batch);
     const absl::Time start = absl::Now();
@@ -813,11 +920,13 @@ absl::Status WorkerImpl::RunBsp() {
   std::vector<ExchangePart> parts = ExchangeParts();
   std::vector<Ticket> tickets;
   Batcher batcher(train_.num_examples, options_.seed, rank_);
+  SkipBatches(batcher);
   uint64_t examples = 0;
   int64_t params_clock = -1;  // params_ hold the state step params_clock reads
   // Where a step's time goes, for the log line at the end.
   absl::Duration compute_time, exchange_time;
-  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+  for (int64_t clock = start_clock_; clock < options_.steps; ++clock) {
+    DP_RETURN_IF_ERROR(CheckStop(clock));
     if (params_clock != clock) {
       bool done;
       DP_RETURN_IF_ERROR(StartStep(&clock, &done));
@@ -904,10 +1013,12 @@ absl::Status WorkerImpl::RunDense() {
   // SSP, and ASP with n_fetch or n_push > 1.
   std::vector<float> grads(params_.size()), acc(params_.size(), 0.0f);
   Batcher batcher(train_.num_examples, options_.seed, rank_);
+  SkipBatches(batcher);
   uint64_t examples = 0;
   const bool asp = job_.consistency() == "asp";
 
-  for (int64_t clock = 0; clock < options_.steps; ++clock) {
+  for (int64_t clock = start_clock_; clock < options_.steps; ++clock) {
+    DP_RETURN_IF_ERROR(CheckStop(clock));
     bool done;
     DP_RETURN_IF_ERROR(StartStep(&clock, &done));
     if (done) break;

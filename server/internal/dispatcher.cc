@@ -241,6 +241,12 @@ absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
   return InstallMap(PrepareMap(map));
 }
 
+std::vector<std::pair<TableId, std::shared_ptr<TableShard>>>
+Dispatcher::Tables() const {
+  absl::MutexLock lock(&mu_);
+  return {tables_.begin(), tables_.end()};
+}
+
 Epoch Dispatcher::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;
