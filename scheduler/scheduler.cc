@@ -961,6 +961,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (n.role() == proto::SERVER) unconfirmed_.insert(n.id());
     }
     version_ = durable_version_ = 1;
+    published_ = map_;
     DP_LOG(INFO) << "recovered state from " << options_.state_dir
                  << ": epoch " << map_.epoch() << ", " << map_.nodes_size()
                  << " nodes, " << map_.tables_size() << " tables, "

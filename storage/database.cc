@@ -1,6 +1,8 @@
 #include "storage/database.h"
 
 #include <atomic>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -188,6 +190,15 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(
     rocksdb::BlockBasedTableOptions table;
     table.block_size = 1 << 20;  // values are large; keep the index small
     options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  }
+  if (options.create_if_missing) {
+    // RocksDB makes the last folder only; a data dir may be a new path.
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the folder ", path, ": ", ec.message()));
+    }
   }
   rocksdb::DB* db = nullptr;
   rocksdb::Status s =

@@ -38,6 +38,9 @@ struct LocalClusterOptions {
   // used by the cluster's own scheduler calls. Empty: no authentication.
   std::string cluster_secret_file;
   absl::Duration start_timeout = absl::Seconds(30);
+  // Durable runs: the scheduler keeps its state in <work_dir>/state, and
+  // server i its checkpoints in <work_dir>/data/server-<i>.
+  bool durable = false;
 };
 
 class LocalCluster {
@@ -58,8 +61,15 @@ class LocalCluster {
   // Starts server `i` again (same name and flags, a new process), e.g.
   // after a test killed it. REQUIRES: it is not running.
   absl::Status RestartServer(int i);
-  // Sends SIGTERM to every process and waits for each; kInternal naming the
-  // first that did not exit with status 0 (killed ones are skipped).
+  // Starts the scheduler again on the same address (and state dir), e.g.
+  // after a test killed it. REQUIRES: it is not running.
+  absl::Status RestartScheduler();
+  // Where server `i` keeps its checkpoints (durable runs).
+  std::string data_dir(int i) const;
+  std::string state_dir() const { return options_.work_dir + "/state"; }
+  // Sends SIGTERM to every process at once (as Kubernetes stops a job),
+  // then waits for each; kInternal naming the first that did not exit with
+  // status 0 (killed ones are skipped).
   absl::Status Stop();
 
  private:
