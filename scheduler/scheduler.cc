@@ -257,6 +257,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         node->set_id(next_node_id_++);
       }
     }
+    rolled_back_.erase(node->id());
     if (rank >= 0) {
       // A DEAD worker that held this rank gives it up.
       auto held = rank_holder_.find(rank);
@@ -389,6 +390,13 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return Err(absl::UnavailableError(absl::StrCat(
           "advance clock: the job is being restored from checkpoint ",
           restoring_)));
+    }
+    if (rolled_back_.contains(req->node_id())) {
+      return Err(absl::FailedPreconditionError(absl::StrCat(
+          "advance clock of worker ", req->rank(), " to ", req->clock(),
+          ": the job was rolled back to checkpoint ", restored_from_,
+          " at clock ", restored_clock_,
+          "; this worker must register again (restart it) to resume there")));
     }
     absl::Status s = clocks_.Advance(req->rank(), req->clock());
     if (!s.ok()) return Err(s);
@@ -889,6 +897,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     state.set_restoring(restoring_);
     state.set_restored_from(restored_from_);
     state.set_restored_clock(restored_clock_);
+    for (NodeId id : rolled_back_) state.add_rolled_back_workers(id);
     return state;
   }
 
@@ -935,6 +944,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     restoring_ = state->restoring();
     restored_from_ = state->restored_from();
     restored_clock_ = state->restored_clock();
+    rolled_back_.insert(state->rolled_back_workers().begin(),
+                        state->rolled_back_workers().end());
     for (const auto& r : state->ranks()) {
       if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
       rank_of_[r.node()] = r.rank();
@@ -1302,6 +1313,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
     Refill(&map_, options_.replicas);
     SetClocks(m);
+    // Workers still running belong to the job before the rollback: they
+    // must register again, and get the checkpoint's clock.
+    for (const auto& n : map_.nodes()) {
+      if (n.role() == proto::WORKER) rolled_back_.insert(n.id());
+    }
     restored_from_ = id;
     restored_clock_ = m.clock();
     last_checkpoint_clock_ = m.clock();
@@ -1415,6 +1431,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   Epoch restore_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t restored_from_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers not registered since the last restore (SchedulerState).
+  absl::flat_hash_set<NodeId> rolled_back_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

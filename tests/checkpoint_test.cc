@@ -216,6 +216,71 @@ TEST(CheckpointTest, BspRestoreIsExactAndTrainingResumesWhereItStopped) {
   EXPECT_GT(accuracy, 0.7);
 }
 
+// --replicas=1: a server killed and restarted (same name, same data dir)
+// comes back without its ranges' data, so the whole job rolls back to the
+// newest checkpoint: the servers load it, the workers still running fail
+// (their steps were cut off), and restarted workers resume at its clock.
+// The job then ends exactly where a clean run ends.
+TEST(CheckpointTest, AServerThatComesBackRollsTheJobBackToTheCheckpoint) {
+  constexpr int kSteps = 240;
+  const std::string dir = FreshDir("rollback");
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 2;
+  o.durable = true;
+  o.scheduler_flags = {"--consistency=bsp",
+                       absl::StrCat("--num_workers=", kWorkers),
+                       "--checkpoint_every_clocks=40"};
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
+  const std::string address = cluster->scheduler_address();
+  auto workers = StartWorkers(address, dir, kSteps, "");
+  SchedulerClient sched(address);
+  int64_t newest = -1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline) {
+    auto list = sched.ListCheckpoints();
+    auto status = sched.GetJobStatus();
+    if (list.ok() && !list->empty() && status.ok() &&
+        status->gating_clock() >= list->back().clock() + 10 &&
+        list->back().clock() >= 40) {
+      newest = list->back().clock();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(newest, 40);
+  cluster->server(1).Signal(SIGKILL);
+  ASSERT_OK(cluster->server(1).Wait(absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_OK(cluster->RestartServer(1));
+  // The running workers' steps were cut off by the rollback: they stop.
+  for (auto& w : workers) {
+    ASSERT_OK_AND_ASSIGN(int st, w->Wait(absl::Seconds(120)));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << w->LogTail();
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<proto::CheckpointManifest> list,
+                       sched.ListCheckpoints());
+  ASSERT_FALSE(list.empty());
+  const proto::CheckpointManifest& m = list.back();
+  // Restarted, they are told where the job went back to, and resume there.
+  auto resumed = StartWorkers(address, dir, kSteps, ".resumed");
+  ExpectClean(resumed);
+  EXPECT_TRUE(absl::StrContains(
+      resumed[0]->LogTail(100000),
+      absl::StrCat("resuming at clock ", m.clock(),
+                   " (restored from checkpoint ", m.id(), ")")))
+      << resumed[0]->LogTail();
+  std::cout << "server-1 killed after checkpoint " << m.id() << " at clock "
+            << m.clock() << "; the job rolled back there" << std::endl;
+  ASSERT_OK_AND_ASSIGN(std::vector<float> final_params,
+                       ReadParams(address, absl::Seconds(30)));
+  EXPECT_OK(cluster->Stop());
+  const std::vector<float> whole = CleanRun("rollback-clean", kSteps);
+  EXPECT_EQ(CountDiffering(whole, final_params), 0u)
+      << "of " << final_params.size() << " parameters at the end";
+}
+
 // Values of the small dense table.
 std::vector<float> Values(uint64_t rows, uint32_t width, float scale) {
   std::vector<float> v(rows * width);

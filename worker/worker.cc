@@ -596,8 +596,9 @@ absl::Status WorkerImpl::Run() {
                    : options_.hogwild_threads > 1 ? RunHogwild()
                                                    : RunDense();
   // The last clock reaches the scheduler before Run returns (through a
-  // scheduler restart too).
-  absl::Status flushed = reporter_->Flush(absl::Minutes(2));
+  // scheduler restart too); after a failure, what is queued is dropped.
+  absl::Status flushed =
+      s.ok() ? reporter_->Flush(absl::Minutes(2)) : absl::OkStatus();
   reporter_.reset();
   return s.ok() ? flushed : s;
 }

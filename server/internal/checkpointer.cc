@@ -489,7 +489,9 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
     const KeyRange kr{want.begin(), want.end()};
     auto ledgers = std::make_shared<proto::RangeLedgers>(stored->ledgers());
     auto spec = std::make_shared<proto::TableSpec>(stored->spec());
-    DP_RETURN_IF_ERROR(OnDataThread([this, prepared, kr, ledgers, spec, what] {
+    const Clock clock = part.clock();
+    DP_RETURN_IF_ERROR(OnDataThread([this, prepared, kr, ledgers, spec, what,
+                                     clock] {
       std::shared_ptr<TableShard> shard;
       for (auto& [id, s] : dispatcher_->Tables()) {
         if (id == spec->id()) shard = s;
@@ -525,6 +527,13 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
         range->store = std::make_unique<RangeStore>(&shard->layout(), kr);
       }
       ImportLedgers(*ledgers, absl::Now(), range);
+      // Staleness is measured against the steps applied: those of a BSP
+      // checkpoint at clock c are 0 .. c - 1 for every rank.
+      if (clock > 0) {
+        for (int r = 0; r < shard->tracked_ranks(); ++r) {
+          shard->RecordApplied(r, clock - 1);
+        }
+      }
     }));
     DP_RETURN_IF_ERROR(*prepared);
     // The rows, a chunk at a time: read here, imported on the data thread
