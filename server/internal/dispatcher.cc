@@ -1,6 +1,7 @@
 #include "server/internal/dispatcher.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -495,6 +496,21 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
         ") for table '", spec.name(), "'"));
   }
   v.values = request.values.data();
+  if ((v.op == proto::PUSH || v.op == proto::PUSH_PULL) &&
+      !spec.allow_non_finite()) {
+    // A NaN or infinity would poison the row and its handler state (an
+    // accumulator keeps it for good): refused, before anything changes.
+    for (size_t i = 0; i < request.values.size(); ++i) {
+      if (std::isfinite(request.values[i])) continue;
+      const size_t row = i / width;
+      const Key key = v.is_range ? v.begin + row : v.keys[row];
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "': the gradient of key ", key,
+          " (column ", i % width, ") is ", request.values[i],
+          "; pushes must be finite (the table allows non-finite values only "
+          "with allow_non_finite)"));
+    }
+  }
 
   v.clocked = h.worker_clock() >= 0 && shard.tracked_ranks() > 0;
   if (v.clocked &&
@@ -515,6 +531,25 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
         "table '", spec.name(), "' aggregates synchronously: ",
         sparse ? "push key batches, without pull"
                : "push or push-pull key ranges"));
+  }
+  if (v.synced && v.range != nullptr) {
+    // A clock from the future would hold memory, and, once the step it
+    // names completed, make every honest push look late. A worker pushes
+    // clock c only once the step before it is applied everywhere it pushed
+    // (BSP), so it is never more than one clock ahead of a part.
+    const KeyRange part = v.is_range ? KeyRange{v.begin, v.end}
+                                     : v.range->range();
+    auto steps = v.range->steps.find({part.begin, part.end});
+    const Clock next = steps == v.range->steps.end()
+                           ? 0
+                           : steps->second.next_clock();
+    if (h.worker_clock() > next + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", spec.name(), "' keys [", part.begin, ", ", part.end,
+          "): worker ", h.worker_rank(), " pushed clock ", h.worker_clock(),
+          ", but the part is at step ", next,
+          "; a worker is never more than one clock ahead under BSP"));
+    }
   }
   if (v.synced && !v.is_range && v.range == nullptr) {
     // An empty key batch without a named range: it speaks for the one
