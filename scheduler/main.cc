@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "scheduler/scheduler.h"
@@ -49,6 +50,10 @@ ABSL_FLAG(int64_t, shutdown_checkpoint_timeout_s, 20,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour scheduler daemon");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::BlockTerminationSignals();
   downpour::SetLogTag("scheduler");
 
@@ -73,7 +78,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.policy = *policy;
-  options.policy_name = absl::GetFlag(FLAGS_consistency);
   auto auth = downpour::ClusterAuth::FromFlags();
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

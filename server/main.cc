@@ -9,6 +9,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -50,6 +51,10 @@ ABSL_FLAG(int64_t, shutdown_checkpoint_wait_s, 3,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour parameter server daemon");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::TuneAllocatorForLargeMessages();
   downpour::BlockTerminationSignals();
 
