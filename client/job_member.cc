@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -23,12 +24,15 @@ namespace {
 // is replaced by it (clocks only move forward, and the newer progress
 // figures supersede the older, except an evaluation's accuracy, which is
 // kept). Each reply tells the smallest clock of the other workers, a lower
-// bound that only grows.
+// bound that only grows. A report the scheduler does not answer (down,
+// restarting, or restoring the job) is sent again until it is, unless a
+// newer one replaced it; other errors are kept for the next Advance.
 // Thread-safe.
 class ClockReporter {
  public:
-  // `scheduler` must outlive this object.
-  explicit ClockReporter(SchedulerClient* scheduler) : scheduler_(scheduler) {
+  // `scheduler` must outlive this object. Clocks start at `start_clock`.
+  ClockReporter(SchedulerClient* scheduler, Clock start_clock)
+      : scheduler_(scheduler), own_clock_(start_clock), others_(start_clock) {
     thread_ = std::thread([this] { Loop(); });
   }
   // Sends what is still queued, then stops.
@@ -101,11 +105,25 @@ class ClockReporter {
       auto reply = scheduler_->AdvanceClock(req);  // not under the lock
       absl::MutexLock lock(&mu_);
       in_flight_ = false;
-      if (!reply.ok()) {
-        if (error_.ok()) error_ = reply.status();
-      } else {
+      if (reply.ok()) {
+        if (retrying_) DP_LOG(INFO) << "clock reports reach the scheduler again";
+        retrying_ = false;
         others_ = std::max(others_, reply->others_min_clock());
+        continue;
       }
+      const absl::StatusCode code = reply.status().code();
+      if (code != absl::StatusCode::kUnavailable &&
+          code != absl::StatusCode::kDeadlineExceeded) {
+        if (error_.ok()) error_ = reply.status();
+        continue;
+      }
+      if (!retrying_) {
+        DP_LOG(WARNING) << reply.status() << "; sending it again";
+        retrying_ = true;
+      }
+      if (!pending_) pending_ = std::move(req);
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(200));
+      if (stop_) return;
     }
   }
 
@@ -113,12 +131,40 @@ class ClockReporter {
   mutable absl::Mutex mu_;
   std::optional<proto::AdvanceClockRequest> pending_ ABSL_GUARDED_BY(mu_);
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool retrying_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  Clock own_clock_ ABSL_GUARDED_BY(mu_) = 0;
-  Clock others_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock own_clock_ ABSL_GUARDED_BY(mu_);
+  Clock others_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
+
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// Calls `call(time left)` again while it fails with kUnavailable (the
+// scheduler down, restarting or restoring the job: members keep going
+// through its outage), until `timeout` has passed.
+template <typename F>
+auto RetryThroughOutage(F call, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  bool logged = false;
+  while (true) {
+    auto r = call(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    if (StatusOf(r).code() != absl::StatusCode::kUnavailable ||
+        absl::Now() + absl::Milliseconds(200) >= deadline) {
+      return r;
+    }
+    if (!logged) {
+      DP_LOG(WARNING) << StatusOf(r) << "; trying again";
+      logged = true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
 
 class JobMemberImpl final : public JobMember {
  public:
@@ -134,11 +180,17 @@ class JobMemberImpl final : public JobMember {
     proto::RegisterRequest reg;
     reg.set_role(proto::WORKER);
     reg.set_name(options_.name);
+    // A new process under a known name replaces the old one (which a
+    // restarted scheduler may still list as alive).
+    std::random_device rd;
+    reg.set_incarnation((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
     if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
     id_ = reply.node_id();
     rank_ = reply.rank();
+    start_clock_ = std::max<Clock>(0, reply.start_clock());
+    restored_from_ = reply.restored_from();
     DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()),
                         "scheduler at ", options_.scheduler_address);
     if (rank_ < 0 || rank_ >= policy_.total_workers()) {
@@ -158,13 +210,15 @@ class JobMemberImpl final : public JobMember {
         if (!hb.ok()) DP_LOG(WARNING) << hb.status();
       }
     });
-    reporter_ = std::make_unique<ClockReporter>(&scheduler_);
+    reporter_ = std::make_unique<ClockReporter>(&scheduler_, start_clock_);
     return absl::OkStatus();
   }
 
   NodeId node_id() const override { return id_; }
   int rank() const override { return rank_; }
   const ConsistencyPolicy& policy() const override { return policy_; }
+  Clock start_clock() const override { return start_clock_; }
+  uint64_t restored_from() const override { return restored_from_; }
 
   absl::Status ReportClock(const ClockReport& report) override {
     proto::AdvanceClockRequest adv;
@@ -199,16 +253,24 @@ class JobMemberImpl final : public JobMember {
       return known;
     }
     DP_ASSIGN_OR_RETURN(Clock gating,
-                        scheduler_.WaitClock(rank_, clock, timeout), "worker ",
-                        rank_, " at clock ", clock);
+                        RetryThroughOutage(
+                            [&](absl::Duration left) {
+                              return scheduler_.WaitClock(rank_, clock, left);
+                            },
+                            timeout),
+                        "worker ", rank_, " at clock ", clock);
     reporter_->ObserveGating(gating);
     return gating;
   }
 
   absl::Status Barrier(const std::string& name,
                        absl::Duration timeout) override {
-    return scheduler_.Barrier(
-        name, id_, static_cast<uint32_t>(policy_.total_workers()), timeout);
+    return RetryThroughOutage(
+        [&](absl::Duration left) {
+          return scheduler_.Barrier(
+              name, id_, static_cast<uint32_t>(policy_.total_workers()), left);
+        },
+        timeout);
   }
 
  private:
@@ -217,6 +279,8 @@ class JobMemberImpl final : public JobMember {
   NodeId id_ = kNoNode;
   int rank_ = 0;
   ConsistencyPolicy policy_;
+  Clock start_clock_ = 0;
+  uint64_t restored_from_ = 0;
   absl::Notification stop_heartbeats_;
   std::thread heartbeat_;
   std::unique_ptr<ClockReporter> reporter_;

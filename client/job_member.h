@@ -34,6 +34,18 @@
 // The policy's guarantees hold only if a worker reports clock c + 1 after
 // every push of its iteration c is acknowledged (see consistency.h).
 //
+// Through a scheduler outage (down, restarting on its --state_dir, or
+// restoring the job from a checkpoint) the member keeps going: a clock
+// report the scheduler does not answer (kUnavailable, kDeadlineExceeded) is
+// sent again until it is, unless a newer one replaced it; WaitClock and
+// Barrier retry kUnavailable until their timeout; Join retries until
+// register_timeout. Joining again under a name gives a new incarnation, so
+// a new process replaces the old one a restarted scheduler may still list.
+//
+// A job restored from a checkpoint resumes at its clock: start_clock() is
+// where this member starts (0 for a new job), restored_from() the
+// checkpoint.
+//
 // Errors (absl::Status, canonical codes):
 //   kInvalidArgument    no scheduler address; a job config without a known
 //                       policy; Join: a requested rank outside the job
@@ -46,8 +58,10 @@
 //                       requested rank
 //   kResourceExhausted  Join: the job has all its N + b workers
 //   kUnauthenticated    the cluster has a secret and this member lacks it
-//   kFailedPrecondition a clock report moved the clock back; Join: the name
-//                       holds another rank than the one requested
+//   kFailedPrecondition a clock report moved the clock back, or the job was
+//                       rolled back to a checkpoint under it (join again);
+//                       Join: the name holds another rank than the one
+//                       requested
 //
 // Thread-safe: every method may be called from any thread.
 #ifndef DOWNPOUR_CLIENT_JOB_MEMBER_H_
@@ -78,7 +92,8 @@ struct JobMemberOptions {
   int rank = -1;
   // The cluster secret, if it has one (common/auth.h).
   ClusterAuth auth;
-  // How long Join keeps retrying a scheduler that is not up yet.
+  // How long Join keeps retrying a scheduler that is not up yet, or that
+  // is restoring the job from a checkpoint.
   absl::Duration register_timeout = absl::Seconds(30);
   // Deadline of each short call (heartbeat, clock report).
   absl::Duration rpc_timeout = absl::Seconds(10);
@@ -111,6 +126,11 @@ class JobMember {
   virtual int rank() const = 0;
   // The job's consistency policy, as the scheduler declared it.
   virtual const ConsistencyPolicy& policy() const = 0;
+  // The clock to start from: 0 for a new job, the checkpoint's clock for a
+  // job restored from one (RegisterReply.start_clock).
+  virtual Clock start_clock() const = 0;
+  // The checkpoint the job was last restored from; 0: none.
+  virtual uint64_t restored_from() const = 0;
 
   // Queues `report` and returns at once. Returns the first error an
   // earlier report got (then every later call returns it too).
@@ -118,7 +138,7 @@ class JobMember {
   // Waits until every queued report has been sent; the first error a
   // report got, or kDeadlineExceeded.
   virtual absl::Status Flush(absl::Duration timeout) = 0;
-  // The clock last queued by ReportClock (0 before any).
+  // The clock last queued by ReportClock (start_clock() before any).
   virtual Clock reported_clock() const = 0;
   // A lower bound on every other worker's clock (it only grows): from the
   // replies to clock reports and from WaitClock.

@@ -205,4 +205,28 @@ absl::Status SchedulerClient::ReportUnreachable(NodeId reporter,
   return absl::OkStatus();
 }
 
+absl::StatusOr<proto::CheckpointManifest> SchedulerClient::Checkpoint(
+    absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout + absl::Seconds(5));
+  proto::CheckpointRequest req;
+  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  proto::CheckpointReply reply;
+  grpc::Status s = stub_->Checkpoint(&ctx, req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s, "checkpoint");
+  return reply.manifest();
+}
+
+absl::StatusOr<std::vector<proto::CheckpointManifest>>
+SchedulerClient::ListCheckpoints() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::ListCheckpointsReply reply;
+  grpc::Status s =
+      stub_->ListCheckpoints(&ctx, proto::ListCheckpointsRequest(), &reply);
+  if (!s.ok()) return FromGrpcStatus(s, "list checkpoints");
+  return std::vector<proto::CheckpointManifest>(reply.checkpoints().begin(),
+                                                reply.checkpoints().end());
+}
+
 }  // namespace downpour

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -63,6 +64,10 @@ class SchedulerClient {
   absl::Status ReplicaReady(const proto::ReplicaReadyRequest& req);
   absl::Status ReportUnreachable(NodeId reporter, NodeId suspect,
                                  const std::string& reason);
+
+  // Checkpoints (see scheduler.h): takes one and waits up to `timeout`.
+  absl::StatusOr<proto::CheckpointManifest> Checkpoint(absl::Duration timeout);
+  absl::StatusOr<std::vector<proto::CheckpointManifest>> ListCheckpoints();
 
   // Streams cluster maps newer than `known_epoch` to `on_map` until Cancel()
   // or the stream breaks; returns why it ended (OK after Cancel()).

@@ -31,6 +31,21 @@ ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
 ABSL_FLAG(int32_t, backup_workers, 0,
           "extra workers; each step uses the first num_workers to finish");
+ABSL_FLAG(std::string, state_dir, "",
+          "keep the scheduler's state (nodes, tables, map, ranks, ids, "
+          "checkpoint manifests) in RocksDB here and recover it on restart; "
+          "empty: in memory only (a restart forgets everything and may reuse "
+          "ids). Needed for checkpoints");
+ABSL_FLAG(int64_t, checkpoint_every_clocks, 0,
+          "take a checkpoint every N clocks of the job (0: off)");
+ABSL_FLAG(int64_t, checkpoint_every_s, 0,
+          "take a checkpoint every S seconds (0: off)");
+ABSL_FLAG(int64_t, checkpoint_timeout_s, 60,
+          "how long one checkpoint may take");
+ABSL_FLAG(int32_t, keep_checkpoints, 2, "complete checkpoints kept");
+ABSL_FLAG(int64_t, shutdown_checkpoint_timeout_s, 20,
+          "on SIGTERM (with --state_dir): take a last checkpoint, waiting at "
+          "most this long, then stop (0: none)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour scheduler daemon");
@@ -69,6 +84,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth = *auth;
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.checkpoint_every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
+  options.checkpoint_every =
+      absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  options.checkpoint_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_checkpoint_timeout_s));
+  options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  if (options.state_dir.empty() &&
+      (options.checkpoint_every_clocks > 0 ||
+       options.checkpoint_every > absl::ZeroDuration())) {
+    DP_LOG(ERROR) << "--checkpoint_every_clocks and --checkpoint_every_s "
+                     "need --state_dir";
+    return 2;
+  }
+  const absl::Duration last_checkpoint =
+      options.state_dir.empty()
+          ? absl::ZeroDuration()
+          : absl::Seconds(absl::GetFlag(FLAGS_shutdown_checkpoint_timeout_s));
   DP_LOG(INFO) << "job: " << policy->ToString();
   auto scheduler = downpour::Scheduler::Create(options);
   if (!scheduler.ok()) {
@@ -85,7 +118,22 @@ int main(int argc, char** argv) {
   }
   DP_LOG(INFO) << "serving on " << (*scheduler)->address()
                << " (listen " << options.listen_address << ")";
-  downpour::OnTerminationSignal([s = scheduler->get()] { s->Shutdown(); });
+  downpour::OnTerminationSignal([s = scheduler->get(), last_checkpoint] {
+    if (last_checkpoint > absl::ZeroDuration()) {
+      // Kubernetes stops every pod of the job at once: the servers wait
+      // (bounded) for this checkpoint before they exit; the workers finish
+      // their step first (docs/OPERATIONS.md, "Stopping a job").
+      DP_LOG(INFO) << "SIGTERM: a last checkpoint before stopping";
+      auto m = s->Checkpoint(last_checkpoint);
+      if (m.ok()) {
+        DP_LOG(INFO) << "last checkpoint " << m->id() << " at clock "
+                     << m->clock();
+      } else {
+        DP_LOG(WARNING) << "no last checkpoint: " << m.status();
+      }
+    }
+    s->Shutdown();
+  });
   (*scheduler)->Wait();
   (*scheduler)->Shutdown();
   DP_LOG(INFO) << "stopped";

@@ -1,7 +1,9 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -19,7 +21,10 @@
 #include "grpcpp/grpcpp.h"
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
+#include "cluster/server_admin_client.h"
+#include "scheduler/checkpoints.h"
 #include "scheduler/placement.h"
+#include "scheduler/state_store.h"
 #include "scheduler/table_spec.h"
 
 namespace downpour {
@@ -28,7 +33,7 @@ namespace {
 class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
   explicit SchedulerImpl(const SchedulerOptions& o)
-      : options_(o), clocks_(o.policy) {
+      : options_(o), admins_(o.auth), clocks_(o.policy) {
     o.policy.ToJob(&job_);
     workers_.resize(clocks_.size());
     for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
@@ -36,6 +41,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   ~SchedulerImpl() override { Shutdown(); }
 
   absl::Status Start() {
+    if (!options_.state_dir.empty()) {
+      DP_ASSIGN_OR_RETURN(store_, StateStore::Open(options_.state_dir));
+      DP_RETURN_IF_ERROR(Recover());
+    }
     DP_ASSIGN_OR_RETURN(
         StartedGrpcServer started,
         StartGrpcServer(options_.listen_address, this, "the scheduler",
@@ -44,6 +53,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     server_ = std::move(started.server);
     port_ = started.port;
     sweeper_ = std::thread([this] { SweepLoop(); });
+    if (store_ != nullptr) {
+      persister_ = std::thread([this] { PersistLoop(); });
+      durability_ = std::thread([this] { DurabilityLoop(); });
+    }
     DP_LOG(INFO) << "scheduler listening on port " << port_;
     return absl::OkStatus();
   }
@@ -66,18 +79,44 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       stopping_ = true;
     }
     if (sweeper_.joinable()) sweeper_.join();
+    if (durability_.joinable()) durability_.join();
     // Streams and barriers notice stopping_ within their wait slice.
     if (server_) {
       server_->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::seconds(2));
     }
+    // The last changes reach the disk before Wait() returns.
+    if (persister_.joinable()) persister_.join();
     absl::MutexLock lock(&mu_);
     stopped_ = true;
   }
 
   proto::ClusterMap CurrentMap() const override {
     absl::MutexLock lock(&mu_);
-    return map_;
+    return published_;
+  }
+
+  absl::StatusOr<proto::CheckpointManifest> Checkpoint(
+      absl::Duration timeout) override {
+    if (store_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "checkpoints need the scheduler's --state_dir (the manifests live "
+          "there)");
+    }
+    auto waiter = std::make_shared<CheckpointWaiter>();
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::UnavailableError("scheduler stopped");
+    checkpoint_requests_.push_back(waiter);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return waiter->done || stopped_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "checkpoint not complete after ", absl::FormatDuration(timeout),
+          " (it goes on)"));
+    }
+    if (!waiter->done) return absl::UnavailableError("scheduler stopped");
+    return waiter->result;
   }
 
   // --- gRPC service ---
@@ -91,11 +130,27 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return Err(absl::InvalidArgumentError("register: a server needs a data endpoint"));
     }
     absl::MutexLock lock(&mu_);
+    if (req->role() == proto::WORKER) {
+      if (std::string why = WorkersHeldBack(); !why.empty()) {
+        return Err(absl::UnavailableError(
+            absl::StrCat("register worker '", req->name(), "': ", why)));
+      }
+    }
     proto::NodeInfo* node = nullptr;
     if (!req->name().empty()) {
       for (auto& n : *map_.mutable_nodes()) {
         if (n.name() == req->name() && n.role() == req->role()) node = &n;
       }
+    }
+    if (node != nullptr && node->state() == proto::ALIVE &&
+        req->incarnation() != 0 && req->incarnation() == node->incarnation()) {
+      // The same process again: a retry whose reply was lost (e.g. the
+      // scheduler restarted meanwhile). It keeps what it got.
+      last_seen_[node->id()] = absl::Now();
+      unconfirmed_.erase(node->id());
+      const auto r = rank_of_.find(node->id());
+      return Err(FinishRegister(*node, r == rank_of_.end() ? -1 : r->second,
+                                version_, reply));
     }
     if (node != nullptr && node->state() == proto::ALIVE) {
       if (req->incarnation() == 0 ||
@@ -124,8 +179,17 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
     if (node == nullptr) {
       node = map_.add_nodes();
-      node->set_id(next_node_id_++);
+      // A node that had an id from a scheduler that lost its state gets it
+      // back if nobody holds it; ids stay unique either way.
+      const NodeId previous = req->previous_id();
+      if (previous != kNoNode && FindNode(previous) == nullptr) {
+        node->set_id(previous);
+        next_node_id_ = std::max(next_node_id_, previous + 1);
+      } else {
+        node->set_id(next_node_id_++);
+      }
     }
+    rolled_back_.erase(node->id());
     if (rank >= 0) {
       // A DEAD worker that held this rank gives it up.
       auto held = rank_holder_.find(rank);
@@ -147,21 +211,30 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     node->set_max_message_bytes(req->max_message_bytes());
     last_seen_[node->id()] = absl::Now();
     suspect_since_.erase(node->id());
+    unconfirmed_.erase(node->id());
     applied_[node->id()] = 0;
     if (new_incarnation && ForgetServerData(&map_, node->id())) {
-      DP_LOG(WARNING) << "server '" << req->name() << "' (id " << node->id()
-                      << ") restarted: ranges only it held are lost";
+      if (!manifests_.empty() && restoring_ == 0) {
+        // Its data is gone and no other server holds it: the job goes back
+        // to the newest checkpoint (DurabilityLoop).
+        restoring_ = manifests_.back().id();
+        DP_LOG(WARNING) << "server '" << req->name() << "' (id "
+                        << node->id() << ") restarted without the data of "
+                        << "ranges only it held: the job rolls back to "
+                        << "checkpoint " << restoring_ << " (clock "
+                        << manifests_.back().clock() << ")";
+      } else if (restoring_ == 0) {
+        DP_LOG(WARNING) << "server '" << req->name() << "' (id "
+                        << node->id()
+                        << ") restarted: ranges only it held are lost";
+      }
     }
     if (req->role() == proto::SERVER) Refill(&map_, options_.replicas);
     BumpEpoch();
     DP_LOG(INFO) << proto::NodeRole_Name(req->role()) << " '" << req->name()
                  << "' registered as node " << node->id() << " ("
                  << req->data_endpoint() << "), epoch " << map_.epoch();
-    reply->set_node_id(node->id());
-    reply->set_heartbeat_interval_ms(
-        absl::ToInt64Milliseconds(options_.heartbeat_interval));
-    *reply->mutable_map() = map_;
-    return grpc::Status::OK;
+    return Err(FinishRegister(*node, rank, Commit(), reply));
   }
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
@@ -176,8 +249,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           "node ", req->node_id(), " was declared dead; register again")));
     }
     last_seen_[node->id()] = absl::Now();
+    unconfirmed_.erase(node->id());
     RecordApplied(node->id(), req->applied_epoch());
-    reply->set_epoch(map_.epoch());
+    reply->set_epoch(published_.epoch());
     return grpc::Status::OK;
   }
 
@@ -194,7 +268,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status GetClusterMap(grpc::ServerContext* ctx, const proto::GetClusterMapRequest*,
                              proto::ClusterMap* map) override {
     absl::MutexLock lock(&mu_);
-    *map = map_;
+    *map = published_;
     return grpc::Status::OK;
   }
 
@@ -208,14 +282,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       {
         absl::MutexLock lock(&mu_);
         auto changed = [this, known]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || map_.epoch() > known;
+          return stopping_ || published_.epoch() > known;
         };
         // Short slices: a stream that breaks is how a killed node first
         // shows, and failover waits for it.
         mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(50));
         if (stopping_) break;
-        if (map_.epoch() <= known) continue;
-        map = map_;
+        if (published_.epoch() <= known) continue;
+        map = published_;
       }
       known = map.epoch();
       if (!writer->Write(map)) {  // not under the lock
@@ -239,8 +313,21 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                             const proto::AdvanceClockRequest* req,
                             proto::AdvanceClockReply* reply) override {
     absl::MutexLock lock(&mu_);
+    if (restoring_ != 0) {
+      return Err(absl::UnavailableError(absl::StrCat(
+          "advance clock: the job is being restored from checkpoint ",
+          restoring_)));
+    }
+    if (rolled_back_.contains(req->node_id())) {
+      return Err(absl::FailedPreconditionError(absl::StrCat(
+          "advance clock of worker ", req->rank(), " to ", req->clock(),
+          ": the job was rolled back to checkpoint ", restored_from_,
+          " at clock ", restored_clock_,
+          "; this worker must register again (restart it) to resume there")));
+    }
     absl::Status s = clocks_.Advance(req->rank(), req->clock());
     if (!s.ok()) return Err(s);
+    clocks_dirty_ = true;
     proto::WorkerStatus& w = workers_[req->rank()];
     w.set_clock(req->clock());
     w.set_loss(req->loss());
@@ -301,6 +388,27 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     DP_LOG(INFO) << "table " << req->table_id() << " range from key "
                  << req->range_begin() << ": backup " << req->backup()
                  << " in sync, epoch " << map_.epoch();
+    // The primary reports once: it must not be forgotten by a restart.
+    return Err(AwaitDurable(Commit()));
+  }
+
+  grpc::Status Checkpoint(grpc::ServerContext*,
+                          const proto::CheckpointRequest* req,
+                          proto::CheckpointReply* reply) override {
+    const absl::Duration timeout =
+        req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms())
+                              : options_.checkpoint_timeout + absl::Seconds(5);
+    absl::StatusOr<proto::CheckpointManifest> m = Checkpoint(timeout);
+    if (!m.ok()) return Err(m.status());
+    *reply->mutable_manifest() = *std::move(m);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListCheckpoints(grpc::ServerContext*,
+                               const proto::ListCheckpointsRequest*,
+                               proto::ListCheckpointsReply* reply) override {
+    absl::MutexLock lock(&mu_);
+    for (const auto& m : manifests_) *reply->add_checkpoints() = m;
     return grpc::Status::OK;
   }
 
@@ -480,10 +588,15 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     DP_RETURN_IF_ERROR(ApplyJobPolicy(&spec));
     DP_RETURN_IF_ERROR(ValidateTableShape(spec));
     absl::MutexLock lock(&mu_);
+    if (restoring_ != 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "create table '", spec.name(),
+          "': the job is being restored from checkpoint ", restoring_));
+    }
     auto existing_reply = [&](const proto::TableMap* t)
                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       *reply->mutable_spec() = t->spec();
-      reply->set_epoch(map_.epoch());
+      reply->set_epoch(published_.epoch());
       reply->set_created(false);
       return absl::OkStatus();
     };
@@ -531,6 +644,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     PlaceTable(table, ring, options_.replicas);
     BumpEpoch();
     const Epoch epoch = map_.epoch();
+    // Servers see the table once it is on disk here: a restarted scheduler
+    // never gives its id to another table.
+    DP_RETURN_IF_ERROR(AwaitDurable(Commit()), "create table '", spec.name(),
+                       "'");
     DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
                  << table->ranges_size() << " ranges, " << options_.replicas
                  << " holders each, epoch " << epoch;
@@ -595,6 +712,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         }
         n.set_state(proto::DEAD);
         dead.push_back(n.id());
+        unconfirmed_.erase(n.id());
         DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name() << "') "
                         << why << "; declared dead";
       }
@@ -605,6 +723,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       }
       Refill(&map_, options_.replicas);
       BumpEpoch();
+      Commit();
       DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
     }
   }
@@ -622,7 +741,586 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
   }
 
+  // --- Registration ---
+
+  // Why a worker may not register now ("" if it may): during a restore, and
+  // right after a restart with checkpoints until every server has been
+  // heard from (a server that lost its data starts a restore, which moves
+  // the clocks a worker starts from).
+  std::string WorkersHeldBack() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (restoring_ != 0) {
+      const proto::CheckpointManifest* m = FindManifest(restoring_);
+      std::string missing;
+      if (m != nullptr) {
+        for (const std::string& name : ServersOf(*m)) {
+          const proto::NodeInfo* n = FindByName(name, proto::SERVER);
+          if (n == nullptr || n->state() != proto::ALIVE) {
+            absl::StrAppend(&missing, missing.empty() ? "" : ", ", "'", name,
+                            "'");
+          }
+        }
+      }
+      return absl::StrCat(
+          "the job is being restored from checkpoint ", restoring_,
+          m != nullptr ? absl::StrCat(" (clock ", m->clock(), ")") : "",
+          missing.empty() ? ""
+                          : absl::StrCat("; waiting for servers ", missing));
+    }
+    if (!manifests_.empty() && !unconfirmed_.empty()) {
+      return absl::StrCat("the scheduler restarted and waits to hear from ",
+                          unconfirmed_.size(),
+                          " servers (at most --dead_after_ms)");
+    }
+    return "";
+  }
+
+  // Fills a registration's reply once version `version` of the state is
+  // durable (the node's id must survive a restart of the scheduler).
+  absl::Status FinishRegister(const proto::NodeInfo& node, int rank,
+                              uint64_t version, proto::RegisterReply* reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    DP_RETURN_IF_ERROR(AwaitDurable(version), "register '", node.name(), "'");
+    reply->set_node_id(node.id());
+    reply->set_rank(rank);
+    *reply->mutable_job() = job_;
+    reply->set_heartbeat_interval_ms(
+        absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    if (rank >= 0) reply->set_start_clock(clocks_.clock(rank));
+    reply->set_restored_from(restored_from_);
+    *reply->mutable_map() = published_;
+    return absl::OkStatus();
+  }
+
+  // --- State on disk ---
+
+  // Records a change of the state; returns its version. With a state dir
+  // the persister writes it and then publishes its map; without, the map is
+  // published at once.
+  uint64_t Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++version_;
+    if (store_ == nullptr) {
+      published_ = map_;
+      durable_version_ = version_;
+    }
+    return version_;
+  }
+
+  // Waits (without the lock) until version `v` is on disk and published.
+  // kUnavailable if it cannot be written (a full disk): the change is then
+  // not published, and the caller's client retries.
+  absl::Status AwaitDurable(uint64_t v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto done = [this, v]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return durable_version_ >= v || stopping_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
+    if (durable_version_ >= v) return absl::OkStatus();
+    if (stopping_) return absl::UnavailableError("scheduler shutting down");
+    return absl::UnavailableError(absl::StrCat(
+        "the scheduler cannot write its state to ", options_.state_dir, ": ",
+        store_error_.ToString()));
+  }
+
+  proto::SchedulerState Snapshot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    proto::SchedulerState state;
+    state.set_format(1);
+    *state.mutable_map() = map_;
+    *state.mutable_job() = job_;
+    for (const auto& [node, rank] : rank_of_) {
+      proto::SchedulerState::Rank* r = state.add_ranks();
+      r->set_rank(rank);
+      r->set_node(node);
+    }
+    state.set_next_node_id(next_node_id_);
+    state.set_next_table_id(next_table_id_);
+    state.set_next_checkpoint_id(next_checkpoint_id_);
+    state.set_restoring(restoring_);
+    state.set_restored_from(restored_from_);
+    state.set_restored_clock(restored_clock_);
+    for (NodeId id : rolled_back_) state.add_rolled_back_workers(id);
+    return state;
+  }
+
+  proto::SchedulerClocks ClocksSnapshot() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    proto::SchedulerClocks clocks;
+    for (int r = 0; r < clocks_.size(); ++r) {
+      proto::WorkerStatus* w = clocks.add_workers();
+      *w = workers_[r];
+      w->set_clock(clocks_.clock(r));
+    }
+    clocks.set_restored_from(restored_from_);
+    return clocks;
+  }
+
+  // Loads what a previous scheduler left in the state dir.
+  absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_) {
+    DP_ASSIGN_OR_RETURN(std::optional<proto::SchedulerState> state,
+                        store_->LoadState());
+    DP_ASSIGN_OR_RETURN(proto::SchedulerClocks clocks, store_->LoadClocks());
+    DP_ASSIGN_OR_RETURN(std::vector<proto::CheckpointManifest> manifests,
+                        store_->LoadManifests());
+    absl::MutexLock lock(&mu_);
+    if (!state.has_value()) {
+      // A new directory: the job is recorded at once, so that a restart
+      // with other job flags is refused.
+      ++version_;
+      durable_version_ = version_;
+      return store_->SaveState(Snapshot().SerializeAsString());
+    }
+    if (!google::protobuf::util::MessageDifferencer::Equals(state->job(),
+                                                            job_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state dir ", options_.state_dir, " holds another job (",
+          state->job().ShortDebugString(), "); the flags give (",
+          job_.ShortDebugString(),
+          "): start with the same --consistency, --staleness, --num_workers "
+          "and --backup_workers, or use a new --state_dir"));
+    }
+    map_ = state->map();
+    next_node_id_ = std::max<NodeId>(1, state->next_node_id());
+    next_table_id_ = std::max<TableId>(1, state->next_table_id());
+    next_checkpoint_id_ = std::max<uint64_t>(1, state->next_checkpoint_id());
+    restoring_ = state->restoring();
+    restored_from_ = state->restored_from();
+    restored_clock_ = state->restored_clock();
+    rolled_back_.insert(state->rolled_back_workers().begin(),
+                        state->rolled_back_workers().end());
+    for (const auto& r : state->ranks()) {
+      if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
+      rank_of_[r.node()] = r.rank();
+      rank_holder_[r.rank()] = r.node();
+    }
+    manifests_ = std::move(manifests);
+    if (!manifests_.empty()) last_checkpoint_clock_ = manifests_.back().clock();
+    // Clocks written before the last restore are not the job's any more.
+    if (clocks.restored_from() == restored_from_) {
+      for (int r = 0; r < clocks.workers_size() && r < clocks_.size(); ++r) {
+        const proto::WorkerStatus& w = clocks.workers(r);
+        if (clocks_.Advance(r, w.clock()).ok()) workers_[r] = w;
+        workers_[r].set_rank(r);
+      }
+    } else if (const proto::CheckpointManifest* m =
+                   FindManifest(restored_from_)) {
+      SetClocks(*m);
+    }
+    // Every node gets a full dead_after to be heard from.
+    const absl::Time now = absl::Now();
+    for (const auto& n : map_.nodes()) {
+      if (n.state() != proto::ALIVE) continue;
+      last_seen_[n.id()] = now;
+      if (n.role() == proto::SERVER) unconfirmed_.insert(n.id());
+    }
+    version_ = durable_version_ = 1;
+    published_ = map_;
+    DP_LOG(INFO) << "recovered state from " << options_.state_dir
+                 << ": epoch " << map_.epoch() << ", " << map_.nodes_size()
+                 << " nodes, " << map_.tables_size() << " tables, "
+                 << manifests_.size() << " checkpoints"
+                 << (manifests_.empty()
+                         ? std::string()
+                         : absl::StrCat(" (newest ", manifests_.back().id(),
+                                        " at clock ",
+                                        manifests_.back().clock(), ")"))
+                 << ", gating clock " << clocks_.GatingClock()
+                 << (restoring_ != 0
+                         ? absl::StrCat("; resuming the restore of checkpoint ",
+                                        restoring_)
+                         : std::string());
+    return absl::OkStatus();
+  }
+
+  // Writes each new version of the state (synced; only the newest of those
+  // queued meanwhile), then publishes its map; and the clocks, at most
+  // every 300 ms, unsynced. Runs until shutdown, after a last write.
+  void PersistLoop() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    absl::Time clocks_saved = absl::InfinitePast();
+    absl::Time retry_at = absl::InfinitePast();
+    bool logged = false;
+    while (true) {
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || version_ > durable_version_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
+      if (version_ > durable_version_ && absl::Now() >= retry_at) {
+        const uint64_t v = version_;
+        const std::string bytes = Snapshot().SerializeAsString();
+        proto::ClusterMap map = map_;
+        mu_.Unlock();
+        absl::Status s = store_->SaveState(bytes);  // not under the lock
+        mu_.Lock();
+        if (s.ok()) {
+          durable_version_ = std::max(durable_version_, v);
+          if (map.epoch() >= published_.epoch()) published_ = std::move(map);
+          if (logged) DP_LOG(INFO) << "state written again";
+          store_error_ = absl::OkStatus();
+          logged = false;
+        } else {
+          store_error_ = s;
+          retry_at = absl::Now() + absl::Milliseconds(500);
+          if (!logged) DP_LOG(ERROR) << "cannot write the state: " << s;
+          logged = true;
+          if (stopping_) break;
+        }
+      }
+      const absl::Time now = absl::Now();
+      if (clocks_dirty_ &&
+          (stopping_ || now - clocks_saved >= absl::Milliseconds(300))) {
+        clocks_dirty_ = false;
+        clocks_saved = now;
+        const proto::SchedulerClocks clocks = ClocksSnapshot();
+        mu_.Unlock();
+        absl::Status s = store_->SaveClocks(clocks);
+        mu_.Lock();
+        if (!s.ok()) DP_LOG(WARNING) << "cannot write the clocks: " << s;
+      }
+      if (stopping_ && version_ <= durable_version_ && !clocks_dirty_) break;
+    }
+  }
+
+  // --- Checkpoints and restores ---
+
+  struct CheckpointWaiter {
+    bool done = false;
+    absl::StatusOr<proto::CheckpointManifest> result =
+        absl::UnknownError("not run");
+  };
+
+  const proto::CheckpointManifest* FindManifest(uint64_t id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& m : manifests_) {
+      if (m.id() == id) return &m;
+    }
+    return nullptr;
+  }
+  const proto::NodeInfo* FindByName(const std::string& name,
+                                    proto::NodeRole role) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& n : map_.nodes()) {
+      if (n.name() == name && n.role() == role) return &n;
+    }
+    return nullptr;
+  }
+  std::vector<CheckpointServer> LiveServers() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<CheckpointServer> out;
+    for (const proto::NodeInfo* n : AliveServers()) {
+      out.push_back({n->id(), n->name(), n->admin_address()});
+    }
+    return out;
+  }
+  // The workers' clocks and progress as a manifest recorded them.
+  void SetClocks(const proto::CheckpointManifest& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    clocks_ = ClockTable(options_.policy);
+    for (auto& w : workers_) w = proto::WorkerStatus();
+    for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
+    for (const proto::WorkerStatus& w : m.workers()) {
+      if (w.rank() < 0 || w.rank() >= clocks_.size()) continue;
+      if (clocks_.Advance(w.rank(), w.clock()).ok()) workers_[w.rank()] = w;
+    }
+    clocks_dirty_ = true;
+  }
+
+  void DurabilityLoop() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    const absl::Duration every = options_.checkpoint_every;
+    absl::Time next_periodic = every > absl::ZeroDuration()
+                                   ? absl::Now() + every
+                                   : absl::InfiniteFuture();
+    absl::Time not_before = absl::InfinitePast();
+    while (!stopping_) {
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || restoring_ != 0 || !checkpoint_requests_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
+      if (stopping_) break;
+      if (restoring_ != 0) {
+        RunRestore();
+        continue;
+      }
+      const absl::Time now = absl::Now();
+      bool due = !checkpoint_requests_.empty();
+      if (!due && now >= not_before && map_.tables_size() > 0 &&
+          WorkersHeldBack().empty()) {
+        due = now >= next_periodic ||
+              (options_.checkpoint_every_clocks > 0 &&
+               clocks_.GatingClock() >=
+                   last_checkpoint_clock_ + options_.checkpoint_every_clocks);
+      }
+      if (!due) continue;
+      std::deque<std::shared_ptr<CheckpointWaiter>> waiting;
+      waiting.swap(checkpoint_requests_);
+      absl::StatusOr<proto::CheckpointManifest> result = TakeCheckpoint();
+      for (auto& w : waiting) {
+        w->result = result;
+        w->done = true;
+      }
+      if (!result.ok()) {
+        DP_LOG(WARNING) << "checkpoint failed: " << result.status();
+        not_before = absl::Now() + absl::Seconds(5);
+      }
+      if (every > absl::ZeroDuration()) next_periodic = absl::Now() + every;
+    }
+    for (auto& w : checkpoint_requests_) {
+      w->result = absl::UnavailableError("scheduler shutting down");
+      w->done = true;
+    }
+    checkpoint_requests_.clear();
+  }
+
+  // One checkpoint, retried (with a new id) while a part passed the cut
+  // clock. Releases the lock while the servers work.
+  absl::StatusOr<proto::CheckpointManifest> TakeCheckpoint()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + options_.checkpoint_timeout;
+    absl::Status last = absl::DeadlineExceededError("no attempt");
+    for (int attempt = 0; attempt < 8 && absl::Now() < deadline; ++attempt) {
+      if (stopping_) return absl::UnavailableError("scheduler shutting down");
+      if (restoring_ != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a restore from checkpoint ", restoring_, " is running"));
+      }
+      CheckpointPlan plan;
+      // The id is on disk before any server writes under it.
+      plan.id = next_checkpoint_id_++;
+      DP_RETURN_IF_ERROR(AwaitDurable(Commit()), "checkpoint");
+      plan.servers = LiveServers();
+      for (const auto& t : map_.tables()) plan.tables.push_back(t.spec());
+      plan.bsp = options_.policy.kind == ConsistencyPolicy::Kind::kBsp;
+      // After a part passed the cut, the job is moving: wait for its step.
+      plan.clock_offset = attempt > 0 ? 1 : 0;
+      plan.deadline = deadline;
+      plan.auth = options_.auth;
+      // Clocks before the cut: every update below them is in it.
+      const proto::SchedulerClocks clocks = ClocksSnapshot();
+      const int64_t gating = clocks_.GatingClock();
+      mu_.Unlock();
+      absl::StatusOr<proto::CheckpointManifest> m =
+          RunCheckpoint(plan, &admins_);
+      absl::Status saved = m.status();
+      if (m.ok()) {
+        *m->mutable_job() = job_;
+        const bool at_clock = m->clock() >= 0;
+        if (!at_clock) m->set_clock(gating);
+        for (proto::WorkerStatus w : clocks.workers()) {
+          // Under BSP every worker resumes at the cut's clock.
+          if (at_clock) w.set_clock(m->clock());
+          *m->add_workers() = w;
+        }
+        m->set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+        m->set_duration_ms(absl::ToInt64Milliseconds(absl::Now() - start));
+        saved = store_->SaveManifest(*m);
+      }
+      mu_.Lock();
+      if (saved.ok()) {
+        manifests_.push_back(*m);
+        last_checkpoint_clock_ = m->clock();
+        std::vector<uint64_t> old;
+        const size_t keep = std::max(1, options_.keep_checkpoints);
+        while (manifests_.size() > keep) {
+          old.push_back(manifests_.front().id());
+          manifests_.erase(manifests_.begin());
+        }
+        proto::DropCheckpointsRequest drop;
+        drop.set_keep_from(manifests_.front().id());
+        drop.set_completed(m->id());
+        const std::vector<CheckpointServer> servers = LiveServers();
+        mu_.Unlock();
+        for (uint64_t id : old) {
+          absl::Status s = store_->DeleteManifest(id);
+          if (!s.ok()) DP_LOG(WARNING) << s;
+        }
+        DropCheckpoints(servers, drop, &admins_);
+        mu_.Lock();
+        DP_LOG(INFO) << "checkpoint " << m->id() << " complete: clock "
+                     << m->clock() << ", " << m->tables_size() << " tables, "
+                     << m->rows() << " rows, " << m->bytes() << " bytes in "
+                     << m->duration_ms() << " ms";
+        return *m;
+      }
+      last = saved;
+      proto::DropCheckpointsRequest drop;
+      drop.add_drop(plan.id);
+      mu_.Unlock();
+      DropCheckpoints(plan.servers, drop, &admins_);
+      mu_.Lock();
+      if (last.code() != absl::StatusCode::kAborted) return last;
+      DP_LOG(INFO) << "checkpoint " << plan.id << ": " << last
+                   << "; trying again";
+    }
+    return last;
+  }
+
+  // Rolls the job back to checkpoint restoring_ (see scheduler.h). Returns
+  // with the restore done, failed (then an older checkpoint is tried, or
+  // the ranges stay lost), or the scheduler stopping.
+  void RunRestore() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t id = restoring_;
+    const proto::CheckpointManifest* found = FindManifest(id);
+    if (found == nullptr) {
+      DP_LOG(ERROR) << "restore: checkpoint " << id << " has no manifest";
+      restoring_ = 0;
+      Commit();
+      return;
+    }
+    const proto::CheckpointManifest m = *found;
+    const std::vector<std::string> names = ServersOf(m);
+    // 1. Every server the checkpoint names, registered.
+    auto all_alive = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (stopping_) return true;
+      for (const std::string& name : names) {
+        const proto::NodeInfo* n = FindByName(name, proto::SERVER);
+        if (n == nullptr || n->state() != proto::ALIVE) return false;
+      }
+      return true;
+    };
+    while (!mu_.AwaitWithTimeout(absl::Condition(&all_alive),
+                                 options_.restore_wait)) {
+      DP_LOG(WARNING) << "restore of checkpoint " << id << ": "
+                      << WorkersHeldBack()
+                      << " (a checkpoint restores only onto the servers "
+                      << "whose data dirs hold it, by name)";
+    }
+    if (stopping_) return;
+    // 2. The checkpoint's tables and ranges, each on the server holding
+    // its rows, lost until loaded.
+    if (restore_epoch_ == 0) {
+      map_.clear_tables();
+      for (const auto& t : m.tables()) {
+        proto::TableMap* table = map_.add_tables();
+        *table->mutable_spec() = t.spec();
+        next_table_id_ = std::max<TableId>(next_table_id_, t.spec().id() + 1);
+        for (const auto& r : t.ranges()) {
+          proto::RangeAssignment* a = table->add_ranges();
+          a->set_begin(r.begin());
+          a->set_end(r.end());
+          a->set_primary(FindByName(r.server(), proto::SERVER)->id());
+          a->set_lost(true);
+        }
+      }
+      BumpEpoch();
+      restore_epoch_ = map_.epoch();
+      DP_LOG(INFO) << "restore of checkpoint " << id << " (clock "
+                   << m.clock() << ") over " << names.size()
+                   << " servers, epoch " << restore_epoch_;
+      if (!AwaitDurable(Commit()).ok()) return;  // tried again next round
+    }
+    // 3. Each server loads its ranges, in parallel.
+    std::vector<absl::Status> results(names.size());
+    std::vector<uint64_t> loaded_incarnation(names.size(), 0);
+    mu_.Unlock();
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < names.size(); ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = RestoreServer(m, names[i], &loaded_incarnation[i]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    mu_.Lock();
+    if (stopping_) return;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const proto::NodeInfo* n = FindByName(names[i], proto::SERVER);
+      if (results[i].ok() &&
+          (n == nullptr || n->incarnation() != loaded_incarnation[i])) {
+        // It restarted after loading: what it loaded is gone. Again.
+        DP_LOG(WARNING) << "restore of checkpoint " << id << ": server '"
+                        << names[i] << "' restarted meanwhile; again";
+        return;
+      }
+      if (results[i].ok()) continue;
+      DP_LOG(ERROR) << "restore of checkpoint " << id << " failed: "
+                    << results[i];
+      const proto::CheckpointManifest* older = nullptr;
+      for (const auto& other : manifests_) {
+        if (other.id() < id) older = &other;
+      }
+      restoring_ = older != nullptr ? older->id() : 0;
+      restore_epoch_ = 0;
+      if (older != nullptr) {
+        DP_LOG(WARNING) << "trying the older checkpoint " << restoring_;
+      } else {
+        DP_LOG(ERROR) << "no older checkpoint: the lost ranges stay lost";
+      }
+      Commit();
+      return;
+    }
+    // 4. Serve them again, at the checkpoint's clocks.
+    for (auto& t : *map_.mutable_tables()) {
+      for (auto& r : *t.mutable_ranges()) r.set_lost(false);
+    }
+    Refill(&map_, options_.replicas);
+    SetClocks(m);
+    // Workers still running belong to the job before the rollback: they
+    // must register again, and get the checkpoint's clock.
+    for (const auto& n : map_.nodes()) {
+      if (n.role() == proto::WORKER) rolled_back_.insert(n.id());
+    }
+    restored_from_ = id;
+    restored_clock_ = m.clock();
+    last_checkpoint_clock_ = m.clock();
+    restoring_ = 0;
+    restore_epoch_ = 0;
+    BumpEpoch();
+    DP_LOG(INFO) << "restored checkpoint " << id << ": the job resumes at "
+                 << "clock " << m.clock() << ", epoch " << map_.epoch();
+    AwaitDurable(Commit()).IgnoreError();
+  }
+
+  // Has server `name` load its ranges of `m`, retrying while it is down or
+  // behind on the map; its incarnation when it did.
+  absl::Status RestoreServer(const proto::CheckpointManifest& m,
+                             const std::string& name, uint64_t* incarnation)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    proto::RestoreRequest req;
+    req.set_checkpoint_id(m.id());
+    for (const auto& r : RangesOf(m, name)) *req.add_ranges() = r;
+    const absl::Duration timeout = std::max(absl::Minutes(10),
+                                            options_.checkpoint_timeout);
+    req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+    while (true) {
+      std::string address;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          if (stopping_) return true;
+          const proto::NodeInfo* n = FindByName(name, proto::SERVER);
+          return n != nullptr && n->state() == proto::ALIVE &&
+                 applied_[n->id()] >= restore_epoch_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        if (stopping_) return absl::UnavailableError("scheduler stopping");
+        if (!ready()) continue;
+        const proto::NodeInfo* n = FindByName(name, proto::SERVER);
+        address = n->admin_address();
+        *incarnation = n->incarnation();
+      }
+      absl::StatusOr<proto::RestoreReply> r =
+          admins_.Get(address)->Restore(req, timeout);
+      if (r.ok()) {
+        DP_LOG(INFO) << "server '" << name << "' loaded " << r->ranges()
+                     << " ranges (" << r->rows() << " rows, " << r->bytes()
+                     << " bytes) of checkpoint " << m.id() << " in "
+                     << r->duration_ms() << " ms";
+        return absl::OkStatus();
+      }
+      const absl::StatusCode code = r.status().code();
+      // Down, restarting or still applying the map: ask again.
+      if (code == absl::StatusCode::kUnavailable ||
+          code == absl::StatusCode::kDeadlineExceeded ||
+          code == absl::StatusCode::kFailedPrecondition) {
+        DP_LOG(INFO) << "restore: server '" << name << "': " << r.status()
+                     << "; asking again";
+        absl::SleepFor(absl::Milliseconds(200));
+        continue;
+      }
+      return Annotate(r.status(), absl::StrCat("server '", name, "'"));
+    }
+  }
+
   const SchedulerOptions options_;
+  AdminClients admins_;
   int port_ = 0;
   std::unique_ptr<HealthService> health_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
@@ -646,6 +1344,34 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, NodeId> rank_holder_ ABSL_GUARDED_BY(mu_);
   TableId next_table_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // State on disk (null without a state dir).
+  std::unique_ptr<StateStore> store_;
+  std::thread persister_;
+  std::thread durability_;
+  // Versions of the state: changed in memory, on disk (and published).
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t durable_version_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status store_error_ ABSL_GUARDED_BY(mu_);
+  // The map as on disk: what nodes and clients see.
+  proto::ClusterMap published_ ABSL_GUARDED_BY(mu_);
+  bool clocks_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  // Servers recovered as ALIVE that have not been heard from since.
+  std::set<NodeId> unconfirmed_ ABSL_GUARDED_BY(mu_);
+
+  // Checkpoints: complete ones (oldest first), requests waiting.
+  std::vector<proto::CheckpointManifest> manifests_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<CheckpointWaiter>> checkpoint_requests_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_checkpoint_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t last_checkpoint_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  // The checkpoint being restored (0: none) and the epoch of its map.
+  uint64_t restoring_ ABSL_GUARDED_BY(mu_) = 0;
+  Epoch restore_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t restored_from_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restored_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers not registered since the last restore (SchedulerState).
+  absl::flat_hash_set<NodeId> rolled_back_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

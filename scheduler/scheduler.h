@@ -53,6 +53,30 @@
 // kDeadlineExceeded when CreateTable's servers do not all acknowledge the new
 // epoch in time (the table stays declared) or a Barrier times out.
 //
+// State (scheduler/state_store.h): with `state_dir`, nodes, tables, the
+// map and its epoch, ranks, the job and the next ids are written (synced)
+// before any change is published, and recovered by a scheduler started on
+// the same directory: ids are never reused, and every node recovered as
+// ALIVE gets a full dead_after to be heard from. Workers' clocks are
+// written every few hundred milliseconds (lower bounds, raised by their
+// next reports). A second scheduler on the same directory fails Create with
+// kFailedPrecondition. Without it the state lives in memory: a restarted
+// scheduler starts empty and may hand out ids again (a node that asks for
+// its previous id gets it when nobody holds it).
+//
+// Checkpoints (scheduler/checkpoints.h; need state_dir and servers with a
+// --data_dir): on demand (Checkpoint, the Checkpoint RPC), every
+// `checkpoint_every_clocks` gating clocks and every `checkpoint_every`. The
+// manifest is written once every server's part is durable; all but the
+// newest `keep_checkpoints` are then deleted. Restore: a server that comes
+// back as a new incarnation while being the only holder of a range (its
+// data is gone) rolls the whole job back to the newest checkpoint: the
+// scheduler waits for every server the manifest names, assigns each its
+// ranges from the manifest, has it load them, and sets the workers' clocks
+// to the manifest's; workers registering meanwhile get kUnavailable, and
+// afterwards RegisterReply.start_clock. Tables declared after that
+// checkpoint are dropped from the map.
+//
 // Thread-safe.
 #ifndef DOWNPOUR_SCHEDULER_SCHEDULER_H_
 #define DOWNPOUR_SCHEDULER_SCHEDULER_H_
@@ -95,12 +119,26 @@ struct SchedulerOptions {
   // served over TLS (and demands client certificates under mutual TLS). The
   // health service stays open, for probes.
   ClusterAuth auth;
+  // Keeps the scheduler's state in RocksDB here (see above); empty: in
+  // memory only.
+  std::string state_dir;
+  // Checkpoint triggers (0: off); they need state_dir.
+  int64_t checkpoint_every_clocks = 0;
+  absl::Duration checkpoint_every = absl::ZeroDuration();
+  // How long a checkpoint may take (a BSP cut waits for a step to end).
+  absl::Duration checkpoint_timeout = absl::Seconds(60);
+  int keep_checkpoints = 2;
+  // How long a restore waits for the servers its checkpoint names before
+  // logging them again (it keeps waiting).
+  absl::Duration restore_wait = absl::Seconds(30);
 };
 
 class Scheduler {
  public:
-  // Starts the gRPC server (with gRPC's default health service) and the
-  // liveness sweep. kUnavailable if the address cannot be bound.
+  // Recovers the state from state_dir (if set), starts the gRPC server
+  // (with gRPC's default health service) and the liveness sweep.
+  // kUnavailable if the address cannot be bound; kFailedPrecondition if
+  // state_dir is in use by another scheduler or holds a different job.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const SchedulerOptions& options);
   virtual ~Scheduler() = default;  // Shutdown()
@@ -115,8 +153,13 @@ class Scheduler {
   // calls end promptly (barriers and CreateTable with kUnavailable).
   // Idempotent; a concurrent caller returns once the first has finished.
   virtual void Shutdown() = 0;
-  // A copy of the current map.
+  // A copy of the current (published) map.
   virtual proto::ClusterMap CurrentMap() const = 0;
+  // Takes a checkpoint now and waits until it is complete (its manifest
+  // written) or failed; as the Checkpoint RPC. kFailedPrecondition without
+  // state_dir or while a restore runs; kDeadlineExceeded after `timeout`.
+  virtual absl::StatusOr<proto::CheckpointManifest> Checkpoint(
+      absl::Duration timeout) = 0;
 };
 
 }  // namespace downpour

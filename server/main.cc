@@ -1,4 +1,5 @@
 // ps_server: serves key ranges of tables. See server/server.h.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,18 @@ ABSL_FLAG(int64_t, zero_copy_min_kb, 256,
           "without copying; -1: always copy");
 ABSL_FLAG(int64_t, connect_timeout_s, 30,
           "how long to keep trying to reach the scheduler at start-up");
+ABSL_FLAG(std::string, data_dir, "",
+          "keep checkpoints of this server's ranges here (RocksDB); needs "
+          "--name. Empty: the server cannot take part in checkpoints");
+ABSL_FLAG(int64_t, inject_disk_full_after_mb, 0,
+          "fault injection (tests, drills): writes to --data_dir fail as on "
+          "a full disk after this many MiB (0: never)");
+ABSL_FLAG(int64_t, shutdown_grace_s, 25,
+          "on SIGTERM with --data_dir: keep serving until the scheduler's "
+          "last checkpoint completes, at most this long");
+ABSL_FLAG(int64_t, shutdown_checkpoint_wait_s, 3,
+          "on SIGTERM with --data_dir: stop at once if no checkpoint starts "
+          "within this long");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour parameter server daemon");
@@ -66,13 +79,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth = *auth;
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.inject_disk_full_after_bytes =
+      static_cast<uint64_t>(
+          std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_disk_full_after_mb)))
+      << 20;
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  const absl::Duration start_wait =
+      absl::Seconds(absl::GetFlag(FLAGS_shutdown_checkpoint_wait_s));
 
   auto server = downpour::Server::Create(options);
   if (!server.ok()) {
     DP_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  downpour::OnTerminationSignal([s = server->get()] { s->Shutdown(); });
+  downpour::OnTerminationSignal([s = server->get(), grace, start_wait] {
+    // Kubernetes stops every pod of the job at once; the scheduler then
+    // takes a last checkpoint, which needs this server's data.
+    s->AwaitLastCheckpoint(start_wait, grace);
+    s->Shutdown();
+  });
   absl::Status status = (*server)->Wait();
   (*server)->Shutdown();
   if (!status.ok()) {

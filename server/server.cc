@@ -18,21 +18,28 @@
 #include "grpcpp/grpcpp.h"
 #include "handlers/plugin_registry.h"
 #include "proto/downpour.grpc.pb.h"
+#include "server/internal/checkpointer.h"
 #include "server/internal/dispatcher.h"
+#include "storage/database.h"
 #include "transport/data_client.h"
 #include "transport/data_server.h"
 
 namespace downpour {
 namespace {
 
+using server_internal::Checkpointer;
 using server_internal::Dispatcher;
 
 class AdminService final : public proto::ServerAdmin::Service {
  public:
   explicit AdminService(const DataServer* data) : data_(data) {}
 
-  // The dispatcher exists only once the server has registered.
-  void set_dispatcher(const Dispatcher* d) { dispatcher_.store(d); }
+  // The dispatcher and the checkpointer exist only once the server has
+  // registered.
+  void set_dispatcher(const Dispatcher* d, Checkpointer* c) {
+    checkpointer_.store(c);
+    dispatcher_.store(d);
+  }
 
   grpc::Status GetStats(grpc::ServerContext*, const proto::StatsRequest*,
                         proto::ServerStats* stats) override {
@@ -49,7 +56,50 @@ class AdminService final : public proto::ServerAdmin::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status CheckpointPart(grpc::ServerContext*,
+                              const proto::CheckpointPartRequest* req,
+                              proto::CheckpointPartReply* reply) override {
+    Checkpointer* c = checkpointer_.load();
+    if (c == nullptr) return NotRegistered();
+    auto r = c->CheckpointPart(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *reply = *std::move(r);
+    return grpc::Status::OK;
+  }
+  grpc::Status DropCheckpoints(grpc::ServerContext*,
+                               const proto::DropCheckpointsRequest* req,
+                               proto::DropCheckpointsReply*) override {
+    Checkpointer* c = checkpointer_.load();
+    if (c == nullptr) return NotRegistered();
+    return ToGrpcStatus(c->DropCheckpoints(*req));
+  }
+  grpc::Status Restore(grpc::ServerContext*,
+                       const proto::RestoreRequest* req,
+                       proto::RestoreReply* reply) override {
+    Checkpointer* c = checkpointer_.load();
+    if (c == nullptr) return NotRegistered();
+    auto r = c->Restore(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *reply = *std::move(r);
+    return grpc::Status::OK;
+  }
+  grpc::Status ExportRows(grpc::ServerContext*,
+                          const proto::ExportRowsRequest* req,
+                          proto::ExportRowsReply* reply) override {
+    Checkpointer* c = checkpointer_.load();
+    if (c == nullptr) return NotRegistered();
+    auto r = c->ExportRows(*req);
+    if (!r.ok()) return ToGrpcStatus(r.status());
+    *reply = *std::move(r);
+    return grpc::Status::OK;
+  }
+
  private:
+  static grpc::Status NotRegistered() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered yet");
+  }
+
+  std::atomic<Checkpointer*> checkpointer_{nullptr};
   std::atomic<const Dispatcher*> dispatcher_{nullptr};
   const DataServer* const data_;
 };
@@ -97,19 +147,25 @@ class ServerEnv final : public server_internal::ReplicationEnv {
     req.set_backup(backup);
     req.set_epoch(epoch);
     control_.Schedule([this, req] {
-      // Retried until the scheduler answers: a replica it never hears of
-      // is never promotable. It refuses (for good) a report that no longer
-      // matches its map.
-      for (int attempt = 0; attempt < 50; ++attempt) {
+      // Retried until the scheduler answers, through a scheduler outage
+      // too: a replica it never hears of is never promotable. It refuses
+      // (for good) a report that no longer matches its map.
+      absl::Duration backoff = absl::Milliseconds(100);
+      while (!stopping_.load()) {
         absl::Status s = scheduler_->ReplicaReady(req);
-        if (s.ok() || s.code() != absl::StatusCode::kUnavailable) {
+        if (s.ok() || (s.code() != absl::StatusCode::kUnavailable &&
+                       s.code() != absl::StatusCode::kDeadlineExceeded)) {
           if (!s.ok()) DP_LOG(WARNING) << s;
           return;
         }
-        absl::SleepFor(absl::Milliseconds(100));
+        absl::SleepFor(backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(1));
       }
     });
   }
+  // Ends the retries of scheduler calls (the server is stopping).
+  void Stop() { stopping_.store(true); }
+
   void ReportUnreachable(NodeId peer, const std::string& why) override {
     control_.Schedule([this, peer, why] {
       absl::Status s = scheduler_->ReportUnreachable(self_, peer, why);
@@ -122,6 +178,7 @@ class ServerEnv final : public server_internal::ReplicationEnv {
   DataClient* const peers_;
   SchedulerClient* const scheduler_;
   const NodeId self_;
+  std::atomic<bool> stopping_{false};
   SerialExecutor control_;
 };
 
@@ -173,12 +230,32 @@ class ServerImpl final : public Server {
     if (admin_health_ != nullptr) admin_health_->SetReady(false);
     scheduler_.CancelWatch();
     stop_.Notify();
+    if (env_ != nullptr) env_->Stop();
     if (watch_thread_.joinable()) watch_thread_.join();
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+    // Checkpoint calls waiting on the data thread end before it stops.
+    if (checkpointer_ != nullptr) checkpointer_->Stop();
     if (admin_ != nullptr) admin_->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
     if (data_ != nullptr) data_->Stop();
     peers_.reset();  // fails forwards in flight; their closures are dropped
     if (!done_.HasBeenNotified()) done_.Notify();
+  }
+
+  bool AwaitLastCheckpoint(absl::Duration start_wait,
+                           absl::Duration grace) override {
+    if (checkpointer_ == nullptr || db_ == nullptr) return false;
+    const absl::Time since = absl::Now();
+    // Not ready: Kubernetes stops sending it new clients, while the job's
+    // own keep working until the checkpoint is written.
+    if (admin_health_ != nullptr) admin_health_->SetReady(false);
+    DP_LOG(INFO) << "stopping: waiting up to "
+                 << absl::FormatDuration(grace)
+                 << " for the scheduler's last checkpoint";
+    const bool done = checkpointer_->AwaitCheckpointAfter(since, start_wait,
+                                                          grace);
+    DP_LOG(INFO) << (done ? "last checkpoint complete"
+                          : "no last checkpoint came");
+    return done;
   }
 
  private:
@@ -196,6 +273,7 @@ class ServerImpl final : public Server {
     reg.set_admin_address(admin_address());
     reg.set_incarnation(incarnation_);
     reg.set_max_message_bytes(options_.max_message_bytes);
+    reg.set_previous_id(id_);
     for (const std::string& n : plugins_.names()) reg.add_plugin_handlers(n);
     return reg;
   }
@@ -217,6 +295,8 @@ class ServerImpl final : public Server {
   std::unique_ptr<DataClient> peers_;  // to the backups of our ranges
   std::unique_ptr<ServerEnv> env_;
   std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<storage::Database> db_;  // with options_.data_dir
+  std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<HealthService> admin_health_;  // outlives admin_
   std::unique_ptr<grpc::Server> admin_;
@@ -224,6 +304,7 @@ class ServerImpl final : public Server {
   std::thread heartbeat_thread_;
   absl::Notification stop_;
   absl::Notification done_;
+  bool id_mismatch_logged_ = false;  // heartbeat thread only
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status exit_status_ ABSL_GUARDED_BY(mu_);
@@ -236,6 +317,19 @@ absl::Status ServerImpl::Init() {
   for (const std::string& path : options_.plugin_paths) {
     DP_RETURN_IF_ERROR(plugins_.Load(path), "load handler plugin ", path);
     DP_LOG(INFO) << "loaded handler plugin " << path;
+  }
+  if (!options_.data_dir.empty()) {
+    if (options_.name.empty()) {
+      return absl::InvalidArgumentError(
+          "a server with a data dir needs a name: checkpoints are restored "
+          "onto the server of the same name");
+    }
+    storage::DatabaseOptions db;
+    db.bulk = true;
+    db.fail_after_bytes = options_.inject_disk_full_after_bytes;
+    DP_ASSIGN_OR_RETURN(db_, storage::Database::Open(options_.data_dir, db),
+                        "data dir");
+    DP_LOG(INFO) << "checkpoints in " << options_.data_dir;
   }
 
   DataServerOptions data_options;
@@ -276,17 +370,30 @@ absl::Status ServerImpl::Init() {
   dispatcher_ = std::make_unique<Dispatcher>(id_, options_.max_message_bytes,
                                              &pool_, &plugins_, pins,
                                              env_.get());
-  admin_service_->set_dispatcher(dispatcher_.get());
+  server_internal::DataThread thread;
+  thread.post = [data = data_.get()](std::function<void()> fn) {
+    data->Post(std::move(fn));
+  };
+  thread.send_deferred = [data = data_.get()](DeferredReply r) {
+    data->SendDeferred(std::move(r));
+  };
+  checkpointer_ = std::make_unique<Checkpointer>(options_.name, db_.get(),
+                                                 dispatcher_.get(), thread);
+  admin_service_->set_dispatcher(dispatcher_.get(), checkpointer_.get());
   DP_LOG(INFO) << "registered with scheduler " << options_.scheduler_address
                << " as node " << id_ << "; data plane " << endpoint_
                << ", admin 127.0.0.1:" << admin_port_;
 
-  data_->Start([d = dispatcher_.get(), data = data_.get()](
-                   const IncomingMessage& req, OutgoingReply* rep) {
+  data_->Start([d = dispatcher_.get(), c = checkpointer_.get(),
+                 data = data_.get()](const IncomingMessage& req,
+                                     OutgoingReply* rep) {
     // Empty (no allocation) unless a BSP step answers PushPulls that were
     // waiting for it.
     std::vector<DeferredReply> released;
     d->Handle(req, rep, &released);
+    // A checkpoint waiting for this step cuts its range now, before any
+    // reply lets a worker start the next step.
+    c->AfterRequest();
     for (DeferredReply& r : released) data->SendDeferred(std::move(r));
   });
   ApplyAndAck(reply.map());
@@ -339,16 +446,20 @@ void ServerImpl::HeartbeatLoop() {
       continue;
     }
     // Declared dead (e.g. after a long pause) or unknown to a restarted
-    // scheduler: register again under the same name.
+    // scheduler: register again under the same name (and id).
     DP_LOG(WARNING) << reply.status() << "; registering again";
     auto again = scheduler_.Register(RegisterRequest(), absl::Seconds(5));
     if (!again.ok()) {
       DP_LOG(WARNING) << again.status();
-    } else if (again->node_id() != id_) {
-      Fail(absl::AbortedError(absl::StrCat(
-          "the scheduler registered this server as node ", again->node_id(),
-          " instead of ", id_, "; its data no longer matches the map")));
-      return;
+    } else if (again->node_id() != id_ && !id_mismatch_logged_) {
+      // Only a scheduler that lost its state (no --state_dir) does this.
+      // The server keeps serving what it holds; nothing exits.
+      id_mismatch_logged_ = true;
+      DP_LOG(ERROR) << "the scheduler registered this server as node "
+                    << again->node_id() << " instead of " << id_
+                    << ": it lost its state (run it with --state_dir); "
+                    << "ranges it assigns to node " << again->node_id()
+                    << " are not served here";
     }
   }
 }

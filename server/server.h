@@ -8,6 +8,10 @@
 // create the shards of newly declared tables (acknowledging each epoch to
 // the scheduler once applied).
 //
+// With a data dir (`data_dir`, a RocksDB database) the server takes part in
+// checkpoints and restores (server/internal/checkpointer.h), which the
+// scheduler drives through the admin service.
+//
 // Thread-safe.
 #ifndef DOWNPOUR_SERVER_SERVER_H_
 #define DOWNPOUR_SERVER_SERVER_H_
@@ -45,6 +49,13 @@ struct ServerOptions {
   // admin service and scheduler calls use its token and TLS settings
   // (common/auth.h).
   ClusterAuth auth;
+  // Checkpoints of the ranges this server serves as primary are kept here
+  // (needs a name: a checkpoint restores onto the server of the same name).
+  // Empty: no checkpoints (the scheduler's fail on this server).
+  std::string data_dir;
+  // Fault injection (tests, drills): writes to the data dir fail as on a
+  // full disk after this many bytes (0: never).
+  uint64_t inject_disk_full_after_bytes = 0;
 };
 
 class Server {
@@ -64,6 +75,12 @@ class Server {
   virtual absl::Status Wait() = 0;
   // Stops every thread and closes the sockets. Idempotent.
   virtual void Shutdown() = 0;
+  // Before Shutdown on SIGTERM, with a data dir: reports not ready and
+  // keeps serving until a checkpoint that starts within `start_wait` has
+  // completed (the scheduler takes one when it is stopped too), for at
+  // most `grace`. True if one completed.
+  virtual bool AwaitLastCheckpoint(absl::Duration start_wait,
+                                   absl::Duration grace) = 0;
 };
 
 }  // namespace downpour

@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   std::vector<std::string> argv = {options.bin_dir + "/scheduler/ps_scheduler",
                                    "--listen=127.0.0.1:0",
                                    "--address_file=" + address_file};
+  if (options.durable) argv.push_back("--state_dir=" + c->state_dir());
   argv.insert(argv.end(), options.scheduler_flags.begin(),
               options.scheduler_flags.end());
   if (!options.cluster_secret_file.empty()) {
@@ -56,6 +57,7 @@ absl::Status LocalCluster::AddServer() {
   std::vector<std::string> argv = {options_.bin_dir + "/server/ps_server",
                                    "--scheduler=" + scheduler_address_,
                                    absl::StrCat("--name=server-", index)};
+  if (options_.durable) argv.push_back("--data_dir=" + data_dir(index));
   argv.insert(argv.end(), options_.server_flags.begin(),
               options_.server_flags.end());
   if (!options_.cluster_secret_file.empty()) {
@@ -76,6 +78,32 @@ absl::Status LocalCluster::RestartServer(int i) {
       servers_[i]->argv(),
       absl::StrCat(options_.work_dir, "/server-", i, ".restart.log"));
   return servers_[i]->Start();
+}
+
+std::string LocalCluster::data_dir(int i) const {
+  return absl::StrCat(options_.work_dir, "/data/server-", i);
+}
+
+absl::Status LocalCluster::RestartScheduler() {
+  if (scheduler_->running()) {
+    return absl::FailedPreconditionError("the scheduler is running");
+  }
+  std::vector<std::string> argv = scheduler_->argv();
+  for (std::string& a : argv) {
+    // The same address: servers and clients know it.
+    if (a.rfind("--listen=", 0) == 0) a = "--listen=" + scheduler_address_;
+  }
+  const std::string address_file = options_.work_dir + "/scheduler.address";
+  std::remove(address_file.c_str());
+  scheduler_ = std::make_unique<Subprocess>(
+      argv, options_.work_dir + "/scheduler.restart.log");
+  DP_RETURN_IF_ERROR(scheduler_->Start());
+  DP_ASSIGN_OR_RETURN(std::string address,
+                      WaitForAddressFile(address_file, options_.start_timeout,
+                                         scheduler_.get()),
+                      "restart ps_scheduler");
+  (void)address;
+  return absl::OkStatus();
 }
 
 absl::Status LocalCluster::WaitForAliveServers(int count) {
@@ -107,10 +135,15 @@ absl::Status LocalCluster::WaitForAliveServers(int count) {
 
 absl::Status LocalCluster::Stop() {
   absl::Status result;
+  for (auto& s : servers_) {
+    if (s->running()) s->Signal(SIGTERM);
+  }
+  if (scheduler_ != nullptr && scheduler_->running()) {
+    scheduler_->Signal(SIGTERM);
+  }
   auto stop = [&result](Subprocess& p, const std::string& what) {
     if (!p.running()) return;
-    p.Signal(SIGTERM);
-    auto status = p.Wait(absl::Seconds(10));
+    auto status = p.Wait(absl::Seconds(30));
     if (!status.ok()) {
       p.Signal(SIGKILL);
       if (result.ok()) result = absl::InternalError(absl::StrCat(what, " hung on SIGTERM"));

@@ -42,6 +42,9 @@ struct LocalClusterOptions {
   // and used by the cluster's own scheduler calls. Off: plain gRPC.
   TlsFiles tls;
   absl::Duration start_timeout = absl::Seconds(30);
+  // Durable runs: the scheduler keeps its state in <work_dir>/state, and
+  // server i its checkpoints in <work_dir>/data/server-<i>.
+  bool durable = false;
 };
 
 class LocalCluster {
@@ -62,8 +65,15 @@ class LocalCluster {
   // Starts server `i` again (same name and flags, a new process), e.g.
   // after a test killed it. REQUIRES: it is not running.
   absl::Status RestartServer(int i);
-  // Sends SIGTERM to every process and waits for each; kInternal naming the
-  // first that did not exit with status 0 (killed ones are skipped).
+  // Starts the scheduler again on the same address (and state dir), e.g.
+  // after a test killed it. REQUIRES: it is not running.
+  absl::Status RestartScheduler();
+  // Where server `i` keeps its checkpoints (durable runs).
+  std::string data_dir(int i) const;
+  std::string state_dir() const { return options_.work_dir + "/state"; }
+  // Sends SIGTERM to every process at once (as Kubernetes stops a job),
+  // then waits for each; kInternal naming the first that did not exit with
+  // status 0 (killed ones are skipped).
   absl::Status Stop();
 
  private:

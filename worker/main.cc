@@ -1,4 +1,7 @@
 // ps_worker: trains a model replica against the servers. See worker.h.
+#include <atomic>
+#include <cstdlib>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -7,6 +10,7 @@
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/signals.h"
 #include "worker/sandblaster_worker.h"
 #include "worker/worker.h"
 
@@ -90,6 +94,24 @@ int main(int argc, char** argv) {
                   << " (train, lbfgs)";
     return 2;
   }
+  // SIGTERM (Kubernetes stopping the pod): finish the step under way, so
+  // that a BSP step completes and the job's last checkpoint can cut it,
+  // then exit with 143. A step that cannot finish (its peers are gone)
+  // is given 20 s.
+  static std::atomic<downpour::Worker*> running{nullptr};
+  downpour::BlockTerminationSignals();
+  downpour::OnTerminationSignal([] {
+    downpour::Worker* w = running.load();
+    if (w == nullptr) {
+      DP_LOG(INFO) << "SIGTERM before training started: exiting";
+      std::_Exit(143);
+    }
+    DP_LOG(INFO) << "SIGTERM: stopping after the current step";
+    w->RequestStop();
+    absl::SleepFor(absl::Seconds(20));
+    DP_LOG(WARNING) << "SIGTERM: the current step did not end in 20 s; exiting";
+    std::_Exit(143);
+  });
   downpour::WorkerOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   o.auth = *auth;
@@ -123,7 +145,13 @@ int main(int argc, char** argv) {
     DP_LOG(ERROR) << "cannot start: " << worker.status();
     return 1;
   }
+  running.store(worker->get());
   absl::Status s = (*worker)->Run();
+  running.store(nullptr);
+  if (s.code() == absl::StatusCode::kCancelled) {
+    DP_LOG(INFO) << "stopped on SIGTERM: " << s.message();
+    return 143;
+  }
   if (!s.ok()) {
     DP_LOG(ERROR) << s;
     return 1;

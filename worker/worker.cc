@@ -1,5 +1,6 @@
 #include "worker/worker.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -80,13 +81,25 @@ class WorkerImpl final : public Worker {
     mo.name = options_.name;
     mo.rank = options_.rank;
     mo.auth = options_.auth;
+    // Long enough to wait out a restore of the job from a checkpoint, during
+    // which the scheduler answers kUnavailable.
+    mo.register_timeout = absl::Minutes(5);
     DP_ASSIGN_OR_RETURN(member_, JobMember::Join(mo));
     if (health_.health != nullptr) health_.health->SetReady(true);
     const ConsistencyPolicy& policy = member_->policy();
     SetLogTag(absl::StrCat("worker ", member_->rank()));
     DP_LOG(INFO) << "registered as node " << member_->node_id() << ", rank "
                  << member_->rank() << " of " << policy.total_workers()
-                 << ", consistency " << policy.ToString();
+                 << ", consistency " << policy.ToString()
+                 << (member_->start_clock() > 0 || member_->restored_from() != 0
+                         ? absl::StrCat(", resuming at clock ",
+                                        member_->start_clock(),
+                                        member_->restored_from() != 0
+                                            ? absl::StrCat(
+                                                  " (restored from checkpoint ",
+                                                  member_->restored_from(), ")")
+                                            : "")
+                         : "");
     DP_RETURN_IF_ERROR(CheckOptions(options_, policy));
 
     ClientOptions co;
@@ -94,8 +107,8 @@ class WorkerImpl final : public Worker {
     co.auth = options_.auth;
     co.op_timeout = absl::Seconds(60);
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
-    ctx_ =
-        std::make_unique<StepContext>(options_, member_.get(), client_.get());
+    ctx_ = std::make_unique<StepContext>(options_, member_.get(),
+                                         client_.get(), &stop_requested_);
 
     if (options_.model == "sparse_lr") {
       DP_ASSIGN_OR_RETURN(loop_, NewSparseLoop(ctx_.get()));
@@ -118,13 +131,17 @@ class WorkerImpl final : public Worker {
 
   absl::Status Run() override {
     absl::Status s = loop_->Run();
-    // The last clock reaches the scheduler before Run returns.
-    absl::Status flushed = member_->Flush(absl::Seconds(30));
+    // The last clock reaches the scheduler before Run returns (through a
+    // scheduler restart too); after a failure, what is queued is dropped.
+    absl::Status flushed =
+        s.ok() ? member_->Flush(absl::Minutes(2)) : absl::OkStatus();
     return s.ok() ? flushed : s;
   }
+  void RequestStop() override { stop_requested_.store(true); }
 
  private:
   const WorkerOptions options_;
+  std::atomic<bool> stop_requested_{false};
   // Declared in the order they are built: destroyed loop first, the
   // membership (heartbeats) last; the health service (options_
   // .health_listen) is shut down by the destructor's body.

@@ -128,9 +128,13 @@ class Worker {
   static absl::StatusOr<std::unique_ptr<Worker>> Create(
       const WorkerOptions& options);
   virtual ~Worker() = default;
-  // Trains to the end; kDeadlineExceeded if the job stalls, other errors
-  // from the servers or the scheduler.
+  // Trains to the end; kDeadlineExceeded if the job stalls, kCancelled
+  // after RequestStop, other errors from the servers or the scheduler. A
+  // job restored from a checkpoint resumes at its clock
+  // (RegisterReply.start_clock), skipping the batches before it.
   virtual absl::Status Run() = 0;
+  // Makes Run stop before its next step (thread-safe; e.g. on SIGTERM).
+  virtual void RequestStop() = 0;
 };
 
 }  // namespace downpour

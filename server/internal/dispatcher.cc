@@ -36,6 +36,12 @@ Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
   }
 }
 
+std::vector<std::pair<TableId, std::shared_ptr<TableShard>>>
+Dispatcher::Tables() const {
+  absl::MutexLock lock(&mu_);
+  return {tables_.begin(), tables_.end()};
+}
+
 Epoch Dispatcher::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;

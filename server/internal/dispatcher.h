@@ -116,6 +116,12 @@ class Dispatcher {
   // Counters and per-table figures.
   void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The tables held here, by id (for checkpoints, restores and export). On
+  // the data thread their ranges may be read and changed; other threads may
+  // only keep the pointers.
+  std::vector<std::pair<TableId, std::shared_ptr<TableShard>>> Tables() const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // A request that passed every check, resolved to what Apply needs.
   struct Validated {

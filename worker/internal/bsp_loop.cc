@@ -75,11 +75,13 @@ class BspLoop final : public TrainingLoop {
     std::vector<ExchangePart> parts = ExchangeParts(replica_.blocks());
     std::vector<Ticket> tickets;
     Batcher batcher(replica_.train().num_examples, o.seed, rank);
+    ctx_.SkipBatches(batcher);
     uint64_t examples = 0;
     int64_t params_clock = -1;  // params hold the state step params_clock reads
     // Where a step's time goes, for the log line at the end.
     absl::Duration compute_time, exchange_time;
-    for (int64_t clock = 0; clock < o.steps; ++clock) {
+    for (int64_t clock = ctx_.start_clock(); clock < o.steps; ++clock) {
+      DP_RETURN_IF_ERROR(ctx_.CheckStop(clock));
       // Without the state of step `clock` (first step, or a late backup
       // worker): pass the gate (which may skip ahead) and pull.
       const bool pull = params_clock != clock;

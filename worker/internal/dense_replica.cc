@@ -69,7 +69,8 @@ absl::Status DenseReplica::DeclareTables() {
     DP_ASSIGN_OR_RETURN(Table table, ctx_->client().CreateTable(t));
     tables_.push_back(table);
   }
-  if (ctx_->rank() == 0) {
+  // A resumed job's tables hold its trained values (a checkpoint's).
+  if (ctx_->rank() == 0 && !ctx_->resumed()) {
     model_->Init(o.seed, params_.data());
     size_t off = 0;
     for (size_t i = 0; i < blocks_.size(); ++i) {

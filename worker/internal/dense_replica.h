@@ -28,7 +28,8 @@ class DenseReplica {
  public:
   // Loads the shard of rank ctx->rank() (strided, models/dataset.h), builds
   // the model on options().device, declares its tables (rank 0 writes the
-  // initial values from options().seed) and waits until every worker of
+  // initial values from options().seed, unless the job resumes from a
+  // checkpoint: ctx->resumed()) and waits until every worker of
   // the job has (barrier "init-params"). kInvalidArgument for an unknown
   // model or device; the loader's and the servers' errors otherwise.
   // `ctx` must outlive the replica.

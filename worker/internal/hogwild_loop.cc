@@ -20,8 +20,13 @@ namespace {
 
 class HogwildLoop final : public TrainingLoop {
  public:
+  // A resumed job starts counting at its start clock (Hogwild's batches
+  // never repeat anyway).
   HogwildLoop(StepContext* ctx, DenseReplica* replica)
-      : ctx_(*ctx), replica_(*replica) {}
+      : ctx_(*ctx),
+        replica_(*replica),
+        next_(ctx->start_clock()),
+        completed_(ctx->start_clock()) {}
 
   absl::Status Run() override {
     const WorkerOptions& o = ctx_.options();
@@ -74,6 +79,7 @@ class HogwildLoop final : public TrainingLoop {
     while (!failed_.load(std::memory_order_relaxed)) {
       const int64_t step = next_.fetch_add(1);
       if (step >= o.steps) break;
+      DP_RETURN_IF_ERROR(ctx_.CheckStop(step));
       ctx_.client().SetWorkerClock(ctx_.rank(), step);
       DP_RETURN_IF_ERROR(replica_.PullParams());
       const std::vector<int> batch = batcher.Next(o.batch);
@@ -93,7 +99,7 @@ class HogwildLoop final : public TrainingLoop {
 
   StepContext& ctx_;
   DenseReplica& replica_;
-  std::atomic<int64_t> next_{0}, completed_{0};
+  std::atomic<int64_t> next_, completed_;
   std::atomic<uint64_t> examples_{0};
   std::atomic<bool> failed_{false};
   std::vector<int64_t> taken_ =

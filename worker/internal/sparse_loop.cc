@@ -148,7 +148,13 @@ absl::Status SparseLoop::Run() {
   auto eval_due = [&](int64_t k) {
     return rank == 0 && (k % o.eval_every == 0 || k == o.steps);
   };
-  for (int64_t clock = 0; clock < o.steps; ++clock) {
+  // A resumed job skips the batches of the clocks before it.
+  for (int64_t c = 0; c < ctx_.start_clock(); ++c) {
+    const size_t end = std::min(rows, cursor + batch);
+    cursor = end == rows ? 0 : end;
+  }
+  for (int64_t clock = ctx_.start_clock(); clock < o.steps; ++clock) {
+    DP_RETURN_IF_ERROR(ctx_.CheckStop(clock));
     bool done;
     DP_RETURN_IF_ERROR(ctx_.StartStep(&clock, &done));
     if (done) break;

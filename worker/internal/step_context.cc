@@ -1,5 +1,6 @@
 #include "worker/internal/step_context.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -13,6 +14,12 @@ absl::Status StepContext::StartStep(int64_t* clock, bool* done) {
   if (policy().backup_workers > 0 && gating > *clock) *clock = gating;
   *done = *clock >= options_.steps;
   return absl::OkStatus();
+}
+
+absl::Status StepContext::CheckStop(int64_t clock) const {
+  if (!stop_->load()) return absl::OkStatus();
+  return absl::CancelledError(
+      absl::StrCat("stopped on request before clock ", clock));
 }
 
 absl::Status StepContext::FinishStep(int64_t clock, double loss,

@@ -8,27 +8,49 @@
 #ifndef DOWNPOUR_WORKER_INTERNAL_STEP_CONTEXT_H_
 #define DOWNPOUR_WORKER_INTERNAL_STEP_CONTEXT_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "client/client.h"
 #include "client/job_member.h"
 #include "consistency/consistency.h"
+#include "models/batcher.h"
 #include "worker/worker.h"
 
 namespace downpour {
 
 class StepContext {
  public:
-  // `member` and `client` must outlive this object.
-  StepContext(const WorkerOptions& options, JobMember* member, Client* client)
-      : options_(options), member_(member), client_(client) {}
+  // `member`, `client` and `stop` must outlive this object; once *stop is
+  // true, CheckStop fails.
+  StepContext(const WorkerOptions& options, JobMember* member, Client* client,
+              const std::atomic<bool>* stop)
+      : options_(options), member_(member), client_(client), stop_(stop) {}
 
   const WorkerOptions& options() const { return options_; }
   const ConsistencyPolicy& policy() const { return member_->policy(); }
   int rank() const { return member_->rank(); }
   JobMember& member() const { return *member_; }
   Client& client() const { return *client_; }
+
+  // The iteration to start from: 0, or the clock of the checkpoint the job
+  // was restored from (JobMember::start_clock). A loop runs
+  // [start_clock(), steps).
+  int64_t start_clock() const { return member_->start_clock(); }
+  // The job was restored or resumed: the tables hold trained values, which
+  // rank 0 must not overwrite with initial ones.
+  bool resumed() const {
+    return member_->start_clock() > 0 || member_->restored_from() != 0;
+  }
+  // A resumed job draws the batches of the clocks before start_clock() and
+  // drops them, so that it goes on as if it had not stopped.
+  void SkipBatches(Batcher& batcher) const {
+    for (int64_t c = 0; c < start_clock(); ++c) batcher.Next(options_.batch);
+  }
+  // kCancelled once a stop was requested (Worker::RequestStop: SIGTERM):
+  // loops check it before each iteration, so they stop between two.
+  absl::Status CheckStop(int64_t clock) const;
 
   // The consistency gate before iteration *clock: returns once the policy
   // lets it proceed (kDeadlineExceeded after two minutes). A backup worker
@@ -46,6 +68,7 @@ class StepContext {
   const WorkerOptions& options_;
   JobMember* const member_;
   Client* const client_;
+  const std::atomic<bool>* const stop_;
 };
 
 }  // namespace downpour
