@@ -1,6 +1,7 @@
 #include "common/grpc_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 
 namespace downpour {
 
@@ -29,6 +30,14 @@ grpc::Status HealthService::Check(
 absl::StatusOr<StartedGrpcServer> StartGrpcServer(
     const std::string& listen_address, grpc::Service* service,
     const std::string& what, bool ready) {
+  // Server reflection on every daemon, so that grpcurl and other generic
+  // clients can list and call the services. The plugin is registered once
+  // per process; every server built afterwards carries it.
+  static const bool reflection = [] {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    return true;
+  }();
+  (void)reflection;
   StartedGrpcServer started;
   started.health = std::make_unique<HealthService>(ready);
   grpc::ServerBuilder builder;

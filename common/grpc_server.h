@@ -1,8 +1,9 @@
 // Starting a gRPC server the way every daemon here does: one listening
 // address (port 0 picks a free one), insecure transport (see
 // docs/ARCHITECTURE.md, "Authentication"), the standard health service
-// (grpc.health.v1.Health), and an absl::Status when the address cannot be
-// bound.
+// (grpc.health.v1.Health), server reflection (grpc.reflection.v1alpha, so
+// that grpcurl can list and call the services), and an absl::Status when
+// the address cannot be bound.
 //
 // Health, as Kubernetes' gRPC probes read it: the overall service "" (what
 // a probe asks when it names none) is readiness, as the daemon sets it;
