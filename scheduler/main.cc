@@ -3,12 +3,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/signals.h"
+#include "common/usage.h"
+#include "metrics/metrics_flags.h"
 #include "scheduler/scheduler.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address");
@@ -32,8 +34,14 @@ ABSL_FLAG(int32_t, backup_workers, 0,
           "extra workers; each step uses the first num_workers to finish");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Downpour scheduler daemon");
+  downpour::SetUsage(
+      "the Downpour scheduler: membership, the cluster map, the job's clocks "
+      "(usage: ps_scheduler --listen=HOST:PORT --num_workers=N [flags])");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::BlockTerminationSignals();
   downpour::SetLogTag("scheduler");
 
@@ -65,6 +73,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth = *auth;
+  downpour::MetricsRegistry metrics;
+  auto endpoint = downpour::StartMetricsFromFlags(&metrics);
+  if (!endpoint.ok()) {
+    DP_LOG(ERROR) << endpoint.status();
+    return 2;
+  }
+  if (*endpoint != nullptr) options.metrics = &metrics;
   DP_LOG(INFO) << "job: " << policy->ToString();
   auto scheduler = downpour::Scheduler::Create(options);
   if (!scheduler.ok()) {

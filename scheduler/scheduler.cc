@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
+#include "scheduler/job_metrics.h"
 #include "scheduler/placement.h"
 
 namespace downpour {
@@ -111,6 +112,20 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     server_ = std::move(started.server);
     port_ = started.port;
     sweeper_ = std::thread([this] { SweepLoop(); });
+    if (options_.metrics != nullptr) {
+      metrics_ = options_.metrics->Add([this](MetricWriter* w) {
+        proto::ClusterMap map;
+        proto::JobStatus job;
+        SchedulerEvents events;
+        {
+          absl::MutexLock lock(&mu_);
+          map = map_;
+          FillJobStatus(&job);
+          events = events_;
+        }
+        WriteSchedulerMetrics(map, job, events, w);
+      });
+    }
     DP_LOG(INFO) << "scheduler listening on port " << port_;
     return absl::OkStatus();
   }
@@ -132,6 +147,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       }
       stopping_ = true;
     }
+    metrics_.Reset();
     if (sweeper_.joinable()) sweeper_.join();
     // Streams and barriers notice stopping_ within their wait slice.
     if (server_) {
@@ -177,8 +193,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       DP_LOG(WARNING) << "node '" << req->name() << "' (id " << node->id()
                       << ") registered again from a new process; the old "
                       << "one is declared dead";
-      node->set_state(proto::DEAD);
-      if (node->role() == proto::SERVER) RemoveServer(&map_, node->id());
+      MarkDead(node);
+      if (node->role() == proto::SERVER) RemoveDeadServer(node->id());
     }
     // A server registering again as a new process has lost its memory.
     const bool new_incarnation =
@@ -215,7 +231,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     last_seen_[node->id()] = absl::Now();
     suspect_since_.erase(node->id());
     applied_[node->id()] = 0;
+    const int lost_before = LostRanges(map_);
     if (new_incarnation && ForgetServerData(&map_, node->id())) {
+      events_.ranges_lost += LostRanges(map_) - lost_before;
       DP_LOG(WARNING) << "server '" << req->name() << "' (id " << node->id()
                       << ") restarted: ranges only it held are lost";
     }
@@ -359,9 +377,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                             proto::JobStatus* status) override {
     if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
-    *status->mutable_job() = job_;
-    status->set_gating_clock(clocks_.GatingClock());
-    for (const auto& w : workers_) *status->add_workers() = w;
+    FillJobStatus(status);
     return grpc::Status::OK;
   }
 
@@ -509,6 +525,25 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   void BumpEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     map_.set_epoch(map_.epoch() + 1);
   }
+  void FillJobStatus(proto::JobStatus* status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    *status->mutable_job() = job_;
+    status->set_gating_clock(clocks_.GatingClock());
+    for (const auto& w : workers_) *status->add_workers() = w;
+  }
+  // Declares `node` dead (and counts it). A server must then leave its
+  // ranges: RemoveDeadServer, once every node dying with it is marked.
+  void MarkDead(proto::NodeInfo* node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    node->set_state(proto::DEAD);
+    if (node->role() == proto::WORKER) ++events_.workers_declared_dead;
+    if (node->role() == proto::SERVER) ++events_.servers_declared_dead;
+  }
+  // RemoveServer, counting the ranges a backup took over.
+  void RemoveDeadServer(NodeId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int primary_before = PrimaryRangesOf(map_, id);
+    RemoveServer(&map_, id);
+    events_.promotions += primary_before - PrimaryRangesOf(map_, id);
+  }
 
   // The existing table named like `spec` (nullptr if none); kAlreadyExists
   // if its spec differs (ids aside).
@@ -652,7 +687,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         } else {
           continue;
         }
-        n.set_state(proto::DEAD);
+        MarkDead(&n);
         dead.push_back(n.id());
         DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name() << "') "
                         << why << "; declared dead";
@@ -660,7 +695,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (dead.empty()) continue;
       for (NodeId id : dead) {
         suspect_since_.erase(id);
-        RemoveServer(&map_, id);
+        RemoveDeadServer(id);
       }
       Refill(&map_, options_.replicas);
       BumpEpoch();
@@ -705,6 +740,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, NodeId> rank_holder_ ABSL_GUARDED_BY(mu_);
   TableId next_table_id_ ABSL_GUARDED_BY(mu_) = 1;
+  SchedulerEvents events_ ABSL_GUARDED_BY(mu_);
+  MetricsRegistry::Registration metrics_;
 };
 
 }  // namespace

@@ -58,6 +58,7 @@
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "consistency/consistency.h"
+#include "metrics/registry.h"
 #include "proto/downpour.pb.h"
 
 namespace downpour {
@@ -86,6 +87,9 @@ struct SchedulerOptions {
   // On: every call must carry the cluster token (the health service stays
   // open, for probes).
   ClusterAuth auth;
+  // If set (borrowed; must outlive the scheduler), the scheduler adds the
+  // job's figures to it (scheduler/job_metrics.h).
+  MetricsRegistry* metrics = nullptr;
 };
 
 class Scheduler {

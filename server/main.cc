@@ -5,12 +5,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
+#include "common/usage.h"
+#include "metrics/metrics_flags.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
@@ -35,8 +37,14 @@ ABSL_FLAG(int64_t, connect_timeout_s, 30,
           "how long to keep trying to reach the scheduler at start-up");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Downpour parameter server daemon");
+  downpour::SetUsage(
+      "the Downpour parameter server, holding key ranges of tables "
+      "(usage: ps_server --scheduler=HOST:PORT --name=NAME [flags])");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::TuneAllocatorForLargeMessages();
   downpour::BlockTerminationSignals();
 
@@ -61,6 +69,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth = *auth;
+  downpour::MetricsRegistry metrics;
+  auto endpoint = downpour::StartMetricsFromFlags(&metrics);
+  if (!endpoint.ok()) {
+    DP_LOG(ERROR) << endpoint.status();
+    return 2;
+  }
+  if (*endpoint != nullptr) options.metrics = &metrics;
 
   auto server = downpour::Server::Create(options);
   if (!server.ok()) {

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/types.h"
+#include "metrics/registry.h"
 
 namespace downpour {
 
@@ -44,6 +45,10 @@ struct ServerOptions {
   // On: the data plane admits only peers with the cluster secret, and the
   // admin service and scheduler calls use its token (common/auth.h).
   ClusterAuth auth;
+  // If set (borrowed; must outlive the server), the server adds its
+  // figures to it and times every data-plane request per operation and
+  // table (server/stats_metrics.h).
+  MetricsRegistry* metrics = nullptr;
 };
 
 class Server {

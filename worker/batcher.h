@@ -39,12 +39,21 @@ class Batcher {
 };
 
 // The BSP learning rate at `clock`: linear scaling from lr to N x lr over
-// `warmup_steps` (see worker.h).
+// `warmup_steps` (see worker.h); then, if decay_from < 1, constant until
+// clock decay_from x steps and falling linearly to 0 at clock `steps`,
+// which removes most of SGD's noise from the last iterate.
 inline float BspLearningRate(double lr, int num_workers, int warmup_steps,
-                             int64_t clock) {
+                             int64_t clock, int64_t steps = 0,
+                             double decay_from = 1.0) {
   const double ramp = std::min(
       1.0, static_cast<double>(clock + 1) / std::max(1, warmup_steps));
-  return static_cast<float>(lr * (1.0 + (num_workers - 1) * ramp));
+  double rate = lr * (1.0 + (num_workers - 1) * ramp);
+  const double start = decay_from * static_cast<double>(steps);
+  if (steps > 0 && decay_from < 1.0 && clock >= start) {
+    rate *= 1.0 - (static_cast<double>(clock) - start) /
+                      (static_cast<double>(steps) - start);
+  }
+  return static_cast<float>(rate);
 }
 
 }  // namespace downpour

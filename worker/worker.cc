@@ -21,6 +21,7 @@
 #include "common/grpc_server.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "metrics/registry.h"
 #include "models/cuda/cuda_mlp.h"
 #include "models/dataset.h"
 #include "models/model.h"
@@ -210,7 +211,44 @@ class WorkerImpl final : public Worker {
   // waits on a slow peer.
   std::thread heartbeat_;
   StartedGrpcServer health_;  // with options_.health_listen
+  // The progress last reported, for the metrics collector.
+  absl::Mutex progress_mu_;
+  proto::AdvanceClockRequest progress_ ABSL_GUARDED_BY(progress_mu_);
+  // Declared last: removed before anything it reads goes.
+  MetricsRegistry::Registration metrics_;
 };
+
+// This worker's figures: its progress as last reported to the scheduler,
+// and its client's traffic.
+void WriteWorkerMetrics(const proto::AdvanceClockRequest& p,
+                        const TrafficStats& traffic, MetricWriter* w) {
+  w->Gauge("downpour_worker_rank", "This worker's rank", {}, p.rank());
+  w->Gauge("downpour_worker_clock", "Iterations this worker has completed", {},
+           static_cast<double>(p.clock()));
+  w->Gauge("downpour_worker_loss", "Training loss of the last iteration", {},
+           p.loss());
+  w->Counter("downpour_worker_examples_total", "Training examples processed",
+             {}, static_cast<double>(p.examples()));
+  if (p.test_accuracy() > 0) {
+    w->Gauge("downpour_worker_test_accuracy", "Last test accuracy evaluated",
+             {}, p.test_accuracy());
+  }
+  w->Gauge("downpour_worker_max_staleness",
+           "Largest staleness (clocks) this worker's pulls have seen", {},
+           static_cast<double>(p.max_staleness()));
+  w->Counter("downpour_worker_discarded_pushes_total",
+             "Pushes of this worker dropped as late (backup workers)", {},
+             static_cast<double>(p.discarded()));
+  w->Counter("downpour_client_requests_total",
+             "Data-plane requests this client sent", {},
+             static_cast<double>(traffic.requests));
+  w->Counter("downpour_client_sent_bytes_total",
+             "Data-plane bytes this client sent", {},
+             static_cast<double>(traffic.bytes_sent));
+  w->Counter("downpour_client_received_bytes_total",
+             "Data-plane bytes this client received", {},
+             static_cast<double>(traffic.bytes_received));
+}
 
 absl::Status WorkerImpl::Init() {
   if (!options_.health_listen.empty()) {
@@ -283,6 +321,17 @@ absl::Status WorkerImpl::Init() {
   co.auth = options_.auth;
   co.op_timeout = absl::Seconds(60);
   DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
+  if (options_.metrics != nullptr) {
+    metrics_ = options_.metrics->Add([this](MetricWriter* w) {
+      proto::AdvanceClockRequest progress;
+      {
+        absl::MutexLock lock(&progress_mu_);
+        progress = progress_;
+      }
+      progress.set_rank(rank_);
+      WriteWorkerMetrics(progress, client_->traffic(), w);
+    });
+  }
 
   if (options_.model == "sparse_lr") return InitSparse();
   DP_ASSIGN_OR_RETURN(Dataset full, LoadFashionMnist(options_.data_dir, true));
@@ -324,8 +373,17 @@ absl::Status WorkerImpl::DeclareTables() {
     t.num_keys = b.rows;
     t.tracked_workers = total_workers_;
     if (bsp_) {
-      t.handler = "sgd";
-      t.handler_params = {{"learning_rate", 1.0}};
+      // The workers scale their gradients by the learning rate; the servers
+      // apply the step's mean with rate 1, as plain SGD or heavy-ball
+      // momentum (v = momentum * v + g; w -= v).
+      if (options_.momentum > 0) {
+        t.handler = "momentum";
+        t.handler_params = {{"learning_rate", 1.0},
+                            {"momentum", options_.momentum}};
+      } else {
+        t.handler = "sgd";
+        t.handler_params = {{"learning_rate", 1.0}};
+      }
       t.sync_workers = job_.num_workers();
     } else {
       t.handler = "adagrad";
@@ -630,6 +688,12 @@ absl::Status WorkerImpl::FinishStep(int64_t clock, double loss,
   adv.set_test_accuracy(test_accuracy);
   adv.set_max_staleness(client_->max_staleness());
   adv.set_discarded(client_->discarded_pushes());
+  {
+    absl::MutexLock lock(&progress_mu_);
+    const double accuracy = progress_.test_accuracy();
+    progress_ = adv;
+    if (test_accuracy < 0) progress_.set_test_accuracy(accuracy);
+  }
   return reporter_->Advance(std::move(adv));
 }
 
@@ -827,7 +891,8 @@ absl::Status WorkerImpl::RunBsp() {
     }
     client_->SetWorkerClock(rank_, clock);
     const float lr =
-        BspLearningRate(options_.lr, n, options_.warmup_steps, clock);
+        BspLearningRate(options_.lr, n, options_.warmup_steps, clock,
+                        options_.steps, options_.lr_decay_from);
     const uint64_t discarded_before = client_->discarded_pushes();
     tickets.clear();
     for (ExchangePart& p : parts) p.ready = 0;
