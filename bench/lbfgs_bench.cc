@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "tools/local_cluster.h"
 #include "tools/sandblaster_job.h"
+#include "common/usage.h"
 
 ABSL_FLAG(std::string, bin_dir, "", "folder with the daemons (default: ours)");
 ABSL_FLAG(std::string, work_dir, "/tmp/lbfgs_bench", "logs");
@@ -117,6 +118,9 @@ int Main() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "times Sandblaster L-BFGS on local clusters (usage: lbfgs_bench "
+      "[flags])");
   absl::ParseCommandLine(argc, argv);
   return downpour::Main();
 }
