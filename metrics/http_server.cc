@@ -1,14 +1,39 @@
 #include "metrics/http_server.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <exception>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "CivetServer.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+
+// civetweb creates its threads with a fixed 100 KiB stack, and glibc
+// refuses (EINVAL) a stack that cannot hold the process's static TLS: in
+// ps_worker, cuBLAS alone brings 110 KiB of it, so the metrics endpoint
+// could not start there. Stacks asked for below kMinThreadStack get that
+// much instead; the rest pass unchanged to glibc's. This definition
+// overrides libc's for the shared libraries of the program (civetweb's
+// call included), because the executable and its libraries come before
+// libc in symbol lookup.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr,
+                                         size_t stacksize) {
+  constexpr size_t kMinThreadStack = size_t{1} << 20;
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn real = reinterpret_cast<Fn>(
+      dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  if (real == nullptr) return ENOSYS;
+  return real(attr, std::max(stacksize, kMinThreadStack));
+}
 
 namespace downpour {
 namespace {
@@ -78,6 +103,22 @@ class RegistryCollectable final : public prometheus::Collectable {
   const MetricsRegistry* const registry_;
 };
 
+// civetweb explains a failed start only through its log callback.
+absl::Mutex civet_log_mu;
+std::string* civet_last_error ABSL_GUARDED_BY(civet_log_mu) = nullptr;
+
+int CivetLog(const mg_connection*, const char* message) {
+  absl::MutexLock lock(&civet_log_mu);
+  if (civet_last_error == nullptr) civet_last_error = new std::string;
+  *civet_last_error = message;
+  return 1;  // handled: civetweb does not print it
+}
+
+std::string CivetLastError() {
+  absl::MutexLock lock(&civet_log_mu);
+  return civet_last_error != nullptr ? *civet_last_error : "";
+}
+
 class HttpServerImpl final : public MetricsHttpServer {
  public:
   HttpServerImpl(std::unique_ptr<prometheus::Exposer> exposer,
@@ -112,10 +153,17 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     // civetweb threads: two answer scrapes (Prometheus scrapes rarely).
-    exposer = std::make_unique<prometheus::Exposer>(listen_address, 2);
+    static CivetCallbacks* callbacks = [] {
+      auto* c = new CivetCallbacks;
+      c->log_message = CivetLog;
+      return c;
+    }();
+    exposer = std::make_unique<prometheus::Exposer>(listen_address, 2,
+                                                     callbacks);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", listen_address, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ",
+                                               listen_address, ": ", e.what(),
+                                               " ", CivetLastError()));
   }
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty() || ports[0] <= 0) {
