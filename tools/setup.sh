@@ -16,6 +16,9 @@ BUILD_PACKAGES=(
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev
+  # Prometheus metrics (metrics/), and the gRPC reflection protocol that
+  # tests/reflection_test calls.
+  prometheus-cpp-dev grpc-proto
 )
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"

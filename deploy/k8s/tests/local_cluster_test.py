@@ -12,6 +12,9 @@ written where it is mounted). All start at once, in a shuffled order (the
 seed is printed), as a cluster would start them. The test then:
   - probes every process as its gRPC readiness and liveness probes would,
     and requires each to be seen ready and alive;
+  - scrapes every process's metrics port (the one Prometheus' annotation
+    names) and requires Prometheus text from each, and once the jobs are
+    done the job's figures from the scheduler and the servers;
   - waits for every Job pod to exit 0 (the training workers, the L-BFGS
     coordinator and its workers);
   - sends SIGTERM to the rest (scheduler, servers) and requires exit 0 within
@@ -64,6 +67,36 @@ def tail(path, n=40):
         return "(no log)"
 
 
+def scrape(port, timeout=2.0):
+    """The metrics text served on 127.0.0.1:`port`, or None."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                    timeout=timeout) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def metric(text, name, labels=""):
+    """The value of sample `name{labels}` in `text` (labels as written,
+    e.g. 'role="SERVER",state="ALIVE"'), or None."""
+    want = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def metrics_port(plan, p):
+    """The local port behind the pod's container port named metrics."""
+    for c in p.pod.spec["containers"]:
+        for port in c.get("ports", []):
+            if port.get("name") == "metrics":
+                return plan.ports[(p.pod.name, port["containerPort"])]
+    return None
+
+
 def run_cluster(objects, root, label, rng, extra_objects=()):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
@@ -96,7 +129,8 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                                          stderr=subprocess.STDOUT,
                                          cwd=root)
             running[p.pod.name] = (p, popen, log)
-            seen[p.pod.name] = {"ready": False, "alive": False}
+            seen[p.pod.name] = {"ready": False, "alive": False,
+                                "metrics": False}
 
     def poll_once():
         for name, (p, popen, log) in list(running.items()):
@@ -119,6 +153,12 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                         k8s_pods.SERVING:
                     s["ready"] = True
                     print(f"[{label}] {name} ready")
+            if s["ready"] and not s["metrics"]:
+                text = scrape(metrics_port(plan, p), 0.5)
+                if text is not None and \
+                        metric(text, "process_cpu_seconds_total") is not None:
+                    s["metrics"] = True
+                    print(f"[{label}] {name} serves metrics")
             if not s["alive"] and "liveness" in p.probes:
                 port, service = p.probes["liveness"]
                 if k8s_pods.health_status(port, service, 0.5) == \
@@ -143,8 +183,29 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                 raise Failure(f"[{label}] jobs still running after "
                               f"{JOB_TIMEOUT_S} s: {sorted(running)}")
             time.sleep(0.05)
+        # The daemons' figures once the jobs are done.
+        for name, (p, popen, log) in running.items():
+            text = scrape(metrics_port(plan, p))
+            if text is None:
+                raise Failure(f"[{label}] {name}: no metrics")
+            seen[name]["metrics"] = True
+            component = p.pod.labels.get("app.kubernetes.io/component")
+            if component == "server":
+                if metric(text, "downpour_server_ready") != 1:
+                    raise Failure(f"[{label}] {name} not ready in its metrics")
+                if not any(line.startswith("downpour_server_requests_total")
+                           and float(line.split()[-1]) > 0
+                           for line in text.splitlines()):
+                    raise Failure(f"[{label}] {name} counted no request")
+            if component == "scheduler":
+                alive = metric(text, "downpour_cluster_nodes",
+                               'role="SERVER",state="ALIVE"')
+                if not alive:
+                    raise Failure(f"[{label}] {name}: no live server in its "
+                                  f"metrics:\n{text[:2000]}")
+            print(f"[{label}] {name}: metrics checked")
         for name, s in seen.items():
-            for what in ("ready", "alive"):
+            for what in ("ready", "alive", "metrics"):
                 if not s[what]:
                     raise Failure(f"[{label}] {name} was never seen {what} "
                                   f"by its probe:\n{tail(logs[name])}")
