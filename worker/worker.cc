@@ -222,22 +222,25 @@ class WorkerImpl final : public Worker {
 // and its client's traffic.
 void WriteWorkerMetrics(const proto::AdvanceClockRequest& p,
                         const TrafficStats& traffic, MetricWriter* w) {
-  w->Gauge("downpour_worker_rank", "This worker's rank", {}, p.rank());
-  w->Gauge("downpour_worker_clock", "Iterations this worker has completed", {},
+  // The names and the rank label of the scheduler's per-worker figures
+  // (scheduler/job_metrics.h): the same series, seen from the worker.
+  const MetricLabels l = {{"rank", absl::StrCat(p.rank())}};
+  w->Gauge("downpour_worker_clock", "Iterations the worker has completed", l,
            static_cast<double>(p.clock()));
-  w->Gauge("downpour_worker_loss", "Training loss of the last iteration", {},
-           p.loss());
-  w->Counter("downpour_worker_examples_total", "Training examples processed",
-             {}, static_cast<double>(p.examples()));
+  w->Gauge("downpour_worker_loss", "Training loss the worker last reported",
+           l, p.loss());
+  w->Counter("downpour_worker_examples_total",
+             "Training examples the worker has processed", l,
+             static_cast<double>(p.examples()));
   if (p.test_accuracy() > 0) {
-    w->Gauge("downpour_worker_test_accuracy", "Last test accuracy evaluated",
-             {}, p.test_accuracy());
+    w->Gauge("downpour_worker_test_accuracy",
+             "Test accuracy the worker last evaluated", l, p.test_accuracy());
   }
   w->Gauge("downpour_worker_max_staleness",
-           "Largest staleness (clocks) this worker's pulls have seen", {},
+           "Largest staleness (clocks) the worker's pulls have seen", l,
            static_cast<double>(p.max_staleness()));
   w->Counter("downpour_worker_discarded_pushes_total",
-             "Pushes of this worker dropped as late (backup workers)", {},
+             "The worker's pushes dropped as late (backup workers)", l,
              static_cast<double>(p.discarded()));
   w->Counter("downpour_client_requests_total",
              "Data-plane requests this client sent", {},

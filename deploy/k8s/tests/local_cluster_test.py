@@ -20,7 +20,9 @@ seed is printed), as a cluster would start them. The test then:
   - sends SIGTERM to the rest (scheduler, servers) and requires exit 0 within
     the pod's terminationGracePeriodSeconds;
   - checks that each worker took the rank of its completion index and that
-    rank 0 evaluated the model at the last step.
+    rank 0 evaluated the model at the last step;
+  - at the end, that every metric deploy/grafana/downpour.json queries was
+    served by some process.
 
 Cases: the dev overlay as it is (1 scheduler, 1 server, 1 worker); dev with
 NUM_SERVERS=2 and NUM_WORKERS=2 (the job size from the ConfigMap reaches the
@@ -88,6 +90,18 @@ def metric(text, name, labels=""):
     return None
 
 
+# Every metric name scraped from any process of any case, for the Grafana
+# dashboard's check at the end.
+SCRAPED = set()
+
+
+def note_names(text):
+    for line in text.splitlines():
+        m = re.match(r"([a-z_:][a-z0-9_:]*)[{ ]", line)
+        if m:
+            SCRAPED.add(m.group(1))
+
+
 def metrics_port(plan, p):
     """The local port behind the pod's container port named metrics."""
     for c in p.pod.spec["containers"]:
@@ -153,9 +167,12 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                         k8s_pods.SERVING:
                     s["ready"] = True
                     print(f"[{label}] {name} ready")
-            if s["ready"] and not s["metrics"]:
+            if s["ready"] and time.time() - s.get("scraped", 0) > 1.0:
+                s["scraped"] = time.time()
                 text = scrape(metrics_port(plan, p), 0.5)
-                if text is not None and \
+                if text is not None:
+                    note_names(text)
+                if not s["metrics"] and text is not None and \
                         metric(text, "process_cpu_seconds_total") is not None:
                     s["metrics"] = True
                     print(f"[{label}] {name} serves metrics")
@@ -188,6 +205,7 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
             text = scrape(metrics_port(plan, p))
             if text is None:
                 raise Failure(f"[{label}] {name}: no metrics")
+            note_names(text)
             seen[name]["metrics"] = True
             component = p.pod.labels.get("app.kubernetes.io/component")
             if component == "server":
@@ -259,6 +277,20 @@ def check_training(objects, logs, label):
                 raise Failure(f"[{label}] test accuracy {accuracy} < 0.70")
 
 
+def check_dashboard():
+    """Every metric the Grafana dashboard queries was served by some
+    process above (a renamed metric would leave a panel empty)."""
+    import json
+    with open(runfile("deploy/grafana/downpour.json")) as f:
+        text = json.dumps(json.load(f))
+    wanted = set(re.findall(r"\b((?:downpour|process)_[a-z0-9_]+)", text))
+    missing = sorted(n for n in wanted if n not in SCRAPED)
+    if missing:
+        raise Failure(f"the dashboard queries metrics no process served: "
+                      f"{missing}")
+    print(f"dashboard: all {len(wanted)} metrics it queries were served")
+
+
 def main():
     sys.stdout.reconfigure(line_buffering=True)  # progress in the test log
     problem = k8s_pods.kubectl_problem(KUBECTL)
@@ -309,6 +341,7 @@ configMapGenerator:
         if "accuracy" not in text:
             raise Failure("the L-BFGS coordinator printed no summary:\n" +
                           tail(logs["downpour-lbfgs-local-0"]))
+        check_dashboard()
     except (Failure, k8s_pods.PlanError) as e:
         print(f"FAIL: {e}")
         return 1
