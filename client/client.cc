@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -18,6 +19,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
 #include "common/logging.h"
+#include "common/serial_executor.h"
 #include "common/status_macros.h"
 #include "proto/downpour.pb.h"
 #include "transport/data_client.h"
@@ -191,6 +193,9 @@ class ClientImpl final : public Client {
   absl::Status Init() {
     DataClientOptions data_options;
     data_options.auth = options_.auth;
+    data_options.on_disconnect = [this](const std::string& endpoint) {
+      ReportBrokenConnection(endpoint);
+    };
     DP_ASSIGN_OR_RETURN(data_, DataClient::Create(data_options, &pool_));
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::StatusOr<proto::ClusterMap> map;
@@ -252,6 +257,31 @@ class ClientImpl final : public Client {
   absl::Status Wait(Ticket ticket, absl::Duration timeout) override;
 
   Epoch map_epoch() const override { return Map()->epoch(); }
+  absl::Status CheckTable(const Table& t) const override {
+    auto map = Map();
+    const proto::TableMap* table = map->FindTable(t.id);
+    if (table == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "table '", t.name, "' (id ", t.id, ") is not in the cluster map"));
+    }
+    for (const proto::RangeAssignment& r : table->ranges()) {
+      if (r.lost()) {
+        return absl::DataLossError(absl::StrCat(
+            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
+            ") were lost (epoch ", map->epoch(), ")"));
+      }
+      const proto::NodeInfo* node = map->FindNode(r.primary());
+      if (node == nullptr || node->state() != proto::ALIVE) {
+        return absl::UnavailableError(absl::StrCat(
+            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
+            "): server ", r.primary(),
+            node != nullptr ? absl::StrCat(" ('", node->name(), "')") : "",
+            " is dead and no live server holds them (epoch ", map->epoch(),
+            ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   void SetWorkerClock(int rank, int64_t clock) override {
     worker_rank_.store(rank);
@@ -290,6 +320,34 @@ class ClientImpl final : public Client {
                        ") left the cluster map in epoch ", view->epoch())));
     }
   }
+  // A data connection to a server broke: tell the scheduler, which then
+  // declares it dead unless it hears from it within a short grace (faster
+  // than missed heartbeats, and harmless if the server is alive). On the
+  // transport's I/O thread: the call itself goes to `reports_`.
+  void ReportBrokenConnection(const std::string& endpoint) {
+    if (shutting_down_.load()) return;
+    NodeId server = kNoNode;
+    for (const proto::NodeInfo& n : Map()->proto().nodes()) {
+      if (n.data_endpoint() == endpoint && n.state() == proto::ALIVE) {
+        server = n.id();
+      }
+    }
+    if (server == kNoNode) return;
+    {
+      absl::MutexLock lock(&reports_mu_);
+      const absl::Time now = absl::Now();
+      absl::Time& last = last_report_[server];
+      if (now - last < absl::Seconds(1)) return;  // one report is enough
+      last = now;
+    }
+    reports_.Schedule([this, server, endpoint] {
+      absl::Status s = scheduler_.ReportUnreachable(
+          kNoNode, server,
+          absl::StrCat("a client's data connection to ", endpoint, " broke"));
+      if (!s.ok()) DP_LOG(WARNING) << s;
+    });
+  }
+
   void RefreshMap() {
     auto map = scheduler_.GetClusterMap();
     if (map.ok()) UpdateMap(*std::move(map));
@@ -332,6 +390,15 @@ class ClientImpl final : public Client {
                const std::string& endpoint, const absl::Status& status,
                const IncomingMessage* reply);
   std::string Describe(const OpState& op, const Part& part) const;
+  // The largest request this client sends: its own limit, or the smallest a
+  // live server takes if that is less.
+  size_t MessageLimit(const ClusterMapView& map) const {
+    const uint64_t servers = map.min_server_message_bytes();
+    return servers > 0 ? std::min<size_t>(options_.max_message_bytes, servers)
+                       : options_.max_message_bytes;
+  }
+  // Room left in a request for its header.
+  static constexpr size_t kHeaderAllowance = 4096;
 
   const ClientOptions options_;
   SchedulerClient scheduler_;
@@ -355,6 +422,12 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
   std::atomic<bool> shutting_down_{false};
+  // Reports of broken connections, sent off the I/O thread, at most one a
+  // second per server.
+  absl::Mutex reports_mu_;
+  absl::flat_hash_map<NodeId, absl::Time> last_report_
+      ABSL_GUARDED_BY(reports_mu_);
+  SerialExecutor reports_;
 
   // Exactly once across retries: this client's random id, and the writes it
   // may still retry (a server forgets those below the smallest).
@@ -387,6 +460,7 @@ Table TableFromSpec(const proto::TableSpec& spec) {
   t.sparse = spec.kind() == proto::SPARSE;
   t.num_keys = spec.num_keys();
   t.vectors.assign(spec.vectors().begin(), spec.vectors().end());
+  t.allow_non_finite = spec.allow_non_finite();
   return t;
 }
 
@@ -418,6 +492,7 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
   }
   for (const std::string& v : o.vectors) spec.add_vectors(v);
   spec.set_sync_workers(o.sync_workers);
+  spec.set_allow_non_finite(o.allow_non_finite);
   spec.set_num_workers(o.tracked_workers);
   spec.mutable_handler()->set_name(o.handler);
   for (const auto& [k, v] : o.handler_params) {
@@ -487,6 +562,20 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
     invalid = absl::InvalidArgumentError(absl::StrCat(
         OpName(op), " table '", t.name, "': output holds ", out.size(),
         " floats, need ", keys.size(), " keys x width ", t.width));
+  } else if ((op == proto::PUSH || op == proto::PUSH_PULL) &&
+             !t.allow_non_finite) {
+    // Checked here too (the servers check each part), so that a bad
+    // gradient is refused whole, before any part of it is applied.
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (std::isfinite(in[i])) continue;
+      const size_t row = i / t.width;
+      const Key key = keys.is_range() ? keys.begin() + row : keys.batch()[row];
+      invalid = absl::InvalidArgumentError(absl::StrCat(
+          OpName(op), " table '", t.name, "': the gradient of key ", key,
+          " (column ", i % t.width, ") is ", in[i],
+          "; pushes must be finite (TableOptions::allow_non_finite)"));
+      break;
+    }
   }
   if (!invalid.ok()) {
     state->Fail(invalid);
@@ -510,8 +599,13 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
     return;
   }
   const size_t width = op->table.width;
-  const size_t max_rows =
-      std::max<size_t>(1, options_.max_message_bytes / (width * sizeof(float)));
+  // Parts are cut to what both this client and every server take (the
+  // servers' limit counts the whole request: header, keys and values).
+  const size_t limit = MessageLimit(*map);
+  const size_t row_bytes =
+      width * sizeof(float) + (op->keys.is_range() ? 0 : sizeof(Key));
+  const size_t max_rows = std::max<size_t>(
+      1, (limit > kHeaderAllowance ? limit - kHeaderAllowance : 0) / row_bytes);
   auto outside = [&](Key k) {
     op->Fail(absl::OutOfRangeError(absl::StrCat(
         OpName(op->op), " table '", op->table.name, "': key ", k,
@@ -624,9 +718,22 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
     send[r] = true;
   }
   // One part per range and clock, not cut at max_message_bytes: the range
-  // counts parts per rank (the message limit still applies).
+  // counts parts per rank. A part the servers would not take fails here,
+  // at once, instead of being dropped by the transport.
+  const size_t limit = MessageLimit(map);
+  const size_t row_bytes = op->table.width * sizeof(float) + sizeof(Key);
   for (int r = 0; r < table.ranges_size(); ++r) {
     if (!send[r]) continue;
+    const size_t bytes = indices[r].size() * row_bytes + kHeaderAllowance;
+    if (bytes > limit) {
+      op->Fail(absl::ResourceExhaustedError(absl::StrCat(
+          OpName(op->op), " table '", op->table.name, "': a synced batch of ",
+          indices[r].size(), " keys for the range from key ",
+          table.ranges(r).begin(), " needs ", bytes,
+          " bytes, over the message limit of ", limit,
+          " bytes (a synced batch is not split; push fewer keys per step)")));
+      return;
+    }
     Part p;
     p.server = table.ranges(r).primary();
     p.range_begin = table.ranges(r).begin();

@@ -10,7 +10,8 @@
 //   absl::Status s = (*client)->Wait(t);             // or pass a callback
 //   s = (*client)->PullSync(*w, keys, absl::MakeSpan(params));
 //
-// Operations take a batch of keys (any order, repeats allowed) or a key
+// Operations take a batch of keys (any order, repeats allowed: an add or
+// push of a key that appears twice is applied twice, in order) or a key
 // range. The client splits a batch by owning server, sends the parts in
 // parallel (several requests in flight per connection) and reassembles
 // replies in the caller's key order.
@@ -24,6 +25,8 @@
 //   kNotFound          unknown table
 //   kInvalidArgument   a span whose length does not match keys x width
 //   kOutOfRange        a key outside the table's key space
+//   kResourceExhausted a request larger than the servers take that cannot be
+//                      split (a synced sparse batch)
 //   kUnavailable       the owning server is dead or unreachable
 //   kDeadlineExceeded  no reply within ClientOptions::op_timeout
 //   others as the server reports them
@@ -93,6 +96,10 @@ struct TableOptions {
   // Named vectors over the same keys (dense tables only), e.g. {"x", "g",
   // "d"}: the first names the parameters. Empty: the parameters alone.
   std::vector<std::string> vectors;
+  // Pushes must be finite unless this is set: a gradient holding a NaN or an
+  // infinity is refused (kInvalidArgument naming the key) instead of
+  // poisoning its row and the handler's state for good.
+  bool allow_non_finite = false;
 };
 
 // A declared table. Cheap to copy. Operations address its named vector
@@ -105,6 +112,7 @@ struct Table {
   uint64_t num_keys = 0;  // dense only
   std::vector<std::string> vectors;  // TableOptions::vectors
   uint32_t vector = 0;
+  bool allow_non_finite = false;     // TableOptions::allow_non_finite
 
   // The same table, addressing the named vector `vector_name` (kNotFound if
   // the table has none of that name).
@@ -232,6 +240,15 @@ class Client {
 
   // The epoch of the cluster map this client currently routes by.
   virtual Epoch map_epoch() const = 0;
+
+  // Whether every range of `t` is served by a live server in the current
+  // map: kUnavailable naming the range and its dead server when nobody
+  // holding its data is alive (with replicas the map names a promoted
+  // backup at once, so this means a range without a live copy), kDataLoss
+  // for a range that was lost, kNotFound for an unknown table. For a long
+  // job that waits on others (a coordinator) to fail at once instead of
+  // after its timeout.
+  virtual absl::Status CheckTable(const Table& t) const = 0;
 
   // For worker daemons: operations submitted after this carry the worker's
   // rank and clock, which the servers use to aggregate BSP steps and to

@@ -11,7 +11,16 @@ ClusterMapView::ClusterMapView(proto::ClusterMap map) : map_(std::move(map)) {
     table_by_name_[map_.tables(i).spec().name()] = i;
     table_by_id_[map_.tables(i).spec().id()] = i;
   }
-  for (int i = 0; i < map_.nodes_size(); ++i) node_by_id_[map_.nodes(i).id()] = i;
+  for (int i = 0; i < map_.nodes_size(); ++i) {
+    const proto::NodeInfo& n = map_.nodes(i);
+    node_by_id_[n.id()] = i;
+    if (n.role() == proto::SERVER && n.state() == proto::ALIVE &&
+        n.max_message_bytes() > 0 &&
+        (min_server_message_ == 0 ||
+         n.max_message_bytes() < min_server_message_)) {
+      min_server_message_ = n.max_message_bytes();
+    }
+  }
 }
 
 absl::StatusOr<const proto::TableMap*> ClusterMapView::FindTable(

@@ -29,11 +29,16 @@ class ClusterMapView {
   // is outside the table's key space).
   static int RangeOf(const proto::TableMap& table, Key key);
 
+  // The smallest request a live server accepts (NodeInfo.max_message_bytes);
+  // 0 when no server says.
+  uint64_t min_server_message_bytes() const { return min_server_message_; }
+
  private:
   proto::ClusterMap map_;
   absl::flat_hash_map<std::string, int> table_by_name_;
   absl::flat_hash_map<TableId, int> table_by_id_;
   absl::flat_hash_map<NodeId, int> node_by_id_;
+  uint64_t min_server_message_ = 0;
 };
 
 }  // namespace downpour

@@ -1,8 +1,10 @@
 #include "lbfgs/coordinator.h"
 
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -104,7 +106,23 @@ class CoordinatorImpl final : public Coordinator,
         options_.evaluation_timeout);
     LbfgsOptions lo = options_.lbfgs;
     lo.regularized_keys = problem_->RegularizedKeys();
+    // While a round waits for the workers, watch the table: a range with no
+    // live server (replicas 1, or every holder gone) ends the job at once,
+    // naming the server, instead of after the evaluation timeout.
+    absl::Notification done;
+    std::thread watch([&] {
+      while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+        absl::Status health = client_->CheckTable(table_);
+        if (!health.ok()) {
+          DP_LOG(ERROR) << "the job cannot go on: " << health;
+          pool_.Abort(health);
+          return;
+        }
+      }
+    });
     auto result = MinimizeLbfgs(&space, &objective, lo, on_iteration);
+    done.Notify();
+    watch.join();
     pool_.Close();
     // A busy worker asks again when its task ends (a slow one after some
     // seconds); one silent for longer than a lease is presumed dead.

@@ -22,11 +22,12 @@ absl::StatusOr<std::vector<double>> TaskPool::RunRound(
   open_ = true;
   changed_.SignalAll();
   auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return remaining_ == 0 || closed_;
+    return remaining_ == 0 || closed_ || !aborted_.ok();
   };
   const bool in_time =
       mu_.AwaitWithTimeout(absl::Condition(&finished), timeout);
   open_ = false;
+  if (!aborted_.ok()) return aborted_;
   if (closed_) return absl::CancelledError("task pool closed");
   if (!in_time) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -142,6 +143,12 @@ bool TaskPool::Finish(int64_t round, uint64_t task, double result) {
   --remaining_;
   changed_.SignalAll();
   return true;
+}
+
+void TaskPool::Abort(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (aborted_.ok()) aborted_ = why;
+  changed_.SignalAll();
 }
 
 void TaskPool::Close() {

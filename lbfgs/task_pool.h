@@ -68,6 +68,9 @@ class TaskPool {
 
   // Every worker gets kDone from now on.
   void Close() ABSL_LOCKS_EXCLUDED(mu_);
+  // The job cannot go on (e.g. a range of its table has no live server):
+  // a RunRound waiting now, or called later, returns `why` at once.
+  void Abort(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // After Close: waits until every worker that ever asked for a task has
   // been told kDone or has been silent for `silence` (it died), at most
   // `timeout`; so that workers exit cleanly before the service goes away.
@@ -99,6 +102,7 @@ class TaskPool {
   int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
   size_t next_unstarted_ ABSL_GUARDED_BY(mu_) = 0;
   size_t remaining_ ABSL_GUARDED_BY(mu_) = 0;

@@ -228,6 +228,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     node->set_admin_address(req->admin_address());
     node->mutable_plugin_handlers()->CopyFrom(req->plugin_handlers());
     node->set_incarnation(req->incarnation());
+    node->set_max_message_bytes(req->max_message_bytes());
     last_seen_[node->id()] = absl::Now();
     suspect_since_.erase(node->id());
     applied_[node->id()] = 0;

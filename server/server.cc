@@ -193,6 +193,7 @@ class ServerImpl final : public Server {
     reg.set_data_endpoint(endpoint_);
     reg.set_admin_address(admin_address());
     reg.set_incarnation(incarnation_);
+    reg.set_max_message_bytes(options_.max_message_bytes);
     for (const std::string& n : plugins_.names()) reg.add_plugin_handlers(n);
     return reg;
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -32,6 +33,7 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   o.bin_dir = options.bin_dir;
   o.work_dir = dir;
   o.num_servers = options.num_servers;
+  o.scheduler_flags = options.scheduler_flags;
   DP_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start(o));
   std::vector<std::string> argv = {
       options.bin_dir + "/lbfgs/ps_lbfgs",
@@ -56,16 +58,28 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
         w, dir + "/worker" + std::to_string(i) + ".log"));
     DP_RETURN_IF_ERROR(workers.back()->Start());
   }
-  DP_ASSIGN_OR_RETURN(int status, coordinator.Wait(absl::Minutes(10)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError("coordinator failed: " + coordinator.LogTail());
+  std::thread during;
+  if (options.while_running) {
+    during = std::thread([&] { options.while_running(cluster.get()); });
   }
+  absl::StatusOr<int> status = coordinator.Wait(absl::Minutes(10));
+  if (during.joinable()) during.join();
+  DP_RETURN_IF_ERROR(status.status());
   SandblasterJobResult result;
+  result.coordinator_exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  if (result.coordinator_exit_code != 0) {
+    result.coordinator_log = coordinator.LogTail();
+    if (!options.allow_failure) {
+      return absl::InternalError("coordinator failed: " + result.coordinator_log);
+    }
+  }
   for (auto& w : workers) {
     DP_ASSIGN_OR_RETURN(int ws, w->Wait(absl::Seconds(30)));
     result.worker_exit_codes.push_back(WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
   }
-  DP_RETURN_IF_ERROR(cluster->Stop());
+  absl::Status stopped = cluster->Stop();
+  // A server killed on purpose is skipped by Stop; others must stop cleanly.
+  if (!options.allow_failure) DP_RETURN_IF_ERROR(stopped);
   std::ifstream trace(dir + "/trace.csv");
   std::string line;
   std::getline(trace, line);  // header

@@ -5,11 +5,13 @@
 #ifndef DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
 #define DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/local_cluster.h"
 
 namespace downpour {
 
@@ -17,6 +19,13 @@ struct SandblasterJobOptions {
   std::string bin_dir;   // holds scheduler/, server/, lbfgs/, worker/
   std::string work_dir;  // logs, trace and summary go here
   int num_servers = 2;
+  std::vector<std::string> scheduler_flags;  // e.g. --replicas=2
+  // Runs on its own thread once the workers are started (e.g. kills a
+  // server); the job waits for it before returning.
+  std::function<void(LocalCluster*)> while_running;
+  // A failing coordinator is reported in the result (coordinator_exit_code,
+  // coordinator_log) instead of as an error.
+  bool allow_failure = false;
   std::vector<std::string> coordinator_flags;     // to ps_lbfgs
   std::vector<std::vector<std::string>> workers;  // flags, one per worker
 };
@@ -26,6 +35,8 @@ struct SandblasterJobResult {
   std::vector<double> seconds;  // since the coordinator started minimizing
   std::map<std::string, std::string> summary;  // ps_lbfgs --summary_file
   std::vector<int> worker_exit_codes;          // -1: killed by a signal
+  int coordinator_exit_code = 0;               // -1: killed by a signal
+  std::string coordinator_log;                 // its tail, when it failed
   double Num(const std::string& key) const;    // NaN when absent
 };
 

@@ -2,6 +2,7 @@
 // request gets its exact error code and leaves the table unchanged.
 #include "server/internal/dispatcher.h"
 
+#include <limits>
 #include <vector>
 
 #include "common/test_util.h"
@@ -128,6 +129,23 @@ TEST_F(DispatcherTest, RangeOperations) {
   OutgoingReply r2;
   dispatcher_.Handle(req, &r2, &released_);
   EXPECT_EQ(Code(r2.header), absl::StatusCode::kAborted);
+}
+
+// A raw peer (not the SDK, which checks too) pushing a non-finite
+// gradient: refused, naming table and key, before anything changes.
+TEST_F(DispatcherTest, NonFinitePushesAreRefusedAndAPutResetsState) {
+  ASSERT_EQ(Run(proto::PUT, 1, 2, {70, 71}, {9, 9, 9, 9}).status_code(), 0);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  proto::DataHeader h = Run(proto::PUSH, 1, 2, {70, 71}, {1, 1, 1, nan});
+  EXPECT_EQ(Code(h), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(h.status_message(), ::testing::HasSubstr("key 71"));
+  EXPECT_THAT(h.status_message(), ::testing::HasSubstr("'dense'"));
+  h = Run(proto::PUSH_PULL, 1, 2, {70},
+          {std::numeric_limits<float>::infinity(), 0});
+  EXPECT_EQ(Code(h), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetDense({70, 71}), (std::vector<float>{9, 9, 9, 9}));
+  // An add is a plain value operation, not a gradient: not checked.
+  EXPECT_EQ(Run(proto::ADD, 1, 2, {72}, {1, nan}).status_code(), 0);
 }
 
 TEST_F(DispatcherTest, BadRequestsGetExactCodesAndChangeNothing) {

@@ -199,9 +199,28 @@ void RangeStore::Put(absl::Span<const Key> keys, const float* values,
   PrepareBatchWrite(keys, vector);
   const size_t bytes = width() * sizeof(float);
   for (size_t i = 0; i < keys.size(); ++i) {
-    float* row = layout_->dense ? DenseRow(keys[i] - range_.begin, vector)
-                                : SparseTouch(keys[i]).values;
-    std::memcpy(row, values + i * width(), bytes);
+    PutRow(keys[i], values + i * width(), bytes, vector);
+  }
+}
+
+void RangeStore::PutRow(Key key, const float* values, size_t bytes,
+                        uint32_t vector) {
+  const size_t sw = layout_->state_width;
+  if (layout_->dense) {
+    const size_t row = key - range_.begin;
+    std::memcpy(DenseRow(row, vector), values, bytes);
+    // New values start the update rule over: a row put after a bad push
+    // (an exploded accumulator) is not poisoned by its old state.
+    if (vector == 0 && sw > 0 && state_ != nullptr) {
+      layout_->handler->InitState(state_.get() + row * sw, 1, width());
+    }
+    return;
+  }
+  const bool existed = SparseFind(key).values != nullptr;
+  SparseRow r = SparseTouch(key);
+  std::memcpy(r.values, values, bytes);
+  if (existed && r.state != nullptr) {
+    layout_->handler->InitState(r.state, 1, width());
   }
 }
 
@@ -247,44 +266,77 @@ void RangeStore::Get(absl::Span<const Key> keys, float* out, uint32_t vector) {
 }
 
 // Range operations: dense ranges take one contiguous pass; sparse ranges go
-// key by key.
-namespace {
-std::vector<Key> KeysOf(Key begin, Key end) {
-  std::vector<Key> keys(end - begin);
-  for (Key k = begin; k < end; ++k) keys[k - begin] = k;
-  return keys;
-}
-}  // namespace
+// key by key (without listing the keys first: a range may be huge and
+// mostly absent).
 
 void RangeStore::PutRange(Key begin, Key end, const float* values,
                           uint32_t vector) {
-  if (!layout_->dense) return Put(KeysOf(begin, end), values);
+  const size_t w = width();
+  if (!layout_->dense) {
+    for (Key k = begin; k < end; ++k) {
+      PutRow(k, values + (k - begin) * w, w * sizeof(float), vector);
+    }
+    return;
+  }
   if (vector == 0) PrepareWrite(begin, end);
   std::memcpy(DenseRow(begin - range_.begin, vector), values,
-              (end - begin) * width() * sizeof(float));
+              (end - begin) * w * sizeof(float));
+  const size_t sw = layout_->state_width;
+  if (vector == 0 && sw > 0 && state_ != nullptr) {
+    // As Put: new values start the update rule over.
+    layout_->handler->InitState(state_.get() + (begin - range_.begin) * sw,
+                                end - begin, w);
+  }
 }
 
 void RangeStore::AddRange(Key begin, Key end, const float* values,
                           uint32_t vector) {
-  if (!layout_->dense) return Add(KeysOf(begin, end), values);
+  const size_t w = width();
+  if (!layout_->dense) {
+    for (Key k = begin; k < end; ++k) {
+      float* row = SparseTouch(k).values;
+      const float* v = values + (k - begin) * w;
+      for (size_t j = 0; j < w; ++j) row[j] += v[j];
+    }
+    return;
+  }
   if (vector == 0) PrepareWrite(begin, end);
   float* row = DenseRow(begin - range_.begin, vector);
-  const size_t n = (end - begin) * width();
+  const size_t n = (end - begin) * w;
   for (size_t j = 0; j < n; ++j) row[j] += values[j];
 }
 
 void RangeStore::PushRange(Key begin, Key end, const float* grads) {
-  if (!layout_->dense) return Push(KeysOf(begin, end), grads);
+  const size_t w = width();
+  if (!layout_->dense) {
+    for (Key k = begin; k < end; ++k) {
+      SparseRow r = SparseTouch(k);
+      layout_->handler->Apply(r.values, r.state, grads + (k - begin) * w, 1, w);
+    }
+    return;
+  }
   PrepareWrite(begin, end);
   float* state = nullptr;
   float* row = DenseRow(begin - range_.begin, 0, &state);
-  layout_->handler->Apply(row, state, grads, end - begin, width());
+  layout_->handler->Apply(row, state, grads, end - begin, w);
 }
 
 void RangeStore::GetRange(Key begin, Key end, float* out, uint32_t vector) {
-  if (!layout_->dense) return Get(KeysOf(begin, end), out);
+  const size_t w = width();
+  if (!layout_->dense) {
+    // Absent rows read as their initial values and are not created.
+    for (Key k = begin; k < end; ++k) {
+      float* dst = out + (k - begin) * w;
+      if (const float* row = SparseFind(k).values) {
+        std::memcpy(dst, row, w * sizeof(float));
+      } else {
+        layout_->init.FillRow(k, w, dst);
+      }
+    }
+    return;
+  }
   std::memcpy(out, DenseRow(begin - range_.begin, vector),
-              (end - begin) * width() * sizeof(float));
+              (end - begin) * w * sizeof(float));
 }
 
 void RangeStore::RunVector(Key lo, Key hi, const VectorKernel& kernel,

@@ -165,7 +165,11 @@ class RangeStore {
   // Batch operations on vector `vector` (0: the parameters). REQUIRES:
   // every key lies in range(), vector < num_vectors, and the value arrays
   // hold keys.size() * width floats. Keys may repeat; repeats apply in
-  // order. Named vectors start as zeros.
+  // order (an add or push of key k twice adds or applies twice). Named
+  // vectors start as zeros. A put of the parameters also resets the rows'
+  // handler state to its initial value: new values start the update rule
+  // over (a row put after a bad push is not poisoned by what its state
+  // kept).
   void Put(absl::Span<const Key> keys, const float* values,
            uint32_t vector = 0);
   void Add(absl::Span<const Key> keys, const float* values,
@@ -265,6 +269,8 @@ class RangeStore {
   // (allocated on first use).
   float* DenseRow(size_t row, uint32_t vector = 0, float** state = nullptr);
   float* VectorData(uint32_t vector);
+  // Put of one row (see Put); `bytes` = width * sizeof(float).
+  void PutRow(Key key, const float* values, size_t bytes, uint32_t vector);
   void EnsureDenseState();
   // Call before writing parameter rows [begin, end): waits for pins on
   // them, or copies the array (see PinOptions::wait).

@@ -134,13 +134,20 @@ TEST(RangeStorePinTest, BatchAndPushWritesWaitToo) {
       if (op == 2) shard->Push(keys, v.data());
       written = true;
     });
-    absl::SleepFor(absl::Milliseconds(100));
+    // Until the writer is blocked on the pin (on a loaded machine the
+    // thread may take a while to start; a fixed sleep raced with it).
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (shard->pin_waits() < static_cast<uint64_t>(op + 1) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
     EXPECT_FALSE(written.load()) << "op " << op;
     EXPECT_EQ(Snapshot(*p), before) << "op " << op;
     p->release();
     writer.join();
+    EXPECT_EQ(shard->pin_waits(), static_cast<uint64_t>(op + 1)) << "op " << op;
   }
-  EXPECT_EQ(shard->pin_waits(), 3u);
 }
 
 TEST(RangeStorePinTest, WritesToOtherRowsDoNotWait) {
@@ -195,6 +202,43 @@ TEST(RangeStorePinTest, StuckPinMakesTheWriterCopyAndOutlivesTheShard) {
   shard.reset();
   EXPECT_EQ(Snapshot(*p), Filled(0, kKeys, 5));
   p->release();
+}
+
+// A put of the parameters starts the update rule over for those rows: the
+// handler state is reset, dense and sparse, batch and range.
+TEST(RangeStoreTest, APutResetsTheHandlerStateOfItsRows) {
+  for (bool dense : {true, false}) {
+    SCOPED_TRACE(dense ? "dense" : "sparse");
+    proto::TableSpec spec = DenseSpec();
+    spec.set_width(1);
+    spec.mutable_handler()->set_name("adagrad");
+    (*spec.mutable_handler()->mutable_params())["learning_rate"] = 1.0;
+    (*spec.mutable_handler()->mutable_params())["initial_accumulator"] = 1.0;
+    if (!dense) {
+      spec.set_kind(proto::SPARSE);
+      spec.set_num_keys(0);
+    }
+    TestStore t = MakeShard(PinOptions{}, spec);
+    TestStore fresh = MakeShard(PinOptions{}, spec);
+    const std::vector<Key> keys = {3, 4};
+    const std::vector<float> big = {100, 100}, g = {1, 1}, v = {5, 5};
+    t->Push(keys, big.data());  // the accumulator grows to 1 + 100^2
+    t->Put(keys, v.data());
+    fresh->Put(keys, v.data());
+    t->Push(keys, g.data());
+    fresh->Push(keys, g.data());
+    std::vector<float> a(2), b(2);
+    t->Get(keys, a.data());
+    fresh->Get(keys, b.data());
+    EXPECT_EQ(a, b);
+    t->PutRange(3, 5, v.data());
+    t->Push(keys, g.data());
+    fresh->PutRange(3, 5, v.data());
+    fresh->Push(keys, g.data());
+    t->Get(keys, a.data());
+    fresh->Get(keys, b.data());
+    EXPECT_EQ(a, b);
+  }
 }
 
 // --- Copying a range: ExportRows / ImportRows ---

@@ -1,0 +1,135 @@
+// Sandblaster L-BFGS through the loss of a server: the real scheduler,
+// servers, coordinator (ps_lbfgs) and workers (ps_worker --job=lbfgs).
+//  - With --replicas=2 the job goes on through a primary's kill -9 and
+//    follows the single-process run as closely as an undisturbed job does
+//    (the vector commands and task adds a failover interrupts are retried
+//    and applied exactly once).
+//  - With --replicas=1 the range has no other copy: the coordinator and the
+//    workers stop within seconds, naming the dead server, instead of
+//    waiting out their timeouts.
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "lbfgs/coordinator.h"
+#include "tools/sandblaster_job.h"
+
+namespace downpour {
+namespace {
+
+proto::SandblasterProblem Softmax() {
+  proto::SandblasterProblem spec;
+  spec.set_kind("softmax");
+  spec.set_data_path("/usr/share/datasets/fashion-mnist");
+  return spec;
+}
+
+std::vector<double> Reference(int iterations) {
+  auto problem = TaskProblem::Load(Softmax());
+  EXPECT_OK(problem);
+  if (!problem.ok()) return {};
+  LbfgsOptions o;
+  o.max_iterations = iterations;
+  std::vector<double> f;
+  auto r = RunLocalLbfgs(**problem, o, 32,
+                         [&](const IterationRecord& rec) { f.push_back(rec.f); });
+  EXPECT_OK(r);
+  return f;
+}
+
+// Lines in the job's trace so far (one per iteration, plus a header).
+int TraceLines(const std::string& dir) {
+  std::ifstream in(dir + "/trace.csv");
+  int n = 0;
+  std::string line;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+// Kills the primary of the table's first range with SIGKILL once the job
+// has done `after` iterations; records when.
+struct Killer {
+  std::string dir;
+  int after;
+  absl::Time killed = absl::InfinitePast();
+  void operator()(LocalCluster* cluster) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(3);
+    while (TraceLines(dir) < after + 2 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    SchedulerClient sched(cluster->scheduler_address());
+    auto map = sched.GetClusterMap();
+    ASSERT_OK(map);
+    ASSERT_GT(map->tables_size(), 0);
+    const NodeId primary = map->tables(0).ranges(0).primary();
+    int index = -1;
+    for (const auto& n : map->nodes()) {
+      if (n.id() == primary) index = std::stoi(n.name().substr(7));
+    }
+    ASSERT_GE(index, 0);
+    killed = absl::Now();
+    cluster->server(index).Signal(SIGKILL);
+    EXPECT_OK(cluster->server(index).Wait(absl::Seconds(10)));
+    std::cout << "killed server-" << index << " (node " << primary
+              << ") after iteration " << after << std::endl;
+  }
+};
+
+TEST(SandblasterFailoverTest, GoesOnThroughAKilledServerWithReplicas) {
+  constexpr int kIterations = 30;
+  const std::vector<double> ref = Reference(kIterations);
+  ASSERT_EQ(ref.size(), kIterations + 1u);
+  SandblasterJobOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/replicated";
+  o.num_servers = 3;
+  o.scheduler_flags = {"--replicas=2"};
+  o.coordinator_flags = {absl::StrCat("--max_iterations=", kIterations),
+                         "--table=replicated"};
+  o.workers = {{}, {}, {}};
+  Killer killer{o.work_dir, 8};
+  o.while_running = [&](LocalCluster* c) { killer(c); };
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
+  ASSERT_EQ(run.f.size(), kIterations + 1u) << "stop: " << run.summary["stop"];
+  for (int k = 0; k <= 10; ++k) {
+    EXPECT_NEAR(run.f[k], ref[k], 1e-5 * std::abs(ref[k])) << "iteration " << k;
+  }
+  EXPECT_NEAR(run.f[kIterations], ref[kIterations],
+              1e-2 * std::abs(ref[kIterations]));
+  for (int code : run.worker_exit_codes) EXPECT_EQ(code, 0);
+}
+
+TEST(SandblasterFailoverTest, WithoutReplicasALostServerStopsTheJobAtOnce) {
+  SandblasterJobOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/unreplicated";
+  o.num_servers = 2;
+  o.coordinator_flags = {"--max_iterations=200", "--table=unreplicated"};
+  o.workers = {{}, {}};
+  o.allow_failure = true;
+  Killer killer{o.work_dir, 5};
+  o.while_running = [&](LocalCluster* c) { killer(c); };
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
+  const absl::Time ended = absl::Now();
+  EXPECT_NE(run.coordinator_exit_code, 0);
+  EXPECT_THAT(run.coordinator_log, ::testing::HasSubstr("dead"));
+  EXPECT_THAT(run.coordinator_log, ::testing::HasSubstr("server"));
+  // Within seconds of the kill (the workers are waited for too), not after
+  // the evaluation timeout.
+  EXPECT_LT(ended - killer.killed, absl::Seconds(40));
+  std::cout << "the job stopped "
+            << absl::ToDoubleSeconds(ended - killer.killed)
+            << " s after the kill; coordinator's last words:\n"
+            << run.coordinator_log.substr(
+                   run.coordinator_log.size() > 600
+                       ? run.coordinator_log.size() - 600
+                       : 0)
+            << std::endl;
+}
+
+}  // namespace
+}  // namespace downpour
