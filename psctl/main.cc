@@ -2,7 +2,8 @@
 //
 //   psctl status [--scheduler=HOST:PORT] [--json] [--interval_ms=1000]
 //   psctl tables [--scheduler=HOST:PORT] [--json]
-//   psctl local  [--servers=2] [--replicas=1] [--consistency=bsp]
+//   psctl local  [--listen=127.0.0.1:7070] [--servers=2] [--replicas=1]
+//                [--consistency=bsp]
 //                [--num_workers=4] [--address_file=F] [--metrics]
 //   psctl job    [--scheduler=HOST:PORT] [--kind=train|lbfgs]
 //                [--workers=N] [--worker_flags=--model=mlp,--steps=500]
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, bin_dir, "",
           "(default: the build folder psctl runs from)");
 ABSL_FLAG(std::string, work_dir, "",
           "local, job: logs go here (default: /tmp/psctl-<command>-<pid>)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "local: the scheduler's host:port, --scheduler's default (port 0: "
+          "a free one, printed and written to --address_file)");
 ABSL_FLAG(int32_t, servers, 2, "local: servers to start");
 ABSL_FLAG(int32_t, replicas, 1, "local: holders of each key range");
 ABSL_FLAG(std::string, consistency, "bsp", "local: bsp, ssp or asp");
@@ -147,7 +151,9 @@ int Local() {
   o.bin_dir = BinDir();
   o.work_dir = WorkDir("local");
   o.num_servers = absl::GetFlag(FLAGS_servers);
+  // After LocalCluster's own --listen=127.0.0.1:0: the last one counts.
   o.scheduler_flags = {
+      absl::StrCat("--listen=", absl::GetFlag(FLAGS_listen)),
       absl::StrCat("--consistency=", absl::GetFlag(FLAGS_consistency)),
       absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
       absl::StrCat("--num_workers=", absl::GetFlag(FLAGS_num_workers)),

@@ -165,8 +165,8 @@ TEST(PsctlTest, LocalClusterRunsAJobStartedByPsctl) {
   const std::string dir = TestTmpDir() + "/local";
   const std::string address_file = dir + "/scheduler.address";
   std::system(("mkdir -p " + dir).c_str());
-  Subprocess local({RunfilePath("psctl/psctl"), "local", "--servers=1",
-                    "--num_workers=2", "--consistency=bsp", "--metrics",
+  Subprocess local({RunfilePath("psctl/psctl"), "local", "--listen=127.0.0.1:0",
+                    "--servers=1", "--num_workers=2", "--consistency=bsp", "--metrics",
                     "--work_dir=" + dir, "--address_file=" + address_file},
                    dir + "/psctl-local.log");
   ASSERT_OK(local.Start());
