@@ -2,7 +2,7 @@
 // time from its cluster map, job status and event counters: the whole
 // job's health in one place (nodes, ranges and their replicas, clocks and
 // staleness per worker). Names and labels are listed in
-// docs/ARCHITECTURE.md ("Metrics").
+// docs/OPERATIONS.md ("Metrics").
 #ifndef DOWNPOUR_SCHEDULER_JOB_METRICS_H_
 #define DOWNPOUR_SCHEDULER_JOB_METRICS_H_
 

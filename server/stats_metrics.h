@@ -1,6 +1,6 @@
 // The figures of a ps_server as Prometheus metrics: its ServerStats (what
 // GetStats answers) and its per-request figures, written at scrape time.
-// Names and labels are listed in docs/ARCHITECTURE.md ("Metrics").
+// Names and labels are listed in docs/OPERATIONS.md ("Metrics").
 #ifndef DOWNPOUR_SERVER_STATS_METRICS_H_
 #define DOWNPOUR_SERVER_STATS_METRICS_H_
 
