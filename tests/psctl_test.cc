@@ -139,22 +139,34 @@ TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
   EXPECT_TRUE(absl::StrContains(tables.output, "TABLE")) << tables.output;
   EXPECT_TRUE(absl::StrContains(tables.output, "DENSE  4      1000")) << tables.output;
 
-  // A dead server: reported, not an error; its range failed over.
+  // A dead server: reported, not an error; its range failed over. psctl
+  // lists servers in the map's order (registration), not by name.
   cluster->server(1).Signal(SIGKILL);
   ASSERT_OK(cluster->server(1).Wait(absl::Seconds(10)).status());
   psctl::ClusterStatus after;
+  const psctl::ServerStatus* dead = nullptr;
+  const psctl::ServerStatus* live = nullptr;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (absl::Now() < deadline) {
     PsctlRun r = Psctl({"status", scheduler, "--json", "--interval_ms=0"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     ASSERT_OK_AND_ASSIGN(after, ParseStatus(r.output));
-    if (after.servers(1).state() == "DEAD") break;
+    ASSERT_EQ(after.servers_size(), 2);
+    dead = live = nullptr;
+    for (const psctl::ServerStatus& srv : after.servers()) {
+      (srv.name() == "server-1" ? dead : live) = &srv;
+    }
+    ASSERT_NE(dead, nullptr);
+    ASSERT_NE(live, nullptr);
+    if (dead->state() == "DEAD") break;
     absl::SleepFor(absl::Milliseconds(200));
   }
-  EXPECT_EQ(after.servers(1).state(), "DEAD");
-  EXPECT_EQ(after.servers(1).health(), "UNREACHABLE");
-  EXPECT_FALSE(after.servers(1).error().empty());
-  EXPECT_EQ(after.servers(0).health(), "SERVING");
+  EXPECT_EQ(dead->state(), "DEAD");
+  EXPECT_EQ(dead->health(), "UNREACHABLE");
+  EXPECT_FALSE(dead->error().empty());
+  EXPECT_EQ(live->name(), "server-0");
+  EXPECT_EQ(live->state(), "ALIVE");
+  EXPECT_EQ(live->health(), "SERVING");
   EXPECT_EQ(after.tables(0).ranges_unavailable(), 0u);
   EXPECT_EQ(after.tables(0).backups(), 0u);
   client.reset();
