@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -206,8 +207,9 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
   const proto::JobConfig& job = s.job().job();
   absl::StrAppend(&out, "scheduler ", s.scheduler(), "  ", s.scheduler_health(),
                   "  epoch ", s.map().epoch(), "\n");
-  absl::StrAppend(&out, "job ", job.consistency());
-  if (job.consistency() == "ssp") absl::StrAppend(&out, "(s=", job.staleness(), ")");
+  absl::StrAppend(&out, "job ",
+                  absl::AsciiStrToLower(proto::Consistency_Name(job.consistency())));
+  if (job.consistency() == proto::SSP) absl::StrAppend(&out, "(s=", job.staleness(), ")");
   absl::StrAppend(&out, "  workers ", job.num_workers(), " + ",
                   job.backup_workers(), " backup  gating clock ",
                   s.job().gating_clock(), "\n\n");

@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace downpour {
@@ -89,7 +90,9 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
 
   const proto::JobConfig& c = job.job();
   w->Gauge("downpour_job_info", "The job's consistency policy (value 1)",
-           {{"consistency", c.consistency()}}, 1);
+           {{"consistency",
+             absl::AsciiStrToLower(proto::Consistency_Name(c.consistency()))}},
+           1);
   w->Gauge("downpour_job_workers", "N: workers whose updates count each step",
            {}, c.num_workers());
   w->Gauge("downpour_job_backup_workers", "Backup workers configured", {},

@@ -66,7 +66,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.policy = *policy;
-  options.policy_name = absl::GetFlag(FLAGS_consistency);
   auto auth = downpour::ClusterAuth::FromFlags();
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

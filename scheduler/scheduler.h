@@ -34,14 +34,21 @@
 // back; one that does not ask gets its old rank back if its name had one,
 // else the smallest rank nobody holds.
 //
+// Tables declared with TableSpec.follows_job get sync_workers and
+// num_workers from the job's policy (ConsistencyPolicy::sync_workers,
+// tracked_workers), so that every table of the job enforces the same
+// contract whoever declares it.
+//
 // RPC errors (canonical codes): kInvalidArgument for a malformed request
 // (no role, a server without data endpoint, a requested rank outside the
-// job, a bad table spec, barrier count 0); kAlreadyExists for registering a
-// name that is ALIVE, a rank an ALIVE worker holds, or redeclaring a table
-// with a different spec; kResourceExhausted for a worker when every rank is
-// held; kNotFound for an unknown node id (or an unknown update handler);
-// kFailedPrecondition for a heartbeat from a DEAD node or a worker name that
-// asks for a rank other than its own; kUnavailable when CreateTable finds fewer than min_servers alive
+// job, a bad table spec, a table that follows the job but sets
+// sync_workers or num_workers itself, barrier count 0); kAlreadyExists for
+// registering a name that is ALIVE, a rank an ALIVE worker holds, or
+// redeclaring a table with a different spec; kResourceExhausted for a
+// worker when every rank is held; kNotFound for an unknown node id (or an
+// unknown update handler); kFailedPrecondition for a heartbeat from a DEAD
+// node or a worker name that asks for a rank other than its own;
+// kUnavailable when CreateTable finds fewer than min_servers alive
 // servers within its timeout, or the scheduler is shutting down;
 // kDeadlineExceeded when CreateTable's servers do not all acknowledge the new
 // epoch in time (the table stays declared) or a Barrier times out.
@@ -81,9 +88,9 @@ struct SchedulerOptions {
   // CreateTable waits (up to its timeout) until this many servers are alive
   // (at least one in any case).
   int min_servers = 1;
-  // The job's consistency contract; workers get ranks 0 .. N + b - 1.
+  // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
+  // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;
-  std::string policy_name = "bsp";  // as given to ConsistencyPolicy::Parse
   // On: every call must carry the cluster token (the health service stays
   // open, for probes).
   ClusterAuth auth;

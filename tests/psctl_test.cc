@@ -123,7 +123,7 @@ TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
   EXPECT_EQ(s.tables(0).backups(), 2u);
   EXPECT_EQ(s.tables(0).rows(), 2000u);  // both servers hold both ranges
   EXPECT_EQ(s.tables(0).ranges_lost(), 0u);
-  EXPECT_EQ(s.job().job().consistency(), "asp");
+  EXPECT_EQ(s.job().job().consistency(), proto::ASP);
   EXPECT_EQ(s.job().job().num_workers(), 2u);
   EXPECT_EQ(s.map().tables(0).ranges_size(), 2);
 
