@@ -24,6 +24,7 @@
 #include "models/cuda/cuda_mlp.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "common/usage.h"
 
 ABSL_FLAG(std::string, layers, "784,256,10", "MLP layer sizes");
 ABSL_FLAG(std::string, batches, "64,256,1024", "batch sizes to time");
@@ -114,6 +115,9 @@ int Main() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "times the MLP on the CPU and on a CUDA GPU (usage: cuda_mlp_bench "
+      "[flags])");
   absl::ParseCommandLine(argc, argv);
   return downpour::Main();
 }

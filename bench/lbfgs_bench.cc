@@ -23,6 +23,7 @@
 #include "common/auth.h"
 #include "tools/local_cluster.h"
 #include "tools/sandblaster_job.h"
+#include "common/usage.h"
 
 // Defined in common/auth.cc, with the --tls_* flags.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
@@ -125,6 +126,9 @@ int Main() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "times Sandblaster L-BFGS on local clusters (usage: lbfgs_bench "
+      "[flags])");
   absl::ParseCommandLine(argc, argv);
   return downpour::Main();
 }

@@ -39,6 +39,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
 #include "tools/local_cluster.h"
+#include "common/usage.h"
 
 // Defined in common/auth.cc: with a secret, the cluster runs with CURVE and
 // the dense figures show what encryption costs (the raw ZeroMQ baseline
@@ -594,6 +595,9 @@ void MemorySection() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "parameter-server benchmarks on a local cluster (usage: ps_bench "
+      "[--sections=...] [flags])");
   absl::ParseCommandLine(argc, argv);
   downpour::TuneAllocatorForLargeMessages();
   // The raw ZeroMQ peer is forked before any thread starts.

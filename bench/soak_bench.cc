@@ -31,6 +31,7 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
+#include "common/usage.h"
 #include "tools/local_cluster.h"
 
 ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ "
@@ -299,6 +300,9 @@ int Main() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "clients writing through a server's kill and restart (usage: "
+      "soak_bench [--clients=64] [--seconds=30] [flags])");
   absl::ParseCommandLine(argc, argv);
   return downpour::Main();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 
 namespace downpour {
 namespace {
@@ -136,6 +137,14 @@ absl::StatusOr<StartedGrpcServer> StartGrpcServer(
   // Core credentials are made outside grpc++'s objects: keep the library
   // initialized meanwhile (reference-counted; the server holds its own).
   grpc_init();
+  // Server reflection on every daemon, so that grpcurl and other generic
+  // clients can list and call the services. The plugin is registered once
+  // per process; every server built afterwards carries it.
+  static const bool reflection = [] {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    return true;
+  }();
+  (void)reflection;
   StartedGrpcServer started;
   started.health = std::make_unique<HealthService>(ready);
   grpc::ServerBuilder builder;

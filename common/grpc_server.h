@@ -2,7 +2,9 @@
 // server's admin service, the L-BFGS coordinator, a worker's health port):
 // one listening address (port 0 picks a free one), the cluster's security
 // applied to every call, the standard health service
-// (grpc.health.v1.Health), and an absl::Status when the address cannot be
+// (grpc.health.v1.Health), server reflection (grpc.reflection.v1alpha, so
+// that grpcurl can list and call the services; it needs the cluster token
+// like any other call), and an absl::Status when the address cannot be
 // bound.
 //
 // Security lives here so that a service, or a new RPC, cannot forget it:

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -15,27 +17,68 @@ namespace downpour {
 namespace {
 
 std::atomic<int> g_min_severity{0};
+std::atomic<int> g_format{static_cast<int>(LogFormat::kText)};
 absl::Mutex g_tag_mu;
 std::string* g_tag ABSL_GUARDED_BY(g_tag_mu) = nullptr;
 
-const char* SeverityLetter(LogSeverity s) {
+const char* SeverityName(LogSeverity s) {
   switch (s) {
     case LogSeverity::kInfo:
-      return "I";
+      return "INFO";
     case LogSeverity::kWarning:
-      return "W";
+      return "WARNING";
     case LogSeverity::kError:
-      return "E";
+      return "ERROR";
     case LogSeverity::kFatal:
-      return "F";
+      return "FATAL";
   }
   return "?";
+}
+
+// A JSON string literal of `s`: quotes, backslashes and control characters
+// escaped. Bytes >= 0x80 pass through (messages are UTF-8 or ASCII).
+void AppendJsonString(std::string* out, const std::string& s) {
+  out->push_back('"');
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(out, "\\u%04x", static_cast<int>(c));
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
 }
 
 }  // namespace
 
 void SetMinLogSeverity(LogSeverity severity) {
   g_min_severity.store(static_cast<int>(severity));
+}
+
+void SetLogVerbosity(int verbosity) {
+  internal::g_log_verbosity.store(verbosity, std::memory_order_relaxed);
+}
+
+void SetLogFormat(LogFormat format) {
+  g_format.store(static_cast<int>(format));
 }
 
 void SetLogTag(const std::string& tag) {
@@ -46,24 +89,55 @@ void SetLogTag(const std::string& tag) {
 
 namespace internal {
 
-LogMessage::LogMessage(LogSeverity severity, const char* file, int line)
-    : severity_(severity) {
+std::atomic<int> g_log_verbosity{0};
+
+std::string FormatLogLine(LogFormat format, LogSeverity severity,
+                          int64_t unix_micros, const std::string& tag,
+                          const char* file, int line,
+                          const std::string& message) {
   const char* base = std::strrchr(file, '/');
-  stream_ << SeverityLetter(severity)
-          << absl::FormatTime("%m%d %H:%M:%E3S ", absl::Now(),
-                              absl::LocalTimeZone());
-  {
-    absl::MutexLock lock(&g_tag_mu);
-    if (g_tag != nullptr && !g_tag->empty()) stream_ << "[" << *g_tag << "] ";
+  base = base != nullptr ? base + 1 : file;
+  const absl::Time time = absl::FromUnixMicros(unix_micros);
+  std::string out;
+  if (format == LogFormat::kJson) {
+    out = absl::StrCat(
+        "{\"time\":\"",
+        absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone()),
+        "\",\"severity\":\"", SeverityName(severity), "\"");
+    if (!tag.empty()) {
+      out.append(",\"tag\":");
+      AppendJsonString(&out, tag);
+    }
+    out.append(",\"file\":");
+    AppendJsonString(&out, base);
+    absl::StrAppend(&out, ",\"line\":", line, ",\"message\":");
+    AppendJsonString(&out, message);
+    out.push_back('}');
+    return out;
   }
-  stream_ << (base ? base + 1 : file) << ":" << line << "] ";
+  out = absl::StrCat(
+      std::string(1, SeverityName(severity)[0]),
+      absl::FormatTime("%m%d %H:%M:%E3S ", time, absl::LocalTimeZone()));
+  if (!tag.empty()) absl::StrAppend(&out, "[", tag, "] ");
+  absl::StrAppend(&out, base, ":", line, "] ", message);
+  return out;
 }
+
+LogMessage::LogMessage(LogSeverity severity, const char* file, int line)
+    : severity_(severity), file_(file), line_(line) {}
 
 LogMessage::~LogMessage() {
   if (static_cast<int>(severity_) >= g_min_severity.load() ||
       severity_ == LogSeverity::kFatal) {
-    stream_ << '\n';
-    const std::string line = stream_.str();
+    std::string tag;
+    {
+      absl::MutexLock lock(&g_tag_mu);
+      if (g_tag != nullptr) tag = *g_tag;
+    }
+    std::string line = FormatLogLine(
+        static_cast<LogFormat>(g_format.load()), severity_,
+        absl::ToUnixMicros(absl::Now()), tag, file_, line_, stream_.str());
+    line.push_back('\n');
     // One write() per line keeps lines from different threads whole.
     ssize_t unused = ::write(STDERR_FILENO, line.data(), line.size());
     (void)unused;

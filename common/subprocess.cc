@@ -31,6 +31,11 @@ absl::Status Subprocess::Start() {
   pid_ = ::fork();
   if (pid_ < 0) return absl::InternalError("fork failed");
   if (pid_ == 0) {
+    // A parent that blocks SIGTERM for its own signal thread (psctl, the
+    // daemons) must not hand that mask to the child: exec keeps it.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

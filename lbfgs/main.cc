@@ -8,14 +8,16 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/address_file.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
+#include "common/usage.h"
+#include "metrics/metrics_flags.h"
 #include "lbfgs/coordinator.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
@@ -46,7 +48,47 @@ ABSL_FLAG(std::string, summary_file, "", "write key=value results here");
 namespace downpour {
 namespace {
 
+// The coordinator's figures: the last iteration, the tasks handed out
+// (backup copies among them) and its data-plane traffic.
+void WriteLbfgsMetrics(const IterationRecord& last, const TaskStats& tasks,
+                       const TrafficStats& traffic, MetricWriter* w) {
+  w->Gauge("downpour_lbfgs_iteration", "L-BFGS iterations completed", {},
+           last.iteration);
+  w->Gauge("downpour_lbfgs_objective", "Objective at the current point", {},
+           last.f);
+  w->Gauge("downpour_lbfgs_gradient_norm", "Gradient norm at the current point",
+           {}, last.gnorm);
+  w->Counter("downpour_lbfgs_evaluations_total",
+             "Objective evaluations (task rounds)", {}, last.evaluations);
+  w->Counter("downpour_lbfgs_tasks_total", "Task copies handed out, by kind",
+             {{"kind", "first"}}, static_cast<double>(tasks.assigned));
+  w->Counter("downpour_lbfgs_tasks_total", "Task copies handed out, by kind",
+             {{"kind", "backup"}}, static_cast<double>(tasks.backups));
+  w->Counter("downpour_lbfgs_tasks_total", "Task copies handed out, by kind",
+             {{"kind", "reassigned"}}, static_cast<double>(tasks.reassigned));
+  w->Counter("downpour_lbfgs_results_dropped_total",
+             "Task results not counted (a duplicate or late copy)", {},
+             static_cast<double>(tasks.dropped));
+  w->Counter("downpour_client_requests_total",
+             "Data-plane requests this client sent", {},
+             static_cast<double>(traffic.requests));
+  w->Counter("downpour_client_sent_bytes_total",
+             "Data-plane bytes this client sent", {},
+             static_cast<double>(traffic.bytes_sent));
+  w->Counter("downpour_client_received_bytes_total",
+             "Data-plane bytes this client received", {},
+             static_cast<double>(traffic.bytes_received));
+}
+
 int Main() {
+  MetricsRegistry metrics;
+  auto endpoint = StartMetricsFromFlags(&metrics);
+  if (!endpoint.ok()) {
+    DP_LOG(ERROR) << endpoint.status();
+    return 2;
+  }
+  absl::Mutex last_mu;
+  IterationRecord last_record;
   proto::SandblasterProblem problem;
   problem.set_kind(absl::GetFlag(FLAGS_problem));
   problem.set_data_path(absl::GetFlag(FLAGS_data));
@@ -67,6 +109,10 @@ int Main() {
     trace << "iteration,f,gnorm,step,evaluations,seconds\n";
   }
   auto on_iteration = [&](const IterationRecord& r) {
+    {
+      absl::MutexLock lock(&last_mu);
+      last_record = r;
+    }
     std::printf("iter %4d  f %.10f  |g| %.3e  step %.3g  evals %4d  %.1f s\n",
                 r.iteration, r.f, r.gnorm, r.step, r.evaluations, r.seconds);
     std::fflush(stdout);
@@ -80,6 +126,7 @@ int Main() {
   absl::StatusOr<LbfgsResult> result;
   absl::StatusOr<std::pair<double, double>> held_out;
   std::unique_ptr<Coordinator> coordinator;
+  MetricsRegistry::Registration coordinator_metrics;  // goes first
   TrafficStats iteration_traffic;
   if (absl::GetFlag(FLAGS_reference)) {
     auto p = TaskProblem::Load(problem);
@@ -112,6 +159,17 @@ int Main() {
       return 1;
     }
     coordinator = *std::move(c);
+    if (*endpoint != nullptr) {
+      coordinator_metrics = metrics.Add([&](MetricWriter* w) {
+        IterationRecord last;
+        {
+          absl::MutexLock lock(&last_mu);
+          last = last_record;
+        }
+        WriteLbfgsMetrics(last, coordinator->task_stats(),
+                          coordinator->traffic(), w);
+      });
+    }
     const std::string file = absl::GetFlag(FLAGS_address_file);
     if (!file.empty()) {
       if (absl::Status s = WriteAddressFile(file, coordinator->address()); !s.ok()) {
@@ -164,7 +222,9 @@ int Main() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Sandblaster L-BFGS coordinator");
+  downpour::SetUsage(
+      "the Sandblaster L-BFGS coordinator (usage: ps_lbfgs "
+      "--scheduler=HOST:PORT --problem=softmax|sparse_lr [flags])");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
     DP_LOG(ERROR) << s;

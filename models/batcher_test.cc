@@ -68,5 +68,16 @@ TEST(BspLearningRateTest, LinearWarmupToNTimesTheRate) {
   EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 0, 0), 0.4f);   // no warm-up
 }
 
+TEST(BspLearningRateTest, LinearDecayToZeroOverTheLastSteps) {
+  // 100 steps, decay from step 70: full rate before, falling to 0 at 100.
+  EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 10, 69, 100, 0.7), 0.4f);
+  EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 10, 70, 100, 0.7), 0.4f);
+  EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 10, 85, 100, 0.7), 0.2f);
+  EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 10, 97, 100, 0.7), 0.04f);
+  // decay_from 1 (the default) or steps 0: constant.
+  EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 10, 97, 100, 1.0), 0.4f);
+  EXPECT_FLOAT_EQ(BspLearningRate(0.1, 4, 10, 97, 0, 0.7), 0.4f);
+}
+
 }  // namespace
 }  // namespace downpour

@@ -14,12 +14,22 @@ namespace downpour {
 
 // The rate at step `clock` (0-based): lr x (1 + (N - 1) x ramp), with ramp
 // growing linearly from 1 / warmup_steps to 1 over the first warmup_steps
-// steps. A pure function; warmup_steps < 1 counts as 1.
+// steps. With steps > 0 and decay_from < 1 it then falls linearly from
+// clock decay_from x steps to 0 at clock `steps`, which removes most of
+// SGD's noise from the last iterate. A pure function; warmup_steps < 1
+// counts as 1.
 inline float BspLearningRate(double lr, int num_workers, int warmup_steps,
-                             int64_t clock) {
+                             int64_t clock, int64_t steps = 0,
+                             double decay_from = 1.0) {
   const double ramp =
       std::min(1.0, static_cast<double>(clock + 1) / std::max(1, warmup_steps));
-  return static_cast<float>(lr * (1.0 + (num_workers - 1) * ramp));
+  double rate = lr * (1.0 + (num_workers - 1) * ramp);
+  const double start = decay_from * static_cast<double>(steps);
+  if (steps > 0 && decay_from < 1.0 && clock >= start) {
+    rate *= 1.0 - (static_cast<double>(clock) - start) /
+                      (static_cast<double>(steps) - start);
+  }
+  return static_cast<float>(rate);
 }
 
 }  // namespace downpour

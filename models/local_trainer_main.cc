@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "models/local_trainer.h"
+#include "common/usage.h"
 
 ABSL_FLAG(std::string, model, "softmax", "softmax or mlp");
 ABSL_FLAG(std::vector<std::string>, hidden, {"128"},
@@ -30,6 +31,9 @@ ABSL_FLAG(int, max_train_examples, 0,
           "train on only this many examples (0: all)");
 
 int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "single-process SGD on Fashion-MNIST, the baseline (usage: "
+      "local_trainer [--model=softmax|mlp] [flags])");
   absl::ParseCommandLine(argc, argv);
   downpour::LocalTrainOptions o;
   o.model = absl::GetFlag(FLAGS_model);

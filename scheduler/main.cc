@@ -3,13 +3,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/signals.h"
+#include "common/usage.h"
+#include "metrics/metrics_flags.h"
 #include "scheduler/scheduler.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address");
@@ -48,7 +49,9 @@ ABSL_FLAG(int64_t, shutdown_checkpoint_timeout_s, 20,
           "most this long, then stop (0: none)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Downpour scheduler daemon");
+  downpour::SetUsage(
+      "the Downpour scheduler: membership, the cluster map, the job's clocks "
+      "(usage: ps_scheduler --listen=HOST:PORT --num_workers=N [flags])");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
     DP_LOG(ERROR) << s;
@@ -102,6 +105,13 @@ int main(int argc, char** argv) {
       options.state_dir.empty()
           ? absl::ZeroDuration()
           : absl::Seconds(absl::GetFlag(FLAGS_shutdown_checkpoint_timeout_s));
+  downpour::MetricsRegistry metrics;
+  auto endpoint = downpour::StartMetricsFromFlags(&metrics);
+  if (!endpoint.ok()) {
+    DP_LOG(ERROR) << endpoint.status();
+    return 2;
+  }
+  if (*endpoint != nullptr) options.metrics = &metrics;
   DP_LOG(INFO) << "job: " << policy->ToString();
   auto scheduler = downpour::Scheduler::Create(options);
   if (!scheduler.ok()) {

@@ -23,6 +23,7 @@
 #include "proto/downpour.grpc.pb.h"
 #include "cluster/server_admin_client.h"
 #include "scheduler/checkpoints.h"
+#include "scheduler/job_metrics.h"
 #include "scheduler/placement.h"
 #include "scheduler/state_store.h"
 #include "scheduler/table_spec.h"
@@ -57,6 +58,20 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       persister_ = std::thread([this] { PersistLoop(); });
       durability_ = std::thread([this] { DurabilityLoop(); });
     }
+    if (options_.metrics != nullptr) {
+      metrics_ = options_.metrics->Add([this](MetricWriter* w) {
+        proto::ClusterMap map;
+        proto::JobStatus job;
+        SchedulerEvents events;
+        {
+          absl::MutexLock lock(&mu_);
+          map = map_;
+          FillJobStatus(&job);
+          events = events_;
+        }
+        WriteSchedulerMetrics(map, job, events, w);
+      });
+    }
     DP_LOG(INFO) << "scheduler listening on port " << port_;
     return absl::OkStatus();
   }
@@ -78,6 +93,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       }
       stopping_ = true;
     }
+    metrics_.Reset();
     if (sweeper_.joinable()) sweeper_.join();
     if (durability_.joinable()) durability_.join();
     // Streams and barriers notice stopping_ within their wait slice.
@@ -164,8 +180,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       DP_LOG(WARNING) << "node '" << req->name() << "' (id " << node->id()
                       << ") registered again from a new process; the old "
                       << "one is declared dead";
-      node->set_state(proto::DEAD);
-      if (node->role() == proto::SERVER) RemoveServer(&map_, node->id());
+      MarkDead(node);
+      if (node->role() == proto::SERVER) RemoveDeadServer(node->id());
     }
     // A server registering again as a new process has lost its memory.
     const bool new_incarnation =
@@ -213,7 +229,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     suspect_since_.erase(node->id());
     unconfirmed_.erase(node->id());
     applied_[node->id()] = 0;
+    const int lost_before = LostRanges(map_);
     if (new_incarnation && ForgetServerData(&map_, node->id())) {
+      events_.ranges_lost += LostRanges(map_) - lost_before;
       if (!manifests_.empty() && restoring_ == 0) {
         // Its data is gone and no other server holds it: the job goes back
         // to the newest checkpoint (DurabilityLoop).
@@ -371,9 +389,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status GetJobStatus(grpc::ServerContext* ctx, const proto::JobStatusRequest*,
                             proto::JobStatus* status) override {
     absl::MutexLock lock(&mu_);
-    *status->mutable_job() = job_;
-    status->set_gating_clock(clocks_.GatingClock());
-    for (const auto& w : workers_) *status->add_workers() = w;
+    FillJobStatus(status);
     return grpc::Status::OK;
   }
 
@@ -538,6 +554,25 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   }
   void BumpEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     map_.set_epoch(map_.epoch() + 1);
+  }
+  void FillJobStatus(proto::JobStatus* status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    *status->mutable_job() = job_;
+    status->set_gating_clock(clocks_.GatingClock());
+    for (const auto& w : workers_) *status->add_workers() = w;
+  }
+  // Declares `node` dead (and counts it). A server must then leave its
+  // ranges: RemoveDeadServer, once every node dying with it is marked.
+  void MarkDead(proto::NodeInfo* node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    node->set_state(proto::DEAD);
+    if (node->role() == proto::WORKER) ++events_.workers_declared_dead;
+    if (node->role() == proto::SERVER) ++events_.servers_declared_dead;
+  }
+  // RemoveServer, counting the ranges a backup took over.
+  void RemoveDeadServer(NodeId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int primary_before = PrimaryRangesOf(map_, id);
+    RemoveServer(&map_, id);
+    events_.promotions += primary_before - PrimaryRangesOf(map_, id);
   }
 
   // A table that follows the job gets its enforcement from the job's
@@ -710,7 +745,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         } else {
           continue;
         }
-        n.set_state(proto::DEAD);
+        MarkDead(&n);
         dead.push_back(n.id());
         unconfirmed_.erase(n.id());
         DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name() << "') "
@@ -719,7 +754,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (dead.empty()) continue;
       for (NodeId id : dead) {
         suspect_since_.erase(id);
-        RemoveServer(&map_, id);
+        RemoveDeadServer(id);
       }
       Refill(&map_, options_.replicas);
       BumpEpoch();
@@ -1372,6 +1407,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   int64_t restored_clock_ ABSL_GUARDED_BY(mu_) = 0;
   // Workers not registered since the last restore (SchedulerState).
   absl::flat_hash_set<NodeId> rolled_back_ ABSL_GUARDED_BY(mu_);
+  SchedulerEvents events_ ABSL_GUARDED_BY(mu_);
+  MetricsRegistry::Registration metrics_;
 };
 
 }  // namespace

@@ -89,6 +89,7 @@
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "consistency/consistency.h"
+#include "metrics/registry.h"
 #include "proto/downpour.pb.h"
 
 namespace downpour {
@@ -131,6 +132,9 @@ struct SchedulerOptions {
   // How long a restore waits for the servers its checkpoint names before
   // logging them again (it keeps waiting).
   absl::Duration restore_wait = absl::Seconds(30);
+  // If set (borrowed; must outlive the scheduler), the scheduler adds the
+  // job's figures to it (scheduler/job_metrics.h).
+  MetricsRegistry* metrics = nullptr;
 };
 
 class Scheduler {

@@ -6,13 +6,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
+#include "common/usage.h"
+#include "metrics/metrics_flags.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
@@ -49,7 +50,9 @@ ABSL_FLAG(int64_t, shutdown_checkpoint_wait_s, 3,
           "within this long");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Downpour parameter server daemon");
+  downpour::SetUsage(
+      "the Downpour parameter server, holding key ranges of tables "
+      "(usage: ps_server --scheduler=HOST:PORT --name=NAME [flags])");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
     DP_LOG(ERROR) << s;
@@ -87,6 +90,13 @@ int main(int argc, char** argv) {
   const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   const absl::Duration start_wait =
       absl::Seconds(absl::GetFlag(FLAGS_shutdown_checkpoint_wait_s));
+  downpour::MetricsRegistry metrics;
+  auto endpoint = downpour::StartMetricsFromFlags(&metrics);
+  if (!endpoint.ok()) {
+    DP_LOG(ERROR) << endpoint.status();
+    return 2;
+  }
+  if (*endpoint != nullptr) options.metrics = &metrics;
 
   auto server = downpour::Server::Create(options);
   if (!server.ok()) {

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -17,9 +18,11 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "handlers/plugin_registry.h"
+#include "metrics/request_stats.h"
 #include "proto/downpour.grpc.pb.h"
 #include "server/internal/checkpointer.h"
 #include "server/internal/dispatcher.h"
+#include "server/stats_metrics.h"
 #include "storage/database.h"
 #include "transport/data_client.h"
 #include "transport/data_server.h"
@@ -32,27 +35,18 @@ using server_internal::Dispatcher;
 
 class AdminService final : public proto::ServerAdmin::Service {
  public:
-  explicit AdminService(const DataServer* data) : data_(data) {}
+  // `stats` fills the stats, or returns false before registration.
+  explicit AdminService(std::function<bool(proto::ServerStats*)> stats)
+      : stats_(std::move(stats)) {}
 
-  // The dispatcher and the checkpointer exist only once the server has
-  // registered.
-  void set_dispatcher(const Dispatcher* d, Checkpointer* c) {
-    checkpointer_.store(c);
-    dispatcher_.store(d);
-  }
+  // The checkpointer exists only once the server has registered.
+  void set_checkpointer(Checkpointer* c) { checkpointer_.store(c); }
 
   grpc::Status GetStats(grpc::ServerContext*, const proto::StatsRequest*,
                         proto::ServerStats* stats) override {
-    const Dispatcher* dispatcher = dispatcher_.load();
-    if (dispatcher == nullptr) {
+    if (!stats_(stats)) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered yet");
     }
-    dispatcher->FillStats(stats);
-    stats->set_bytes_in(data_->counters().bytes_in.load());
-    stats->set_bytes_out(data_->counters().bytes_out.load());
-    stats->set_errors(stats->errors() +
-                      data_->counters().framing_errors.load());
-    stats->set_auth_failures(data_->counters().auth_failures.load());
     return grpc::Status::OK;
   }
 
@@ -99,9 +93,8 @@ class AdminService final : public proto::ServerAdmin::Service {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not registered yet");
   }
 
+  const std::function<bool(proto::ServerStats*)> stats_;
   std::atomic<Checkpointer*> checkpointer_{nullptr};
-  std::atomic<const Dispatcher*> dispatcher_{nullptr};
-  const DataServer* const data_;
 };
 
 // What the replication engine needs from the running server: the data
@@ -226,6 +219,7 @@ class ServerImpl final : public Server {
       shut_down_ = true;
     }
     DP_LOG(INFO) << "shutting down";
+    metrics_registration_.Reset();
     // Not ready first, so that probes see it leave before its sockets close.
     if (admin_health_ != nullptr) admin_health_->SetReady(false);
     scheduler_.CancelWatch();
@@ -280,6 +274,8 @@ class ServerImpl final : public Server {
   void ApplyAndAck(const proto::ClusterMap& map);
   void WatchLoop();
   void HeartbeatLoop();
+  // GetStats' answer; false before registration.
+  bool FillStats(proto::ServerStats* stats) ABSL_LOCKS_EXCLUDED(stats_mu_);
 
   const ServerOptions options_;
   SchedulerClient scheduler_;
@@ -297,6 +293,14 @@ class ServerImpl final : public Server {
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<storage::Database> db_;  // with options_.data_dir
   std::unique_ptr<Checkpointer> checkpointer_;
+  // Set once the dispatcher serves (stats are read from other threads).
+  std::atomic<const Dispatcher*> serving_{nullptr};
+  // The figures only the data thread reads, as it last reported them.
+  absl::Mutex stats_mu_;
+  proto::ServerStats data_thread_stats_ ABSL_GUARDED_BY(stats_mu_);
+  // Only with options_.metrics.
+  std::unique_ptr<RequestStats> request_stats_;
+  MetricsRegistry::Registration metrics_registration_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<HealthService> admin_health_;  // outlives admin_
   std::unique_ptr<grpc::Server> admin_;
@@ -342,7 +346,16 @@ absl::Status ServerImpl::Init() {
   // The admin service starts before registration so that the map can
   // advertise its port; stats become available once the dispatcher exists.
   // It reports NOT_SERVING (not ready) until the first map is applied.
-  admin_service_ = std::make_unique<AdminService>(data_.get());
+  admin_service_ = std::make_unique<AdminService>(
+      [this](proto::ServerStats* stats) { return FillStats(stats); });
+  if (options_.metrics != nullptr) {
+    request_stats_ = std::make_unique<RequestStats>();
+    metrics_registration_ = options_.metrics->Add([this](MetricWriter* w) {
+      proto::ServerStats stats;
+      const bool ready = FillStats(&stats);
+      WriteServerMetrics(ready, stats, request_stats_->Snapshot(), w);
+    });
+  }
   DP_ASSIGN_OR_RETURN(
       StartedGrpcServer started,
       StartGrpcServer(options_.admin_listen, admin_service_.get(),
@@ -379,14 +392,17 @@ absl::Status ServerImpl::Init() {
   };
   checkpointer_ = std::make_unique<Checkpointer>(options_.name, db_.get(),
                                                  dispatcher_.get(), thread);
-  admin_service_->set_dispatcher(dispatcher_.get(), checkpointer_.get());
+  admin_service_->set_checkpointer(checkpointer_.get());
+  serving_.store(dispatcher_.get());
   DP_LOG(INFO) << "registered with scheduler " << options_.scheduler_address
                << " as node " << id_ << "; data plane " << endpoint_
                << ", admin 127.0.0.1:" << admin_port_;
 
   data_->Start([d = dispatcher_.get(), c = checkpointer_.get(),
-                 data = data_.get()](const IncomingMessage& req,
-                                     OutgoingReply* rep) {
+                 data = data_.get(), stats = request_stats_.get()](
+                    const IncomingMessage& req, OutgoingReply* rep) {
+    // Two clock reads and a few relaxed atomic adds, only with metrics on.
+    const int64_t start = stats != nullptr ? absl::GetCurrentTimeNanos() : 0;
     // Empty (no allocation) unless a BSP step answers PushPulls that were
     // waiting for it.
     std::vector<DeferredReply> released;
@@ -395,6 +411,15 @@ absl::Status ServerImpl::Init() {
     // reply lets a worker start the next step.
     c->AfterRequest();
     for (DeferredReply& r : released) data->SendDeferred(std::move(r));
+    if (stats != nullptr) {
+      const proto::DataHeader& h = req.header;
+      const bool replica =
+          h.replication().kind() != proto::Replication::NONE;
+      stats->Record(replica ? kReplicationOp : static_cast<uint32_t>(h.op()),
+                    replica ? 0 : h.table_id(),
+                    rep->header.status_code() != 0,
+                    absl::GetCurrentTimeNanos() - start);
+    }
   });
   ApplyAndAck(reply.map());
   watch_thread_ = std::thread([this] { WatchLoop(); });
@@ -402,6 +427,43 @@ absl::Status ServerImpl::Init() {
   // Registered and serving its ranges: a Kubernetes readiness probe passes.
   admin_health_->SetReady(true);
   return absl::OkStatus();
+}
+
+bool ServerImpl::FillStats(proto::ServerStats* stats) {
+  const Dispatcher* d = serving_.load();
+  if (d == nullptr) return false;
+  d->FillStats(stats);
+  const DataServerCounters& c = data_->counters();
+  stats->set_bytes_in(c.bytes_in.load());
+  stats->set_bytes_out(c.bytes_out.load());
+  stats->set_errors(stats->errors() + c.framing_errors.load());
+  stats->set_auth_failures(c.auth_failures.load());
+  stats->set_data_thread_queue(data_->PostedDue());
+  // The replication figures and the deferred replies belong to the data
+  // thread: ask it, and wait a little. A data thread too busy to answer in
+  // time (or stopped) leaves the last figures it gave.
+  struct Asked {
+    absl::Notification done;
+    proto::ServerStats stats;
+  };
+  auto asked = std::make_shared<Asked>();
+  data_->Post([asked, d, data = data_.get()] {
+    d->FillReplicationStats(&asked->stats);
+    asked->stats.set_deferred_replies(data->deferred());
+    asked->done.Notify();
+  });
+  const bool answered =
+      asked->done.WaitForNotificationWithTimeout(absl::Milliseconds(500));
+  absl::MutexLock lock(&stats_mu_);
+  if (answered) data_thread_stats_ = asked->stats;
+  const proto::ServerStats& t = data_thread_stats_;
+  stats->set_replication_forwarded(t.replication_forwarded());
+  stats->set_replication_resent(t.replication_resent());
+  stats->set_replication_copies(t.replication_copies());
+  stats->set_replication_rows_copied(t.replication_rows_copied());
+  stats->set_held_writes(t.held_writes());
+  stats->set_deferred_replies(t.deferred_replies());
+  return true;
 }
 
 void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {

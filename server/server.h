@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/types.h"
+#include "metrics/registry.h"
 
 namespace downpour {
 
@@ -56,6 +57,10 @@ struct ServerOptions {
   // Fault injection (tests, drills): writes to the data dir fail as on a
   // full disk after this many bytes (0: never).
   uint64_t inject_disk_full_after_bytes = 0;
+  // If set (borrowed; must outlive the server), the server adds its
+  // figures to it and times every data-plane request per operation and
+  // table (server/stats_metrics.h).
+  MetricsRegistry* metrics = nullptr;
 };
 
 class Server {

@@ -17,11 +17,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/auth.h"
+#include "common/usage.h"
 
 ABSL_FLAG(std::string, out, "", "file to create (mode 0600); '-' for stdout");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Writes a new Downpour cluster secret");
+  downpour::SetUsage(
+      "writes a new Downpour cluster secret (usage: ps_keygen --out=FILE)");
   absl::ParseCommandLine(argc, argv);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {

@@ -19,6 +19,9 @@ BUILD_PACKAGES=(
   libabsl-dev librocksdb-dev libzmq3-dev cppzmq-dev libeigen3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev
+  # Prometheus metrics (metrics/), and the gRPC reflection protocol that
+  # tests/reflection_test calls.
+  prometheus-cpp-dev grpc-proto
 )
 # python/ and sdk/: pybind11 and Python's headers for the module, NumPy,
 # PyTorch and pytest for its tests, pip/venv for the install test, cmake and

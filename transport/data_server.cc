@@ -149,6 +149,16 @@ void DataServer::PostAfter(absl::Duration delay, std::function<void()> fn) {
   (void)unused;
 }
 
+size_t DataServer::PostedDue() {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&posted_mu_);
+  size_t n = 0;
+  for (auto it = posted_.begin(); it != posted_.end() && it->first <= now; ++it) {
+    ++n;
+  }
+  return n;
+}
+
 long DataServer::RunPosted() {
   const absl::Time now = absl::Now();
   std::vector<std::function<void()>> due;

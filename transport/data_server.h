@@ -97,6 +97,13 @@ class DataServer {
   void PostAfter(absl::Duration delay, std::function<void()> fn)
       ABSL_LOCKS_EXCLUDED(posted_mu_);
 
+  // Closures posted whose time has come and that have not run yet: how far
+  // the receive thread is behind with work handed to it. Thread-safe.
+  size_t PostedDue() ABSL_LOCKS_EXCLUDED(posted_mu_);
+  // Requests deferred and not yet answered. REQUIRES: called on the receive
+  // thread.
+  size_t deferred() const { return waiting_.size(); }
+
   // The key and value frames of `request` kept alive past the handler
   // (without copying, except small unaligned frames). REQUIRES: called on
   // the receive thread from inside the handler of `request`.

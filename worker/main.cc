@@ -4,13 +4,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
+#include "common/usage.h"
+#include "metrics/metrics_flags.h"
 #include "worker/sandblaster_worker.h"
 #include "worker/worker.h"
 
@@ -35,6 +36,12 @@ ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
 ABSL_FLAG(int64_t, steps, 1000, "iterations");
 ABSL_FLAG(double, lr, 0.05, "BSP: per-worker learning rate (scaled by N)");
 ABSL_FLAG(int32_t, warmup_steps, 100, "BSP: warm-up steps to N x lr");
+ABSL_FLAG(double, lr_decay_from, 1.0,
+          "BSP: from this fraction of --steps on, the rate falls linearly to "
+          "0 at the last step; 1: constant");
+ABSL_FLAG(double, momentum, 0,
+          "BSP: servers apply each step with heavy-ball momentum (0: plain "
+          "SGD)");
 ABSL_FLAG(double, async_lr, 0.05, "SSP/ASP: servers' Adagrad learning rate");
 ABSL_FLAG(int32_t, n_fetch, 1, "ASP: pull every n steps");
 ABSL_FLAG(int32_t, n_push, 1, "ASP: push accumulated gradients every n steps");
@@ -60,7 +67,10 @@ ABSL_FLAG(double, holdout, 0.1, "sparse_lr: fraction of rows held out");
 ABSL_FLAG(double, l2, 0, "sparse_lr: L2 on the weights of each batch");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Downpour worker daemon");
+  downpour::SetUsage(
+      "a Downpour worker: one model replica, or Sandblaster tasks with "
+      "--job=lbfgs (usage: ps_worker --scheduler=HOST:PORT --name=NAME "
+      "[flags])");
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
     DP_LOG(ERROR) << s;
@@ -70,6 +80,12 @@ int main(int argc, char** argv) {
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
+    return 2;
+  }
+  downpour::MetricsRegistry metrics;
+  auto endpoint = downpour::StartMetricsFromFlags(&metrics);
+  if (!endpoint.ok()) {
+    DP_LOG(ERROR) << endpoint.status();
     return 2;
   }
   if (absl::GetFlag(FLAGS_job) == "lbfgs") {
@@ -124,6 +140,9 @@ int main(int argc, char** argv) {
   o.steps = absl::GetFlag(FLAGS_steps);
   o.lr = absl::GetFlag(FLAGS_lr);
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.lr_decay_from = absl::GetFlag(FLAGS_lr_decay_from);
+  o.momentum = absl::GetFlag(FLAGS_momentum);
+  if (*endpoint != nullptr) o.metrics = &metrics;
   o.async_lr = absl::GetFlag(FLAGS_async_lr);
   o.n_fetch = std::max(1, absl::GetFlag(FLAGS_n_fetch));
   o.n_push = std::max(1, absl::GetFlag(FLAGS_n_push));

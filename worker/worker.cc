@@ -9,6 +9,7 @@
 #include "common/grpc_server.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "metrics/registry.h"
 #include "worker/internal/dense_replica.h"
 #include "worker/internal/step_context.h"
 #include "worker/internal/training_loop.h"
@@ -55,6 +56,41 @@ absl::Status CheckOptions(const WorkerOptions& o,
         "n_push must be 1");
   }
   return absl::OkStatus();
+}
+
+// This worker's figures: its progress as last reported to the scheduler,
+// and its client's traffic. The names and the rank label are those of the
+// scheduler's per-worker figures (scheduler/job_metrics.h): the same
+// series, seen from the worker.
+void WriteWorkerMetrics(int rank, const ClockReport& p,
+                        const TrafficStats& traffic, MetricWriter* w) {
+  const MetricLabels l = {{"rank", absl::StrCat(rank)}};
+  w->Gauge("downpour_worker_clock", "Iterations the worker has completed", l,
+           static_cast<double>(p.clock));
+  w->Gauge("downpour_worker_loss", "Training loss the worker last reported",
+           l, p.loss);
+  w->Counter("downpour_worker_examples_total",
+             "Training examples the worker has processed", l,
+             static_cast<double>(p.examples));
+  if (p.test_accuracy > 0) {
+    w->Gauge("downpour_worker_test_accuracy",
+             "Test accuracy the worker last evaluated", l, p.test_accuracy);
+  }
+  w->Gauge("downpour_worker_max_staleness",
+           "Largest staleness (clocks) the worker's pulls have seen", l,
+           static_cast<double>(p.max_staleness));
+  w->Counter("downpour_worker_discarded_pushes_total",
+             "The worker's pushes dropped as late (backup workers)", l,
+             static_cast<double>(p.discarded));
+  w->Counter("downpour_client_requests_total",
+             "Data-plane requests this client sent", {},
+             static_cast<double>(traffic.requests));
+  w->Counter("downpour_client_sent_bytes_total",
+             "Data-plane bytes this client sent", {},
+             static_cast<double>(traffic.bytes_sent));
+  w->Counter("downpour_client_received_bytes_total",
+             "Data-plane bytes this client received", {},
+             static_cast<double>(traffic.bytes_received));
 }
 
 class WorkerImpl final : public Worker {
@@ -109,6 +145,12 @@ class WorkerImpl final : public Worker {
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
     ctx_ = std::make_unique<StepContext>(options_, member_.get(),
                                          client_.get(), &stop_requested_);
+    if (options_.metrics != nullptr) {
+      metrics_ = options_.metrics->Add([this](MetricWriter* w) {
+        WriteWorkerMetrics(member_->rank(), ctx_->last_report(),
+                           client_->traffic(), w);
+      });
+    }
 
     if (options_.model == "sparse_lr") {
       DP_ASSIGN_OR_RETURN(loop_, NewSparseLoop(ctx_.get()));
@@ -151,6 +193,8 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<StepContext> ctx_;
   std::unique_ptr<DenseReplica> replica_;
   std::unique_ptr<TrainingLoop> loop_;
+  // Declared last: removed before anything its collector reads goes.
+  MetricsRegistry::Registration metrics_;
 };
 
 }  // namespace

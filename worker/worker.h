@@ -13,7 +13,8 @@
 // step (TableSpec.sync_workers), so the global batch is N x batch and the
 // rate follows the linear scaling rule, N x lr, reached by a linear warm-up
 // over `warmup_steps` (the workers scale their gradients; the servers' SGD
-// runs with rate 1). Under SSP and ASP every push is applied on arrival, so
+// runs with rate 1, or heavy-ball momentum with `momentum` > 0), optionally
+// falling linearly to 0 over the last steps (`lr_decay_from`). Under SSP and ASP every push is applied on arrival, so
 // N workers together take N steps per round: the servers run Adagrad with
 // `async_lr`, which adapts per coordinate and stays stable as N grows.
 //
@@ -63,6 +64,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/auth.h"
+#include "metrics/registry.h"
 
 namespace downpour {
 
@@ -85,6 +87,12 @@ struct WorkerOptions {
   int64_t steps = 1000;    // iterations (clock ticks)
   double lr = 0.05;        // BSP: per-worker rate before scaling
   int warmup_steps = 100;  // BSP: linear warm-up to N x lr
+  // BSP: < 1 lets the rate fall linearly to 0 from clock lr_decay_from x
+  // steps to the last (BspLearningRate); 1 keeps it constant.
+  double lr_decay_from = 1.0;
+  // BSP: > 0 makes the servers apply each step with heavy-ball momentum
+  // (the "momentum" handler) instead of plain SGD.
+  double momentum = 0;
   double async_lr = 0.05;  // SSP/ASP: the servers' Adagrad rate
   // ASP only (Downpour; other policies reject values > 1 at Create): pull
   // every n_fetch steps; push the gradients accumulated over n_push steps
@@ -114,6 +122,10 @@ struct WorkerOptions {
   double click_zipf = 1.1;
   double holdout = 0.1;
   float l2 = 0;  // L2 on the weights a batch touches
+
+  // If set (borrowed; must outlive the worker), the worker adds its
+  // progress and traffic figures to it (docs/OPERATIONS.md, "Metrics").
+  MetricsRegistry* metrics = nullptr;
 };
 
 // sparse_lr: the name of the weight table (sparse, width 1, zeros). Its

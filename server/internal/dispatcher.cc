@@ -450,6 +450,8 @@ void Dispatcher::FillStats(proto::ServerStats* stats) const {
         static_cast<proto::Op>(op))] = requests_by_op_[op].load();
   }
   stats->set_errors(errors_.load());
+  stats->set_retries_answered(retries_answered_.load());
+  stats->set_replica_messages_applied(replica_writes_.load());
   absl::MutexLock lock(&mu_);
   stats->set_epoch(epoch_);
   for (const auto& [id, shard] : tables_) {
@@ -470,6 +472,15 @@ void Dispatcher::FillStats(proto::ServerStats* stats) const {
     t->set_pin_copies(shard->pin_copies());
     t->set_pinned_replies(shard->pinned_replies());
   }
+}
+
+void Dispatcher::FillReplicationStats(proto::ServerStats* stats) const {
+  if (replicator_ == nullptr) return;
+  stats->set_replication_forwarded(replicator_->forwarded());
+  stats->set_replication_resent(replicator_->resent());
+  stats->set_replication_copies(replicator_->copies_done());
+  stats->set_replication_rows_copied(replicator_->rows_copied());
+  stats->set_held_writes(replicator_->held_writes());
 }
 
 }  // namespace server_internal

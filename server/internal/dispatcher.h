@@ -41,7 +41,8 @@
 //
 // Thread-compatible: Handle, InstallMap and ApplyMap run on the data
 // thread; PrepareMap (allocating new ranges) may run on another thread, but
-// not concurrently with InstallMap; FillStats on any thread.
+// not concurrently with InstallMap; FillStats on any thread,
+// FillReplicationStats on the data thread.
 #ifndef DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_
 #define DOWNPOUR_SERVER_INTERNAL_DISPATCHER_H_
 
@@ -115,6 +116,9 @@ class Dispatcher {
 
   // Counters and per-table figures.
   void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The replication figures, which the data thread keeps without atomics.
+  // REQUIRES: called on the data thread.
+  void FillReplicationStats(proto::ServerStats* stats) const;
 
   // The tables held here, by id (for checkpoints, restores and export). On
   // the data thread their ranges may be read and changed; other threads may

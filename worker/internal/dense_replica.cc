@@ -58,9 +58,16 @@ absl::Status DenseReplica::DeclareTables() {
     t.follows_job = true;
     if (ctx_->policy().is_bsp()) {
       // The servers average the N gradients of a step; the workers scale
-      // them by the BSP learning rate (models/learning_rate.h).
-      t.handler = "sgd";
-      t.handler_params = {{"learning_rate", 1.0}};
+      // them by the BSP learning rate (models/learning_rate.h), and the
+      // servers apply the mean with rate 1, as plain SGD or heavy-ball
+      // momentum (v = momentum * v + g; w -= v).
+      if (o.momentum > 0) {
+        t.handler = "momentum";
+        t.handler_params = {{"learning_rate", 1.0}, {"momentum", o.momentum}};
+      } else {
+        t.handler = "sgd";
+        t.handler_params = {{"learning_rate", 1.0}};
+      }
     } else {
       t.handler = "adagrad";
       t.handler_params = {{"learning_rate", o.async_lr},

@@ -31,7 +31,18 @@ absl::Status StepContext::FinishStep(int64_t clock, double loss,
   report.test_accuracy = test_accuracy;
   report.max_staleness = client_->max_staleness();
   report.discarded = client_->discarded_pushes();
+  {
+    absl::MutexLock lock(&last_mu_);
+    const double accuracy = last_.test_accuracy;
+    last_ = report;
+    if (test_accuracy < 0) last_.test_accuracy = accuracy;
+  }
   return member_->ReportClock(report);
+}
+
+ClockReport StepContext::last_report() const {
+  absl::MutexLock lock(&last_mu_);
+  return last_;
 }
 
 }  // namespace downpour

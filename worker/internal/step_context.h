@@ -11,7 +11,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "client/job_member.h"
 #include "consistency/consistency.h"
@@ -64,11 +66,17 @@ class StepContext {
   absl::Status FinishStep(int64_t clock, double loss, uint64_t examples,
                           double test_accuracy);
 
+  // The report FinishStep last queued, with the last test accuracy
+  // evaluated (for metrics scrapes, from any thread).
+  ClockReport last_report() const ABSL_LOCKS_EXCLUDED(last_mu_);
+
  private:
   const WorkerOptions& options_;
   JobMember* const member_;
   Client* const client_;
   const std::atomic<bool>* const stop_;
+  mutable absl::Mutex last_mu_;
+  ClockReport last_ ABSL_GUARDED_BY(last_mu_);
 };
 
 }  // namespace downpour

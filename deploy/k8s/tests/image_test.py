@@ -50,6 +50,7 @@ BINARIES = {
     "ps_worker": "worker/ps_worker",
     "ps_lbfgs": "lbfgs/ps_lbfgs",
     "ps_keygen": "tools/ps_keygen",
+    "psctl": "psctl/psctl",
 }
 FS_GROUP = 10001
 
@@ -175,7 +176,7 @@ def check_image(flags):
         raise Failure(f"image user is '{user}', not 10001:10001")
     out = run([PODMAN, "run", "--rm", "--network=host"] + flags +
               ["--entrypoint", "/bin/sh", IMAGE, "-c",
-               "id -u; for b in /usr/local/bin/ps_*; do "
+               "id -u; for b in /usr/local/bin/ps*; do "
                "ldd $b | grep 'not found' && echo MISSING $b; done; "
                "ls /usr/share/datasets/fashion-mnist | wc -l"]).stdout
     lines = out.split()

@@ -12,12 +12,17 @@ written where it is mounted). All start at once, in a shuffled order (the
 seed is printed), as a cluster would start them. The test then:
   - probes every process as its gRPC readiness and liveness probes would,
     and requires each to be seen ready and alive;
+  - scrapes every process's metrics port (the one Prometheus' annotation
+    names) and requires Prometheus text from each, and once the jobs are
+    done the job's figures from the scheduler and the servers;
   - waits for every Job pod to exit 0 (the training workers, the L-BFGS
     coordinator and its workers);
   - sends SIGTERM to the rest (scheduler, servers) and requires exit 0 within
     the pod's terminationGracePeriodSeconds;
   - checks that each worker took the rank of its completion index and that
-    rank 0 evaluated the model at the last step.
+    rank 0 evaluated the model at the last step;
+  - at the end, that every metric deploy/grafana/downpour.json queries was
+    served by some process.
 
 Cases: the dev overlay as it is (1 scheduler, 1 server, 1 worker); dev with
 NUM_SERVERS=2 and NUM_WORKERS=2 (the job size from the ConfigMap reaches the
@@ -64,6 +69,48 @@ def tail(path, n=40):
         return "(no log)"
 
 
+def scrape(port, timeout=2.0):
+    """The metrics text served on 127.0.0.1:`port`, or None."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                    timeout=timeout) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def metric(text, name, labels=""):
+    """The value of sample `name{labels}` in `text` (labels as written,
+    e.g. 'role="SERVER",state="ALIVE"'), or None."""
+    want = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
+# Every metric name scraped from any process of any case, for the Grafana
+# dashboard's check at the end.
+SCRAPED = set()
+
+
+def note_names(text):
+    for line in text.splitlines():
+        m = re.match(r"([a-z_:][a-z0-9_:]*)[{ ]", line)
+        if m:
+            SCRAPED.add(m.group(1))
+
+
+def metrics_port(plan, p):
+    """The local port behind the pod's container port named metrics."""
+    for c in p.pod.spec["containers"]:
+        for port in c.get("ports", []):
+            if port.get("name") == "metrics":
+                return plan.ports[(p.pod.name, port["containerPort"])]
+    return None
+
+
 def run_cluster(objects, root, label, rng, extra_objects=()):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
@@ -96,7 +143,8 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                                          stderr=subprocess.STDOUT,
                                          cwd=root)
             running[p.pod.name] = (p, popen, log)
-            seen[p.pod.name] = {"ready": False, "alive": False}
+            seen[p.pod.name] = {"ready": False, "alive": False,
+                                "metrics": False}
 
     def poll_once():
         for name, (p, popen, log) in list(running.items()):
@@ -119,6 +167,15 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                         k8s_pods.SERVING:
                     s["ready"] = True
                     print(f"[{label}] {name} ready")
+            if s["ready"] and time.time() - s.get("scraped", 0) > 1.0:
+                s["scraped"] = time.time()
+                text = scrape(metrics_port(plan, p), 0.5)
+                if text is not None:
+                    note_names(text)
+                if not s["metrics"] and text is not None and \
+                        metric(text, "process_cpu_seconds_total") is not None:
+                    s["metrics"] = True
+                    print(f"[{label}] {name} serves metrics")
             if not s["alive"] and "liveness" in p.probes:
                 port, service = p.probes["liveness"]
                 if k8s_pods.health_status(port, service, 0.5) == \
@@ -143,8 +200,30 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                 raise Failure(f"[{label}] jobs still running after "
                               f"{JOB_TIMEOUT_S} s: {sorted(running)}")
             time.sleep(0.05)
+        # The daemons' figures once the jobs are done.
+        for name, (p, popen, log) in running.items():
+            text = scrape(metrics_port(plan, p))
+            if text is None:
+                raise Failure(f"[{label}] {name}: no metrics")
+            note_names(text)
+            seen[name]["metrics"] = True
+            component = p.pod.labels.get("app.kubernetes.io/component")
+            if component == "server":
+                if metric(text, "downpour_server_ready") != 1:
+                    raise Failure(f"[{label}] {name} not ready in its metrics")
+                if not any(line.startswith("downpour_server_requests_total")
+                           and float(line.split()[-1]) > 0
+                           for line in text.splitlines()):
+                    raise Failure(f"[{label}] {name} counted no request")
+            if component == "scheduler":
+                alive = metric(text, "downpour_cluster_nodes",
+                               'role="SERVER",state="ALIVE"')
+                if not alive:
+                    raise Failure(f"[{label}] {name}: no live server in its "
+                                  f"metrics:\n{text[:2000]}")
+            print(f"[{label}] {name}: metrics checked")
         for name, s in seen.items():
-            for what in ("ready", "alive"):
+            for what in ("ready", "alive", "metrics"):
                 if not s[what]:
                     raise Failure(f"[{label}] {name} was never seen {what} "
                                   f"by its probe:\n{tail(logs[name])}")
@@ -198,6 +277,20 @@ def check_training(objects, logs, label):
                 raise Failure(f"[{label}] test accuracy {accuracy} < 0.70")
 
 
+def check_dashboard():
+    """Every metric the Grafana dashboard queries was served by some
+    process above (a renamed metric would leave a panel empty)."""
+    import json
+    with open(runfile("deploy/grafana/downpour.json")) as f:
+        text = json.dumps(json.load(f))
+    wanted = set(re.findall(r"\b((?:downpour|process)_[a-z0-9_]+)", text))
+    missing = sorted(n for n in wanted if n not in SCRAPED)
+    if missing:
+        raise Failure(f"the dashboard queries metrics no process served: "
+                      f"{missing}")
+    print(f"dashboard: all {len(wanted)} metrics it queries were served")
+
+
 def main():
     sys.stdout.reconfigure(line_buffering=True)  # progress in the test log
     problem = k8s_pods.kubectl_problem(KUBECTL)
@@ -248,6 +341,7 @@ configMapGenerator:
         if "accuracy" not in text:
             raise Failure("the L-BFGS coordinator printed no summary:\n" +
                           tail(logs["downpour-lbfgs-local-0"]))
+        check_dashboard()
     except (Failure, k8s_pods.PlanError) as e:
         print(f"FAIL: {e}")
         return 1

@@ -8,7 +8,9 @@ For each overlay (dev, prod, gpu) and the L-BFGS job:
     strictly (validate.js: kubernetes-models, unknown fields rejected);
   - the rules of issue 12 hold (check_rules below): probes, requests and
     limits, security context, labels, Services that select pods, the job
-    size taken from the ConfigMap, flags the binaries really have, ...
+    size taken from the ConfigMap, flags the binaries really have, every
+    daemon serving Prometheus metrics on a port the NetworkPolicy opens to
+    the monitoring namespace only, ...
 Then the checks are turned on broken copies, to show that each can fail.
 
 Run by `bazel test //deploy:manifests_test`. Where the machine's kubectl is
@@ -30,6 +32,7 @@ import k8s_pods  # noqa: E402
 KUBECTL = "/usr/bin/kubectl"
 NODE = "/usr/bin/node"
 OVERLAYS = ["dev", "prod", "gpu"]
+METRICS_PORT = 9090
 LABELS = ["name", "instance", "component", "part-of", "managed-by", "version"]
 BINARIES = {
     "/usr/local/bin/ps_scheduler": "scheduler/ps_scheduler",
@@ -156,6 +159,22 @@ def check_rules(objects, name, policy_ports=None):
                             f"no flag --{m.group(1)}")
             for m in c.get("volumeMounts", []):
                 mounted.add(m["name"])
+            # Every daemon serves Prometheus metrics on a declared port
+            # named "metrics", the one its scrape annotation names.
+            listen = [a for a in c.get("args", [])
+                      if a.startswith("--metrics_listen=")]
+            mports = [p["containerPort"] for p in c.get("ports", [])
+                      if p.get("name") == "metrics"]
+            annotations = tmpl["metadata"].get("annotations", {})
+            if not listen or not mports:
+                bad(f"{cw}: serves no metrics (--metrics_listen and a port "
+                    "named metrics)")
+            elif listen[0] != f"--metrics_listen=0.0.0.0:{mports[0]}":
+                bad(f"{cw}: {listen[0]} is not its metrics port {mports[0]}")
+            elif annotations.get("prometheus.io/scrape") != "true" or \
+                    annotations.get("prometheus.io/port") != str(mports[0]):
+                bad(f"{cw}: no prometheus.io scrape annotations for port "
+                    f"{mports[0]}")
             if policy_ports is not None:
                 for p in c.get("ports", []):
                     if p.get("name") != "health" and \
@@ -267,17 +286,30 @@ def check_cluster(objects, name):
             if not k8s_pods._matches(pol["podSelector"]["matchLabels"],
                                      p.labels):
                 bad(f"the NetworkPolicy does not cover {p.name}")
-        if pol.get("policyTypes") != ["Ingress"] or len(pol["ingress"]) != 1:
-            bad("the NetworkPolicy is not one Ingress rule")
-        for peer in pol["ingress"][0].get("from", [None]):
+        rules = pol.get("ingress", [])
+        if pol.get("policyTypes") != ["Ingress"] or not 1 <= len(rules) <= 2:
+            bad("the NetworkPolicy is not one Ingress rule for members "
+                "(and one for Prometheus)")
+        for peer in rules[0].get("from", [None]) if rules else []:
             if peer is None or set(peer) != {"podSelector"}:
                 bad(f"the NetworkPolicy admits {peer}, not only members")
+        # The second rule: Prometheus, from its namespace, to the metrics
+        # port only.
+        for rule in rules[1:]:
+            ports = {p.get("port") for p in rule.get("ports", [])}
+            if ports != {METRICS_PORT}:
+                bad(f"the NetworkPolicy admits Prometheus to {sorted(ports)}, "
+                    f"not only the metrics port {METRICS_PORT}")
+            for peer in rule.get("from", [None]):
+                if peer is None or set(peer) != {"namespaceSelector"}:
+                    bad(f"the NetworkPolicy's metrics rule admits {peer}, not "
+                        "a namespace")
     return problems
 
 
 def policy_ports(objects):
     pol = [o for o in objects if o["kind"] == "NetworkPolicy"][0]["spec"]
-    return {p["port"] for p in pol["ingress"][0].get("ports", [])}
+    return {p["port"] for rule in pol["ingress"] for p in rule.get("ports", [])}
 
 
 def check_overlay_specifics(name, objects):
@@ -386,6 +418,9 @@ def main():
     def wc(objs):
         return worker(objs)["spec"]["template"]["spec"]["containers"][0]
 
+    def policy(objs):
+        return [o for o in objs if o["kind"] == "NetworkPolicy"][0]
+
     cases = [
         ("no readiness probe",
          lambda o: wc(o).pop("readinessProbe"), "no gRPC readinessProbe"),
@@ -421,6 +456,26 @@ def main():
         ("a port outside the NetworkPolicy",
          lambda o: wc(o)["ports"].append({"name": "x", "containerPort": 9999}),
          "port 9999 is not in the NetworkPolicy"),
+        ("no metrics endpoint",
+         lambda o: wc(o)["args"].remove("--metrics_listen=0.0.0.0:9090"),
+         "serves no metrics"),
+        ("metrics on an undeclared port",
+         lambda o: wc(o)["args"].__setitem__(
+             wc(o)["args"].index("--metrics_listen=0.0.0.0:9090"),
+             "--metrics_listen=0.0.0.0:9091"),
+         "is not its metrics port"),
+        ("no scrape annotation",
+         lambda o: worker(o)["spec"]["template"]["metadata"][
+             "annotations"].pop("prometheus.io/port"),
+         "no prometheus.io scrape annotations"),
+        ("Prometheus admitted to a data port",
+         lambda o: policy(o)["spec"]["ingress"][1]["ports"].append(
+             {"protocol": "TCP", "port": 7100}),
+         "admits Prometheus to [7100, 9090]"),
+        ("the metrics rule admitting any pod",
+         lambda o: policy(o)["spec"]["ingress"][1]["from"].append(
+             {"ipBlock": {"cidr": "0.0.0.0/0"}}),
+         "metrics rule admits"),
     ]
     for what, mutate, expect in cases:
         objs = broken(mutate)

@@ -1,0 +1,315 @@
+#include "psctl/cluster_status.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "cluster/scheduler_client.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/downpour.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
+
+namespace downpour {
+namespace {
+
+// One place that makes psctl's channels to daemons (TLS options would go
+// here).
+std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+std::string Health(const std::string& address, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status s =
+      grpc::health::v1::Health::NewStub(Channel(address))->Check(&ctx, req, &resp);
+  if (!s.ok()) return "UNREACHABLE";
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING
+             ? "SERVING"
+             : "NOT_SERVING";
+}
+
+absl::StatusOr<proto::ServerStats> GetStats(const std::string& address,
+                                            const ClusterAuth& auth,
+                                            absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  auth.Attach(&ctx);
+  proto::ServerStats stats;
+  const grpc::Status s = proto::ServerAdmin::NewStub(Channel(address))
+                             ->GetStats(&ctx, proto::StatsRequest(), &stats);
+  if (!s.ok()) {
+    return FromGrpcStatus(s, absl::StrCat("stats of the server at ", address));
+  }
+  return stats;
+}
+
+uint64_t Op(const proto::ServerStats& s, const char* op) {
+  auto it = s.requests_by_op().find(op);
+  return it == s.requests_by_op().end() ? 0 : it->second;
+}
+
+uint64_t AllOps(const proto::ServerStats& s) {
+  uint64_t n = 0;
+  for (const auto& [op, count] : s.requests_by_op()) n += count;
+  return n;
+}
+
+double Rate(uint64_t before, uint64_t after, double seconds) {
+  if (seconds <= 0 || after < before) return 0;
+  return static_cast<double>(after - before) / seconds;
+}
+
+std::string Human(double v) {
+  if (v >= 1e9) return absl::StrFormat("%.1fG", v / 1e9);
+  if (v >= 1e6) return absl::StrFormat("%.1fM", v / 1e6);
+  if (v >= 1e4) return absl::StrFormat("%.1fk", v / 1e3);
+  return absl::StrFormat("%.0f", v);
+}
+
+std::string Ids(const google::protobuf::RepeatedField<uint64_t>& ids) {
+  if (ids.empty()) return "-";
+  return absl::StrJoin(ids, ",");
+}
+
+}  // namespace
+
+absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options) {
+  SchedulerClient scheduler(options.scheduler_address, options.rpc_timeout,
+                            options.auth);
+  psctl::ClusterStatus out;
+  out.set_scheduler(options.scheduler_address);
+  DP_ASSIGN_OR_RETURN(*out.mutable_map(), scheduler.GetClusterMap(),
+                      "psctl: the scheduler at ", options.scheduler_address);
+  DP_ASSIGN_OR_RETURN(*out.mutable_job(), scheduler.GetJobStatus(),
+                      "psctl: the scheduler at ", options.scheduler_address);
+  out.set_scheduler_health(Health(options.scheduler_address, options.rpc_timeout));
+
+  // First sample; the second after the interval.
+  std::vector<const proto::NodeInfo*> servers;
+  for (const proto::NodeInfo& n : out.map().nodes()) {
+    if (n.role() == proto::SERVER) servers.push_back(&n);
+  }
+  std::vector<absl::StatusOr<proto::ServerStats>> first;
+  const absl::Time t0 = absl::Now();
+  if (options.interval > absl::ZeroDuration()) {
+    for (const proto::NodeInfo* n : servers) {
+      first.push_back(n->state() == proto::ALIVE
+                          ? GetStats(n->admin_address(), options.auth,
+                                     options.rpc_timeout)
+                          : absl::UnavailableError("declared dead"));
+    }
+    absl::SleepFor(options.interval - (absl::Now() - t0));
+  }
+  const double seconds = options.interval > absl::ZeroDuration()
+                             ? absl::ToDoubleSeconds(absl::Now() - t0)
+                             : 0;
+  out.set_interval_seconds(seconds);
+  absl::flat_hash_map<std::string, psctl::TableSummary*> tables;
+  for (const proto::TableMap& t : out.map().tables()) {
+    psctl::TableSummary* s = out.add_tables();
+    *s->mutable_spec() = t.spec();
+    tables[t.spec().name()] = s;
+    absl::flat_hash_map<uint64_t, bool> alive;
+    for (const proto::NodeInfo& n : out.map().nodes()) {
+      alive[n.id()] = n.state() == proto::ALIVE;
+    }
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      s->set_ranges(s->ranges() + 1);
+      s->set_ranges_lost(s->ranges_lost() + r.lost());
+      s->set_ranges_catching_up(s->ranges_catching_up() +
+                                (r.catching_up_size() > 0));
+      s->set_ranges_unavailable(s->ranges_unavailable() +
+                                (!r.lost() && !alive[r.primary()]));
+      s->set_backups(s->backups() + r.replicas_size());
+    }
+  }
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const proto::NodeInfo& n = *servers[i];
+    psctl::ServerStatus* s = out.add_servers();
+    s->set_node_id(n.id());
+    s->set_name(n.name());
+    s->set_state(proto::NodeState_Name(n.state()));
+    s->set_admin_address(n.admin_address());
+    s->set_data_endpoint(n.data_endpoint());
+    if (n.state() != proto::ALIVE) {
+      s->set_health("UNREACHABLE");
+      s->set_error("declared dead by the scheduler");
+      continue;
+    }
+    s->set_health(Health(n.admin_address(), options.rpc_timeout));
+    absl::StatusOr<proto::ServerStats> stats =
+        GetStats(n.admin_address(), options.auth, options.rpc_timeout);
+    if (!stats.ok()) {
+      s->set_error(std::string(stats.status().message()));
+      continue;
+    }
+    *s->mutable_stats() = *stats;
+    if (i < first.size() && first[i].ok()) {
+      const proto::ServerStats& a = *first[i];
+      const proto::ServerStats& b = *stats;
+      s->set_push_rate(Rate(Op(a, "PUSH") + Op(a, "PUSH_PULL"),
+                            Op(b, "PUSH") + Op(b, "PUSH_PULL"), seconds));
+      s->set_pull_rate(Rate(Op(a, "PULL") + Op(a, "PUSH_PULL"),
+                            Op(b, "PULL") + Op(b, "PUSH_PULL"), seconds));
+      s->set_request_rate(Rate(AllOps(a), AllOps(b), seconds));
+      s->set_bytes_in_rate(Rate(a.bytes_in(), b.bytes_in(), seconds));
+      s->set_bytes_out_rate(Rate(a.bytes_out(), b.bytes_out(), seconds));
+    }
+    for (const proto::TableStats& ts : stats->tables()) {
+      auto it = tables.find(ts.name());
+      if (it == tables.end()) continue;
+      psctl::TableSummary* t = it->second;
+      t->set_rows(t->rows() + ts.rows());
+      t->set_value_bytes(t->value_bytes() + ts.value_bytes());
+      t->set_state_bytes(t->state_bytes() + ts.state_bytes());
+      t->set_max_staleness(std::max(t->max_staleness(), ts.max_staleness()));
+      t->set_discarded_pushes(t->discarded_pushes() + ts.discarded_pushes());
+      t->set_aggregated_steps(t->aggregated_steps() + ts.aggregated_steps());
+    }
+  }
+  return out;
+}
+
+std::string TextTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (row.size() > width.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string FormatStatus(const psctl::ClusterStatus& s) {
+  std::string out;
+  const proto::JobConfig& job = s.job().job();
+  absl::StrAppend(&out, "scheduler ", s.scheduler(), "  ", s.scheduler_health(),
+                  "  epoch ", s.map().epoch(), "\n");
+  absl::StrAppend(&out, "job ",
+                  absl::AsciiStrToLower(proto::Consistency_Name(job.consistency())));
+  if (job.consistency() == proto::SSP) absl::StrAppend(&out, "(s=", job.staleness(), ")");
+  absl::StrAppend(&out, "  workers ", job.num_workers(), " + ",
+                  job.backup_workers(), " backup  gating clock ",
+                  s.job().gating_clock(), "\n\n");
+
+  const bool rates = s.interval_seconds() > 0;
+  std::vector<std::vector<std::string>> nodes = {
+      {"NODE", "ROLE", "NAME", "STATE", "HEALTH", "PUSH/s", "PULL/s", "IN B/s",
+       "OUT B/s", "ADDRESS"}};
+  absl::flat_hash_map<uint64_t, const psctl::ServerStatus*> by_id;
+  for (const psctl::ServerStatus& srv : s.servers()) by_id[srv.node_id()] = &srv;
+  for (const proto::NodeInfo& n : s.map().nodes()) {
+    std::vector<std::string> row = {
+        absl::StrCat(n.id()), proto::NodeRole_Name(n.role()), n.name(),
+        proto::NodeState_Name(n.state())};
+    auto it = by_id.find(n.id());
+    if (it != by_id.end()) {
+      const psctl::ServerStatus& srv = *it->second;
+      row.push_back(srv.health());
+      const bool have = rates && srv.error().empty();
+      row.push_back(have ? Human(srv.push_rate()) : "-");
+      row.push_back(have ? Human(srv.pull_rate()) : "-");
+      row.push_back(have ? Human(srv.bytes_in_rate()) : "-");
+      row.push_back(have ? Human(srv.bytes_out_rate()) : "-");
+      row.push_back(n.admin_address());
+    } else {
+      row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
+    }
+    nodes.push_back(std::move(row));
+  }
+  out += TextTable(nodes);
+
+  std::vector<std::vector<std::string>> ranges = {
+      {"TABLE", "KEYS", "PRIMARY", "BACKUPS", "CATCHING_UP", "FLAGS"}};
+  absl::flat_hash_map<uint64_t, bool> alive;
+  for (const proto::NodeInfo& n : s.map().nodes()) {
+    alive[n.id()] = n.state() == proto::ALIVE;
+  }
+  for (const proto::TableMap& t : s.map().tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      std::vector<std::string> flags;
+      if (r.lost()) flags.push_back("lost");
+      if (!r.lost() && !alive[r.primary()]) flags.push_back("unavailable");
+      if (r.catching_up_size() > 0) flags.push_back("catching_up");
+      ranges.push_back({t.spec().name(),
+                        absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
+                        absl::StrCat(r.primary()), Ids(r.replicas()),
+                        Ids(r.catching_up()),
+                        flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
+    }
+  }
+  if (ranges.size() > 1) out += "\n" + TextTable(ranges);
+
+  if (s.job().workers_size() > 0) {
+    std::vector<std::vector<std::string>> workers = {
+        {"RANK", "CLOCK", "LOSS", "TEST_ACC", "STALENESS", "DISCARDED", "EXAMPLES"}};
+    for (const proto::WorkerStatus& w : s.job().workers()) {
+      workers.push_back(
+          {absl::StrCat(w.rank()), absl::StrCat(w.clock()),
+           absl::StrFormat("%.4f", w.loss()),
+           w.test_accuracy() > 0 ? absl::StrFormat("%.4f", w.test_accuracy()) : "-",
+           absl::StrCat(w.max_staleness()), absl::StrCat(w.discarded()),
+           absl::StrCat(w.examples())});
+    }
+    out += "\n" + TextTable(workers);
+  }
+  for (const psctl::ServerStatus& srv : s.servers()) {
+    if (!srv.error().empty() && srv.state() == "ALIVE") {
+      absl::StrAppend(&out, "\nserver ", srv.node_id(), " (", srv.name(),
+                      "): ", srv.error(), "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatTables(const psctl::ClusterStatus& s) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TABLE", "ID", "KIND", "WIDTH", "KEYS", "HANDLER", "SYNC", "RANGES",
+       "BACKUPS", "ROWS", "BYTES", "STALENESS", "DISCARDED", "FLAGS"}};
+  for (const psctl::TableSummary& t : s.tables()) {
+    const proto::TableSpec& spec = t.spec();
+    std::vector<std::string> flags;
+    if (t.ranges_lost() > 0) flags.push_back(absl::StrCat(t.ranges_lost(), " lost"));
+    if (t.ranges_unavailable() > 0) {
+      flags.push_back(absl::StrCat(t.ranges_unavailable(), " unavailable"));
+    }
+    if (t.ranges_catching_up() > 0) {
+      flags.push_back(absl::StrCat(t.ranges_catching_up(), " catching up"));
+    }
+    rows.push_back(
+        {spec.name(), absl::StrCat(spec.id()), proto::TableKind_Name(spec.kind()),
+         absl::StrCat(spec.width()),
+         spec.kind() == proto::DENSE ? absl::StrCat(spec.num_keys()) : "-",
+         spec.handler().name().empty() ? "sgd" : spec.handler().name(),
+         absl::StrCat(spec.sync_workers()), absl::StrCat(t.ranges()),
+         absl::StrCat(t.backups()), absl::StrCat(t.rows()),
+         Human(static_cast<double>(t.value_bytes() + t.state_bytes())),
+         absl::StrCat(t.max_staleness()), absl::StrCat(t.discarded_pushes()),
+         flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
+  }
+  return TextTable(rows);
+}
+
+}  // namespace downpour

@@ -1,0 +1,348 @@
+// psctl: the operator's command line for a Downpour cluster.
+//
+//   psctl status [--scheduler=HOST:PORT] [--json] [--interval_ms=1000]
+//   psctl tables [--scheduler=HOST:PORT] [--json]
+//   psctl local  [--listen=127.0.0.1:7070] [--servers=2] [--replicas=1]
+//                [--consistency=bsp]
+//                [--num_workers=4] [--address_file=F] [--metrics]
+//   psctl job    [--scheduler=HOST:PORT] [--kind=train|lbfgs]
+//                [--workers=N] [--worker_flags=--model=mlp,--steps=500]
+//                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
+//
+// Human tables by default, --json (protobuf's JSON of psctl/psctl.proto)
+// for scripts. --cluster_secret_file is honoured by every command.
+// Exit status: 0 done, 1 the operation failed, 2 bad usage.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "cluster/scheduler_client.h"
+#include "common/address_file.h"
+#include "common/auth.h"
+#include "common/log_flags.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "common/subprocess.h"
+#include "common/usage.h"
+#include "google/protobuf/util/json_util.h"
+#include "psctl/cluster_status.h"
+#include "tools/local_cluster.h"
+
+ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
+          "status, tables, job: host:port of the ps_scheduler");
+ABSL_FLAG(bool, json, false, "status, tables: print JSON instead of tables");
+ABSL_FLAG(int64_t, interval_ms, 1000,
+          "status: sample the servers' counters twice this far apart for "
+          "rates (0: once, no rates)");
+ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of every gRPC call");
+ABSL_FLAG(std::string, bin_dir, "",
+          "local, job: folder holding scheduler/, server/, worker/, lbfgs/ "
+          "(default: the build folder psctl runs from)");
+ABSL_FLAG(std::string, work_dir, "",
+          "local, job: logs go here (default: /tmp/psctl-<command>-<pid>)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "local: the scheduler's host:port, --scheduler's default (port 0: "
+          "a free one, printed and written to --address_file)");
+ABSL_FLAG(int32_t, servers, 2, "local: servers to start");
+ABSL_FLAG(int32_t, replicas, 1, "local: holders of each key range");
+ABSL_FLAG(std::string, consistency, "bsp", "local: bsp, ssp or asp");
+ABSL_FLAG(int64_t, staleness, 0, "local: SSP's bound");
+ABSL_FLAG(int32_t, num_workers, 4, "local: workers whose updates count (N)");
+ABSL_FLAG(int32_t, backup_workers, 0, "local: backup workers (b)");
+ABSL_FLAG(std::string, address_file, "",
+          "local: write the scheduler's host:port here once the cluster runs");
+ABSL_FLAG(bool, metrics, false,
+          "local: every daemon serves Prometheus metrics on a free port "
+          "(logged in its log file)");
+ABSL_FLAG(std::string, kind, "train",
+          "job: train (ps_worker model replicas) or lbfgs (ps_lbfgs and "
+          "Sandblaster workers)");
+ABSL_FLAG(int32_t, workers, 0,
+          "job: worker processes to start (0: the job's N + b for train, 2 "
+          "for lbfgs)");
+ABSL_FLAG(std::vector<std::string>, worker_flags, {},
+          "job: comma-separated flags for every ps_worker, e.g. "
+          "--model=mlp,--steps=500");
+ABSL_FLAG(std::vector<std::string>, lbfgs_flags, {},
+          "job (lbfgs): comma-separated flags for ps_lbfgs, e.g. "
+          "--problem=softmax,--max_iterations=50");
+ABSL_FLAG(int64_t, job_timeout_s, 3600, "job: give up (and stop it) after this");
+
+namespace downpour {
+namespace {
+
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "psctl: %s\n", s.ToString().c_str());
+  return kFailed;
+}
+
+std::string WorkDir(const std::string& command) {
+  std::string dir = absl::GetFlag(FLAGS_work_dir);
+  if (dir.empty()) dir = absl::StrCat("/tmp/psctl-", command, "-", getpid());
+  std::system(("mkdir -p '" + dir + "'").c_str());
+  return dir;
+}
+
+std::string BinDir() {
+  const std::string dir = absl::GetFlag(FLAGS_bin_dir);
+  return dir.empty() ? BinDirOfThisProgram() : dir;
+}
+
+// --cluster_secret_file's value (common/auth.cc defines it).
+std::string SecretFile() {
+  const absl::CommandLineFlag* f = absl::FindCommandLineFlag("cluster_secret_file");
+  return f != nullptr ? f->CurrentValue() : "";
+}
+
+// The same flag for the daemons psctl starts.
+std::vector<std::string> SecretFlag() {
+  if (SecretFile().empty()) return {};
+  return {"--cluster_secret_file=" + SecretFile()};
+}
+
+int PrintStatus(bool tables_only, const ClusterAuth& auth) {
+  StatusOptions o;
+  o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  o.auth = auth;
+  o.interval = tables_only ? absl::ZeroDuration()
+                           : absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms));
+  o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
+  absl::StatusOr<psctl::ClusterStatus> s = GatherStatus(o);
+  if (!s.ok()) return Fail(s.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    google::protobuf::util::JsonPrintOptions j;
+    j.add_whitespace = true;
+    j.preserve_proto_field_names = true;
+    j.always_print_primitive_fields = true;
+    std::string out;
+    if (tables_only) {
+      psctl::ClusterStatus only;
+      only.set_scheduler(s->scheduler());
+      *only.mutable_tables() = s->tables();
+      (void)google::protobuf::util::MessageToJsonString(only, &out, j);
+    } else {
+      (void)google::protobuf::util::MessageToJsonString(*s, &out, j);
+    }
+    std::printf("%s\n", out.c_str());
+  } else {
+    std::printf("%s", tables_only ? FormatTables(*s).c_str() : FormatStatus(*s).c_str());
+  }
+  return 0;
+}
+
+// Starts a scheduler and servers as the demo does and keeps them until
+// SIGINT or SIGTERM.
+int Local() {
+  LocalClusterOptions o;
+  o.bin_dir = BinDir();
+  o.work_dir = WorkDir("local");
+  o.num_servers = absl::GetFlag(FLAGS_servers);
+  // After LocalCluster's own --listen=127.0.0.1:0: the last one counts.
+  o.scheduler_flags = {
+      absl::StrCat("--listen=", absl::GetFlag(FLAGS_listen)),
+      absl::StrCat("--consistency=", absl::GetFlag(FLAGS_consistency)),
+      absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+      absl::StrCat("--num_workers=", absl::GetFlag(FLAGS_num_workers)),
+      absl::StrCat("--backup_workers=", absl::GetFlag(FLAGS_backup_workers)),
+      absl::StrCat("--replicas=", absl::GetFlag(FLAGS_replicas))};
+  if (absl::GetFlag(FLAGS_metrics)) {
+    o.scheduler_flags.push_back("--metrics_listen=127.0.0.1:0");
+    o.server_flags.push_back("--metrics_listen=127.0.0.1:0");
+  }
+  o.cluster_secret_file = SecretFile();
+  absl::Notification stop;
+  OnTerminationSignal([&stop] {
+    if (!stop.HasBeenNotified()) stop.Notify();
+  });
+  auto cluster = LocalCluster::Start(o);
+  if (!cluster.ok()) return Fail(cluster.status());
+  const std::string address = (*cluster)->scheduler_address();
+  if (!absl::GetFlag(FLAGS_address_file).empty()) {
+    if (absl::Status s = WriteAddressFile(absl::GetFlag(FLAGS_address_file), address);
+        !s.ok()) {
+      (void)(*cluster)->Stop();
+      return Fail(s);
+    }
+  }
+  std::printf("local cluster: scheduler %s, %d servers, logs in %s\n"
+              "  psctl status --scheduler=%s\n"
+              "  psctl job --scheduler=%s --worker_flags=--model=mlp,--steps=500\n"
+              "Ctrl-C stops it.\n",
+              address.c_str(), (*cluster)->num_servers(), o.work_dir.c_str(),
+              address.c_str(), address.c_str());
+  std::fflush(stdout);
+  // Until a signal, or until a daemon dies under us.
+  while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+    if (!(*cluster)->scheduler().running() ||
+        (*cluster)->scheduler().Wait(absl::ZeroDuration()).ok()) {
+      std::fprintf(stderr, "psctl: the scheduler exited; log: %s\n",
+                   (*cluster)->scheduler().log_path().c_str());
+      (void)(*cluster)->Stop();
+      return kFailed;
+    }
+  }
+  std::printf("stopping\n");
+  absl::Status s = (*cluster)->Stop();
+  if (!s.ok()) return Fail(s);
+  return 0;
+}
+
+// Starts a job's processes against a running cluster and waits for them,
+// printing the job's progress.
+int Job(const ClusterAuth& auth) {
+  const std::string kind = absl::GetFlag(FLAGS_kind);
+  if (kind != "train" && kind != "lbfgs") {
+    std::fprintf(stderr, "psctl job: --kind=%s: train or lbfgs\n", kind.c_str());
+    return kUsage;
+  }
+  const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
+  const std::string bin = BinDir();
+  const std::string dir = WorkDir("job");
+  SchedulerClient sched(scheduler, absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
+                        auth);
+  auto status = sched.GetJobStatus();
+  if (!status.ok()) return Fail(status.status());
+  int workers = absl::GetFlag(FLAGS_workers);
+  if (workers <= 0) {
+    workers = kind == "lbfgs" ? 2
+                              : static_cast<int>(status->job().num_workers() +
+                                                 status->job().backup_workers());
+  }
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  std::unique_ptr<Subprocess> coordinator;
+  std::string coordinator_address;
+  if (kind == "lbfgs") {
+    const std::string address_file = dir + "/coordinator.address";
+    std::remove(address_file.c_str());
+    std::vector<std::string> argv = {bin + "/lbfgs/ps_lbfgs", "--scheduler=" + scheduler,
+                                     "--address_file=" + address_file};
+    for (const std::string& f : SecretFlag()) argv.push_back(f);
+    for (const std::string& f : absl::GetFlag(FLAGS_lbfgs_flags)) argv.push_back(f);
+    coordinator = std::make_unique<Subprocess>(argv, dir + "/ps_lbfgs.log");
+    if (absl::Status s = coordinator->Start(); !s.ok()) return Fail(s);
+    auto address = WaitForAddressFile(address_file, absl::Minutes(2), coordinator.get());
+    if (!address.ok()) {
+      std::fprintf(stderr, "%s\n", coordinator->LogTail().c_str());
+      return Fail(address.status());
+    }
+    coordinator_address = *address;
+  }
+  for (int i = 0; i < workers; ++i) {
+    std::vector<std::string> argv = {bin + "/worker/ps_worker", "--scheduler=" + scheduler,
+                                     absl::StrCat("--name=psctl-", getpid(), "-", i)};
+    if (kind == "lbfgs") {
+      argv.push_back("--job=lbfgs");
+      argv.push_back("--coordinator=" + coordinator_address);
+    }
+    for (const std::string& f : SecretFlag()) argv.push_back(f);
+    for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) argv.push_back(f);
+    procs.push_back(std::make_unique<Subprocess>(argv, absl::StrCat(dir, "/worker-", i, ".log")));
+    if (absl::Status s = procs.back()->Start(); !s.ok()) return Fail(s);
+  }
+  std::printf("job (%s): %d workers, logs in %s\n", kind.c_str(), workers, dir.c_str());
+  std::fflush(stdout);
+  absl::Notification stop;
+  OnTerminationSignal([&stop] {
+    if (!stop.HasBeenNotified()) stop.Notify();
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  std::vector<Subprocess*> all;
+  for (auto& p : procs) all.push_back(p.get());
+  if (coordinator != nullptr) all.push_back(coordinator.get());
+  int failed = 0;
+  std::vector<bool> done(all.size(), false);
+  size_t remaining = all.size();
+  while (remaining > 0) {
+    if (stop.WaitForNotificationWithTimeout(absl::Seconds(1)) || absl::Now() > deadline) {
+      std::fprintf(stderr, "psctl job: %s; stopping the job\n",
+                   stop.HasBeenNotified() ? "interrupted" : "timed out");
+      for (Subprocess* p : all) {
+        if (p->running()) p->Signal(SIGTERM);
+      }
+      for (Subprocess* p : all) (void)p->Wait(absl::Seconds(10));
+      return kFailed;
+    }
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (done[i]) continue;
+      auto st = all[i]->Wait(absl::ZeroDuration());
+      if (!st.ok()) continue;
+      done[i] = true;
+      --remaining;
+      if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
+        ++failed;
+        std::fprintf(stderr, "psctl job: %s failed; log tail:\n%s\n",
+                     all[i]->argv()[0].c_str(), all[i]->LogTail(2000).c_str());
+      }
+    }
+    if (kind == "train") {
+      auto s = sched.GetJobStatus();
+      if (s.ok() && s->workers_size() > 0) {
+        const auto& w0 = s->workers(0);
+        std::printf("gating clock %lld  loss %.4f  test acc %s\n",
+                    static_cast<long long>(s->gating_clock()), w0.loss(),
+                    w0.test_accuracy() > 0 ? absl::StrCat(w0.test_accuracy()).c_str() : "-");
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (coordinator != nullptr) {
+    // ps_lbfgs' summary is the end of its log.
+    std::printf("%s\n", coordinator->LogTail(1500).c_str());
+  }
+  if (failed > 0) {
+    std::fprintf(stderr, "psctl job: %d of %zu processes failed\n", failed, all.size());
+    return kFailed;
+  }
+  std::printf("job done\n");
+  return 0;
+}
+
+int Main(const std::vector<char*>& args) {
+  if (args.size() != 2) {
+    std::fprintf(stderr,
+                 "usage: psctl status|tables|local|job [flags] (psctl --help)\n");
+    return kUsage;
+  }
+  const std::string command = args[1];
+  auto auth = ClusterAuth::FromFlags();
+  if (!auth.ok()) return Fail(auth.status());
+  if (command == "status") return PrintStatus(false, *auth);
+  if (command == "tables") return PrintStatus(true, *auth);
+  if (command == "local") return Local();
+  if (command == "job") return Job(*auth);
+  std::fprintf(stderr,
+               "psctl: unknown command '%s' (status, tables, local, job; "
+               "checkpoint, restore and export come with checkpoints)\n",
+               command.c_str());
+  return kUsage;
+}
+
+}  // namespace
+}  // namespace downpour
+
+int main(int argc, char** argv) {
+  downpour::SetUsage(
+      "the Downpour operator's command line (usage: psctl "
+      "status|tables|local|job [--scheduler=HOST:PORT] [--json] [flags])");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    std::fprintf(stderr, "psctl: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  downpour::BlockTerminationSignals();
+  return downpour::Main(args);
+}

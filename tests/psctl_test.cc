@@ -1,0 +1,257 @@
+// psctl against real daemons: status and tables of a live cluster (human
+// and JSON, with rates from traffic the test sends, and a dead server), a
+// local cluster started by `psctl local` running a job started by
+// `psctl job`, authentication, and usage errors.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "common/address_file.h"
+#include "common/auth.h"
+#include "common/test_util.h"
+#include "google/protobuf/util/json_util.h"
+#include "psctl/psctl.pb.h"
+#include "tools/local_cluster.h"
+
+namespace downpour {
+namespace {
+
+struct PsctlRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs psctl with `args` to completion.
+PsctlRun Psctl(const std::vector<std::string>& args,
+          absl::Duration timeout = absl::Seconds(60)) {
+  static int n = 0;
+  std::vector<std::string> argv = {RunfilePath("psctl/psctl")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Subprocess p(argv, absl::StrCat(TestTmpDir(), "/psctl-", ++n, ".log"));
+  PsctlRun r;
+  if (!p.Start().ok()) return r;
+  auto st = p.Wait(timeout);
+  if (st.ok() && WIFEXITED(*st)) r.exit_code = WEXITSTATUS(*st);
+  std::ifstream in(p.log_path());
+  std::stringstream s;
+  s << in.rdbuf();
+  r.output = s.str();
+  return r;
+}
+
+// The JSON psctl printed on stdout; its log lines (stderr, in the same
+// file here) come before it.
+absl::StatusOr<psctl::ClusterStatus> ParseStatus(const std::string& output) {
+  const size_t start = output.rfind("\n{") != std::string::npos
+                           ? output.rfind("\n{") + 1
+                           : 0;
+  const std::string json = output.substr(start);
+  psctl::ClusterStatus s;
+  auto st = google::protobuf::util::JsonStringToMessage(json, &s);
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(st.ToString(), ": ", json));
+  }
+  return s;
+}
+
+std::string WriteSecret(const std::string& path) {
+  auto secret = ClusterAuth::NewSecret();
+  EXPECT_OK(secret);
+  std::ofstream(path) << *secret << "\n";
+  return path;
+}
+
+TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/live";
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = 2;
+  o.scheduler_flags = {"--replicas=2", "--num_workers=2", "--consistency=asp",
+                       "--dead_after_ms=1500"};
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
+  const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  TableOptions t;
+  t.name = "w";
+  t.width = 4;
+  t.num_keys = 1000;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+
+  // Traffic while psctl samples the rates.
+  std::atomic<bool> stop{false};
+  std::thread pusher([&] {
+    std::vector<float> grads(4000, 0.001f);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!stop.load() && absl::Now() < deadline) {
+      EXPECT_OK(client->PushSync(table, Keys::Range(0, 1000), grads));
+    }
+  });
+  PsctlRun json = Psctl({"status", scheduler, "--json", "--interval_ms=700"});
+  stop.store(true);
+  pusher.join();
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus s, ParseStatus(json.output));
+  EXPECT_EQ(s.scheduler_health(), "SERVING");
+  EXPECT_GE(s.interval_seconds(), 0.7);
+  ASSERT_EQ(s.servers_size(), 2);
+  for (const psctl::ServerStatus& srv : s.servers()) {
+    EXPECT_EQ(srv.state(), "ALIVE");
+    EXPECT_EQ(srv.health(), "SERVING");
+    EXPECT_TRUE(srv.error().empty()) << srv.error();
+    // Each server got one push per round (one range each) and forwards it.
+    EXPECT_GT(srv.push_rate(), 0) << srv.name();
+    EXPECT_GT(srv.bytes_in_rate(), 0) << srv.name();
+    EXPECT_EQ(srv.pull_rate(), 0) << srv.name();
+    EXPECT_GT(srv.stats().requests_by_op().at("PUSH"), 0u);
+    EXPECT_GT(srv.stats().replication_forwarded(), 0u);
+  }
+  ASSERT_EQ(s.tables_size(), 1);
+  EXPECT_EQ(s.tables(0).spec().name(), "w");
+  EXPECT_EQ(s.tables(0).ranges(), 2u);
+  EXPECT_EQ(s.tables(0).backups(), 2u);
+  EXPECT_EQ(s.tables(0).rows(), 2000u);  // both servers hold both ranges
+  EXPECT_EQ(s.tables(0).ranges_lost(), 0u);
+  EXPECT_EQ(s.job().job().consistency(), proto::ASP);
+  EXPECT_EQ(s.job().job().num_workers(), 2u);
+  EXPECT_EQ(s.map().tables(0).ranges_size(), 2);
+
+  PsctlRun human = Psctl({"status", scheduler, "--interval_ms=0"});
+  ASSERT_EQ(human.exit_code, 0) << human.output;
+  EXPECT_TRUE(absl::StrContains(human.output, "job asp  workers 2 + 0 backup"))
+      << human.output;
+  EXPECT_TRUE(absl::StrContains(human.output, "server-1  ALIVE  SERVING")) << human.output;
+  EXPECT_TRUE(absl::StrContains(human.output, "w      [0, 500)")) << human.output;
+
+  PsctlRun tables = Psctl({"tables", scheduler});
+  ASSERT_EQ(tables.exit_code, 0) << tables.output;
+  EXPECT_TRUE(absl::StrContains(tables.output, "TABLE")) << tables.output;
+  EXPECT_TRUE(absl::StrContains(tables.output, "DENSE  4      1000")) << tables.output;
+
+  // A dead server: reported, not an error; its range failed over. psctl
+  // lists servers in the map's order (registration), not by name.
+  cluster->server(1).Signal(SIGKILL);
+  ASSERT_OK(cluster->server(1).Wait(absl::Seconds(10)).status());
+  psctl::ClusterStatus after;
+  const psctl::ServerStatus* dead = nullptr;
+  const psctl::ServerStatus* live = nullptr;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    PsctlRun r = Psctl({"status", scheduler, "--json", "--interval_ms=0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_OK_AND_ASSIGN(after, ParseStatus(r.output));
+    ASSERT_EQ(after.servers_size(), 2);
+    dead = live = nullptr;
+    for (const psctl::ServerStatus& srv : after.servers()) {
+      (srv.name() == "server-1" ? dead : live) = &srv;
+    }
+    ASSERT_NE(dead, nullptr);
+    ASSERT_NE(live, nullptr);
+    if (dead->state() == "DEAD") break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_EQ(dead->state(), "DEAD");
+  EXPECT_EQ(dead->health(), "UNREACHABLE");
+  EXPECT_FALSE(dead->error().empty());
+  EXPECT_EQ(live->name(), "server-0");
+  EXPECT_EQ(live->state(), "ALIVE");
+  EXPECT_EQ(live->health(), "SERVING");
+  EXPECT_EQ(after.tables(0).ranges_unavailable(), 0u);
+  EXPECT_EQ(after.tables(0).backups(), 0u);
+  client.reset();
+  (void)cluster->Stop();
+}
+
+TEST(PsctlTest, LocalClusterRunsAJobStartedByPsctl) {
+  const std::string dir = TestTmpDir() + "/local";
+  const std::string address_file = dir + "/scheduler.address";
+  std::system(("mkdir -p " + dir).c_str());
+  Subprocess local({RunfilePath("psctl/psctl"), "local", "--listen=127.0.0.1:0",
+                    "--servers=1", "--num_workers=2", "--consistency=bsp", "--metrics",
+                    "--work_dir=" + dir, "--address_file=" + address_file},
+                   dir + "/psctl-local.log");
+  ASSERT_OK(local.Start());
+  ASSERT_OK_AND_ASSIGN(std::string address,
+                       WaitForAddressFile(address_file, absl::Seconds(60), &local));
+  const std::string scheduler = "--scheduler=" + address;
+
+  PsctlRun job = Psctl({"job", scheduler, "--work_dir=" + dir + "/job",
+                   "--worker_flags=--model=softmax,--steps=30,--eval_every=30"},
+                  absl::Seconds(180));
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  EXPECT_TRUE(absl::StrContains(job.output, "job (train): 2 workers")) << job.output;
+  EXPECT_TRUE(absl::StrContains(job.output, "job done")) << job.output;
+
+  PsctlRun status = Psctl({"status", scheduler, "--json", "--interval_ms=0"});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus s, ParseStatus(status.output));
+  EXPECT_EQ(s.job().gating_clock(), 30);
+  ASSERT_EQ(s.job().workers_size(), 2);
+  EXPECT_EQ(s.job().workers(0).clock(), 30);
+  EXPECT_GT(s.job().workers(0).test_accuracy(), 0.5);
+  ASSERT_EQ(s.servers_size(), 1);
+  EXPECT_GT(s.servers(0).stats().requests_by_op().at("PUSH_PULL"), 0u);
+
+  // Ctrl-C: psctl local stops its daemons and exits 0.
+  local.Signal(SIGINT);
+  auto st = local.Wait(absl::Seconds(30));
+  ASSERT_OK(st);
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << local.LogTail();
+  PsctlRun gone = Psctl({"status", scheduler, "--rpc_timeout_ms=500"});
+  EXPECT_EQ(gone.exit_code, 1) << gone.output;
+}
+
+TEST(PsctlTest, HonoursTheClusterSecret) {
+  const std::string dir = TestTmpDir() + "/auth";
+  std::system(("mkdir -p " + dir).c_str());
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 1;
+  o.cluster_secret_file = WriteSecret(dir + "/cluster.secret");
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
+  const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
+
+  PsctlRun without = Psctl({"status", scheduler});
+  EXPECT_EQ(without.exit_code, 1) << without.output;
+  EXPECT_TRUE(absl::StrContains(without.output, "UNAUTHENTICATED")) << without.output;
+
+  PsctlRun with = Psctl({"status", scheduler, "--json", "--interval_ms=200",
+                    "--cluster_secret_file=" + o.cluster_secret_file});
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus s, ParseStatus(with.output));
+  ASSERT_EQ(s.servers_size(), 1);
+  // The servers' admin service took the token too.
+  EXPECT_TRUE(s.servers(0).error().empty()) << s.servers(0).error();
+  EXPECT_EQ(s.servers(0).stats().node_id(), s.servers(0).node_id());
+  EXPECT_OK(cluster->Stop());
+}
+
+TEST(PsctlTest, BadUsageAndUnreachableScheduler) {
+  PsctlRun none = Psctl({});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  PsctlRun unknown = Psctl({"frobnicate"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_TRUE(absl::StrContains(unknown.output, "unknown command 'frobnicate'"))
+      << unknown.output;
+  PsctlRun kind = Psctl({"job", "--kind=eval"});
+  EXPECT_EQ(kind.exit_code, 2) << kind.output;
+  // Port 1 on loopback: nothing listens.
+  PsctlRun unreachable = Psctl({"status", "--scheduler=127.0.0.1:1", "--rpc_timeout_ms=500"});
+  EXPECT_EQ(unreachable.exit_code, 1) << unreachable.output;
+  EXPECT_TRUE(absl::StrContains(unreachable.output, "127.0.0.1:1")) << unreachable.output;
+}
+
+}  // namespace
+}  // namespace downpour
