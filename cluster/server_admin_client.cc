@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
@@ -12,26 +13,19 @@ namespace {
 // Export chunks and their replies are a few MiB.
 constexpr int kMaxMessageBytes = 64 << 20;
 
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
-}
-
 }  // namespace
 
 ServerAdminClient::ServerAdminClient(const std::string& address,
                                      ClusterAuth auth)
     : address_(address),
       auth_(std::move(auth)),
-      stub_(proto::ServerAdmin::NewStub(Channel(address))) {}
+      stub_(proto::ServerAdmin::NewStub(
+          NewGrpcChannel(address, auth_, kMaxMessageBytes))) {}
 
 #define DP_ADMIN_CALL(method, req, reply, what)                          \
   grpc::ClientContext ctx;                                               \
   ctx.set_deadline(std::chrono::system_clock::now() +                    \
                    absl::ToChronoMilliseconds(timeout));                 \
-  auth_.Attach(&ctx);                                                    \
   grpc::Status s = stub_->method(&ctx, req, &reply);                     \
   if (!s.ok()) {                                                         \
     return FromGrpcStatus(s, absl::StrCat(what, " on server ", address_)); \

@@ -108,9 +108,11 @@ std::string SecurityHint(const ClusterAuth& auth, grpc::StatusCode code,
 }
 
 std::shared_ptr<grpc::Channel> NewGrpcChannel(const std::string& target,
-                                              const ClusterAuth& auth) {
+                                              const ClusterAuth& auth,
+                                              int max_receive_bytes) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   grpc::ChannelArguments args;
+  if (max_receive_bytes > 0) args.SetMaxReceiveMessageSize(max_receive_bytes);
   if (auth.tls_enabled()) {
     const TlsMaterial& tls = auth.tls();
     grpc::SslCredentialsOptions ssl;

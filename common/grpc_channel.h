@@ -28,8 +28,10 @@ namespace downpour {
 
 // A channel to `target` ("host:port"). Connects lazily; never fails here
 // (errors come back from the calls). Thread-safe, like every gRPC channel.
+// `max_receive_bytes` > 0 raises gRPC's 4 MiB limit on replies (exports).
 std::shared_ptr<grpc::Channel> NewGrpcChannel(const std::string& target,
-                                              const ClusterAuth& auth);
+                                              const ClusterAuth& auth,
+                                              int max_receive_bytes = 0);
 
 // What a call on a channel configured by `auth` that failed with `code` and
 // `message` (gRPC's) most likely failed of, when that is the TLS set-up:

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -21,19 +22,14 @@
 namespace downpour {
 namespace {
 
-// One place that makes psctl's channels to daemons (TLS options would go
-// here).
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
-  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-}
-
-std::string Health(const std::string& address, absl::Duration timeout) {
+std::string Health(const std::string& address, const ClusterAuth& auth,
+                   absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   const grpc::Status s =
-      grpc::health::v1::Health::NewStub(Channel(address))->Check(&ctx, req, &resp);
+      grpc::health::v1::Health::NewStub(NewGrpcChannel(address, auth))->Check(&ctx, req, &resp);
   if (!s.ok()) return "UNREACHABLE";
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING
              ? "SERVING"
@@ -45,9 +41,8 @@ absl::StatusOr<proto::ServerStats> GetStats(const std::string& address,
                                             absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  auth.Attach(&ctx);
   proto::ServerStats stats;
-  const grpc::Status s = proto::ServerAdmin::NewStub(Channel(address))
+  const grpc::Status s = proto::ServerAdmin::NewStub(NewGrpcChannel(address, auth))
                              ->GetStats(&ctx, proto::StatsRequest(), &stats);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("stats of the server at ", address));
@@ -94,7 +89,7 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options) 
                       "psctl: the scheduler at ", options.scheduler_address);
   DP_ASSIGN_OR_RETURN(*out.mutable_job(), scheduler.GetJobStatus(),
                       "psctl: the scheduler at ", options.scheduler_address);
-  out.set_scheduler_health(Health(options.scheduler_address, options.rpc_timeout));
+  out.set_scheduler_health(Health(options.scheduler_address, options.auth, options.rpc_timeout));
 
   // First sample; the second after the interval.
   std::vector<const proto::NodeInfo*> servers;
@@ -148,7 +143,7 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options) 
       s->set_error("declared dead by the scheduler");
       continue;
     }
-    s->set_health(Health(n.admin_address(), options.rpc_timeout));
+    s->set_health(Health(n.admin_address(), options.auth, options.rpc_timeout));
     absl::StatusOr<proto::ServerStats> stats =
         GetStats(n.admin_address(), options.auth, options.rpc_timeout);
     if (!stats.ok()) {

@@ -318,7 +318,7 @@ int Main(const std::vector<char*>& args) {
     return kUsage;
   }
   const std::string command = args[1];
-  auto auth = ClusterAuth::FromFlags();
+  auto auth = ClusterAuth::FromFlags(kGrpcClient);
   if (!auth.ok()) return Fail(auth.status());
   if (command == "status") return PrintStatus(false, *auth);
   if (command == "tables") return PrintStatus(true, *auth);

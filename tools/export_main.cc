@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<downpour::ExportResult> r;
   if (!scheduler.empty()) {
-    auto auth = downpour::ClusterAuth::FromFlags();
+    auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
     if (!auth.ok()) {
       DP_LOG(ERROR) << auth.status();
       return 2;
