@@ -1,6 +1,8 @@
 #include "client/job_member.h"
 
 #include <algorithm>
+#include <chrono>
+#include <random>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -8,7 +10,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "cluster/scheduler_client.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -28,7 +29,9 @@ namespace {
 class ClockReporter {
  public:
   // `scheduler` must outlive this object.
-  explicit ClockReporter(SchedulerClient* scheduler) : scheduler_(scheduler) {
+  // `start`: the clock the worker starts from (RegisterReply.start_clock).
+  ClockReporter(SchedulerClient* scheduler, Clock start)
+      : scheduler_(scheduler), own_clock_(start) {
     thread_ = std::thread([this] { Loop(); });
   }
   // Sends what is still queued, then stops.
@@ -115,7 +118,7 @@ class ClockReporter {
   bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  Clock own_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock own_clock_ ABSL_GUARDED_BY(mu_);
   Clock others_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
@@ -125,8 +128,7 @@ class JobMemberImpl final : public JobMember {
   explicit JobMemberImpl(const JobMemberOptions& o)
       : options_(o), scheduler_(o.scheduler_address, o.rpc_timeout, o.auth) {}
   ~JobMemberImpl() override {
-    stop_heartbeats_.Notify();
-    if (heartbeat_.joinable()) heartbeat_.join();
+    StopHeartbeats();
     reporter_.reset();  // before scheduler_, which it calls
   }
 
@@ -135,10 +137,20 @@ class JobMemberImpl final : public JobMember {
     reg.set_role(proto::WORKER);
     reg.set_name(options_.name);
     if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
+    // A new process: a replacement registering under the name of a worker
+    // that was killed moments ago takes over at once instead of waiting
+    // for the scheduler to notice the silence.
+    std::random_device rd;
+    reg.set_incarnation(
+        (static_cast<uint64_t>(rd()) << 32 ^ rd() ^
+         static_cast<uint64_t>(
+             std::chrono::steady_clock::now().time_since_epoch().count())) |
+        1);
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
     id_ = reply.node_id();
     rank_ = reply.rank();
+    start_clock_ = reply.start_clock();
     DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()),
                         "scheduler at ", options_.scheduler_address);
     if (rank_ < 0 || rank_ >= policy_.total_workers()) {
@@ -152,17 +164,23 @@ class JobMemberImpl final : public JobMember {
             : absl::Milliseconds(500);
     // Keeps the worker alive in the scheduler's eyes while it computes or
     // waits on a slow peer.
-    heartbeat_ = std::thread([this, interval] {
-      while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
-        auto hb = scheduler_.Heartbeat(id_, 0);
-        if (!hb.ok()) DP_LOG(WARNING) << hb.status();
-      }
-    });
-    reporter_ = std::make_unique<ClockReporter>(&scheduler_);
+    heartbeat_ = std::thread([this, interval] { HeartbeatLoop(interval); });
+    reporter_ = std::make_unique<ClockReporter>(&scheduler_, start_clock_);
     return absl::OkStatus();
   }
 
   NodeId node_id() const override { return id_; }
+  Clock start_clock() const override { return start_clock_; }
+
+  absl::Status Leave(bool finished, const std::string& reason,
+                     absl::Duration timeout) override {
+    // The last clock report first: a replacement starts from it.
+    absl::Status flushed = reporter_->Flush(timeout);
+    if (!flushed.ok()) DP_LOG(WARNING) << "before leaving: " << flushed;
+    StopHeartbeats();
+    DP_RETURN_IF_ERROR(scheduler_.Leave(id_, finished, reason));
+    return flushed;
+  }
   int rank() const override { return rank_; }
   const ConsistencyPolicy& policy() const override { return policy_; }
 
@@ -212,12 +230,47 @@ class JobMemberImpl final : public JobMember {
   }
 
  private:
+  // Keeps the worker alive in the scheduler's eyes while it computes or
+  // waits on a slow peer; learns of a failed job (kAborted), which the
+  // worker may be too busy on the data plane to hear of otherwise.
+  void HeartbeatLoop(absl::Duration interval) ABSL_LOCKS_EXCLUDED(hb_mu_) {
+    for (;;) {
+      {
+        absl::MutexLock lock(&hb_mu_);
+        if (hb_mu_.AwaitWithTimeout(absl::Condition(&stop_heartbeats_),
+                                    interval)) {
+          return;
+        }
+      }
+      auto hb = scheduler_.Heartbeat(id_, 0);
+      if (hb.ok()) continue;
+      if (hb.status().code() != absl::StatusCode::kAborted) {
+        DP_LOG(WARNING) << hb.status();
+        continue;
+      }
+      DP_LOG(ERROR) << hb.status();
+      if (options_.on_job_failed) options_.on_job_failed(hb.status());
+      return;
+    }
+  }
+  void StopHeartbeats() ABSL_LOCKS_EXCLUDED(hb_mu_) {
+    {
+      absl::MutexLock lock(&hb_mu_);
+      stop_heartbeats_ = true;
+    }
+    absl::MutexLock lock(&join_mu_);
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+
   const JobMemberOptions options_;
   SchedulerClient scheduler_;
   NodeId id_ = kNoNode;
   int rank_ = 0;
+  Clock start_clock_ = 0;
   ConsistencyPolicy policy_;
-  absl::Notification stop_heartbeats_;
+  absl::Mutex hb_mu_;
+  bool stop_heartbeats_ ABSL_GUARDED_BY(hb_mu_) = false;
+  absl::Mutex join_mu_;  // one joiner at a time (Leave, the destructor)
   std::thread heartbeat_;
   std::unique_ptr<ClockReporter> reporter_;
 };

@@ -47,13 +47,17 @@
 //   kResourceExhausted  Join: the job has all its N + b workers
 //   kUnauthenticated    the cluster has a secret and this member lacks it
 //   kFailedPrecondition a clock report moved the clock back; Join: the name
-//                       holds another rank than the one requested
+//                       holds another rank than the one requested, or the
+//                       rank was given up (the job went on without it)
+//   kAborted            the job failed: a lost worker was not replaced in
+//                       time (--on_worker_loss=stop); the message names it
 //
 // Thread-safe: every method may be called from any thread.
 #ifndef DOWNPOUR_CLIENT_JOB_MEMBER_H_
 #define DOWNPOUR_CLIENT_JOB_MEMBER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -82,6 +86,11 @@ struct JobMemberOptions {
   absl::Duration register_timeout = absl::Seconds(30);
   // Deadline of each short call (heartbeat, clock report).
   absl::Duration rpc_timeout = absl::Seconds(10);
+  // Called once, from the heartbeat thread, when the scheduler says the job
+  // has failed (kAborted naming a lost worker: --on_worker_loss=stop). A
+  // worker blocked on the data plane learns it only this way. Empty: it is
+  // only logged (WaitClock, Barrier and ReportClock return it too).
+  std::function<void(const absl::Status&)> on_job_failed;
 };
 
 // A worker's progress at the end of an iteration, for the job status.
@@ -107,6 +116,18 @@ class JobMember {
   virtual ~JobMember() = default;
 
   virtual NodeId node_id() const = 0;
+  // The clock to start from: 0 in a fresh job; for a replacement of a lost
+  // worker, the clock its predecessor had reported (it redoes the
+  // iteration that was cut short, on the same data shard).
+  virtual Clock start_clock() const = 0;
+  // Leaves the job at once (the scheduler marks it LEFT, nobody waits for
+  // its heartbeats to stop): sends the queued clock report (up to
+  // `timeout`), stops heartbeating and tells the scheduler. `finished`: it
+  // completed its steps; else its rank waits for a replacement like a lost
+  // one's. Later calls to the member fail or go unheard. The scheduler's
+  // errors (kNotFound for an unknown node), or the flush's.
+  virtual absl::Status Leave(bool finished, const std::string& reason,
+                             absl::Duration timeout) = 0;
   // In [0, policy().total_workers()); the same after joining again.
   virtual int rank() const = 0;
   // The job's consistency policy, as the scheduler declared it.

@@ -32,6 +32,15 @@ ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
 ABSL_FLAG(int32_t, backup_workers, 0,
           "extra workers; each step uses the first num_workers to finish");
 
+ABSL_FLAG(int64_t, worker_replace_timeout_ms, 60000,
+          "how long the job waits for a replacement of a lost worker (one "
+          "that died or left before finishing, beyond the backup workers) "
+          "before --on_worker_loss applies");
+ABSL_FLAG(std::string, on_worker_loss, "stop",
+          "after --worker_replace_timeout_ms without a replacement: stop "
+          "(the job fails, naming the lost worker) or continue (SSP/ASP: "
+          "the job goes on with fewer workers)");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour scheduler daemon");
   absl::ParseCommandLine(argc, argv);
@@ -63,6 +72,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.policy = *policy;
+  options.worker_loss.replace_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_worker_replace_timeout_ms));
+  auto on_loss = downpour::WorkerLossOptions::ParseOnLoss(
+      absl::GetFlag(FLAGS_on_worker_loss), *policy);
+  if (!on_loss.ok()) {
+    DP_LOG(ERROR) << on_loss.status();
+    return 2;
+  }
+  options.worker_loss.on_loss = *on_loss;
   auto auth = downpour::ClusterAuth::FromFlags();
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

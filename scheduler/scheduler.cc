@@ -20,6 +20,7 @@
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
 #include "scheduler/placement.h"
+#include "scheduler/worker_roster.h"
 
 namespace downpour {
 namespace {
@@ -93,7 +94,7 @@ absl::Status ValidateSpec(const proto::TableSpec& spec,
 class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
   explicit SchedulerImpl(const SchedulerOptions& o)
-      : options_(o), clocks_(o.policy) {
+      : options_(o), clocks_(o.policy), roster_(o.policy, o.worker_loss) {
     o.policy.ToJob(&job_);
     workers_.resize(clocks_.size());
     for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
@@ -186,6 +187,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       absl::StatusOr<int> granted = GrantRank(*req, node);
       if (!granted.ok()) return Err(granted.status());
       rank = *granted;
+      if (absl::Status s = TakeOverRank(rank, req->name()); !s.ok()) {
+        return Err(s);
+      }
+      reply->set_start_clock(clocks_.clock(rank));
     }
     if (node == nullptr) {
       node = map_.add_nodes();
@@ -237,13 +242,46 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (node == nullptr) {
       return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
     }
-    if (node->state() == proto::DEAD) {
+    if (node->state() == proto::DEAD || node->state() == proto::LEFT) {
       return Err(absl::FailedPreconditionError(absl::StrCat(
           "node ", req->node_id(), " was declared dead; register again")));
+    }
+    // A failed job tells its workers through their heartbeats, even those
+    // waiting on the data plane rather than on the scheduler.
+    if (node->role() == proto::WORKER && !roster_.failure().ok()) {
+      return Err(roster_.failure());
     }
     last_seen_[node->id()] = absl::Now();
     RecordApplied(node->id(), req->applied_epoch());
     reply->set_epoch(map_.epoch());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Leave(grpc::ServerContext* ctx, const proto::LeaveRequest* req,
+                     proto::LeaveReply*) override {
+    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
+    absl::MutexLock lock(&mu_);
+    proto::NodeInfo* node = FindNode(req->node_id());
+    if (node == nullptr) {
+      return Err(absl::NotFoundError(
+          absl::StrCat("leave: unknown node ", req->node_id())));
+    }
+    if (node->role() != proto::WORKER) {
+      return Err(absl::InvalidArgumentError(absl::StrCat(
+          "leave: node ", node->id(), " ('", node->name(),
+          "') is not a worker; servers are failed over when they die")));
+    }
+    if (node->state() != proto::ALIVE) return grpc::Status::OK;
+    node->set_state(proto::LEFT);
+    suspect_since_.erase(node->id());
+    WorkerGone(node->id(), node->name(),
+               absl::StrCat("left: ", req->reason().substr(0, 200)),
+               req->finished());
+    BumpEpoch();
+    DP_LOG(INFO) << "worker '" << node->name() << "' (node " << node->id()
+                 << ") left" << (req->finished() ? " after its last step" : "")
+                 << ": " << req->reason().substr(0, 200) << "; epoch "
+                 << map_.epoch();
     return grpc::Status::OK;
   }
 
@@ -310,6 +348,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                             proto::AdvanceClockReply* reply) override {
     if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
+    if (!roster_.failure().ok()) return Err(roster_.failure());
     absl::Status s = clocks_.Advance(req->rank(), req->clock());
     if (!s.ok()) return Err(s);
     proto::WorkerStatus& w = workers_[req->rank()];
@@ -322,7 +361,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     reply->set_gating_clock(clocks_.GatingClock());
     Clock others = std::numeric_limits<Clock>::max();
     for (int r = 0; r < clocks_.size(); ++r) {
-      if (r != req->rank()) others = std::min(others, clocks_.clock(r));
+      if (r != req->rank() && !clocks_.retired(r)) {
+        others = std::min(others, clocks_.clock(r));
+      }
     }
     reply->set_others_min_clock(others);
     return grpc::Status::OK;
@@ -340,7 +381,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           absl::StrCat("wait clock: rank ", req->rank(), " outside the job")));
     }
     auto may = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || clocks_.MayProceed(req->clock());
+      return stopping_ || !roster_.failure().ok() ||
+             clocks_.MayProceed(req->clock());
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&may), timeout)) {
       return Err(absl::DeadlineExceededError(absl::StrCat(
@@ -349,6 +391,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           clocks_.policy().ToString(), ")")));
     }
     if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    if (!roster_.failure().ok()) return Err(roster_.failure());
     reply->set_gating_clock(clocks_.GatingClock());
     return grpc::Status::OK;
   }
@@ -360,6 +403,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     *status->mutable_job() = job_;
     status->set_gating_clock(clocks_.GatingClock());
     for (const auto& w : workers_) *status->add_workers() = w;
+    if (!roster_.failure().ok()) {
+      status->set_failure(std::string(roster_.failure().message()));
+    }
     return grpc::Status::OK;
   }
 
@@ -406,7 +452,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return grpc::Status::OK;
     }
     auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || barriers_[req->name()].generation != generation;
+      return stopping_ || !roster_.failure().ok() ||
+             barriers_[req->name()].generation != generation;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&released), timeout)) {
       barriers_[req->name()].arrived.erase(req->node_id());
@@ -415,6 +462,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           " of ", req->count(), " arrived in time")));
     }
     if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    if (barriers_[req->name()].generation == generation) {
+      barriers_[req->name()].arrived.erase(req->node_id());
+      return Err(roster_.failure());
+    }
     reply->set_arrived(req->count());
     return grpc::Status::OK;
   }
@@ -650,6 +701,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), slice);
       if (stopping_) break;
       const absl::Time now = absl::Now();
+      ApplyWorkerLossRule(now);
       std::vector<NodeId> dead;
       for (auto& n : *map_.mutable_nodes()) {
         if (n.state() != proto::ALIVE) continue;
@@ -678,10 +730,61 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       for (NodeId id : dead) {
         suspect_since_.erase(id);
         RemoveServer(&map_, id);
+        const proto::NodeInfo* n = FindNodeConst(id);
+        if (n->role() == proto::WORKER) {
+          WorkerGone(id, n->name(), "missed heartbeats", /*finished=*/false);
+        }
       }
       Refill(&map_, options_.replicas);
       BumpEpoch();
       DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
+    }
+  }
+
+  // Worker loss (scheduler/worker_roster.h). The worker of node `id`
+  // died or left; unless it `finished`, its rank is lost until a
+  // replacement takes it.
+  void WorkerGone(NodeId id, const std::string& name, const std::string& how,
+                  bool finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto it = rank_of_.find(id);
+    if (it == rank_of_.end()) return;
+    const int rank = it->second;
+    if (finished) {
+      roster_.Finished(rank);
+      workers_[rank].set_finished(true);
+    } else {
+      roster_.Lost(rank, name, how, absl::Now());
+      if (roster_.lost(rank)) {
+        DP_LOG(WARNING) << "worker '" << name << "' (rank " << rank
+                        << ", clock " << clocks_.clock(rank) << ") lost: "
+                        << how << "; waiting up to "
+                        << absl::FormatDuration(options_.worker_loss.replace_timeout)
+                        << " for a replacement";
+      }
+    }
+    workers_[rank].set_lost(roster_.lost(rank));
+  }
+  // A worker registering for `rank` (as `name`) replaces whoever held it:
+  // kFailedPrecondition if the job already went on without that rank.
+  absl::Status TakeOverRank(int rank, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool was_lost = roster_.lost(rank);
+    DP_RETURN_IF_ERROR(roster_.Replaced(rank), "register: worker '", name, "'");
+    if (was_lost) {
+      DP_LOG(INFO) << "worker '" << name << "' replaces the lost worker of "
+                   << "rank " << rank << " from clock " << clocks_.clock(rank);
+    }
+    workers_[rank].set_lost(false);
+    workers_[rank].set_finished(false);
+    return absl::OkStatus();
+  }
+  // The bound on waiting for replacements: ranks given up stop gating the
+  // others (continue), or the job fails (stop; the roster keeps why).
+  void ApplyWorkerLossRule(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int rank : roster_.Check(now)) {
+      clocks_.Retire(rank);
+      workers_[rank].set_lost(false);
+      workers_[rank].set_retired(true);
     }
   }
 
@@ -717,6 +820,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   NodeId next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
   proto::JobConfig job_;  // immutable after construction
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
+  WorkerRoster roster_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::WorkerStatus> workers_ ABSL_GUARDED_BY(mu_);
   // Workers' ranks, both ways; a rank is held by at most one node.
   absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);
