@@ -1,4 +1,6 @@
 // ps_worker: trains a model replica against the servers. See worker.h.
+#include <cstdlib>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -7,6 +9,7 @@
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/signals.h"
 #include "worker/sandblaster_worker.h"
 #include "worker/worker.h"
 
@@ -90,6 +93,8 @@ int main(int argc, char** argv) {
                   << " (train, lbfgs)";
     return 2;
   }
+  // Before any thread starts: SIGTERM then reaches only the waiter below.
+  downpour::BlockTerminationSignals();
   downpour::WorkerOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   o.auth = *auth;
@@ -118,11 +123,24 @@ int main(int argc, char** argv) {
   o.click_zipf = absl::GetFlag(FLAGS_click_zipf);
   o.holdout = absl::GetFlag(FLAGS_holdout);
   o.l2 = static_cast<float>(absl::GetFlag(FLAGS_l2));
+  // The job failed while this worker may be blocked on the data plane
+  // (a lost worker was not replaced in time): say why and stop.
+  o.on_job_failed = [](const absl::Status& why) {
+    DP_LOG(ERROR) << "exiting: " << why;
+    std::_Exit(1);
+  };
   auto worker = downpour::Worker::Create(o);
   if (!worker.ok()) {
     DP_LOG(ERROR) << "cannot start: " << worker.status();
     return 1;
   }
+  // SIGTERM (an evicted pod): leave the job at once so that nobody waits
+  // for this worker's heartbeats to stop; the rank awaits a replacement.
+  downpour::OnTerminationSignal([w = worker->get()] {
+    absl::Status left = w->Leave("SIGTERM", absl::Seconds(5));
+    if (!left.ok()) DP_LOG(ERROR) << "leaving the job: " << left;
+    std::_Exit(143);  // 128 + SIGTERM, as if killed by it
+  });
   absl::Status s = (*worker)->Run();
   if (!s.ok()) {
     DP_LOG(ERROR) << s;

@@ -78,6 +78,7 @@ class WorkerImpl final : public Worker {
     mo.name = options_.name;
     mo.rank = options_.rank;
     mo.auth = options_.auth;
+    mo.on_job_failed = options_.on_job_failed;
     DP_ASSIGN_OR_RETURN(member_, JobMember::Join(mo));
     if (health_.health != nullptr) health_.health->SetReady(true);
     const ConsistencyPolicy& policy = member_->policy();
@@ -85,6 +86,10 @@ class WorkerImpl final : public Worker {
     DP_LOG(INFO) << "registered as node " << member_->node_id() << ", rank "
                  << member_->rank() << " of " << policy.total_workers()
                  << ", consistency " << policy.ToString();
+    if (member_->start_clock() > 0) {
+      DP_LOG(INFO) << "replacing a lost worker of rank " << member_->rank()
+                   << ": continuing from clock " << member_->start_clock();
+    }
     DP_RETURN_IF_ERROR(CheckOptions(options_, policy));
 
     ClientOptions co;
@@ -95,6 +100,14 @@ class WorkerImpl final : public Worker {
     ctx_ =
         std::make_unique<StepContext>(options_, member_.get(), client_.get());
 
+    if (member_->start_clock() > 0 &&
+        (options_.model == "sparse_lr" || options_.hogwild_threads > 1)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "rank ", member_->rank(), " is at clock ", member_->start_clock(),
+          ": taking over a lost worker's rank mid-job is implemented for "
+          "the dense loops (softmax, mlp without Hogwild threads), not for ",
+          options_.model == "sparse_lr" ? "sparse_lr" : "Hogwild"));
+    }
     if (options_.model == "sparse_lr") {
       DP_ASSIGN_OR_RETURN(loop_, NewSparseLoop(ctx_.get()));
       return absl::OkStatus();
@@ -115,10 +128,19 @@ class WorkerImpl final : public Worker {
   }
 
   absl::Status Run() override {
-    absl::Status s = loop_->Run();
-    // The last clock reaches the scheduler before Run returns.
-    absl::Status flushed = member_->Flush(absl::Seconds(30));
-    return s.ok() ? flushed : s;
+    DP_RETURN_IF_ERROR(loop_->Run());
+    // The last clock reaches the scheduler before Run returns, and the
+    // scheduler learns at once that this worker's end is no loss.
+    return member_->Leave(/*finished=*/true, "finished its steps",
+                          absl::Seconds(30));
+  }
+
+  absl::Status Leave(const std::string& reason,
+                     absl::Duration timeout) override {
+    DP_LOG(INFO) << reason << ": abandoning the iteration in progress, "
+                 << "reporting clock " << member_->reported_clock()
+                 << " and leaving the job";
+    return member_->Leave(/*finished=*/false, reason, timeout);
   }
 
  private:

@@ -36,6 +36,9 @@ class AspPipelinedLoop final : public TrainingLoop {
     int64_t in_flight_clock = -1;
     double in_flight_loss = 0;
     Batcher batcher(replica_.train().num_examples, o.seed, rank);
+    // A replacement redoes its predecessor's iterations from start_clock on
+    // the same shard: the batches it would have drawn so far are skipped.
+    for (int64_t c = 0; c < ctx_.start_clock(); ++c) batcher.Next(o.batch);
     uint64_t examples = 0;
     // Completes step `clock`: its PushPull is acknowledged and its values
     // become the parameters; rank 0 evaluates on schedule.
@@ -54,9 +57,9 @@ class AspPipelinedLoop final : public TrainingLoop {
       return ctx_.FinishStep(clock, loss, examples, test_accuracy);
     };
 
-    client.SetWorkerClock(rank, 0);
+    client.SetWorkerClock(rank, ctx_.start_clock());
     DP_RETURN_IF_ERROR(replica_.PullParams());
-    for (int64_t clock = 0; clock < o.steps; ++clock) {
+    for (int64_t clock = ctx_.start_clock(); clock < o.steps; ++clock) {
       std::vector<float>& g = grads[clock % 2];
       const std::vector<int> batch = batcher.Next(o.batch);
       const absl::Time start = absl::Now();

@@ -75,11 +75,14 @@ class BspLoop final : public TrainingLoop {
     std::vector<ExchangePart> parts = ExchangeParts(replica_.blocks());
     std::vector<Ticket> tickets;
     Batcher batcher(replica_.train().num_examples, o.seed, rank);
+    // A replacement redoes its predecessor's iterations from start_clock on
+    // the same shard: the batches it would have drawn so far are skipped.
+    for (int64_t c = 0; c < ctx_.start_clock(); ++c) batcher.Next(o.batch);
     uint64_t examples = 0;
     int64_t params_clock = -1;  // params hold the state step params_clock reads
     // Where a step's time goes, for the log line at the end.
     absl::Duration compute_time, exchange_time;
-    for (int64_t clock = 0; clock < o.steps; ++clock) {
+    for (int64_t clock = ctx_.start_clock(); clock < o.steps; ++clock) {
       // Without the state of step `clock` (first step, or a late backup
       // worker): pass the gate (which may skip ahead) and pull.
       const bool pull = params_clock != clock;

@@ -69,6 +69,9 @@ absl::Status DenseReplica::DeclareTables() {
     DP_ASSIGN_OR_RETURN(Table table, ctx_->client().CreateTable(t));
     tables_.push_back(table);
   }
+  // A replacement of a lost worker joins a running job: the tables hold the
+  // trained values and the others are long past the barrier.
+  if (ctx_->start_clock() > 0) return absl::OkStatus();
   if (ctx_->rank() == 0) {
     model_->Init(o.seed, params_.data());
     size_t off = 0;

@@ -27,12 +27,15 @@ class SspLoop final : public TrainingLoop {
     std::vector<float>& params = replica_.params();
     std::vector<float> grads(params.size()), acc(params.size(), 0.0f);
     Batcher batcher(replica_.train().num_examples, o.seed, rank);
+    // A replacement redoes its predecessor's iterations from start_clock on
+    // the same shard: the batches it would have drawn so far are skipped.
+    for (int64_t c = 0; c < ctx_.start_clock(); ++c) batcher.Next(o.batch);
     uint64_t examples = 0;
     // Pulling or pushing less than every step is Downpour's ASP mode (the
     // worker refuses n_fetch, n_push > 1 under other policies).
     const bool asp = ctx_.policy().is_asp();
 
-    for (int64_t clock = 0; clock < o.steps; ++clock) {
+    for (int64_t clock = ctx_.start_clock(); clock < o.steps; ++clock) {
       bool done;
       DP_RETURN_IF_ERROR(ctx_.StartStep(&clock, &done));
       if (done) break;

@@ -28,6 +28,8 @@ class StepContext {
   const ConsistencyPolicy& policy() const { return member_->policy(); }
   int rank() const { return member_->rank(); }
   JobMember& member() const { return *member_; }
+  // The first iteration: 0, or where a lost worker of this rank stopped.
+  int64_t start_clock() const { return member_->start_clock(); }
   Client& client() const { return *client_; }
 
   // The consistency gate before iteration *clock: returns once the policy
