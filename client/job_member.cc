@@ -123,6 +123,17 @@ class ClockReporter {
   std::thread thread_;
 };
 
+// Random, drawn once per process; never 0 (0 means "not given").
+uint64_t ProcessIncarnation() {
+  static const uint64_t incarnation = [] {
+    std::random_device rd;
+    const uint64_t now = static_cast<uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    return ((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ now) | 1;
+  }();
+  return incarnation;
+}
+
 class JobMemberImpl final : public JobMember {
  public:
   explicit JobMemberImpl(const JobMemberOptions& o)
@@ -137,15 +148,11 @@ class JobMemberImpl final : public JobMember {
     reg.set_role(proto::WORKER);
     reg.set_name(options_.name);
     if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
-    // A new process: a replacement registering under the name of a worker
-    // that was killed moments ago takes over at once instead of waiting
-    // for the scheduler to notice the silence.
-    std::random_device rd;
-    reg.set_incarnation(
-        (static_cast<uint64_t>(rd()) << 32 ^ rd() ^
-         static_cast<uint64_t>(
-             std::chrono::steady_clock::now().time_since_epoch().count())) |
-        1);
+    // Fixed for the life of the process: a replacement process registering
+    // under the name of a worker killed moments ago takes over at once
+    // instead of waiting for the scheduler to notice the silence, while a
+    // second member of one process under a live name is refused.
+    reg.set_incarnation(ProcessIncarnation());
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
     id_ = reply.node_id();
