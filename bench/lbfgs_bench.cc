@@ -8,18 +8,24 @@
 // of the same size, measured in the same invocation); and the bytes that
 // move between coordinator and servers per iteration for two model sizes,
 // which must not grow with the model. Every run is bounded
-// (--iterations) and prints a line as it finishes.
+// (--iterations) and prints a line as it finishes. --cluster_secret_file and
+// the --tls_* flags (common/auth.h) go to every process of every run.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/auth.h"
 #include "tools/local_cluster.h"
 #include "tools/sandblaster_job.h"
+
+// Defined in common/auth.cc, with the --tls_* flags.
+ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
 
 ABSL_FLAG(std::string, bin_dir, "", "folder with the daemons (default: ours)");
 ABSL_FLAG(std::string, work_dir, "/tmp/lbfgs_bench", "logs");
@@ -42,6 +48,8 @@ Row RunOne(const std::string& label, std::vector<std::string> coordinator,
   o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? BinDirOfThisProgram()
                                                    : absl::GetFlag(FLAGS_bin_dir);
   o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + label;
+  o.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  o.tls = ClusterAuth::TlsFilesFromFlags();
   o.coordinator_flags = std::move(coordinator);
   o.coordinator_flags.push_back(
       absl::StrCat("--max_iterations=", absl::GetFlag(FLAGS_iterations)));

@@ -42,7 +42,7 @@
 
 // Defined in common/auth.cc: with a secret, the cluster runs with CURVE and
 // the dense figures show what encryption costs (the raw ZeroMQ baseline
-// stays plain).
+// stays plain); the --tls_* flags put its gRPC calls on TLS.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
 
 ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ binaries "
@@ -228,6 +228,7 @@ std::unique_ptr<LocalCluster> StartCluster(
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = servers;
   o.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  o.tls = ClusterAuth::TlsFilesFromFlags();
   o.server_flags = absl::GetFlag(FLAGS_server_flags);
   auto c = LocalCluster::Start(o);
   Check(c.status(), "start cluster");
@@ -239,8 +240,8 @@ std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
   co.scheduler_address = cluster.scheduler_address();
   co.max_message_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
   co.op_timeout = absl::Seconds(120);
-  auto auth = ClusterAuth::FromFlags();
-  Check(auth.status(), "read --cluster_secret_file");
+  auto auth = ClusterAuth::FromFlags(kGrpcClient);
+  Check(auth.status(), "read --cluster_secret_file and --tls_*");
   co.auth = *auth;
   auto c = Client::Connect(co);
   Check(c.status(), "connect");

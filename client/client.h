@@ -63,9 +63,9 @@ struct ClientOptions {
   // Parts larger than this are cut into several requests.
   size_t max_message_bytes = size_t{64} << 20;
   absl::Duration connect_timeout = absl::Seconds(30);
-  // The cluster secret, when the cluster has one (common/auth.h): the data
-  // plane then uses CURVE and scheduler calls carry its token. A client
-  // without it is refused with kUnauthenticated.
+  // The cluster's security (common/auth.h): with a secret the data plane
+  // uses CURVE and scheduler calls carry its token (a client without it is
+  // refused with kUnauthenticated); with TLS, scheduler calls run over TLS.
   ClusterAuth auth;
 };
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
@@ -12,16 +13,13 @@ void SchedulerClient::Prepare(grpc::ClientContext* ctx,
                               absl::Duration timeout) const {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     absl::ToChronoMilliseconds(timeout));
-  auth_.Attach(ctx);
 }
 
 SchedulerClient::SchedulerClient(const std::string& address,
                                  absl::Duration rpc_timeout, ClusterAuth auth)
     : address_(address),
       rpc_timeout_(rpc_timeout),
-      auth_(std::move(auth)),
-      stub_(proto::Scheduler::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+      stub_(proto::Scheduler::NewStub(NewGrpcChannel(address, auth))) {}
 
 SchedulerClient::~SchedulerClient() { CancelWatch(); }
 
@@ -163,7 +161,6 @@ absl::Status SchedulerClient::Watch(
     NodeId id, Epoch known_epoch,
     const std::function<void(const proto::ClusterMap&)>& on_map) {
   grpc::ClientContext ctx;
-  auth_.Attach(&ctx);
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::OkStatus();

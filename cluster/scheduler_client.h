@@ -28,7 +28,8 @@ namespace downpour {
 
 class SchedulerClient {
  public:
-  // `auth` (off by default) adds the cluster token to every call.
+  // `auth` (off by default): the cluster token on every call, TLS
+  // (common/grpc_channel.h).
   explicit SchedulerClient(const std::string& address,
                            absl::Duration rpc_timeout = absl::Seconds(10),
                            ClusterAuth auth = ClusterAuth());
@@ -75,12 +76,11 @@ class SchedulerClient {
   void CancelWatch() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // Deadline and token for one call.
+  // The deadline of one call.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;
 
   const std::string address_;
   const absl::Duration rpc_timeout_;
-  const ClusterAuth auth_;
   std::unique_ptr<proto::Scheduler::Stub> stub_;
   absl::Mutex mu_;
   grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(mu_) = nullptr;

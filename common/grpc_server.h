@@ -1,8 +1,20 @@
-// Starting a gRPC server the way every daemon here does: one listening
-// address (port 0 picks a free one), insecure transport (see
-// docs/ARCHITECTURE.md, "Authentication"), the standard health service
+// Starting a gRPC server the way every daemon here does (the scheduler, a
+// server's admin service, the L-BFGS coordinator, a worker's health port):
+// one listening address (port 0 picks a free one), the cluster's security
+// applied to every call, the standard health service
 // (grpc.health.v1.Health), and an absl::Status when the address cannot be
 // bound.
+//
+// Security lives here so that a service, or a new RPC, cannot forget it:
+//  - TLS when `auth.tls_enabled()`: the node's certificate and key; under
+//    mutual TLS, clients must present a certificate signed by the CA (the
+//    handshake fails otherwise, and the call never reaches the service).
+//  - the cluster token when `auth.enabled()`: an authentication metadata
+//    processor checks the "authorization" metadata of every call before any
+//    service code runs, and answers UNAUTHENTICATED ("call to <method>
+//    carries no / a wrong cluster token"). The health service stays open
+//    (no token) for Kubernetes probes.
+// See docs/ARCHITECTURE.md ("Authentication").
 //
 // Health, as Kubernetes' gRPC probes read it: the overall service "" (what
 // a probe asks when it names none) is readiness, as the daemon sets it;
@@ -18,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/health.grpc.pb.h"
 
@@ -48,12 +61,14 @@ struct StartedGrpcServer {
 };
 
 // Registers `service` (which must outlive the server; nullptr: the health
-// service alone) and starts serving on `listen_address`, with readiness
-// `ready` from the first request on. The caller keeps `health` as long as
-// `server`. kUnavailable naming `what` and the address if it cannot listen.
+// service alone) and starts serving on `listen_address` with `auth` applied
+// to every call, and readiness `ready` from the first request on. The
+// caller keeps `health` as long as `server`. kUnavailable naming `what` and
+// the address if it cannot listen (or TLS cannot be set up with the given
+// certificate).
 absl::StatusOr<StartedGrpcServer> StartGrpcServer(
     const std::string& listen_address, grpc::Service* service,
-    const std::string& what, bool ready = true);
+    const std::string& what, const ClusterAuth& auth, bool ready = true);
 
 }  // namespace downpour
 

@@ -33,8 +33,9 @@ namespace downpour {
 
 struct CoordinatorOptions {
   std::string scheduler_address;
-  // The cluster secret, if it has one (common/auth.h): used towards the
-  // scheduler and servers, and required of workers asking for tasks.
+  // The cluster's security (common/auth.h): used towards the scheduler and
+  // servers, and applied by the task service to every worker's call (token,
+  // TLS).
   ClusterAuth auth;
   std::string listen_address = "127.0.0.1:0";  // the Sandblaster gRPC service
   // kind and data (softmax: data_path is the Fashion-MNIST folder;

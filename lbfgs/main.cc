@@ -91,7 +91,7 @@ int Main() {
     result = RunLocalLbfgs(**p, lo, tasks, on_iteration, &x);
     if (result.ok()) held_out = (*p)->Evaluate(x);
   } else {
-    auto auth = ClusterAuth::FromFlags();
+    auto auth = ClusterAuth::FromFlags(kGrpcClientAndServer);
     if (!auth.ok()) {
       DP_LOG(ERROR) << auth.status();
       return 2;

@@ -38,7 +38,7 @@ absl::StatusOr<std::string> ReadGzip(const std::string& path) {
   return out;
 }
 
-uint32_t BigEndian32(const std::string& s, size_t off) {
+uint32_t BigEndian32(absl::string_view s, size_t off) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data() + off);
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) |
          (uint32_t{p[2]} << 8) | p[3];
@@ -60,32 +60,39 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
   if (!images.ok()) return images.status();
   absl::StatusOr<std::string> labels = ReadGzip(lpath);
   if (!labels.ok()) return labels.status();
-  if (images->size() < 16 || BigEndian32(*images, 0) != kIdxImages) {
+  return ParseIdx(*images, *labels, ipath, lpath);
+}
+
+absl::StatusOr<Dataset> ParseIdx(absl::string_view images,
+                                 absl::string_view labels,
+                                 absl::string_view ipath,
+                                 absl::string_view lpath) {
+  if (images.size() < 16 || BigEndian32(images, 0) != kIdxImages) {
     return absl::DataLossError(absl::StrCat(ipath, ": not an IDX3 image file"));
   }
-  if (labels->size() < 8 || BigEndian32(*labels, 0) != kIdxLabels) {
+  if (labels.size() < 8 || BigEndian32(labels, 0) != kIdxLabels) {
     return absl::DataLossError(absl::StrCat(lpath, ": not an IDX1 label file"));
   }
-  const uint64_t n = BigEndian32(*images, 4);
-  const uint64_t rows = BigEndian32(*images, 8);
-  const uint64_t cols = BigEndian32(*images, 12);
+  const uint64_t n = BigEndian32(images, 4);
+  const uint64_t rows = BigEndian32(images, 8);
+  const uint64_t cols = BigEndian32(images, 12);
   const uint64_t dim = rows * cols;  // < 2^64: both factors are < 2^32
-  if (BigEndian32(*labels, 4) != n) {
+  if (BigEndian32(labels, 4) != n) {
     return absl::DataLossError(
         absl::StrCat(ipath, " has ", n, " images but ", lpath, " has ",
-                     BigEndian32(*labels, 4), " labels"));
+                     BigEndian32(labels, 4), " labels"));
   }
   // The size check comes before any allocation, so a corrupt header cannot
   // make us allocate more than the file holds. The dim bound keeps n * dim
   // and the int fields from overflowing.
-  if (dim == 0 || dim > (1u << 24) || images->size() != 16 + n * dim) {
+  if (dim == 0 || dim > (1u << 24) || images.size() != 16 + n * dim) {
     return absl::DataLossError(
         absl::StrCat(ipath, ": header says ", n, " x ", rows, " x ", cols,
-                     " bytes of pixels, file has ", images->size() - 16));
+                     " bytes of pixels, file has ", images.size() - 16));
   }
-  if (labels->size() != 8 + n) {
+  if (labels.size() != 8 + n) {
     return absl::DataLossError(absl::StrCat(
-        lpath, ": header says ", n, " labels, file has ", labels->size() - 8));
+        lpath, ": header says ", n, " labels, file has ", labels.size() - 8));
   }
   if (n > static_cast<uint64_t>(INT32_MAX)) {
     return absl::DataLossError(absl::StrCat(ipath, ": too many images"));
@@ -95,7 +102,7 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
   d.dim = static_cast<int>(dim);
   d.num_classes = kNumClasses;
   d.labels.resize(n);
-  const auto* lb = reinterpret_cast<const unsigned char*>(labels->data() + 8);
+  const auto* lb = reinterpret_cast<const unsigned char*>(labels.data() + 8);
   for (uint64_t i = 0; i < n; ++i) {
     if (lb[i] >= kNumClasses) {
       return absl::DataLossError(
@@ -104,7 +111,7 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
     d.labels[i] = lb[i];
   }
   d.features.resize(n * dim);
-  const auto* px = reinterpret_cast<const unsigned char*>(images->data() + 16);
+  const auto* px = reinterpret_cast<const unsigned char*>(images.data() + 16);
   for (size_t i = 0; i < d.features.size(); ++i) {
     d.features[i] = px[i] / 255.0f;  // exactly 1.0f for 255
   }

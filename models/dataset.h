@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace downpour {
 
@@ -37,6 +38,16 @@ struct Dataset {
 // is not valid gzip, is truncated, has a wrong magic number or size, the two
 // files disagree on the example count, or a label is outside [0, 10).
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train);
+
+// The parsing half of LoadFashionMnist: `images` and `labels` are the
+// decompressed IDX3 and IDX1 contents, named `images_name` and `labels_name`
+// in errors. kDataLoss as above (a wrong magic number or size, counts that
+// disagree, a label outside [0, 10)), before allocating more than the
+// contents describe.
+absl::StatusOr<Dataset> ParseIdx(absl::string_view images,
+                                 absl::string_view labels,
+                                 absl::string_view images_name,
+                                 absl::string_view labels_name);
 
 // The examples of worker `rank` out of `num_shards`: rank, rank + num_shards,
 // rank + 2 * num_shards, ... (strided rather than contiguous, so that every

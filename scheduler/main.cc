@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.worker_loss.on_loss = *on_loss;
-  auto auth = downpour::ClusterAuth::FromFlags();
+  auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcServer);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
     return 2;

@@ -20,76 +20,11 @@
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
 #include "scheduler/placement.h"
+#include "scheduler/table_spec.h"
 #include "scheduler/worker_roster.h"
 
 namespace downpour {
 namespace {
-
-// Named vectors per table: enough for L-BFGS with a history of 30.
-constexpr int kMaxTableVectors = 64;
-
-absl::Status BadSpec(const proto::TableSpec& spec, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("table '", spec.name(), "': ", why));
-}
-
-// The checks that need no servers: name, kind, width, key count and the
-// initializer. kInvalidArgument.
-absl::Status ValidateShape(const proto::TableSpec& spec) {
-  if (spec.name().empty()) return BadSpec(spec, "empty name");
-  if (spec.kind() != proto::DENSE && spec.kind() != proto::SPARSE) {
-    return BadSpec(spec, "kind must be DENSE or SPARSE");
-  }
-  if (spec.width() < 1 || spec.width() > (1u << 20)) {
-    return BadSpec(spec,
-                   absl::StrCat("width ", spec.width(), " not in [1, 2^20]"));
-  }
-  if (spec.kind() == proto::DENSE && spec.num_keys() == 0) {
-    return BadSpec(spec, "a dense table needs num_keys >= 1");
-  }
-  if (spec.kind() == proto::SPARSE && spec.num_keys() != 0) {
-    return BadSpec(spec,
-                   "a sparse table spans the whole key space; leave num_keys 0");
-  }
-  if (spec.vectors_size() > 0) {
-    // Named vectors exist for server-side algebra over contiguous ranges.
-    if (spec.kind() != proto::DENSE) {
-      return BadSpec(spec, "named vectors need a dense table");
-    }
-    if (spec.vectors_size() > kMaxTableVectors) {
-      return BadSpec(spec, absl::StrCat(spec.vectors_size(),
-                                        " named vectors, at most ",
-                                        kMaxTableVectors));
-    }
-    absl::flat_hash_set<std::string> names;
-    for (const std::string& v : spec.vectors()) {
-      if (v.empty()) return BadSpec(spec, "a named vector without a name");
-      if (!names.insert(v).second) {
-        return BadSpec(spec, absl::StrCat("vector '", v, "' named twice"));
-      }
-    }
-  }
-  const auto& init = spec.init();
-  if (init.kind() == proto::InitializerSpec::UNIFORM &&
-      init.high() < init.low()) {
-    return BadSpec(spec, "uniform initializer with high < low");
-  }
-  if (init.kind() == proto::InitializerSpec::NORMAL && init.stddev() < 0) {
-    return BadSpec(spec, "normal initializer with stddev < 0");
-  }
-  return absl::OkStatus();
-}
-
-// The whole check of a new table: its shape, then its update handler against
-// `plugin_names`, the plugins every live server has loaded.
-absl::Status ValidateSpec(const proto::TableSpec& spec,
-                          const std::vector<std::string>& plugin_names) {
-  DP_RETURN_IF_ERROR(ValidateShape(spec));
-  // The one call site of the handler check (//handlers).
-  DP_RETURN_IF_ERROR(ValidateHandlerSpec(spec.handler(), plugin_names),
-                     "table '", spec.name(), "'");
-  return absl::OkStatus();
-}
 
 class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
@@ -104,7 +39,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::Status Start() {
     DP_ASSIGN_OR_RETURN(
         StartedGrpcServer started,
-        StartGrpcServer(options_.listen_address, this, "the scheduler"));
+        StartGrpcServer(options_.listen_address, this, "the scheduler",
+                        options_.auth));
     health_ = std::move(started.health);
     server_ = std::move(started.server);
     port_ = started.port;
@@ -149,7 +85,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     if (req->role() == proto::ROLE_UNSPECIFIED) {
       return Err(absl::InvalidArgumentError("register: no role"));
     }
@@ -236,7 +171,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
                          proto::HeartbeatReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     proto::NodeInfo* node = FindNode(req->node_id());
     if (node == nullptr) {
@@ -259,7 +193,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Leave(grpc::ServerContext* ctx, const proto::LeaveRequest* req,
                      proto::LeaveReply*) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     proto::NodeInfo* node = FindNode(req->node_id());
     if (node == nullptr) {
@@ -287,7 +220,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status AckEpoch(grpc::ServerContext* ctx, const proto::AckEpochRequest* req,
                         proto::AckEpochReply*) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     if (FindNode(req->node_id()) == nullptr) {
       return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
@@ -298,7 +230,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status GetClusterMap(grpc::ServerContext* ctx, const proto::GetClusterMapRequest*,
                              proto::ClusterMap* map) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     *map = map_;
     return grpc::Status::OK;
@@ -307,7 +238,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status WatchClusterMap(grpc::ServerContext* ctx,
                                const proto::WatchClusterMapRequest* req,
                                grpc::ServerWriter<proto::ClusterMap>* writer) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     Epoch known = req->known_epoch();
     bool broken = false;
     while (!(broken = ctx->IsCancelled())) {
@@ -339,14 +269,12 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status CreateTable(grpc::ServerContext* ctx, const proto::CreateTableRequest* req,
                            proto::CreateTableReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     return Err(DoCreateTable(*req, reply));
   }
 
   grpc::Status AdvanceClock(grpc::ServerContext* ctx,
                             const proto::AdvanceClockRequest* req,
                             proto::AdvanceClockReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     if (!roster_.failure().ok()) return Err(roster_.failure());
     absl::Status s = clocks_.Advance(req->rank(), req->clock());
@@ -371,7 +299,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status WaitClock(grpc::ServerContext* ctx, const proto::WaitClockRequest* req,
                          proto::WaitClockReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     const absl::Duration timeout = req->timeout_ms() > 0
                                        ? absl::Milliseconds(req->timeout_ms())
                                        : absl::Seconds(60);
@@ -398,7 +325,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status GetJobStatus(grpc::ServerContext* ctx, const proto::JobStatusRequest*,
                             proto::JobStatus* status) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     *status->mutable_job() = job_;
     status->set_gating_clock(clocks_.GatingClock());
@@ -412,7 +338,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status ReplicaReady(grpc::ServerContext* ctx,
                             const proto::ReplicaReadyRequest* req,
                             proto::ReplicaReadyReply*) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     absl::Status s = MarkInSync(&map_, req->table_id(), req->range_begin(),
                                 req->primary(), req->backup());
@@ -427,7 +352,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   grpc::Status ReportUnreachable(grpc::ServerContext* ctx,
                                  const proto::ReportUnreachableRequest* req,
                                  proto::ReportUnreachableReply*) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     absl::MutexLock lock(&mu_);
     Suspect(req->suspect(), absl::StrCat("node ", req->reporter(), ": ",
                                          req->reason().substr(0, 200)));
@@ -436,7 +360,6 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Barrier(grpc::ServerContext* ctx, const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
-    if (grpc::Status a = options_.auth.Check(ctx); !a.ok()) return a;
     if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
     const absl::Duration timeout = req->timeout_ms() > 0
                                        ? absl::Milliseconds(req->timeout_ms())
@@ -565,9 +488,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::Status ApplyJobPolicy(proto::TableSpec* spec) const {
     if (!spec->follows_job()) return absl::OkStatus();
     if (spec->sync_workers() != 0 || spec->num_workers() != 0) {
-      return BadSpec(
-          *spec,
-          absl::StrCat("follows the job's policy (", options_.policy.ToString(),
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", spec->name(), "': follows the job's policy (",
+                       options_.policy.ToString(),
                        ") but sets sync_workers ", spec->sync_workers(),
                        " and num_workers ", spec->num_workers(),
                        " itself; leave both 0"));
@@ -605,7 +528,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     spec.set_id(0);
     // A malformed spec fails at once, without waiting for servers.
     DP_RETURN_IF_ERROR(ApplyJobPolicy(&spec));
-    DP_RETURN_IF_ERROR(ValidateShape(spec));
+    DP_RETURN_IF_ERROR(ValidateTableShape(spec));
     absl::MutexLock lock(&mu_);
     auto existing_reply = [&](const proto::TableMap* t)
                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -647,7 +570,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                    [&](const std::string& p) { return !has.contains(p); }),
                     plugins.end());
     }
-    DP_RETURN_IF_ERROR(ValidateSpec(spec, plugins));
+    DP_RETURN_IF_ERROR(ValidateTableSpec(spec, plugins));
 
     spec.set_id(next_table_id_++);
     proto::TableMap* table = map_.add_tables();

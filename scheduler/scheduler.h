@@ -104,8 +104,10 @@ struct SchedulerOptions {
   // What the job does about a worker lost before finishing: how long it
   // waits for a replacement, then stop or continue (worker_roster.h).
   WorkerLossOptions worker_loss;
-  // On: every call must carry the cluster token (the health service stays
-  // open, for probes).
+  // Applied to every call by the gRPC server (common/grpc_server.h): with a
+  // secret, calls must carry the cluster token; with TLS, the service is
+  // served over TLS (and demands client certificates under mutual TLS). The
+  // health service stays open, for probes.
   ClusterAuth auth;
 };
 

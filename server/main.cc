@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
                                     : static_cast<size_t>(zero_copy_kb) << 10;
   options.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-  auto auth = downpour::ClusterAuth::FromFlags();
+  auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClientAndServer);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
     return 2;

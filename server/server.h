@@ -41,8 +41,9 @@ struct ServerOptions {
   size_t zero_copy_min_bytes = size_t{256} << 10;
   std::vector<std::string> plugin_paths;  // update-handler plugins (.so)
   absl::Duration connect_timeout = absl::Seconds(30);
-  // On: the data plane admits only peers with the cluster secret, and the
-  // admin service and scheduler calls use its token (common/auth.h).
+  // The data plane admits only peers with the cluster secret (if any); the
+  // admin service and scheduler calls use its token and TLS settings
+  // (common/auth.h).
   ClusterAuth auth;
 };
 

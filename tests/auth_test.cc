@@ -14,6 +14,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/auth.h"
 #include "common/buffer_pool.h"
+#include "common/grpc_channel.h"
 #include "common/subprocess.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
@@ -80,14 +81,11 @@ class AuthTest : public ::testing::Test {
   static grpc::Status GetStats(const std::string& admin_address,
                                const ClusterAuth& auth,
                                proto::ServerStats* stats) {
-    auto channel =
-        grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(5));
-    auth.Attach(&ctx);
-    return proto::ServerAdmin::NewStub(channel)->GetStats(
-        &ctx, proto::StatsRequest(), stats);
+    return proto::ServerAdmin::NewStub(NewGrpcChannel(admin_address, auth))
+        ->GetStats(&ctx, proto::StatsRequest(), stats);
   }
   static uint64_t AuthFailures() {
     uint64_t total = 0;
@@ -226,8 +224,7 @@ TEST_F(AuthTest, ControlPlaneCallsNeedTheToken) {
     proto::ServerStats stats;
     grpc::Status s = GetStats(n.admin_address(), ClusterAuth(), &stats);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-    auto channel = grpc::CreateChannel(n.admin_address(),
-                                       grpc::InsecureChannelCredentials());
+    auto channel = NewGrpcChannel(n.admin_address(), ClusterAuth());
     grpc::ClientContext hctx;
     hctx.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(5));

@@ -11,6 +11,7 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "common/grpc_channel.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
@@ -637,7 +638,7 @@ TEST_F(ClusterTest, AdminStatsAndHealthService) {
   int checked = 0;
   for (const auto& n : map->nodes()) {
     if (n.role() != proto::SERVER) continue;
-    auto channel = grpc::CreateChannel(n.admin_address(), grpc::InsecureChannelCredentials());
+    auto channel = NewGrpcChannel(n.admin_address(), ClusterAuth());
     grpc::ClientContext hctx;
     hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     grpc::health::v1::HealthCheckRequest hreq;

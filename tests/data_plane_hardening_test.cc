@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
+#include "common/auth.h"
+#include "common/grpc_channel.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/downpour.grpc.pb.h"
@@ -65,8 +67,8 @@ class DataPlaneHardeningTest : public ::testing::Test {
     if (!map.ok()) return sum;
     for (const auto& n : map->nodes()) {
       if (n.role() != proto::SERVER) continue;
-      auto stub = proto::ServerAdmin::NewStub(grpc::CreateChannel(
-          n.admin_address(), grpc::InsecureChannelCredentials()));
+      auto stub = proto::ServerAdmin::NewStub(
+          NewGrpcChannel(n.admin_address(), ClusterAuth()));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(5));

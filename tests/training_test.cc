@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "common/grpc_channel.h"
 #include "grpcpp/grpcpp.h"
 #include "models/dataset.h"
 #include "models/model.h"
@@ -103,7 +104,7 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
   for (const auto& n : map->nodes()) {
     if (n.role() != proto::SERVER) continue;
     auto stub = proto::ServerAdmin::NewStub(
-        grpc::CreateChannel(n.admin_address(), grpc::InsecureChannelCredentials()));
+        NewGrpcChannel(n.admin_address(), ClusterAuth()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     proto::ServerStats stats;

@@ -8,7 +8,6 @@
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
 #include "common/address_file.h"
-#include "common/auth.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -35,6 +34,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (!options.cluster_secret_file.empty()) {
     argv.push_back("--cluster_secret_file=" + options.cluster_secret_file);
   }
+  for (const std::string& flag : options.tls.ToFlags()) argv.push_back(flag);
   c->scheduler_ = std::make_unique<Subprocess>(
       argv, options.work_dir + "/scheduler.log");
   DP_RETURN_IF_ERROR(c->scheduler_->Start());
@@ -61,6 +61,7 @@ absl::Status LocalCluster::AddServer() {
   if (!options_.cluster_secret_file.empty()) {
     argv.push_back("--cluster_secret_file=" + options_.cluster_secret_file);
   }
+  for (const std::string& flag : options_.tls.ToFlags()) argv.push_back(flag);
   servers_.push_back(std::make_unique<Subprocess>(
       argv, absl::StrCat(options_.work_dir, "/server-", index, ".log")));
   return servers_.back()->Start();
@@ -78,10 +79,9 @@ absl::Status LocalCluster::RestartServer(int i) {
 }
 
 absl::Status LocalCluster::WaitForAliveServers(int count) {
-  ClusterAuth auth;
-  if (!options_.cluster_secret_file.empty()) {
-    DP_ASSIGN_OR_RETURN(auth, ClusterAuth::FromFile(options_.cluster_secret_file));
-  }
+  DP_ASSIGN_OR_RETURN(
+      ClusterAuth auth,
+      ClusterAuth::Load(options_.cluster_secret_file, options_.tls, kGrpcClient));
   SchedulerClient scheduler(scheduler_address_, absl::Seconds(10), auth);
   const absl::Time deadline = absl::Now() + options_.start_timeout;
   while (absl::Now() < deadline) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "common/subprocess.h"
 
 namespace downpour {
@@ -37,6 +38,9 @@ struct LocalClusterOptions {
   // Given to the scheduler and every server (--cluster_secret_file), and
   // used by the cluster's own scheduler calls. Empty: no authentication.
   std::string cluster_secret_file;
+  // gRPC over TLS: given to the scheduler and every server (--tls_* flags),
+  // and used by the cluster's own scheduler calls. Off: plain gRPC.
+  TlsFiles tls;
   absl::Duration start_timeout = absl::Seconds(30);
 };
 

@@ -34,6 +34,9 @@ absl::Status LocalJob::AddWorker(const std::vector<std::string>& flags) {
     argv.push_back("--cluster_secret_file=" +
                    options_.cluster.cluster_secret_file);
   }
+  for (const std::string& flag : options_.cluster.tls.ToFlags()) {
+    argv.push_back(flag);
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   Worker w;
   w.process = std::make_unique<Subprocess>(

@@ -14,7 +14,8 @@
 //   DP_RETURN_IF_ERROR(job->Stop());
 //
 // Worker i runs `<bin_dir>/worker/ps_worker --scheduler=<address>
-// --name=<worker_name_prefix><i> [--cluster_secret_file=...] <its flags>`
+// --name=<worker_name_prefix><i> [--cluster_secret_file=...] [--tls_*]
+// <its flags>` (the cluster's security, as LocalClusterOptions has it)
 // with its output in `<work_dir>/worker-<i>.log`.
 //
 // Not thread-safe.

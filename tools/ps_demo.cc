@@ -5,6 +5,9 @@
 //   bazel-bin/tools/ps_demo                       # BSP, 4 workers, MLP
 //   bazel-bin/tools/ps_demo --compare             # BSP, SSP(3), ASP on one plot
 //   bazel-bin/tools/ps_demo --mode=ssp --staleness=1 --slow_worker=0 --slow_factor=3
+//
+// --cluster_secret_file and the --tls_* flags (common/auth.h) go to every
+// daemon it starts and to its own scheduler calls.
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -19,11 +23,15 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
+#include "common/auth.h"
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "tools/local_cluster.h"
 #include "tools/local_job.h"
+
+// Defined in common/auth.cc, with the --tls_* flags.
+ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
 
 ABSL_FLAG(std::string, mode, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(bool, compare, false, "run BSP, SSP and ASP and plot them together");
@@ -69,7 +77,15 @@ struct RunResult {
   bool ok = false;
 };
 
-RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
+// The cluster's security, from the flags (checked in main()).
+struct Security {
+  std::string secret_file;
+  TlsFiles tls;
+  ClusterAuth auth;  // for this program's own scheduler calls
+};
+
+RunResult RunOnce(const std::string& mode, const Security& security,
+                  std::ofstream& csv) {
   RunResult r;
   r.label = mode == "ssp" ? absl::StrCat("ssp(s=", absl::GetFlag(FLAGS_staleness), ")")
                           : mode;
@@ -84,6 +100,9 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   o.cluster.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
   std::system(("mkdir -p " + o.cluster.work_dir).c_str());
   o.cluster.num_servers = absl::GetFlag(FLAGS_servers);
+  // LocalJob gives them to the workers too.
+  o.cluster.cluster_secret_file = security.secret_file;
+  o.cluster.tls = security.tls;
   if (!absl::GetFlag(FLAGS_data_listen).empty()) {
     o.cluster.server_flags.push_back("--data_listen=" +
                                      absl::GetFlag(FLAGS_data_listen));
@@ -112,7 +131,8 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
     std::fprintf(stderr, "cannot start the job: %s\n", job.status().ToString().c_str());
     return r;
   }
-  SchedulerClient sched((*job)->scheduler_address());
+  SchedulerClient sched((*job)->scheduler_address(), absl::Seconds(10),
+                        security.auth);
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   int64_t last_clock = -1;
@@ -237,6 +257,15 @@ double InProcessEpochSeconds(int steps) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  downpour::Security security;
+  security.secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  security.tls = downpour::ClusterAuth::TlsFilesFromFlags();
+  auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
+  if (!auth.ok()) {
+    std::fprintf(stderr, "ps_demo: %s\n", auth.status().ToString().c_str());
+    return 2;
+  }
+  security.auth = *auth;
   if (absl::GetFlag(FLAGS_overhead)) {
     // One epoch of the training set at the configured batch.
     const int steps = 60000 / absl::GetFlag(FLAGS_batch);
@@ -248,7 +277,8 @@ int main(int argc, char** argv) {
     const std::string dir = absl::GetFlag(FLAGS_out_dir);
     std::system(("mkdir -p " + dir).c_str());
     std::ofstream csv(dir + "/overhead.csv");
-    downpour::RunResult r = downpour::RunOnce(absl::GetFlag(FLAGS_mode), csv);
+    downpour::RunResult r =
+        downpour::RunOnce(absl::GetFlag(FLAGS_mode), security, csv);
     std::printf("\n| setup | seconds per epoch (%d steps of %d) |\n|---|---|\n", steps,
                 absl::GetFlag(FLAGS_batch));
     std::printf("| in-process trainer | %.2f |\n| 1 server + 1 worker, %s | %.2f |\n", local,
@@ -266,7 +296,7 @@ int main(int argc, char** argv) {
   csv << "run,seconds,clock,loss,test_accuracy,examples,max_staleness\n";
   std::vector<downpour::RunResult> results;
   for (const auto& m : modes) {
-    results.push_back(downpour::RunOnce(m, csv));
+    results.push_back(downpour::RunOnce(m, security, csv));
     csv.flush();
   }
   std::vector<std::string> labels;

@@ -34,13 +34,21 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   o.cluster.work_dir = dir;
   o.cluster.num_servers = options.num_servers;
   o.cluster.scheduler_flags = options.scheduler_flags;
+  // LocalJob gives them to the scheduler, the servers and the workers.
+  o.cluster.cluster_secret_file = options.cluster_secret_file;
+  o.cluster.tls = options.tls;
   // The workers start once the coordinator is up.
   DP_ASSIGN_OR_RETURN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+  std::vector<std::string> security = options.tls.ToFlags();
+  if (!options.cluster_secret_file.empty()) {
+    security.push_back("--cluster_secret_file=" + options.cluster_secret_file);
+  }
   std::vector<std::string> argv = {
       options.bin_dir + "/lbfgs/ps_lbfgs",
       "--scheduler=" + job->scheduler_address(),
       "--address_file=" + dir + "/coordinator",
       "--trace_csv=" + dir + "/trace.csv", "--summary_file=" + dir + "/summary"};
+  argv.insert(argv.end(), security.begin(), security.end());
   argv.insert(argv.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
   Subprocess coordinator(argv, dir + "/coordinator.log");

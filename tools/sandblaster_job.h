@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/auth.h"
 #include "tools/local_cluster.h"
 
 namespace downpour {
@@ -28,6 +29,10 @@ struct SandblasterJobOptions {
   bool allow_failure = false;
   std::vector<std::string> coordinator_flags;     // to ps_lbfgs
   std::vector<std::vector<std::string>> workers;  // flags, one per worker
+  // The cluster's security, given to every process (--cluster_secret_file,
+  // --tls_*); off by default.
+  std::string cluster_secret_file;
+  TlsFiles tls;
 };
 
 struct SandblasterJobResult {

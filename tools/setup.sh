@@ -20,10 +20,22 @@ BUILD_PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev
 )
+# python/ and sdk/: pybind11 and Python's headers for the module, NumPy,
+# PyTorch and pytest for its tests, pip/venv for the install test, cmake and
+# pkg-config for the SDK's. libopenblas0-openmp: PyTorch and NumPy call
+# whichever libblas.so.3 is installed; without it that is the reference
+# BLAS, ~10x slower, and torch.set_num_threads governs the OpenMP build's
+# threads.
 PACKAGES=(
   "${BUILD_PACKAGES[@]}"
   dataset-fashion-mnist
+  libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (tools/fuzz.sh, tools/test.sh)
+  openssl  # test certificates (tools/make_test_certs.sh)
   python3 gnuplot-nox
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  python3-setuptools python3-wheel python3-pip python3-venv
+  libopenblas0-openmp
+  cmake pkgconf
   procps iproute2
   # deploy/: the manifest tests (python3-yaml, python3-grpcio for gRPC
   # health probes) and the image test (podman with runc, debootstrap).

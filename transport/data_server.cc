@@ -10,12 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "transport/internal/request_decoder.h"
 #include "transport/internal/security.h"
 #include "transport/internal/zmq_util.h"
 
 namespace downpour {
 
-using transport_internal::AlignedView;
+using transport_internal::DecodeRequest;
 using transport_internal::MultipartMessage;
 
 absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Create(
@@ -222,6 +223,7 @@ std::shared_ptr<const RetainedRequest> DataServer::Retain(
 
 void DataServer::Loop(Handler handler) {
   MultipartMessage msg;
+  std::vector<transport_internal::Frame> frames;  // msg's, identity excluded
   Buffer key_scratch, value_scratch;
   std::vector<zmq_pollitem_t> items = {{socket_, 0, ZMQ_POLLIN, 0},
                                        {nullptr, event_fd_, ZMQ_POLLIN, 0}};
@@ -254,39 +256,18 @@ void DataServer::Loop(Handler handler) {
 
       OutgoingReply reply;
       IncomingMessage request;
-      absl::Status framing;
-      if (msg.size() < 2) {
-        framing = absl::InvalidArgumentError("empty message");
-      } else if (!request.header.ParseFromArray(msg.data(1),
-                                                msg.frame_size(1))) {
-        framing = absl::InvalidArgumentError(
-            "malformed request: frame 0 is not a DataHeader");
-      } else if (msg.size() != 4) {
-        framing = absl::InvalidArgumentError(absl::StrCat(
-            "malformed request: ", msg.size() - 1,
-            " frames, expected 3 (header, keys, values)"));
-      } else if (bytes_in > options_.max_message_bytes) {
-        framing = absl::ResourceExhaustedError(
-            absl::StrCat("request of ", bytes_in, " bytes exceeds the limit of ",
-                         options_.max_message_bytes, " bytes"));
-      } else if (msg.frame_size(2) % sizeof(Key) != 0) {
-        framing = absl::InvalidArgumentError(absl::StrCat(
-            "malformed request: keys frame of ", msg.frame_size(2),
-            " bytes is not a whole number of uint64 keys"));
-      } else if (msg.frame_size(3) % sizeof(float) != 0) {
-        framing = absl::InvalidArgumentError(absl::StrCat(
-            "malformed request: values frame of ", msg.frame_size(3),
-            " bytes is not a whole number of floats"));
+      frames.clear();
+      for (size_t i = 1; i < msg.size(); ++i) {
+        frames.push_back({msg.data(i), msg.frame_size(i)});
       }
+      const absl::Status framing =
+          DecodeRequest(frames, options_.max_message_bytes, pool_,
+                        &key_scratch, &value_scratch, &request);
       reply.header.set_request_id(request.header.request_id());
       if (!framing.ok()) {
         counters_.framing_errors.fetch_add(1, std::memory_order_relaxed);
         FillError(framing, &reply.header);
       } else {
-        request.keys = AlignedView<Key>(msg.data(2), msg.frame_size(2), pool_,
-                                        &key_scratch);
-        request.values = AlignedView<float>(msg.data(3), msg.frame_size(3),
-                                            pool_, &value_scratch);
         request.reply_token = next_token_++;
         current_frames_ = &msg;
         current_request_ = &request;

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   downpour::TuneAllocatorForLargeMessages();
-  auto auth = downpour::ClusterAuth::FromFlags();
+  auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
     return 2;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -24,8 +25,8 @@ class SandblasterWorker {
  public:
   explicit SandblasterWorker(const SandblasterWorkerOptions& o)
       : options_(o),
-        stub_(proto::Sandblaster::NewStub(grpc::CreateChannel(
-            o.coordinator_address, grpc::InsecureChannelCredentials()))) {}
+        stub_(proto::Sandblaster::NewStub(
+            NewGrpcChannel(o.coordinator_address, o.auth))) {}
 
   ~SandblasterWorker() {
     if (health_.server != nullptr) {
@@ -35,10 +36,12 @@ class SandblasterWorker {
 
   absl::Status Run() {
     if (!options_.health_listen.empty()) {
+      // Plain text, no token: it serves nothing but health, and Kubernetes'
+      // gRPC probes speak neither TLS nor the token.
       DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
                           StartGrpcServer(options_.health_listen, nullptr,
                                           "worker health service",
-                                          /*ready=*/false));
+                                          ClusterAuth(), /*ready=*/false));
       health_ = std::move(started);
     }
     ClientOptions co;
@@ -77,10 +80,9 @@ class SandblasterWorker {
   }
 
  private:
-  // Deadline and cluster token of one call to the coordinator.
+  // The deadline of one call to the coordinator.
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    options_.auth.Attach(ctx);
   }
   absl::Status Prepare(const proto::SandblasterProblem& spec) {
     if (problem_ != nullptr && spec.SerializeAsString() == spec_.SerializeAsString()) {

@@ -67,10 +67,12 @@ class WorkerImpl final : public Worker {
 
   absl::Status Init() {
     if (!options_.health_listen.empty()) {
+      // Plain text, no token: it serves nothing but health, and Kubernetes'
+      // gRPC probes speak neither TLS nor the token.
       DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
                           StartGrpcServer(options_.health_listen, nullptr,
                                           "worker health service",
-                                          /*ready=*/false));
+                                          ClusterAuth(), /*ready=*/false));
       health_ = std::move(started);
     }
     JobMemberOptions mo;

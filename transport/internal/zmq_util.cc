@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "transport/internal/tsan_annotations.h"
 
 namespace downpour {
 namespace transport_internal {
@@ -42,10 +43,17 @@ bool SendCopy(void* socket, const void* data, size_t size, int flags) {
 
 namespace {
 void NoFree(void*, void*) {}
+// ZeroMQ runs these on its I/O thread once it is done with the bytes.
 void RunRelease(void*, void* hint) {
+  DP_TSAN_ACQUIRE(hint);
   auto* fn = static_cast<std::function<void()>*>(hint);
   (*fn)();
   delete fn;
+}
+
+void ReturnToPool(void* data, void* hint) {
+  DP_TSAN_ACQUIRE(hint);
+  BufferPool::FreeForZmq(data, hint);
 }
 }  // namespace
 
@@ -58,15 +66,18 @@ bool SendPayload(void* socket, Payload* payload, int flags) {
   } else if (payload->owned()) {
     void* data = const_cast<void*>(payload->data());
     PoolBlock* block = payload->DetachOwned();
-    zmq_msg_init_data(&msg, data, size, &BufferPool::FreeForZmq, block);
+    DP_TSAN_RELEASE(block);
+    zmq_msg_init_data(&msg, data, size, &ReturnToPool, block);
   } else if (size <= 256) {
     // Tiny frames are cheaper to copy than to reference.
     zmq_msg_init_size(&msg, size);
     std::memcpy(zmq_msg_data(&msg), payload->data(), size);
     if (auto release = payload->TakeReleaseCallback()) release();
   } else if (auto release = payload->TakeReleaseCallback()) {
+    auto* hint = new std::function<void()>(std::move(release));
+    DP_TSAN_RELEASE(hint);
     zmq_msg_init_data(&msg, const_cast<void*>(payload->data()), size,
-                      &RunRelease, new std::function<void()>(std::move(release)));
+                      &RunRelease, hint);
   } else {
     zmq_msg_init_data(&msg, const_cast<void*>(payload->data()), size, &NoFree,
                       nullptr);

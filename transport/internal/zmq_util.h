@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "common/buffer_pool.h"
 #include "transport/frames.h"
+#include "transport/internal/request_decoder.h"  // AlignedView
 
 namespace downpour {
 namespace transport_internal {
@@ -39,22 +40,6 @@ class MultipartMessage {
   std::vector<zmq_msg_t> frames_;
   size_t count_ = 0;
 };
-
-// Returns a span over a frame's bytes as T, copying into `scratch` when the
-// frame is not aligned for T (small ZeroMQ messages live inside the message
-// struct and have no alignment guarantee).
-template <typename T>
-absl::Span<const T> AlignedView(const char* data, size_t bytes,
-                                BufferPool* pool, Buffer* scratch) {
-  const size_t n = bytes / sizeof(T);
-  if (n == 0) return {};
-  if (reinterpret_cast<uintptr_t>(data) % alignof(T) == 0) {
-    return absl::Span<const T>(reinterpret_cast<const T*>(data), n);
-  }
-  *scratch = pool->Acquire(bytes);
-  std::memcpy(scratch->data(), data, bytes);
-  return absl::Span<const T>(reinterpret_cast<const T*>(scratch->data()), n);
-}
 
 // Sends `bytes` copied (small frames).
 bool SendCopy(void* socket, const void* data, size_t size, int flags);

@@ -1,0 +1,262 @@
+#include "python/src/job_member_binding.h"
+
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/job_member.h"
+#include "common/auth.h"
+#include "common/status_macros.h"
+#include "consistency/consistency.h"
+#include "pybind11/stl.h"
+#include "python/src/status.h"
+
+namespace downpour {
+namespace python {
+
+namespace py = pybind11;
+using py::arg;
+
+namespace {
+
+absl::Duration Seconds(double s, const char* what) {
+  if (!(s >= 0)) {
+    throw py::value_error(std::string(what) + " must be >= 0 seconds");
+  }
+  return absl::Seconds(s);
+}
+
+// The Python face of a JobMember. leave() (or dropping the last reference)
+// stops heartbeating; later calls raise FailedPreconditionError.
+// Thread-safe: blocking calls run without the GIL on a shared reference.
+class PyJobMember {
+ public:
+  explicit PyJobMember(std::unique_ptr<JobMember> member)
+      : member_(std::move(member)),
+        node_id_(member_->node_id()),
+        rank_(member_->rank()),
+        policy_(member_->policy()) {}
+  ~PyJobMember() { Leave(); }
+
+  std::shared_ptr<JobMember> Get() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (member_ == nullptr) {
+      throw StatusError(
+          absl::FailedPreconditionError("the job member has left"));
+    }
+    return member_;
+  }
+
+  // The destructor sends a queued report and joins threads: without the
+  // GIL when this is the last reference.
+  void Leave() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<JobMember> member;
+    {
+      absl::MutexLock lock(&mu_);
+      member = std::move(member_);
+    }
+    if (member != nullptr && member.use_count() == 1 && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      member.reset();
+    }
+  }
+
+  NodeId node_id() const { return node_id_; }
+  int rank() const { return rank_; }
+  const ConsistencyPolicy& policy() const { return policy_; }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<JobMember> member_ ABSL_GUARDED_BY(mu_);
+  const NodeId node_id_;
+  const int rank_;
+  const ConsistencyPolicy policy_;
+};
+
+absl::StatusOr<std::unique_ptr<JobMember>> JoinWith(
+    JobMemberOptions options, const std::optional<std::string>& secret_file) {
+  if (secret_file) {
+    DP_ASSIGN_OR_RETURN(options.auth, ClusterAuth::FromFile(*secret_file));
+  }
+  return JobMember::Join(options);
+}
+
+std::shared_ptr<PyJobMember> Join(const std::string& scheduler_address,
+                                  const std::string& name,
+                                  double register_timeout, double rpc_timeout,
+                                  const std::optional<std::string>& secret) {
+  JobMemberOptions options;
+  options.scheduler_address = scheduler_address;
+  options.name = name;
+  options.register_timeout = Seconds(register_timeout, "register_timeout");
+  options.rpc_timeout = Seconds(rpc_timeout, "rpc_timeout");
+  absl::StatusOr<std::unique_ptr<JobMember>> member;
+  {
+    py::gil_scoped_release release;
+    member = JoinWith(options, secret);
+  }
+  return std::make_shared<PyJobMember>(ValueOrThrow(std::move(member)));
+}
+
+const char* KindName(ConsistencyPolicy::Kind kind) {
+  switch (kind) {
+    case ConsistencyPolicy::Kind::kBsp: return "bsp";
+    case ConsistencyPolicy::Kind::kSsp: return "ssp";
+    case ConsistencyPolicy::Kind::kAsp: return "asp";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void RegisterJobMember(py::module_& m) {
+  py::class_<ConsistencyPolicy>(
+      m, "ConsistencyPolicy",
+      "The job's consistency contract (consistency/consistency.h), as the "
+      "scheduler declared it. Immutable; ask it rather than comparing names.")
+      .def_property_readonly(
+          "kind", [](const ConsistencyPolicy& p) { return KindName(p.kind); },
+          "'bsp', 'ssp' or 'asp'")
+      .def_readonly("staleness", &ConsistencyPolicy::staleness,
+                    "SSP's bound s (0 for BSP)")
+      .def_readonly("num_workers", &ConsistencyPolicy::num_workers,
+                    "N: workers whose updates count each step")
+      .def_readonly("backup_workers", &ConsistencyPolicy::backup_workers,
+                    "b: extra workers; the slowest b are ignored")
+      .def_property_readonly("total_workers",
+                             &ConsistencyPolicy::total_workers,
+                             "N + b: ranks are [0, total_workers)")
+      .def_property_readonly("is_bsp", &ConsistencyPolicy::is_bsp)
+      .def_property_readonly("is_asp", &ConsistencyPolicy::is_asp)
+      .def_property_readonly(
+          "bound",
+          [](const ConsistencyPolicy& p) -> std::optional<Clock> {
+            if (p.is_asp()) return std::nullopt;
+            return p.bound();
+          },
+          "The largest allowed clock - gating clock (None under ASP).")
+      .def("allows", &ConsistencyPolicy::Allows, arg("clock"), arg("gating"),
+           "Whether a worker at `clock` may start that iteration when the "
+           "gating clock is (at least) `gating`.")
+      .def("__repr__", [](const ConsistencyPolicy& p) {
+        return "ConsistencyPolicy(" + p.ToString() + ")";
+      });
+
+  py::class_<PyJobMember, std::shared_ptr<PyJobMember>>(
+      m, "JobMember",
+      "This process as a worker of the job (client/job_member.h): its rank "
+      "and the job's policy, heartbeats in the background, clock reports, "
+      "WaitClock and barriers. Make one with JobMember.join(). "
+      "Thread-safe. A context manager (leaves on exit).")
+      .def_static(
+          "join", &Join, arg("scheduler_address"), py::kw_only(),
+          arg("name") = "", arg("register_timeout") = 30.0,
+          arg("rpc_timeout") = 10.0, arg("cluster_secret_file") = py::none(),
+          "Registers with the scheduler as a worker and starts "
+          "heartbeating. name: a stable identity (joining again under the "
+          "name of a dead member gets its rank back); empty: a fresh one. "
+          "Raises UnavailableError / DeadlineExceededError (no scheduler "
+          "within register_timeout), AlreadyExistsError (a live worker has "
+          "this name), ResourceExhaustedError (the job has all its "
+          "workers), UnauthenticatedError. The GIL is released meanwhile.")
+      .def_property_readonly(
+          "node_id", [](const PyJobMember& s) { return s.node_id(); })
+      .def_property_readonly(
+          "rank", [](const PyJobMember& s) { return s.rank(); },
+          "In [0, policy.total_workers); the same after joining again.")
+      .def_property_readonly(
+          "policy", [](const PyJobMember& s) { return s.policy(); })
+      .def(
+          "report_clock",
+          [](const PyJobMember& self, Clock clock, double loss,
+             uint64_t examples, double test_accuracy, int64_t max_staleness,
+             uint64_t discarded) {
+            ClockReport r;
+            r.clock = clock;
+            r.loss = loss;
+            r.examples = examples;
+            r.test_accuracy = test_accuracy;
+            r.max_staleness = max_staleness;
+            r.discarded = discarded;
+            ThrowIfError(self.Get()->ReportClock(r));
+          },
+          arg("clock"), py::kw_only(), arg("loss") = 0.0,
+          arg("examples") = 0, arg("test_accuracy") = -1.0,
+          arg("max_staleness") = 0, arg("discarded") = 0,
+          "Queues a report that iterations below `clock` are complete (every "
+          "push acknowledged) and returns at once; a newer report replaces "
+          "one still queued. examples: total so far; test_accuracy < 0: not "
+          "evaluated. Raises the first error an earlier report got (e.g. "
+          "FailedPreconditionError for a clock that moved back).")
+      .def(
+          "flush",
+          [](const PyJobMember& self, double timeout) {
+            auto member = self.Get();
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = member->Flush(Seconds(timeout, "timeout"));
+            }
+            ThrowIfError(s);
+          },
+          arg("timeout") = 30.0,
+          "Waits until every queued report has been sent; raises the first "
+          "error one got, or DeadlineExceededError.")
+      .def_property_readonly(
+          "reported_clock",
+          [](const PyJobMember& self) { return self.Get()->reported_clock(); })
+      .def_property_readonly(
+          "others_lower_bound",
+          [](const PyJobMember& self) {
+            return self.Get()->others_lower_bound();
+          },
+          "A lower bound on every other worker's clock.")
+      .def(
+          "wait_clock",
+          [](const PyJobMember& self, Clock clock, double timeout) {
+            auto member = self.Get();
+            absl::StatusOr<Clock> gating;
+            {
+              py::gil_scoped_release release;
+              gating = member->WaitClock(clock, Seconds(timeout, "timeout"));
+            }
+            return ValueOrThrow(std::move(gating));
+          },
+          arg("clock"), arg("timeout") = 120.0,
+          "Blocks (GIL released) until the policy lets a worker at `clock` "
+          "start that iteration; returns a lower bound on the gating clock "
+          "(with backup workers, a value above `clock` tells a straggler to "
+          "skip ahead). At once under ASP. DeadlineExceededError after "
+          "`timeout` seconds.")
+      .def(
+          "barrier",
+          [](const PyJobMember& self, const std::string& name,
+             double timeout) {
+            auto member = self.Get();
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = member->Barrier(name, Seconds(timeout, "timeout"));
+            }
+            ThrowIfError(s);
+          },
+          arg("name"), arg("timeout") = 120.0,
+          "Blocks (GIL released) until every worker of the job has reached "
+          "the barrier `name`. DeadlineExceededError after `timeout` "
+          "seconds.")
+      .def("leave", &PyJobMember::Leave,
+           "Stops heartbeating (a queued report is sent first); the "
+           "scheduler declares the member dead after its --dead_after_ms.")
+      .def("__enter__",
+           [](std::shared_ptr<PyJobMember> self) { return self; })
+      .def("__exit__",
+           [](PyJobMember& self, const py::args&) { self.Leave(); });
+}
+
+}  // namespace python
+}  // namespace downpour

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# pip-installs the package from a copy of the source tree (with the
+# Bazel-built extension, as python/setup.py finds it) into a fresh venv,
+# then imports the installed copy outside the tree and talks to real
+# daemons with it.
+set -euo pipefail
+
+root="$PWD"  # the runfiles root of the workspace
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+src="$tmp/src"
+rm -rf "$src" && mkdir -p "$src"
+cp -rL "$root/python/setup.py" "$root/python/pyproject.toml" \
+       "$root/python/README.md" "$root/python/downpour" "$src/"
+[[ -f "$src/downpour/_downpour.so" ]] || fail "the built extension is not in runfiles"
+
+/usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
+"$tmp/venv/bin/python" -m pip install --no-build-isolation --no-index \
+    --disable-pip-version-check "$src" >"$tmp/pip.log" 2>&1 \
+  || { cat "$tmp/pip.log"; fail "pip install"; }
+
+cd "$tmp"  # away from both trees
+"$tmp/venv/bin/python" - "$root" <<'PY'
+import os, sys, tempfile
+import numpy as np
+import downpour
+from downpour.local_cluster import LocalCluster
+
+root = sys.argv[1]
+venv = os.path.realpath(sys.prefix)
+assert os.path.realpath(downpour.__file__).startswith(venv), downpour.__file__
+assert os.path.realpath(downpour._downpour.__file__).startswith(venv)
+here = os.path.dirname(downpour.__file__)
+assert os.path.exists(os.path.join(here, "py.typed"))
+assert os.path.exists(os.path.join(here, "_downpour.pyi"))
+
+with LocalCluster(root, tempfile.mkdtemp(), num_servers=1) as cluster:
+    with downpour.Client.connect(cluster.scheduler_address) as client:
+        t = client.create_table("w", num_keys=10, width=2)
+        client.put(t, None, np.arange(20, dtype=np.float32))
+        got = client.get(t, [9, 0])
+        assert got.tolist() == [[18, 19], [0, 1]], got
+        try:
+            client.open_table("missing")
+            raise AssertionError("no error")
+        except downpour.NotFoundError as e:
+            assert e.code == downpour.StatusCode.NOT_FOUND
+print("installed package works:", downpour.__file__)
+PY
+echo PASS
