@@ -1,15 +1,16 @@
 #include "client/job_member.h"
 
 #include <algorithm>
-#include <optional>
+#include <chrono>
 #include <random>
+#include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "cluster/scheduler_client.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -166,29 +167,76 @@ auto RetryThroughOutage(F call, absl::Duration timeout) {
   }
 }
 
+// Random, drawn once per process; never 0 (0 means "not given").
+uint64_t ProcessIncarnation() {
+  static const uint64_t incarnation = [] {
+    std::random_device rd;
+    const uint64_t now = static_cast<uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    return ((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ now) | 1;
+  }();
+  return incarnation;
+}
+
+// The names held by live members of this process (they share one
+// incarnation, so the scheduler cannot tell a second Join from a retry).
+class NameSet {
+ public:
+  bool Take(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return names_.insert(name).second;
+  }
+  void Release(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    names_.erase(name);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::set<std::string> names_ ABSL_GUARDED_BY(mu_);
+};
+NameSet& LiveNames() {
+  static NameSet* names = new NameSet();
+  return *names;
+}
+
 class JobMemberImpl final : public JobMember {
  public:
   explicit JobMemberImpl(const JobMemberOptions& o)
       : options_(o), scheduler_(o.scheduler_address, o.rpc_timeout, o.auth) {}
   ~JobMemberImpl() override {
-    stop_heartbeats_.Notify();
-    if (heartbeat_.joinable()) heartbeat_.join();
+    ReleaseName();
+    StopHeartbeats();
     reporter_.reset();  // before scheduler_, which it calls
   }
 
   absl::Status Init() {
+    if (!options_.name.empty()) {
+      if (!LiveNames().Take(options_.name)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "join the job as '", options_.name,
+            "': a live member of this process already has the name"));
+      }
+      holds_name_ = true;
+    }
     proto::RegisterRequest reg;
     reg.set_role(proto::WORKER);
     reg.set_name(options_.name);
-    // A new process under a known name replaces the old one (which a
-    // restarted scheduler may still list as alive).
-    std::random_device rd;
-    reg.set_incarnation((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
     if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
+    // Fixed for the life of the process: a replacement process registering
+    // under the name of a worker killed moments ago takes over at once
+    // instead of waiting for the scheduler to notice the silence, and a
+    // retry of this registration (its reply lost, e.g. to a scheduler
+    // restart) keeps what it got. A second member of this process under a
+    // live name is refused here (LiveNames), since the scheduler would take
+    // it for such a retry.
+    reg.set_incarnation(ProcessIncarnation());
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
     id_ = reply.node_id();
     rank_ = reply.rank();
+    // The rank's clock in the job (scheduler/scheduler.h): the checkpoint's
+    // after a restore, the predecessor's for a replacement.
     start_clock_ = std::max<Clock>(0, reply.start_clock());
     restored_from_ = reply.restored_from();
     DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()),
@@ -204,17 +252,29 @@ class JobMemberImpl final : public JobMember {
             : absl::Milliseconds(500);
     // Keeps the worker alive in the scheduler's eyes while it computes or
     // waits on a slow peer.
-    heartbeat_ = std::thread([this, interval] {
-      while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
-        auto hb = scheduler_.Heartbeat(id_, 0);
-        if (!hb.ok()) DP_LOG(WARNING) << hb.status();
-      }
-    });
+    heartbeat_ = std::thread([this, interval] { HeartbeatLoop(interval); });
     reporter_ = std::make_unique<ClockReporter>(&scheduler_, start_clock_);
     return absl::OkStatus();
   }
 
   NodeId node_id() const override { return id_; }
+
+  absl::Status Leave(bool finished, const std::string& reason,
+                     absl::Duration timeout) override {
+    // The last clock report first: a replacement starts from it.
+    absl::Status flushed = reporter_->Flush(timeout);
+    if (!flushed.ok()) DP_LOG(WARNING) << "before leaving: " << flushed;
+    StopHeartbeats();
+    ReleaseName();
+    // Through a scheduler outage too: a leave it never hears of makes the
+    // job wait the full --dead_after_ms for this worker.
+    DP_RETURN_IF_ERROR(RetryThroughOutage(
+        [&](absl::Duration) {
+          return scheduler_.Leave(id_, finished, reason);
+        },
+        timeout));
+    return flushed;
+  }
   int rank() const override { return rank_; }
   const ConsistencyPolicy& policy() const override { return policy_; }
   Clock start_clock() const override { return start_clock_; }
@@ -274,14 +334,54 @@ class JobMemberImpl final : public JobMember {
   }
 
  private:
+  // Keeps the worker alive in the scheduler's eyes while it computes or
+  // waits on a slow peer; learns of a failed job (kAborted), which the
+  // worker may be too busy on the data plane to hear of otherwise.
+  void HeartbeatLoop(absl::Duration interval) ABSL_LOCKS_EXCLUDED(hb_mu_) {
+    for (;;) {
+      {
+        absl::MutexLock lock(&hb_mu_);
+        if (hb_mu_.AwaitWithTimeout(absl::Condition(&stop_heartbeats_),
+                                    interval)) {
+          return;
+        }
+      }
+      auto hb = scheduler_.Heartbeat(id_, 0);
+      if (hb.ok()) continue;
+      if (hb.status().code() != absl::StatusCode::kAborted) {
+        DP_LOG(WARNING) << hb.status();
+        continue;
+      }
+      DP_LOG(ERROR) << hb.status();
+      if (options_.on_job_failed) options_.on_job_failed(hb.status());
+      return;
+    }
+  }
+  void ReleaseName() ABSL_LOCKS_EXCLUDED(hb_mu_) {
+    absl::MutexLock lock(&hb_mu_);
+    if (holds_name_) LiveNames().Release(options_.name);
+    holds_name_ = false;
+  }
+  void StopHeartbeats() ABSL_LOCKS_EXCLUDED(hb_mu_) {
+    {
+      absl::MutexLock lock(&hb_mu_);
+      stop_heartbeats_ = true;
+    }
+    absl::MutexLock lock(&join_mu_);
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+
   const JobMemberOptions options_;
   SchedulerClient scheduler_;
   NodeId id_ = kNoNode;
   int rank_ = 0;
-  ConsistencyPolicy policy_;
   Clock start_clock_ = 0;
+  ConsistencyPolicy policy_;
   uint64_t restored_from_ = 0;
-  absl::Notification stop_heartbeats_;
+  absl::Mutex hb_mu_;
+  bool stop_heartbeats_ ABSL_GUARDED_BY(hb_mu_) = false;
+  bool holds_name_ ABSL_GUARDED_BY(hb_mu_) = false;  // in LiveNames()
+  absl::Mutex join_mu_;  // one joiner at a time (Leave, the destructor)
   std::thread heartbeat_;
   std::unique_ptr<ClockReporter> reporter_;
 };

@@ -42,9 +42,9 @@
 // register_timeout. Joining again under a name gives a new incarnation, so
 // a new process replaces the old one a restarted scheduler may still list.
 //
-// A job restored from a checkpoint resumes at its clock: start_clock() is
-// where this member starts (0 for a new job), restored_from() the
-// checkpoint.
+// A job restored from a checkpoint resumes at its clock, and a replacement
+// for a lost worker at its predecessor's: start_clock() is where this member
+// starts (0 for a new job), restored_from() the checkpoint.
 //
 // Errors (absl::Status, canonical codes):
 //   kInvalidArgument    no scheduler address; a job config without a known
@@ -61,13 +61,17 @@
 //   kFailedPrecondition a clock report moved the clock back, or the job was
 //                       rolled back to a checkpoint under it (join again);
 //                       Join: the name holds another rank than the one
-//                       requested
+//                       requested, or the rank was given up (the job went
+//                       on without it)
+//   kAborted            the job failed: a lost worker was not replaced in
+//                       time (--on_worker_loss=stop); the message names it
 //
 // Thread-safe: every method may be called from any thread.
 #ifndef DOWNPOUR_CLIENT_JOB_MEMBER_H_
 #define DOWNPOUR_CLIENT_JOB_MEMBER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -97,6 +101,11 @@ struct JobMemberOptions {
   absl::Duration register_timeout = absl::Seconds(30);
   // Deadline of each short call (heartbeat, clock report).
   absl::Duration rpc_timeout = absl::Seconds(10);
+  // Called once, from the heartbeat thread, when the scheduler says the job
+  // has failed (kAborted naming a lost worker: --on_worker_loss=stop). A
+  // worker blocked on the data plane learns it only this way. Empty: it is
+  // only logged (WaitClock, Barrier and ReportClock return it too).
+  std::function<void(const absl::Status&)> on_job_failed;
 };
 
 // A worker's progress at the end of an iteration, for the job status.
@@ -122,12 +131,23 @@ class JobMember {
   virtual ~JobMember() = default;
 
   virtual NodeId node_id() const = 0;
+  // Leaves the job at once (the scheduler marks it LEFT, nobody waits for
+  // its heartbeats to stop): sends the queued clock report (up to
+  // `timeout`), stops heartbeating and tells the scheduler. `finished`: it
+  // completed its steps; else its rank waits for a replacement like a lost
+  // one's. Later calls to the member fail or go unheard. The scheduler's
+  // errors (kNotFound for an unknown node), or the flush's.
+  virtual absl::Status Leave(bool finished, const std::string& reason,
+                             absl::Duration timeout) = 0;
   // In [0, policy().total_workers()); the same after joining again.
   virtual int rank() const = 0;
   // The job's consistency policy, as the scheduler declared it.
   virtual const ConsistencyPolicy& policy() const = 0;
-  // The clock to start from: 0 for a new job, the checkpoint's clock for a
-  // job restored from one (RegisterReply.start_clock).
+  // The clock to start from (RegisterReply.start_clock), the rank's clock
+  // in the job: 0 for a new job; the checkpoint's clock for a job restored
+  // from one; for a replacement of a lost worker, the clock its predecessor
+  // had reported (it redoes the iteration that was cut short, on the same
+  // data shard).
   virtual Clock start_clock() const = 0;
   // The checkpoint the job was last restored from; 0: none.
   virtual uint64_t restored_from() const = 0;

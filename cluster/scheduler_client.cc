@@ -57,6 +57,19 @@ absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
   return reply;
 }
 
+absl::Status SchedulerClient::Leave(NodeId id, bool finished,
+                                    const std::string& reason) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::LeaveRequest req;
+  req.set_node_id(id);
+  req.set_finished(finished);
+  req.set_reason(reason);
+  proto::LeaveReply reply;
+  return FromGrpcStatus(stub_->Leave(&ctx, req, &reply),
+                        absl::StrCat("leave the job at ", address_));
+}
+
 absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);

@@ -43,6 +43,9 @@ class SchedulerClient {
       const proto::RegisterRequest& request, absl::Duration wait);
   absl::StatusOr<proto::HeartbeatReply> Heartbeat(NodeId id,
                                                   Epoch applied_epoch);
+  // A worker leaves the job at once (LEFT); `finished`: after its last
+  // step, else its rank waits for a replacement.
+  absl::Status Leave(NodeId id, bool finished, const std::string& reason);
   absl::StatusOr<proto::ClusterMap> GetClusterMap();
   absl::StatusOr<proto::CreateTableReply> CreateTable(
       const proto::TableSpec& spec, absl::Duration timeout);

@@ -103,7 +103,12 @@ std::string ConsistencyPolicy::ToString() const {
 
 ClockTable::ClockTable(const ConsistencyPolicy& policy)
     : policy_(policy),
-      clocks_(policy.num_workers + policy.backup_workers, 0) {}
+      clocks_(policy.num_workers + policy.backup_workers, 0),
+      retired_(clocks_.size(), false) {}
+
+void ClockTable::Retire(int rank) {
+  if (rank >= 0 && rank < size()) retired_[rank] = true;
+}
 
 absl::Status ClockTable::Advance(int rank, Clock clock) {
   if (rank < 0 || rank >= size()) {
@@ -120,14 +125,22 @@ absl::Status ClockTable::Advance(int rank, Clock clock) {
 }
 
 Clock ClockTable::GatingClock() const {
-  if (policy_.backup_workers == 0) {
-    return *std::min_element(clocks_.begin(), clocks_.end());
+  std::vector<Clock> counted;
+  counted.reserve(clocks_.size());
+  for (int r = 0; r < size(); ++r) {
+    if (!retired_[r]) counted.push_back(clocks_[r]);
   }
-  std::vector<Clock> sorted = clocks_;
+  if (counted.empty()) {
+    return *std::max_element(clocks_.begin(), clocks_.end());
+  }
+  const int n = std::min<int>(policy_.num_workers, counted.size());
+  if (policy_.backup_workers == 0 || n == static_cast<int>(counted.size())) {
+    return *std::min_element(counted.begin(), counted.end());
+  }
   // The N-th largest: the clock that N workers have all reached.
-  std::nth_element(sorted.begin(), sorted.begin() + (policy_.num_workers - 1),
-                   sorted.end(), std::greater<Clock>());
-  return sorted[policy_.num_workers - 1];
+  std::nth_element(counted.begin(), counted.begin() + (n - 1), counted.end(),
+                   std::greater<Clock>());
+  return counted[n - 1];
 }
 
 bool ClockTable::MayProceed(Clock clock) const {

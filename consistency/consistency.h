@@ -111,8 +111,16 @@ class ClockTable {
   absl::Status Advance(int rank, Clock clock);
   Clock clock(int rank) const { return clocks_[rank]; }
 
-  // The clock that gates progress: the minimum over all workers without
-  // backups, else the N-th largest clock.
+  // Stops counting worker `rank` (a lost worker the job goes on without):
+  // the gate is then taken over the others only. Idempotent; ranks outside
+  // [0, N + b) are ignored.
+  void Retire(int rank);
+  bool retired(int rank) const { return retired_[rank]; }
+
+  // The clock that gates progress, over the workers not retired: their
+  // minimum without backups, else the N-th largest of their clocks (their
+  // minimum when fewer than N are left). With every worker retired, the
+  // largest clock.
   Clock GatingClock() const;
   // Whether a worker at `clock` may start that iteration now.
   bool MayProceed(Clock clock) const;
@@ -120,6 +128,7 @@ class ClockTable {
  private:
   ConsistencyPolicy policy_;
   std::vector<Clock> clocks_;
+  std::vector<bool> retired_;
 };
 
 // Server-side bookkeeping of which iterations of each worker a table has

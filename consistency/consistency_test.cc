@@ -123,6 +123,31 @@ TEST(ClockTableTest, BackupWorkersGateOnTheNthFastest) {
   EXPECT_TRUE(t.MayProceed(1));
 }
 
+// A retired (lost, given up) worker no longer holds the others back.
+TEST(ClockTableTest, RetiredWorkerNoLongerGates) {
+  ClockTable ssp(Policy("ssp", 1, 3));
+  ASSERT_OK(ssp.Advance(0, 5));
+  ASSERT_OK(ssp.Advance(2, 4));  // worker 1 stays at 0: lost
+  EXPECT_EQ(ssp.GatingClock(), 0);
+  EXPECT_FALSE(ssp.MayProceed(2));
+  ssp.Retire(1);
+  EXPECT_TRUE(ssp.retired(1));
+  EXPECT_EQ(ssp.GatingClock(), 4);
+  EXPECT_TRUE(ssp.MayProceed(5));
+  EXPECT_FALSE(ssp.MayProceed(6));
+  ssp.Retire(7);  // outside the job: ignored
+  // With backups fewer than N left: the minimum of those left.
+  ClockTable b(Policy("bsp", 0, 2, 1));
+  ASSERT_OK(b.Advance(0, 3));
+  ASSERT_OK(b.Advance(1, 2));
+  b.Retire(2);
+  EXPECT_EQ(b.GatingClock(), 2);
+  b.Retire(1);
+  EXPECT_EQ(b.GatingClock(), 3);
+  b.Retire(0);
+  EXPECT_EQ(b.GatingClock(), 3);  // nobody left: the largest clock
+}
+
 // Simulates workers of very different speeds under the clock protocol and
 // checks the staleness every pull sees against the bound.
 TEST(StalenessTest, SimulatedRunsRespectTheBound) {

@@ -48,6 +48,15 @@ ABSL_FLAG(int64_t, shutdown_checkpoint_timeout_s, 20,
           "on SIGTERM (with --state_dir): take a last checkpoint, waiting at "
           "most this long, then stop (0: none)");
 
+ABSL_FLAG(int64_t, worker_replace_timeout_ms, 60000,
+          "how long the job waits for a replacement of a lost worker (one "
+          "that died or left before finishing, beyond the backup workers) "
+          "before --on_worker_loss applies");
+ABSL_FLAG(std::string, on_worker_loss, "stop",
+          "after --worker_replace_timeout_ms without a replacement: stop "
+          "(the job fails, naming the lost worker) or continue (SSP/ASP: "
+          "the job goes on with fewer workers)");
+
 int main(int argc, char** argv) {
   downpour::SetUsage(
       "the Downpour scheduler: membership, the cluster map, the job's clocks "
@@ -81,6 +90,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.policy = *policy;
+  options.worker_loss.replace_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_worker_replace_timeout_ms));
+  auto on_loss = downpour::WorkerLossOptions::ParseOnLoss(
+      absl::GetFlag(FLAGS_on_worker_loss), *policy);
+  if (!on_loss.ok()) {
+    DP_LOG(ERROR) << on_loss.status();
+    return 2;
+  }
+  options.worker_loss.on_loss = *on_loss;
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcServer);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

@@ -27,6 +27,7 @@
 #include "scheduler/placement.h"
 #include "scheduler/state_store.h"
 #include "scheduler/table_spec.h"
+#include "scheduler/worker_roster.h"
 
 namespace downpour {
 namespace {
@@ -34,7 +35,10 @@ namespace {
 class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
   explicit SchedulerImpl(const SchedulerOptions& o)
-      : options_(o), admins_(o.auth), clocks_(o.policy) {
+      : options_(o),
+        admins_(o.auth),
+        clocks_(o.policy),
+        roster_(o.policy, o.worker_loss) {
     o.policy.ToJob(&job_);
     workers_.resize(clocks_.size());
     for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
@@ -192,6 +196,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       absl::StatusOr<int> granted = GrantRank(*req, node);
       if (!granted.ok()) return Err(granted.status());
       rank = *granted;
+      if (absl::Status s = TakeOverRank(rank, req->name()); !s.ok()) {
+        return Err(s);
+      }
     }
     if (node == nullptr) {
       node = map_.add_nodes();
@@ -262,15 +269,48 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (node == nullptr) {
       return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
     }
-    if (node->state() == proto::DEAD) {
+    if (node->state() == proto::DEAD || node->state() == proto::LEFT) {
       return Err(absl::FailedPreconditionError(absl::StrCat(
           "node ", req->node_id(), " was declared dead; register again")));
+    }
+    // A failed job tells its workers through their heartbeats, even those
+    // waiting on the data plane rather than on the scheduler.
+    if (node->role() == proto::WORKER && !roster_.failure().ok()) {
+      return Err(roster_.failure());
     }
     last_seen_[node->id()] = absl::Now();
     unconfirmed_.erase(node->id());
     RecordApplied(node->id(), req->applied_epoch());
     reply->set_epoch(published_.epoch());
     return grpc::Status::OK;
+  }
+
+  grpc::Status Leave(grpc::ServerContext* ctx, const proto::LeaveRequest* req,
+                     proto::LeaveReply*) override {
+    absl::MutexLock lock(&mu_);
+    proto::NodeInfo* node = FindNode(req->node_id());
+    if (node == nullptr) {
+      return Err(absl::NotFoundError(
+          absl::StrCat("leave: unknown node ", req->node_id())));
+    }
+    if (node->role() != proto::WORKER) {
+      return Err(absl::InvalidArgumentError(absl::StrCat(
+          "leave: node ", node->id(), " ('", node->name(),
+          "') is not a worker; servers are failed over when they die")));
+    }
+    if (node->state() != proto::ALIVE) return grpc::Status::OK;
+    node->set_state(proto::LEFT);
+    suspect_since_.erase(node->id());
+    WorkerGone(node->id(), node->name(),
+               absl::StrCat("left: ", req->reason().substr(0, 200)),
+               req->finished());
+    BumpEpoch();
+    DP_LOG(INFO) << "worker '" << node->name() << "' (node " << node->id()
+                 << ") left" << (req->finished() ? " after its last step" : "")
+                 << ": " << req->reason().substr(0, 200) << "; epoch "
+                 << map_.epoch();
+    // Published (and, with a state dir, on disk) before the worker exits.
+    return Err(AwaitDurable(Commit()));
   }
 
   grpc::Status AckEpoch(grpc::ServerContext* ctx, const proto::AckEpochRequest* req,
@@ -331,6 +371,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                             const proto::AdvanceClockRequest* req,
                             proto::AdvanceClockReply* reply) override {
     absl::MutexLock lock(&mu_);
+    // A failed job stays failed: its workers stop, whatever they report.
+    if (!roster_.failure().ok()) return Err(roster_.failure());
     if (restoring_ != 0) {
       return Err(absl::UnavailableError(absl::StrCat(
           "advance clock: the job is being restored from checkpoint ",
@@ -356,7 +398,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     reply->set_gating_clock(clocks_.GatingClock());
     Clock others = std::numeric_limits<Clock>::max();
     for (int r = 0; r < clocks_.size(); ++r) {
-      if (r != req->rank()) others = std::min(others, clocks_.clock(r));
+      if (r != req->rank() && !clocks_.retired(r)) {
+        others = std::min(others, clocks_.clock(r));
+      }
     }
     reply->set_others_min_clock(others);
     return grpc::Status::OK;
@@ -373,7 +417,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           absl::StrCat("wait clock: rank ", req->rank(), " outside the job")));
     }
     auto may = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || clocks_.MayProceed(req->clock());
+      return stopping_ || !roster_.failure().ok() ||
+             clocks_.MayProceed(req->clock());
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&may), timeout)) {
       return Err(absl::DeadlineExceededError(absl::StrCat(
@@ -382,6 +427,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           clocks_.policy().ToString(), ")")));
     }
     if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    if (!roster_.failure().ok()) return Err(roster_.failure());
     reply->set_gating_clock(clocks_.GatingClock());
     return grpc::Status::OK;
   }
@@ -454,7 +500,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return grpc::Status::OK;
     }
     auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || barriers_[req->name()].generation != generation;
+      return stopping_ || !roster_.failure().ok() ||
+             barriers_[req->name()].generation != generation;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&released), timeout)) {
       barriers_[req->name()].arrived.erase(req->node_id());
@@ -463,6 +510,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           " of ", req->count(), " arrived in time")));
     }
     if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    if (barriers_[req->name()].generation == generation) {
+      barriers_[req->name()].arrived.erase(req->node_id());
+      return Err(roster_.failure());
+    }
     reply->set_arrived(req->count());
     return grpc::Status::OK;
   }
@@ -560,6 +611,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     *status->mutable_job() = job_;
     status->set_gating_clock(clocks_.GatingClock());
     for (const auto& w : workers_) *status->add_workers() = w;
+    if (!roster_.failure().ok()) {
+      status->set_failure(std::string(roster_.failure().message()));
+    }
   }
   // Declares `node` dead (and counts it). A server must then leave its
   // ranges: RemoveDeadServer, once every node dying with it is marked.
@@ -726,6 +780,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), slice);
       if (stopping_) break;
       const absl::Time now = absl::Now();
+      ApplyWorkerLossRule(now);
       std::vector<NodeId> dead;
       for (auto& n : *map_.mutable_nodes()) {
         if (n.state() != proto::ALIVE) continue;
@@ -755,11 +810,62 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       for (NodeId id : dead) {
         suspect_since_.erase(id);
         RemoveDeadServer(id);
+        const proto::NodeInfo* n = FindNodeConst(id);
+        if (n->role() == proto::WORKER) {
+          WorkerGone(id, n->name(), "missed heartbeats", /*finished=*/false);
+        }
       }
       Refill(&map_, options_.replicas);
       BumpEpoch();
       Commit();
       DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
+    }
+  }
+
+  // Worker loss (scheduler/worker_roster.h). The worker of node `id`
+  // died or left; unless it `finished`, its rank is lost until a
+  // replacement takes it.
+  void WorkerGone(NodeId id, const std::string& name, const std::string& how,
+                  bool finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto it = rank_of_.find(id);
+    if (it == rank_of_.end()) return;
+    const int rank = it->second;
+    if (finished) {
+      roster_.Finished(rank);
+      workers_[rank].set_finished(true);
+    } else {
+      roster_.Lost(rank, name, how, absl::Now());
+      if (roster_.lost(rank)) {
+        DP_LOG(WARNING) << "worker '" << name << "' (rank " << rank
+                        << ", clock " << clocks_.clock(rank) << ") lost: "
+                        << how << "; waiting up to "
+                        << absl::FormatDuration(options_.worker_loss.replace_timeout)
+                        << " for a replacement";
+      }
+    }
+    workers_[rank].set_lost(roster_.lost(rank));
+  }
+  // A worker registering for `rank` (as `name`) replaces whoever held it:
+  // kFailedPrecondition if the job already went on without that rank.
+  absl::Status TakeOverRank(int rank, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool was_lost = roster_.lost(rank);
+    DP_RETURN_IF_ERROR(roster_.Replaced(rank), "register: worker '", name, "'");
+    if (was_lost) {
+      DP_LOG(INFO) << "worker '" << name << "' replaces the lost worker of "
+                   << "rank " << rank << " from clock " << clocks_.clock(rank);
+    }
+    workers_[rank].set_lost(false);
+    workers_[rank].set_finished(false);
+    return absl::OkStatus();
+  }
+  // The bound on waiting for replacements: ranks given up stop gating the
+  // others (continue), or the job fails (stop; the roster keeps why).
+  void ApplyWorkerLossRule(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int rank : roster_.Check(now)) {
+      clocks_.Retire(rank);
+      workers_[rank].set_lost(false);
+      workers_[rank].set_retired(true);
     }
   }
 
@@ -933,6 +1039,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         const proto::WorkerStatus& w = clocks.workers(r);
         if (clocks_.Advance(r, w.clock()).ok()) workers_[r] = w;
         workers_[r].set_rank(r);
+        // The roster of lost workers is not kept on disk: a restarted
+        // scheduler starts it afresh, and says so rather than show stale
+        // flags.
+        workers_[r].set_lost(false);
+        workers_[r].set_retired(false);
       }
     } else if (const proto::CheckpointManifest* m =
                    FindManifest(restored_from_)) {
@@ -1053,6 +1164,13 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (const proto::WorkerStatus& w : m.workers()) {
       if (w.rank() < 0 || w.rank() >= clocks_.size()) continue;
       if (clocks_.Advance(w.rank(), w.clock()).ok()) workers_[w.rank()] = w;
+    }
+    // A rank the job went on without stays out of the gate: the roster
+    // refuses a replacement for it, so nothing would ever advance it.
+    for (int r = 0; r < clocks_.size(); ++r) {
+      workers_[r].set_lost(roster_.lost(r));
+      workers_[r].set_retired(roster_.retired(r));
+      if (roster_.retired(r)) clocks_.Retire(r);
     }
     clocks_dirty_ = true;
   }
@@ -1374,6 +1492,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   NodeId next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
   proto::JobConfig job_;  // immutable after construction
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
+  WorkerRoster roster_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::WorkerStatus> workers_ ABSL_GUARDED_BY(mu_);
   // Workers' ranks, both ways; a rank is held by at most one node.
   absl::flat_hash_map<NodeId, int> rank_of_ ABSL_GUARDED_BY(mu_);

@@ -34,6 +34,15 @@
 // back; one that does not ask gets its old rank back if its name had one,
 // else the smallest rank nobody holds.
 //
+// Lost workers (worker_roster.h): a worker that dies or leaves (Leave)
+// before finishing loses its rank until a replacement registers for it
+// (same name or requested rank); the replacement is told the rank's clock
+// (RegisterReply.start_clock) and continues from it. Up to b losses are
+// absorbed by the backup workers; beyond that, after
+// worker_loss.replace_timeout the rank is retired (continue) or the job
+// fails: WaitClock, Barrier, AdvanceClock and workers' heartbeats then
+// answer kAborted naming the lost worker, and JobStatus.failure says it.
+//
 // Tables declared with TableSpec.follows_job get sync_workers and
 // num_workers from the job's policy (ConsistencyPolicy::sync_workers,
 // tracked_workers), so that every table of the job enforces the same
@@ -48,6 +57,7 @@
 // worker when every rank is held; kNotFound for an unknown node id (or an
 // unknown update handler); kFailedPrecondition for a heartbeat from a DEAD
 // node or a worker name that asks for a rank other than its own;
+// kAborted once the job failed for a lost worker (above);
 // kUnavailable when CreateTable finds fewer than min_servers alive
 // servers within its timeout, or the scheduler is shutting down;
 // kDeadlineExceeded when CreateTable's servers do not all acknowledge the new
@@ -91,6 +101,7 @@
 #include "consistency/consistency.h"
 #include "metrics/registry.h"
 #include "proto/downpour.pb.h"
+#include "scheduler/worker_roster.h"
 
 namespace downpour {
 
@@ -115,6 +126,9 @@ struct SchedulerOptions {
   // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
   // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;
+  // What the job does about a worker lost before finishing: how long it
+  // waits for a replacement, then stop or continue (worker_roster.h).
+  WorkerLossOptions worker_loss;
   // Applied to every call by the gRPC server (common/grpc_server.h): with a
   // secret, calls must carry the cluster token; with TLS, the service is
   // served over TLS (and demands client certificates under mutual TLS). The

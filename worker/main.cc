@@ -112,8 +112,11 @@ int main(int argc, char** argv) {
   }
   // SIGTERM (Kubernetes stopping the pod): finish the step under way, so
   // that a BSP step completes and the job's last checkpoint can cut it,
-  // then exit with 143. A step that cannot finish (its peers are gone)
-  // is given 20 s.
+  // report the clock reached, leave the job (the rank waits for a
+  // replacement, nobody waits for this worker's heartbeats to stop) and
+  // exit with 143. A step that cannot finish (its peers are gone) is given
+  // 15 s, then abandoned: the worker leaves from here. Blocked before any
+  // thread starts, so that only the waiter sees the signal.
   static std::atomic<downpour::Worker*> running{nullptr};
   downpour::BlockTerminationSignals();
   downpour::OnTerminationSignal([] {
@@ -124,9 +127,11 @@ int main(int argc, char** argv) {
     }
     DP_LOG(INFO) << "SIGTERM: stopping after the current step";
     w->RequestStop();
-    absl::SleepFor(absl::Seconds(20));
-    DP_LOG(WARNING) << "SIGTERM: the current step did not end in 20 s; exiting";
-    std::_Exit(143);
+    absl::SleepFor(absl::Seconds(15));
+    absl::Status left = w->Leave(
+        "SIGTERM (the current step did not end in 15 s)", absl::Seconds(5));
+    if (!left.ok()) DP_LOG(ERROR) << "leaving the job: " << left;
+    std::_Exit(143);  // 128 + SIGTERM, as if killed by it
   });
   downpour::WorkerOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
@@ -159,6 +164,12 @@ int main(int argc, char** argv) {
   o.click_zipf = absl::GetFlag(FLAGS_click_zipf);
   o.holdout = absl::GetFlag(FLAGS_holdout);
   o.l2 = static_cast<float>(absl::GetFlag(FLAGS_l2));
+  // The job failed while this worker may be blocked on the data plane
+  // (a lost worker was not replaced in time): say why and stop.
+  o.on_job_failed = [](const absl::Status& why) {
+    DP_LOG(ERROR) << "exiting: " << why;
+    std::_Exit(1);
+  };
   auto worker = downpour::Worker::Create(o);
   if (!worker.ok()) {
     DP_LOG(ERROR) << "cannot start: " << worker.status();

@@ -120,6 +120,7 @@ class WorkerImpl final : public Worker {
     // Long enough to wait out a restore of the job from a checkpoint, during
     // which the scheduler answers kUnavailable.
     mo.register_timeout = absl::Minutes(5);
+    mo.on_job_failed = options_.on_job_failed;
     DP_ASSIGN_OR_RETURN(member_, JobMember::Join(mo));
     if (health_.health != nullptr) health_.health->SetReady(true);
     const ConsistencyPolicy& policy = member_->policy();
@@ -134,7 +135,8 @@ class WorkerImpl final : public Worker {
                                             ? absl::StrCat(
                                                   " (restored from checkpoint ",
                                                   member_->restored_from(), ")")
-                                            : "")
+                                            : " (the rank's clock: replacing "
+                                              "a lost worker)")
                          : "");
     DP_RETURN_IF_ERROR(CheckOptions(options_, policy));
 
@@ -173,11 +175,28 @@ class WorkerImpl final : public Worker {
 
   absl::Status Run() override {
     absl::Status s = loop_->Run();
+    if (s.code() == absl::StatusCode::kCancelled) {
+      // Stopped between two steps (RequestStop: SIGTERM): the rank waits
+      // for a replacement, which continues from the clock reported.
+      absl::Status left = Leave("SIGTERM", absl::Seconds(10));
+      if (!left.ok()) DP_LOG(ERROR) << "leaving the job: " << left;
+      return s;
+    }
+    // After a failure what is queued is dropped, and the scheduler learns
+    // of the end from the heartbeats stopping.
+    DP_RETURN_IF_ERROR(s);
     // The last clock reaches the scheduler before Run returns (through a
-    // scheduler restart too); after a failure, what is queued is dropped.
-    absl::Status flushed =
-        s.ok() ? member_->Flush(absl::Minutes(2)) : absl::OkStatus();
-    return s.ok() ? flushed : s;
+    // scheduler restart too), and the scheduler learns at once that this
+    // worker's end is no loss.
+    return member_->Leave(/*finished=*/true, "finished its steps",
+                          absl::Minutes(2));
+  }
+
+  absl::Status Leave(const std::string& reason,
+                     absl::Duration timeout) override {
+    DP_LOG(INFO) << reason << ": leaving the job, reporting clock "
+                 << member_->reported_clock();
+    return member_->Leave(/*finished=*/false, reason, timeout);
   }
   void RequestStop() override { stop_requested_.store(true); }
 

@@ -58,11 +58,13 @@
 #define DOWNPOUR_WORKER_WORKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/auth.h"
 #include "metrics/registry.h"
 
@@ -79,6 +81,11 @@ struct WorkerOptions {
   // If set, a gRPC health service listens here (host:port): liveness
   // (common/grpc_server.h) from the start, readiness once registered.
   std::string health_listen;
+  // Called once (from another thread) if the job fails while this worker
+  // runs: a lost worker was not replaced in time (kAborted naming it). The
+  // training loop may be blocked on the data plane; ps_worker logs the
+  // status and exits 1.
+  std::function<void(const absl::Status&)> on_job_failed;
   // "softmax", "mlp" (784-256-10) on Fashion-MNIST, or "sparse_lr":
   // sparse logistic regression (see below).
   std::string model = "mlp";
@@ -140,13 +147,25 @@ class Worker {
   static absl::StatusOr<std::unique_ptr<Worker>> Create(
       const WorkerOptions& options);
   virtual ~Worker() = default;
-  // Trains to the end; kDeadlineExceeded if the job stalls, kCancelled
-  // after RequestStop, other errors from the servers or the scheduler. A
-  // job restored from a checkpoint resumes at its clock
-  // (RegisterReply.start_clock), skipping the batches before it.
+  // Trains to the end, from the rank's clock in the job (RegisterReply.
+  // start_clock: a job restored from a checkpoint resumes at its clock, a
+  // replacement of a lost worker where its predecessor stopped), skipping
+  // the batches before it, then leaves the job as finished.
+  // kDeadlineExceeded if the job stalls, kAborted if it failed, kCancelled
+  // after RequestStop (having left the job unfinished, see Leave), other
+  // errors from the servers or the scheduler.
   virtual absl::Status Run() = 0;
-  // Makes Run stop before its next step (thread-safe; e.g. on SIGTERM).
+  // Makes Run stop before its next step, report the clock it reached and
+  // leave the job unfinished (thread-safe; e.g. on SIGTERM).
   virtual void RequestStop() = 0;
+  // Leaves the job unfinished at once, from any thread while Run() runs
+  // (SIGTERM when the step under way does not end): the iteration in
+  // progress is abandoned, the last clock report is sent (within
+  // `timeout`) and the scheduler marks this worker LEFT at once, so that
+  // its rank waits for a replacement. Run() must not be relied on
+  // afterwards: the caller exits. The scheduler's errors.
+  virtual absl::Status Leave(const std::string& reason,
+                             absl::Duration timeout) = 0;
 };
 
 }  // namespace downpour

@@ -76,8 +76,12 @@ absl::Status DenseReplica::DeclareTables() {
     DP_ASSIGN_OR_RETURN(Table table, ctx_->client().CreateTable(t));
     tables_.push_back(table);
   }
-  // A resumed job's tables hold its trained values (a checkpoint's).
-  if (ctx_->rank() == 0 && !ctx_->resumed()) {
+  // Tables that hold trained values (a job restored from a checkpoint, or a
+  // running job that a replacement of a lost worker joins) are not
+  // initialized, and nobody waits at the barrier for that: in a running job
+  // the others are long past it.
+  if (ctx_->resumed()) return absl::OkStatus();
+  if (ctx_->rank() == 0) {
     model_->Init(o.seed, params_.data());
     size_t off = 0;
     for (size_t i = 0; i < blocks_.size(); ++i) {

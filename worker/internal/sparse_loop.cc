@@ -113,6 +113,9 @@ absl::Status SparseLoop::DeclareTable() {
   // The scheduler sets sync_workers and tracked_workers from the job.
   t.follows_job = true;
   DP_ASSIGN_OR_RETURN(table_, ctx_.client().CreateTable(t));
+  // A resumed job, or a replacement of a lost worker joining a running one
+  // (whose other workers are long past the barrier), starts at once.
+  if (ctx_.resumed()) return absl::OkStatus();
   return ctx_.member().Barrier("init-params", absl::Seconds(120));
 }
 

@@ -36,17 +36,18 @@ class StepContext {
   JobMember& member() const { return *member_; }
   Client& client() const { return *client_; }
 
-  // The iteration to start from: 0, or the clock of the checkpoint the job
-  // was restored from (JobMember::start_clock). A loop runs
-  // [start_clock(), steps).
+  // The iteration to start from (JobMember::start_clock): 0, the clock of
+  // the checkpoint the job was restored from, or where a lost worker of
+  // this rank stopped. A loop runs [start_clock(), steps).
   int64_t start_clock() const { return member_->start_clock(); }
   // The job was restored or resumed: the tables hold trained values, which
   // rank 0 must not overwrite with initial ones.
   bool resumed() const {
     return member_->start_clock() > 0 || member_->restored_from() != 0;
   }
-  // A resumed job draws the batches of the clocks before start_clock() and
-  // drops them, so that it goes on as if it had not stopped.
+  // A resumed job (or a replacement, on its predecessor's shard) draws the
+  // batches of the clocks before start_clock() and drops them, so that it
+  // goes on as if it had not stopped.
   void SkipBatches(Batcher& batcher) const {
     for (int64_t c = 0; c < start_clock(); ++c) batcher.Next(options_.batch);
   }

@@ -1,0 +1,404 @@
+// Jobs that survive a lost worker, over the real daemons (scheduler,
+// servers and ps_worker processes on loopback):
+//  - BSP without backups: a worker killed with -9 and replaced under the
+//    same name; the replacement takes its rank, data shard and clock, and
+//    the final parameters equal the single-process computation bit for bit.
+//  - BSP with one backup worker: a kill changes nothing; the others finish
+//    without waiting for a replacement (the bound is set to ten minutes).
+//  - SSP and ASP, --on_worker_loss=continue: the job finishes with fewer
+//    workers soon after the bound; the lost rank is shown as retired.
+//  - --on_worker_loss=stop (SSP, ASP, and BSP with the survivors blocked on
+//    the data plane): every survivor exits with status 1 soon after the
+//    bound, naming the lost worker.
+//  - SIGTERM: the worker logs, leaves the job, the scheduler shows it LEFT
+//    at once (long before heartbeats would expire), and a replacement
+//    finishes the job.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "models/batcher.h"
+#include "models/dataset.h"
+#include "models/learning_rate.h"
+#include "models/model.h"
+#include "proto/downpour.pb.h"
+#include "tools/local_job.h"
+
+namespace downpour {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+constexpr int kBatch = 32;
+constexpr uint64_t kSeed = 7;
+
+std::vector<std::string> WorkerFlags(int steps) {
+  return {"--model=softmax",
+          absl::StrCat("--steps=", steps),
+          absl::StrCat("--batch=", kBatch),
+          absl::StrCat("--seed=", kSeed),
+          "--eval_every=100000",
+          "--lr=0.05",
+          "--warmup_steps=5"};
+}
+
+std::unique_ptr<LocalJob> StartJob(const std::string& tag,
+                                   std::vector<std::string> scheduler_flags,
+                                   int workers, int steps) {
+  const std::string dir = TestTmpDir() + "/" + tag;
+  EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 2;
+  o.cluster.scheduler_flags = std::move(scheduler_flags);
+  // Worker i (named w<i>) takes rank i, so that a test knows whom it kills.
+  for (int i = 0; i < workers; ++i) {
+    o.workers.push_back(WorkerFlags(steps));
+    o.workers.back().push_back(absl::StrCat("--rank=", i));
+  }
+  auto job = LocalJob::Start(o);
+  EXPECT_OK(job);
+  return job.ok() ? std::move(*job) : nullptr;
+}
+
+// Polls the job status until worker `rank` has reported `clock`.
+absl::Status WaitForClock(const std::string& scheduler, int rank, int64_t clock,
+                          absl::Duration timeout) {
+  SchedulerClient sched(scheduler);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto status = sched.GetJobStatus();
+    if (status.ok() && status->workers(rank).clock() >= clock) {
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("worker ", rank, " did not reach clock ", clock));
+}
+
+std::string ReadLog(Subprocess& p) {
+  std::ifstream in(p.log_path());
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int ExitCode(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+}
+
+// The softmax tables of a finished job, in the model's block order.
+std::vector<float> ReadParams(const std::string& scheduler) {
+  std::vector<float> out;
+  ClientOptions co;
+  co.scheduler_address = scheduler;
+  auto client = Client::Connect(co);
+  EXPECT_OK(client);
+  if (!client.ok()) return out;
+  auto model = MakeSoftmaxRegression(784, 10);
+  for (const ParamBlock& b : model->Blocks()) {
+    auto t = (*client)->OpenTable("softmax/" + b.name);
+    EXPECT_OK(t);
+    if (!t.ok()) return out;
+    std::vector<float> v(b.rows * b.width);
+    EXPECT_OK(
+        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// The BSP job in one process: each step, every rank's gradient on its own
+// batch, scaled by the BSP rate, summed in rank order and averaged.
+std::vector<float> SingleProcessBsp(int workers, int steps) {
+  auto full = LoadFashionMnist(kData, true);
+  EXPECT_OK(full);
+  auto model = MakeSoftmaxRegression(784, 10);
+  std::vector<float> params(model->NumParams());
+  model->Init(kSeed, params.data());
+  std::vector<Dataset> shards;
+  std::vector<Batcher> batchers;
+  for (int r = 0; r < workers; ++r) {
+    shards.push_back(Shard(*full, r, workers));
+    batchers.emplace_back(shards.back().num_examples, kSeed, r);
+  }
+  std::vector<float> grad(params.size()), sum(params.size());
+  for (int step = 0; step < steps; ++step) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    const float lr = BspLearningRate(0.05, workers, 5, step);
+    for (int r = 0; r < workers; ++r) {
+      model->LossAndGradient(params.data(), shards[r],
+                             batchers[r].Next(kBatch), grad.data());
+      for (size_t j = 0; j < grad.size(); ++j) sum[j] += grad[j] * lr;
+    }
+    for (size_t j = 0; j < params.size(); ++j) {
+      params[j] -= 1.0f * (sum[j] / static_cast<float>(workers));
+    }
+  }
+  return params;
+}
+
+proto::NodeState WorkerState(const std::string& scheduler,
+                             const std::string& name) {
+  SchedulerClient sched(scheduler);
+  auto map = sched.GetClusterMap();
+  EXPECT_OK(map);
+  if (!map.ok()) return proto::STATE_UNSPECIFIED;
+  for (const auto& n : map->nodes()) {
+    if (n.role() == proto::WORKER && n.name() == name) return n.state();
+  }
+  return proto::STATE_UNSPECIFIED;
+}
+
+TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
+  constexpr int kSteps = 3000;
+  auto job = StartJob("bsp_replace",
+                      {"--consistency=bsp", "--num_workers=2",
+                       "--worker_replace_timeout_ms=120000"},
+                      2, kSteps);
+  ASSERT_NE(job, nullptr);
+  ASSERT_OK(WaitForClock(job->scheduler_address(), 1, 100, absl::Minutes(2)));
+  job->worker(1).Signal(SIGKILL);
+  ASSERT_OK_AND_ASSIGN(int killed, job->WaitForWorker(1, absl::Seconds(10)));
+  ASSERT_TRUE(WIFSIGNALED(killed));
+  // The replacement registers under the dead worker's name (index 2 in
+  // the harness, name w1): it gets rank 1, its shard and its clock.
+  std::vector<std::string> flags = WorkerFlags(kSteps);
+  flags.push_back("--name=w1");
+  flags.push_back("--rank=1");
+  ASSERT_OK(job->AddWorker(flags));
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(4)));
+  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, absl::Minutes(4)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
+  const std::string log = ReadLog(job->worker(2));
+  EXPECT_THAT(log, HasSubstr("rank 1 of 2"));
+  EXPECT_THAT(log, HasSubstr("continuing from clock"));
+
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  EXPECT_EQ(status.failure(), "");
+  EXPECT_EQ(status.workers(1).clock(), kSteps);
+  EXPECT_TRUE(status.workers(1).finished());
+
+  const std::vector<float> got = ReadParams(job->scheduler_address());
+  const std::vector<float> want = SingleProcessBsp(2, kSteps);
+  ASSERT_EQ(got.size(), want.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) ++differ;
+  }
+  EXPECT_EQ(differ, 0u) << "of " << got.size() << " parameters";
+  EXPECT_OK(job->Stop());
+}
+
+TEST(WorkerLossTest, BspBackupWorkerAbsorbsAKillWithoutWaiting) {
+  constexpr int kSteps = 1500;
+  // A ten-minute bound: finishing within the test's timeout shows that
+  // nobody waited for a replacement.
+  auto job = StartJob("bsp_backup",
+                      {"--consistency=bsp", "--num_workers=2",
+                       "--backup_workers=1", "--dead_after_ms=3000",
+                       "--worker_replace_timeout_ms=600000"},
+                      3, kSteps);
+  ASSERT_NE(job, nullptr);
+  ASSERT_OK(WaitForClock(job->scheduler_address(), 2, 50, absl::Minutes(2)));
+  job->worker(2).Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(3)));
+  ASSERT_OK_AND_ASSIGN(int w1, job->WaitForWorker(1, absl::Minutes(3)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w1), 0) << job->worker(1).LogTail();
+  std::cout << "survivors finished " << absl::Now() - killed
+            << " after the kill\n";
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  EXPECT_EQ(status.failure(), "");
+  EXPECT_EQ(status.workers(0).clock(), kSteps);
+  EXPECT_EQ(status.workers(1).clock(), kSteps);
+  EXPECT_LT(status.workers(2).clock(), kSteps);
+  EXPECT_OK(job->Stop());
+}
+
+// Kills worker 2 of three mid-run without a replacement, under `policy`.
+// Returns the job once worker 2 is dead.
+std::unique_ptr<LocalJob> KillOneOfThree(const std::string& tag,
+                                         const std::string& policy,
+                                         const std::string& on_loss,
+                                         int steps) {
+  auto job = StartJob(tag,
+                      {"--consistency=" + policy, "--staleness=2",
+                       "--num_workers=3", "--dead_after_ms=3000",
+                       "--worker_replace_timeout_ms=2000",
+                       "--on_worker_loss=" + on_loss},
+                      3, steps);
+  if (job == nullptr) return nullptr;
+  EXPECT_OK(WaitForClock(job->scheduler_address(), 2, 20, absl::Minutes(2)));
+  job->worker(2).Signal(SIGKILL);
+  auto st = job->WaitForWorker(2, absl::Seconds(10));
+  EXPECT_OK(st);
+  return job;
+}
+
+void ExpectContinues(const std::string& policy) {
+  constexpr int kSteps = 1500;
+  auto job = KillOneOfThree(policy + "_continue", policy, "continue", kSteps);
+  ASSERT_NE(job, nullptr);
+  const absl::Time killed = absl::Now();
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(3)));
+  ASSERT_OK_AND_ASSIGN(int w1, job->WaitForWorker(1, absl::Minutes(3)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w1), 0) << job->worker(1).LogTail();
+  std::cout << policy << ": survivors finished " << absl::Now() - killed
+            << " after the kill\n";
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  EXPECT_EQ(status.failure(), "");
+  EXPECT_EQ(status.workers(0).clock(), kSteps);
+  EXPECT_EQ(status.workers(1).clock(), kSteps);
+  // The survivors may finish before the kill is noticed (ASP never waits).
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10);
+       !status.workers(2).lost() && !status.workers(2).retired() &&
+       absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_OK_AND_ASSIGN(status, sched.GetJobStatus());
+  }
+  EXPECT_TRUE(status.workers(2).lost() || status.workers(2).retired());
+  if (policy == "ssp") {
+    // SSP waits for the lost worker until the bound, then retires it.
+    EXPECT_TRUE(status.workers(2).retired());
+  }
+  EXPECT_OK(job->Stop());
+}
+
+TEST(WorkerLossTest, SspContinuesWithFewerWorkersAfterTheBound) {
+  ExpectContinues("ssp");
+}
+
+TEST(WorkerLossTest, AspContinuesWithFewerWorkers) { ExpectContinues("asp"); }
+
+// Every survivor exits with status 1 soon after the bound, naming the lost
+// worker. `steps` keeps the survivors running (or blocked) past it.
+void ExpectStops(const std::unique_ptr<LocalJob>& job,
+                 const std::vector<int>& survivors, const std::string& lost) {
+  const absl::Time killed = absl::Now();
+  for (int i : survivors) {
+    // Dead after 3 s (not less: this loaded 2-core machine delays
+    // heartbeats by a second at times), bound 2 s: well within 60 s.
+    ASSERT_OK_AND_ASSIGN(int st, job->WaitForWorker(i, absl::Seconds(60)));
+    EXPECT_EQ(ExitCode(st), 1) << job->worker(i).LogTail();
+    EXPECT_THAT(ReadLog(job->worker(i)), HasSubstr(lost));
+  }
+  std::cout << "survivors exited " << absl::Now() - killed
+            << " after the kill\n";
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  EXPECT_THAT(status.failure(), HasSubstr(lost));
+  EXPECT_THAT(status.failure(), HasSubstr("--on_worker_loss=stop"));
+  EXPECT_OK(job->Stop());
+}
+
+TEST(WorkerLossTest, SspStopsNamingTheLostWorker) {
+  auto job = KillOneOfThree("ssp_stop", "ssp", "stop", 100000);
+  ASSERT_NE(job, nullptr);
+  ExpectStops(job, {0, 1}, "worker 'w2' (rank 2)");
+}
+
+TEST(WorkerLossTest, AspStopsNamingTheLostWorker) {
+  auto job = KillOneOfThree("asp_stop", "asp", "stop", 1000000);
+  ASSERT_NE(job, nullptr);
+  ExpectStops(job, {0, 1}, "worker 'w2' (rank 2)");
+}
+
+// BSP survivors wait on the data plane (their PushPull is held until every
+// rank pushed): they learn of the failure through their heartbeats.
+TEST(WorkerLossTest, BspStopsSurvivorsBlockedOnTheDataPlane) {
+  auto job = StartJob("bsp_stop",
+                      {"--consistency=bsp", "--num_workers=2",
+                       "--dead_after_ms=3000",
+                       "--worker_replace_timeout_ms=2000"},
+                      2, 100000);
+  ASSERT_NE(job, nullptr);
+  ASSERT_OK(WaitForClock(job->scheduler_address(), 1, 20, absl::Minutes(2)));
+  job->worker(1).Signal(SIGKILL);
+  ASSERT_OK(job->WaitForWorker(1, absl::Seconds(10)).status());
+  ExpectStops(job, {0}, "worker 'w1' (rank 1)");
+}
+
+TEST(WorkerLossTest, ContinueUnderBspIsRefusedAtStart) {
+  const std::string dir = TestTmpDir() + "/bsp_continue";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  Subprocess scheduler({RunfilePath("scheduler/ps_scheduler"),
+                        "--listen=127.0.0.1:0", "--consistency=bsp",
+                        "--num_workers=2", "--on_worker_loss=continue"},
+                       dir + "/scheduler.log");
+  ASSERT_OK(scheduler.Start());
+  ASSERT_OK_AND_ASSIGN(int st, scheduler.Wait(absl::Seconds(30)));
+  EXPECT_EQ(ExitCode(st), 2);
+  EXPECT_THAT(ReadLog(scheduler), HasSubstr("--backup_workers"));
+}
+
+TEST(WorkerLossTest, SigtermLeavesAtOnceAndAReplacementFinishes) {
+  constexpr int kSteps = 3000;
+  // Heartbeats would take 60 s to expire: LEFT can only come from Leave.
+  auto job = StartJob("sigterm",
+                      {"--consistency=bsp", "--num_workers=2",
+                       "--dead_after_ms=60000",
+                       "--worker_replace_timeout_ms=120000"},
+                      2, kSteps);
+  ASSERT_NE(job, nullptr);
+  ASSERT_OK(WaitForClock(job->scheduler_address(), 1, 100, absl::Minutes(2)));
+  job->worker(1).Signal(SIGTERM);
+  const absl::Time sent = absl::Now();
+  ASSERT_OK_AND_ASSIGN(int st, job->WaitForWorker(1, absl::Seconds(20)));
+  EXPECT_EQ(ExitCode(st), 143) << job->worker(1).LogTail();
+  EXPECT_EQ(WorkerState(job->scheduler_address(), "w1"), proto::LEFT);
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(20));
+  const std::string log = ReadLog(job->worker(1));
+  EXPECT_THAT(log, HasSubstr("SIGTERM: leaving the job, reporting clock"));
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  EXPECT_TRUE(status.workers(1).lost());
+  EXPECT_FALSE(status.workers(1).finished());
+
+  std::vector<std::string> flags = WorkerFlags(kSteps);
+  flags.push_back("--name=w1");
+  flags.push_back("--rank=1");
+  ASSERT_OK(job->AddWorker(flags));
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(4)));
+  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, absl::Minutes(4)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
+  // A worker that finished leaves as finished: LEFT at once, and no loss.
+  EXPECT_EQ(WorkerState(job->scheduler_address(), "w1"), proto::LEFT);
+  ASSERT_OK_AND_ASSIGN(status, sched.GetJobStatus());
+  EXPECT_TRUE(status.workers(1).finished());
+  EXPECT_FALSE(status.workers(1).lost());
+  EXPECT_EQ(status.failure(), "");
+  const std::vector<float> got = ReadParams(job->scheduler_address());
+  const std::vector<float> want = SingleProcessBsp(2, kSteps);
+  ASSERT_EQ(got.size(), want.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) ++differ;
+  }
+  EXPECT_EQ(differ, 0u) << "of " << got.size() << " parameters";
+  EXPECT_OK(job->Stop());
+}
+
+}  // namespace
+}  // namespace downpour
