@@ -57,19 +57,40 @@ absl::Status ClockTable::Advance(int rank, Clock clock) {
         absl::StrCat("worker ", rank, " clock moves back from ",
                      clocks_[rank], " to ", clock));
   }
+  if (!WithinBound(rank, clock)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", rank, " clock ", clock, " (recorded ", clocks_[rank],
+        ") would be more than ", policy_.bound() + 1,
+        " ahead of the gating clock ", GatingWith(rank, clock), " under ",
+        policy_.ToString(), ": it cannot have completed those iterations"));
+  }
   clocks_[rank] = clock;
   return absl::OkStatus();
 }
 
-Clock ClockTable::GatingClock() const {
+bool ClockTable::WithinBound(int rank, Clock clock) const {
+  if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
+  const Clock gating = GatingWith(rank, clock);
+  // clock - gating <= bound + 1, written so that it cannot overflow.
+  return clock <= gating || clock - gating - 1 <= policy_.bound();
+}
+
+Clock ClockTable::GatingWith(int rank, Clock clock) const {
+  std::vector<Clock> clocks = clocks_;
+  clocks[rank] = clock;
+  return Gating(clocks);
+}
+
+Clock ClockTable::GatingClock() const { return Gating(clocks_); }
+
+Clock ClockTable::Gating(std::vector<Clock> clocks) const {
   if (policy_.backup_workers == 0) {
-    return *std::min_element(clocks_.begin(), clocks_.end());
+    return *std::min_element(clocks.begin(), clocks.end());
   }
-  std::vector<Clock> sorted = clocks_;
   // The N-th largest: the clock that N workers have all reached.
-  std::nth_element(sorted.begin(), sorted.begin() + (policy_.num_workers - 1),
-                   sorted.end(), std::greater<Clock>());
-  return sorted[policy_.num_workers - 1];
+  std::nth_element(clocks.begin(), clocks.begin() + (policy_.num_workers - 1),
+                   clocks.end(), std::greater<Clock>());
+  return clocks[policy_.num_workers - 1];
 }
 
 bool ClockTable::MayProceed(Clock clock) const {

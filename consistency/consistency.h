@@ -66,9 +66,19 @@ class ClockTable {
   int size() const { return static_cast<int>(clocks_.size()); }
 
   // Records that worker `rank` completed iterations below `clock`. Clocks
-  // only move forward: kInvalidArgument for a rank outside
-  // [0, N + b) and kFailedPrecondition for a clock below the recorded one.
+  // only move forward, and no further than the policy lets a worker run:
+  // kInvalidArgument for a rank outside [0, N + b); kFailedPrecondition
+  // (changing nothing) for a clock below the recorded one, or one that
+  // WithinBound refuses.
   absl::Status Advance(int rank, Clock clock);
+  // Whether `rank` may report `clock` now: under BSP and SSP(s) no worker
+  // may be more than bound() + 1 ahead of the gating clock, taken with
+  // `rank` already at `clock` (a worker that completed iteration c - 1 was
+  // allowed to start it, so c - 1 - gating <= bound). The slowest worker
+  // may always catch up; a clock refused now may be allowed once the
+  // others report theirs (their reports travel separately and may lag).
+  // Always true under ASP. REQUIRES: 0 <= rank < size().
+  bool WithinBound(int rank, Clock clock) const;
   Clock clock(int rank) const { return clocks_[rank]; }
 
   // The clock that gates progress: the minimum over all workers without
@@ -78,6 +88,10 @@ class ClockTable {
   bool MayProceed(Clock clock) const;
 
  private:
+  // The gating clock of `clocks`, and of this table with `rank` at `clock`.
+  Clock Gating(std::vector<Clock> clocks) const;
+  Clock GatingWith(int rank, Clock clock) const;
+
   ConsistencyPolicy policy_;
   std::vector<Clock> clocks_;
 };

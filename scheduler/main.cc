@@ -9,6 +9,7 @@
 #include "common/auth.h"
 #include "common/logging.h"
 #include "common/signals.h"
+#include "common/token_file.h"
 #include "scheduler/scheduler.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC listen address");
@@ -30,6 +31,18 @@ ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
 ABSL_FLAG(int32_t, backup_workers, 0,
           "extra workers; each step uses the first num_workers to finish");
+ABSL_FLAG(std::string, job_token_file, "",
+          "if set, only workers presenting this file's token (ps_worker "
+          "--job_token_file) get a rank");
+ABSL_FLAG(int64_t, clock_report_grace_ms, 5000,
+          "a worker clock beyond what the policy allows waits this long for "
+          "the other workers' reports before it is refused");
+ABSL_FLAG(int64_t, forget_dead_after_ms, 600000,
+          "a dead node that no key range names is forgotten after this long");
+ABSL_FLAG(int32_t, max_nodes, 4096,
+          "most nodes the cluster map lists (alive and dead)");
+ABSL_FLAG(int64_t, max_map_bytes, 1 << 20,
+          "most bytes the cluster map may take (gRPC's limit is 4 MiB)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour scheduler daemon");
@@ -59,6 +72,27 @@ int main(int argc, char** argv) {
   }
   options.policy = *policy;
   options.policy_name = absl::GetFlag(FLAGS_consistency);
+  if (const std::string path = absl::GetFlag(FLAGS_job_token_file);
+      !path.empty()) {
+    auto token = downpour::ReadTokenFile(path);
+    if (!token.ok()) {
+      DP_LOG(ERROR) << "--job_token_file: " << token.status();
+      return 2;
+    }
+    options.job_token = *token;
+  }
+  options.clock_report_grace =
+      absl::Milliseconds(absl::GetFlag(FLAGS_clock_report_grace_ms));
+  options.forget_dead_after =
+      absl::Milliseconds(absl::GetFlag(FLAGS_forget_dead_after_ms));
+  options.max_nodes = absl::GetFlag(FLAGS_max_nodes);
+  options.max_map_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_map_bytes));
+  if (options.max_nodes < 1 || options.max_map_bytes < (64u << 10) ||
+      options.max_map_bytes > (3u << 20)) {
+    DP_LOG(ERROR) << "--max_nodes must be >= 1 and --max_map_bytes in "
+                  << "[64 KiB, 3 MiB] (gRPC's message limit is 4 MiB)";
+    return 2;
+  }
   auto auth = downpour::ClusterAuth::FromFlags();
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

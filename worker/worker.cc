@@ -224,6 +224,7 @@ absl::Status WorkerImpl::Init() {
   reg.set_role(proto::WORKER);
   reg.set_name(options_.name);
   if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
+  reg.set_job_token(options_.job_token);
   DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                       scheduler_.Register(reg, absl::Seconds(30)));
   if (health_.health != nullptr) health_.health->SetReady(true);
@@ -598,7 +599,7 @@ absl::Status WorkerImpl::StartStep(int64_t* clock, bool* done) {
     if (*clock - gating <= bound) return absl::OkStatus();
   }
   DP_ASSIGN_OR_RETURN(int64_t gating,
-                      scheduler_.WaitClock(rank_, *clock, absl::Minutes(2)));
+                      scheduler_.WaitClock(id_, rank_, *clock, absl::Minutes(2)));
   reporter_->ObserveGating(gating);
   // A backup worker that fell behind skips to the step being taken.
   if (gating > *clock && job_.backup_workers() > 0) *clock = gating;
@@ -697,7 +698,7 @@ absl::Status WorkerImpl::RunSparse() {
     // report the accuracy with the same (final) clock again.
     const int64_t last = options_.steps;
     DP_ASSIGN_OR_RETURN(int64_t gating,
-                        scheduler_.WaitClock(rank_, last, absl::Minutes(2)));
+                        scheduler_.WaitClock(id_, rank_, last, absl::Minutes(2)));
     (void)gating;
     client_->SetWorkerClock(rank_, last);
     DP_ASSIGN_OR_RETURN(double accuracy, evaluate(last));
