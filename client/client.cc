@@ -19,6 +19,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
 #include "common/logging.h"
+#include "common/serial_executor.h"
 #include "common/status_macros.h"
 #include "proto/downpour.pb.h"
 #include "transport/data_client.h"
@@ -192,6 +193,9 @@ class ClientImpl final : public Client {
   absl::Status Init() {
     DataClientOptions data_options;
     data_options.auth = options_.auth;
+    data_options.on_disconnect = [this](const std::string& endpoint) {
+      ReportBrokenConnection(endpoint);
+    };
     DP_ASSIGN_OR_RETURN(data_, DataClient::Create(data_options, &pool_));
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     absl::StatusOr<proto::ClusterMap> map;
@@ -316,6 +320,34 @@ class ClientImpl final : public Client {
                        ") left the cluster map in epoch ", view->epoch())));
     }
   }
+  // A data connection to a server broke: tell the scheduler, which then
+  // declares it dead unless it hears from it within a short grace (faster
+  // than missed heartbeats, and harmless if the server is alive). On the
+  // transport's I/O thread: the call itself goes to `reports_`.
+  void ReportBrokenConnection(const std::string& endpoint) {
+    if (shutting_down_.load()) return;
+    NodeId server = kNoNode;
+    for (const proto::NodeInfo& n : Map()->proto().nodes()) {
+      if (n.data_endpoint() == endpoint && n.state() == proto::ALIVE) {
+        server = n.id();
+      }
+    }
+    if (server == kNoNode) return;
+    {
+      absl::MutexLock lock(&reports_mu_);
+      const absl::Time now = absl::Now();
+      absl::Time& last = last_report_[server];
+      if (now - last < absl::Seconds(1)) return;  // one report is enough
+      last = now;
+    }
+    reports_.Schedule([this, server, endpoint] {
+      absl::Status s = scheduler_.ReportUnreachable(
+          kNoNode, server,
+          absl::StrCat("a client's data connection to ", endpoint, " broke"));
+      if (!s.ok()) DP_LOG(WARNING) << s;
+    });
+  }
+
   void RefreshMap() {
     auto map = scheduler_.GetClusterMap();
     if (map.ok()) UpdateMap(*std::move(map));
@@ -390,6 +422,12 @@ class ClientImpl final : public Client {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
   std::atomic<bool> shutting_down_{false};
+  // Reports of broken connections, sent off the I/O thread, at most one a
+  // second per server.
+  absl::Mutex reports_mu_;
+  absl::flat_hash_map<NodeId, absl::Time> last_report_
+      ABSL_GUARDED_BY(reports_mu_);
+  SerialExecutor reports_;
 
   // Exactly once across retries: this client's random id, and the writes it
   // may still retry (a server forgets those below the smallest).

@@ -141,7 +141,8 @@ void* DataClient::Loop::SocketFor(const std::string& endpoint) {
                                            owner_->options_.max_message_bytes);
   if (s == nullptr) return nullptr;
   auto monitor = transport_internal::HandshakeMonitor::Create(
-      context_, s, /*hangups_to_report=*/2);
+      context_, s, /*hangups_to_report=*/2,
+      /*watch_disconnects=*/owner_->options_.on_disconnect != nullptr);
   if (!monitor.ok() ||
       !transport_internal::ApplyCurveClient(s, owner_->options_.auth).ok() ||
       zmq_connect(s, endpoint.c_str()) != 0) {
@@ -216,6 +217,9 @@ void DataClient::Loop::CheckHandshakes(void* socket) {
   if (it == monitors_.end()) return;
   std::optional<transport_internal::HandshakeMonitor::Failure> failure;
   while (auto f = it->second->Next()) failure = std::move(f);
+  if (it->second->TakeDisconnect() && owner_->options_.on_disconnect) {
+    owner_->options_.on_disconnect(EndpointOf(socket));
+  }
   if (!failure) return;
   ResetSocket(socket, absl::UnauthenticatedError(absl::StrCat(
                           "data plane connection to ", EndpointOf(socket),

@@ -31,6 +31,10 @@ struct DataClientOptions {
   size_t max_message_bytes = size_t{256} << 20;
   // On: connections use CURVE with the cluster's keys (see common/auth.h).
   ClusterAuth auth;
+  // Called on the I/O thread when an established connection to `endpoint`
+  // breaks (the server died, or the link did); must not block. Requests in
+  // flight are not failed by it: ZeroMQ reconnects, and the caller decides.
+  std::function<void(const std::string& endpoint)> on_disconnect;
 };
 
 class DataClient {

@@ -35,6 +35,10 @@
 // primary in the command's range; ranges it names beyond them are not an
 // error, since every holder gets the same command.
 //
+// Implemented in dispatcher.cc (executing requests), dispatcher_validate.cc
+// (checking them), dispatcher_map.cc (map changes) and replica_apply.cc (a
+// backup applying its primary's stream).
+//
 // Thread-compatible: Handle, InstallMap and ApplyMap run on the data
 // thread; PrepareMap (allocating new ranges) may run on another thread, but
 // not concurrently with InstallMap; FillStats on any thread.
@@ -178,10 +182,9 @@ class Dispatcher {
   // The forwarded form of a client write (its header, its frames).
   ForwardedWrite ForwardOf(const Validated& v, const IncomingMessage& request);
   bool Replicated(const Validated& v) const;
-  // Backup side: a message from the range's primary.
+  // Backup side: a message from the range's primary (checked here,
+  // applied by ApplyReplicated).
   void HandleReplica(const IncomingMessage& request, OutgoingReply* reply);
-  absl::Status ApplyReplica(TableShard& shard, TableShard::Range& range,
-                            const IncomingMessage& request);
   // The values of [begin, end) of `vector`: the table's own rows, pinned
   // until sent, when the store allows it (large ranges of the parameters)
   // and `may_pin`, else a copy in a pooled buffer.

@@ -149,7 +149,8 @@ int ZapHandler::Serve() {
 }
 
 absl::StatusOr<std::unique_ptr<HandshakeMonitor>> HandshakeMonitor::Create(
-    void* context, void* socket, int hangups_to_report) {
+    void* context, void* socket, int hangups_to_report,
+    bool watch_disconnects) {
   static std::atomic<uint64_t> next{0};
   const std::string address =
       absl::StrCat("inproc://downpour-handshake-", next.fetch_add(1));
@@ -157,7 +158,9 @@ absl::StatusOr<std::unique_ptr<HandshakeMonitor>> HandshakeMonitor::Create(
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                             (watch_disconnects ? ZMQ_EVENT_DISCONNECTED
+                                                : 0)) != 0) {
     return ErrnoStatus("monitor socket");
   }
   void* pair = zmq_socket(context, ZMQ_PAIR);
@@ -190,6 +193,14 @@ std::optional<HandshakeMonitor::Failure> HandshakeMonitor::Next() {
     std::memcpy(&value, event[0].data() + sizeof(id), sizeof(value));
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       hangups_ = 0;
+      connected_ = true;
+      continue;
+    }
+    if (id == ZMQ_EVENT_DISCONNECTED) {
+      // Only a connection that was up counts: a refused handshake hangs
+      // up too, and is reported above.
+      if (connected_) disconnected_ = true;
+      connected_ = false;
       continue;
     }
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL &&

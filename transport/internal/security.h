@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,12 +56,18 @@ class HandshakeMonitor {
   // down while the second (ZeroMQ reconnects within ~100 ms) is the refusal
   // a server with CURVE gives a client without it. A refusal with a reason
   // (ZAP denial, mechanism mismatch, bad cryptography) is reported at once.
+  // `watch_disconnects`: also notice an established connection breaking
+  // (see TakeDisconnect), for a client that reports its peer unreachable.
   static absl::StatusOr<std::unique_ptr<HandshakeMonitor>> Create(
-      void* context, void* socket, int hangups_to_report = 1);
+      void* context, void* socket, int hangups_to_report = 1,
+      bool watch_disconnects = false);
   ~HandshakeMonitor();
   void* socket() const { return pair_; }  // poll for ZMQ_POLLIN
   // The next failure to report, if one is waiting.
   std::optional<Failure> Next();
+  // Whether an established connection broke since the last call (events
+  // are read by Next; call it first).
+  bool TakeDisconnect() { return std::exchange(disconnected_, false); }
 
  private:
   HandshakeMonitor(void* monitored, void* pair, int hangups_to_report)
@@ -71,6 +78,8 @@ class HandshakeMonitor {
   void* pair_;
   const int hangups_to_report_;
   int hangups_ = 0;  // in a row, since the last successful handshake
+  bool connected_ = false;     // a handshake succeeded since the last break
+  bool disconnected_ = false;  // a connection broke since TakeDisconnect
 };
 
 }  // namespace transport_internal

@@ -1,0 +1,310 @@
+// Dispatcher, part two: applying a new cluster map (see dispatcher.h).
+// PrepareMap allocates what a map needs (the slow part) off the data
+// thread; InstallMap then creates, promotes, demotes and drops this
+// server's ranges and tells the replicator each primary range's backups.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "server/internal/dispatcher.h"
+
+namespace downpour {
+namespace server_internal {
+
+using Role = TableShard::Range::Role;
+
+namespace {
+
+uint64_t SatAdd(uint64_t a, uint64_t b) {
+  return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+// The bytes a range of `layout` holds once used: dense arrays whole
+// (handler state and named vectors are allocated on first use, but will
+// be), sparse ranges what `store` holds now (nothing when new).
+uint64_t RangeBytes(const TableLayout& layout, KeyRange range,
+                    const RangeStore* store) {
+  if (!layout.dense) return store == nullptr ? 0 : store->allocated_bytes();
+  const uint64_t row_floats =
+      SatAdd(SatMul(layout.width, layout.num_vectors), layout.state_width);
+  return SatMul(range.size(), SatMul(sizeof(float), row_floats));
+}
+
+// This server's part in a range of the map.
+enum class Part { kNone, kPrimary, kBackup };
+
+Part PartOf(const proto::RangeAssignment& r, NodeId self) {
+  if (r.primary() == self) return Part::kPrimary;
+  for (NodeId n : r.replicas()) {
+    if (n == self) return Part::kBackup;
+  }
+  for (NodeId n : r.catching_up()) {
+    if (n == self) return Part::kBackup;
+  }
+  return Part::kNone;
+}
+
+}  // namespace
+
+std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
+    const proto::ClusterMap& map) const {
+  auto prepared = std::make_unique<PreparedMap>();
+  prepared->map = map;
+  auto fail = [&](TableId id, const absl::Status& why) {
+    DP_LOG(ERROR) << "cannot serve table " << id << ": " << why;
+    if (prepared->status.ok()) prepared->status = why;
+    prepared->failures.emplace_back(id, why);
+  };
+  // Table storage this server holds with the tables counted so far.
+  uint64_t committed = 0;
+  for (const proto::TableMap& table : map.tables()) {
+    const TableId id = table.spec().id();
+    std::shared_ptr<TableShard> shard;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = tables_.find(id);
+      if (it != tables_.end()) shard = it->second;
+    }
+    const bool is_new = shard == nullptr;
+    if (is_new) {
+      auto created = TableShard::Create(table.spec(), {}, plugins_,
+                                        pin_options_);
+      if (!created.ok()) {
+        fail(id, created.status());
+        continue;
+      }
+      shard = std::move(*created);
+    }
+    uint64_t held_bytes = 0, fresh_bytes = 0;
+    std::vector<KeyRange> fresh;
+    for (const proto::RangeAssignment& r : table.ranges()) {
+      const Part part = PartOf(r, self_);
+      if (part == Part::kNone) continue;
+      const KeyRange range{r.begin(), r.end()};
+      // Read without the data thread's help: PrepareMap never runs while
+      // InstallMap changes the ranges.
+      const TableShard::Range* held = shard->FindExact(range);
+      // A demoted primary may hold writes its successor lacks: it starts
+      // over from a copy like any new backup.
+      if (held == nullptr ||
+          (held->role == Role::kPrimary && part == Part::kBackup)) {
+        fresh.push_back(range);
+        fresh_bytes = SatAdd(fresh_bytes, RangeBytes(shard->layout(), range,
+                                                     nullptr));
+      } else {
+        held_bytes = SatAdd(held_bytes, RangeBytes(shard->layout(), range,
+                                                   held->store.get()));
+      }
+    }
+    committed = SatAdd(committed, held_bytes);
+    auto refuse = [&](const absl::Status& why) {
+      fail(id, why);
+      for (const KeyRange& r : fresh) {
+        prepared->refused.insert({id, r.begin});
+        prepared->fresh.erase({id, r.begin});
+      }
+    };
+    if (max_table_bytes_ > 0 && !fresh.empty() &&
+        SatAdd(committed, fresh_bytes) > max_table_bytes_) {
+      refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "table '", table.spec().name(), "': server ", self_, " cannot hold ",
+          fresh.size(), " more range(s) of it (", fresh_bytes,
+          " bytes): it holds ", committed, " bytes of tables and its limit "
+          "is ", max_table_bytes_, " bytes (ps_server --max_table_bytes)")));
+      continue;
+    }
+    bool allocated = true;
+    for (const KeyRange& r : fresh) {
+      try {
+        prepared->fresh[{id, r.begin}] = shard->NewRange(r);
+      } catch (const std::bad_alloc&) {
+        refuse(absl::ResourceExhaustedError(absl::StrCat(
+            "table '", table.spec().name(), "': server ", self_,
+            " could not allocate keys [", r.begin, ", ", r.end, ") (",
+            fresh_bytes, " bytes for its new ranges)")));
+        allocated = false;
+        break;
+      }
+    }
+    if (!allocated) continue;
+    committed = SatAdd(committed, fresh_bytes);
+    if (is_new) prepared->new_tables[id] = shard;
+  }
+  return prepared;
+}
+
+void Dispatcher::AbandonSteps(TableShard::Range& range,
+                              const absl::Status& why) {
+  std::vector<uint64_t> waiters;
+  for (auto& [part, steps] : range.steps) {
+    std::vector<uint64_t> w = steps.Abandon();
+    waiters.insert(waiters.end(), w.begin(), w.end());
+  }
+  for (uint64_t token : waiters) pull_waiters_.erase(token);
+  if (env_ == nullptr) return;
+  for (uint64_t token : waiters) {
+    DeferredReply d;
+    d.reply_token = token;
+    d.reply.header.set_server_id(self_);
+    d.reply.header.set_status_code(static_cast<int>(why.code()));
+    d.reply.header.set_status_message(std::string(why.message()));
+    env_->SendDeferred(std::move(d));
+  }
+}
+
+absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
+  const proto::ClusterMap& map = prepared->map;
+  const Epoch epoch = map.epoch();
+  absl::flat_hash_map<NodeId, const proto::NodeInfo*> nodes;
+  for (const proto::NodeInfo& n : map.nodes()) nodes[n.id()] = &n;
+  const absl::Status moved = absl::AbortedError(absl::StrCat(
+      "not owner: the range moved away from server ", self_, " in epoch ",
+      epoch, "; retry with a fresh map"));
+  for (const proto::TableMap& table : map.tables()) {
+    const TableId id = table.spec().id();
+    std::shared_ptr<TableShard> shard;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = tables_.find(id);
+      if (it != tables_.end()) {
+        shard = it->second;
+      } else if (auto n = prepared->new_tables.find(id);
+                 n != prepared->new_tables.end()) {
+        shard = n->second;
+        tables_.emplace(id, shard);
+      }
+    }
+    if (shard == nullptr) continue;  // its spec was refused
+    std::map<Key, const proto::RangeAssignment*> mine;
+    for (const proto::RangeAssignment& r : table.ranges()) {
+      if (PartOf(r, self_) != Part::kNone) mine[r.begin()] = &r;
+    }
+    auto drop = [&](TableShard::Range& range) {
+      DropRange(id, *shard, range, moved);
+    };
+    std::vector<TableShard::Range*> leaving;
+    for (const auto& [begin, range] : shard->ranges()) {
+      auto it = mine.find(begin);
+      if (it == mine.end() || it->second->end() != range->range().end) {
+        leaving.push_back(range.get());
+      }
+    }
+    for (TableShard::Range* r : leaving) {
+      DP_LOG(INFO) << "table '" << shard->spec().name() << "' keys ["
+                   << r->range().begin << ", " << r->range().end
+                   << "): no longer held here (epoch " << epoch << ")";
+      drop(*r);
+    }
+    for (const auto& [begin, assignment] : mine) {
+      const Part part = PartOf(*assignment, self_);
+      const KeyRange kr{assignment->begin(), assignment->end()};
+      TableShard::Range* range = shard->FindExact(kr);
+      if (range != nullptr && range->role == Role::kPrimary &&
+          part == Part::kBackup) {
+        DP_LOG(WARNING) << "table '" << shard->spec().name() << "' keys ["
+                        << kr.begin << ", " << kr.end
+                        << "): demoted to a backup in epoch " << epoch
+                        << "; starting over from a copy";
+        drop(*range);
+        range = nullptr;
+      }
+      if (range == nullptr) {
+        // No memory for it here: the scheduler hears of it (AckEpoch).
+        if (prepared->refused.count({id, begin}) > 0) continue;
+        std::unique_ptr<TableShard::Range> fresh;
+        auto f = prepared->fresh.find({id, begin});
+        if (f != prepared->fresh.end()) {
+          fresh = std::move(f->second);
+        } else {
+          fresh = shard->NewRange(kr);
+        }
+        range = shard->AddRange(std::move(fresh));
+        if (replicator_ != nullptr) replicator_->ForgetStream(id, begin);
+        DP_LOG(INFO) << "table '" << shard->spec().name() << "' (id " << id
+                     << ") keys [" << kr.begin << ", " << kr.end << "): "
+                     << (part == Part::kPrimary ? "primary" : "backup")
+                     << (assignment->lost() ? " of a LOST range" : "")
+                     << ", epoch " << epoch;
+      } else if (range->role == Role::kBackup && part == Part::kPrimary) {
+        DP_LOG(INFO) << "table '" << shard->spec().name() << "' keys ["
+                     << kr.begin << ", " << kr.end
+                     << "): promoted to primary in epoch " << epoch;
+        // Writes the old primary could not finish wait for their clients'
+        // retries, which the copied client ledger recognises.
+      }
+      range->role = part == Part::kPrimary ? Role::kPrimary : Role::kBackup;
+      range->primary = assignment->primary();
+      range->lost = assignment->lost();
+      range->backups =
+          assignment->replicas_size() + assignment->catching_up_size();
+      if (replicator_ == nullptr) continue;
+      if (part == Part::kPrimary) {
+        std::vector<BackupInfo> backups;
+        auto add = [&](NodeId n, bool in_sync) {
+          auto node = nodes.find(n);
+          if (node == nodes.end()) return;
+          backups.push_back({n, node->second->data_endpoint(),
+                             node->second->incarnation(), in_sync});
+        };
+        for (NodeId n : assignment->replicas()) add(n, true);
+        for (NodeId n : assignment->catching_up()) add(n, false);
+        replicator_->SetBackups(id, range, backups, epoch);
+      } else {
+        replicator_->DropPrimary(id, begin, moved);
+      }
+    }
+  }
+  // Tables gone from the map (a declaration the scheduler rolled back)
+  // are dropped with their ranges.
+  absl::flat_hash_set<TableId> listed;
+  for (const proto::TableMap& table : map.tables()) {
+    listed.insert(table.spec().id());
+  }
+  std::vector<std::pair<TableId, std::shared_ptr<TableShard>>> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch >= epoch_) {
+      for (const auto& [id, shard] : tables_) {
+        if (!listed.contains(id)) gone.emplace_back(id, shard);
+      }
+      for (const auto& [id, shard] : gone) tables_.erase(id);
+    }
+  }
+  const absl::Status removed = absl::NotFoundError(absl::StrCat(
+      "the table was removed from the cluster map in epoch ", epoch));
+  for (const auto& [id, shard] : gone) {
+    DP_LOG(INFO) << "table '" << shard->spec().name() << "' (id " << id
+                 << ") removed from the map in epoch " << epoch
+                 << "; dropped";
+    std::vector<TableShard::Range*> ranges;
+    for (const auto& [begin, range] : shard->ranges()) {
+      ranges.push_back(range.get());
+    }
+    for (TableShard::Range* r : ranges) DropRange(id, *shard, *r, removed);
+  }
+  absl::MutexLock lock(&mu_);
+  if (epoch > epoch_) epoch_ = epoch;
+  return prepared->status;
+}
+
+void Dispatcher::DropRange(TableId id, TableShard& shard,
+                           TableShard::Range& range, const absl::Status& why) {
+  const Key begin = range.range().begin;
+  if (replicator_ != nullptr) {
+    replicator_->DropPrimary(id, begin, why);
+    replicator_->ForgetStream(id, begin);
+  }
+  AbandonSteps(range, why);
+  shard.RemoveRange(begin);
+}
+
+absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
+  return InstallMap(PrepareMap(map));
+}
+
+}  // namespace server_internal
+}  // namespace downpour

@@ -1,0 +1,323 @@
+// Dispatcher, part three: checking a data-plane request before anything
+// changes (see dispatcher.h for the error codes).
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/internal/dispatcher.h"
+
+namespace downpour {
+namespace server_internal {
+
+using Role = TableShard::Range::Role;
+
+namespace {
+
+std::string RangesString(const std::vector<KeyRange>& ranges) {
+  if (ranges.empty()) return "none";
+  std::string s;
+  for (const KeyRange& r : ranges) {
+    absl::StrAppend(&s, s.empty() ? "" : " ", "[", r.begin, ", ", r.end, ")");
+  }
+  return s;
+}
+
+// Whether a write of `op` may be retried by its client and is recorded in
+// the range's client ledger. Synced (BSP) pushes are idempotent by (rank,
+// clock) and task ADDs by (round, task) already.
+bool Dedupable(const proto::DataHeader& h, proto::Op op, bool synced) {
+  if (h.client_id() == 0 || h.seq() == 0 || synced || h.round() > 0) {
+    return false;
+  }
+  return OpWrites(op) || op == proto::VECTOR;
+}
+
+}  // namespace
+
+absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
+    const IncomingMessage& request) const {
+  const proto::DataHeader& h = request.header;
+  if (h.op() <= proto::OP_UNSPECIFIED || h.op() > proto::VECTOR) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown operation ", static_cast<int>(h.op())));
+  }
+  Validated v;
+  v.op = h.op();
+  Epoch epoch;
+  v.shard = Lookup(h.table_id(), &epoch);
+  if (v.shard == nullptr) {
+    if (h.epoch() > epoch) {
+      return absl::UnavailableError(absl::StrCat(
+          "server ", self_, " has applied epoch ", epoch,
+          " but the request is from epoch ", h.epoch(), "; retry"));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
+  }
+  TableShard& shard = *v.shard;
+  const proto::TableSpec& spec = shard.spec();
+  if (v.op == proto::VECTOR) return ValidateVector(std::move(v), request);
+  if (h.vector_id() >= shard.num_vectors()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(), "' has ", shard.num_vectors(),
+        " vectors; the request names vector ", h.vector_id()));
+  }
+  if (h.vector_id() != 0 && (v.op == proto::PUSH || v.op == proto::PUSH_PULL)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(), "': push applies the update handler to the "
+        "parameters (vector 0), not to vector ", h.vector_id()));
+  }
+  if (h.round() < 0 || (h.round() > 0 && v.op != proto::ADD)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "round ", h.round(), ": only an ADD may carry a round, and it is > 0"));
+  }
+  v.vector = h.vector_id();
+  const size_t width = shard.width();
+  if (h.width() != width) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec.name(), "' has width ", width,
+                     ", the request says ", h.width()));
+  }
+  const KeyRange space = shard.key_space();
+  auto not_owner = [&](Key key) {
+    return absl::AbortedError(absl::StrCat(
+        "not owner: server ", self_, " does not own key ", key, " of table '",
+        spec.name(), "' (holds ", RangesString(shard.held()), "), epoch ",
+        epoch));
+  };
+  auto outside = [&](Key key) {
+    return absl::OutOfRangeError(
+        absl::StrCat("key ", key, " is outside the key space [0, ", space.end,
+                     ") of table '", spec.name(), "'"));
+  };
+  // The range holding `key` if this server serves it as primary.
+  auto serving = [&](Key key) -> TableShard::Range* {
+    TableShard::Range* r = shard.Find(key);
+    return r != nullptr && r->role == Role::kPrimary ? r : nullptr;
+  };
+
+  if (h.is_range()) {
+    if (!request.keys.empty()) {
+      return absl::InvalidArgumentError("a range operation carries no keys");
+    }
+    if (h.range_begin() >= h.range_end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("empty or inverted range [", h.range_begin(), ", ",
+                       h.range_end(), ")"));
+    }
+    if (h.range_end() > space.end) return outside(h.range_end() - 1);
+    v.range = serving(h.range_begin());
+    if (v.range == nullptr) return not_owner(h.range_begin());
+    if (h.range_end() > v.range->range().end) {
+      return not_owner(v.range->range().end);
+    }
+    v.is_range = true;
+    v.begin = h.range_begin();
+    v.end = h.range_end();
+    v.n = v.end - v.begin;
+    if (h.num_keys() != v.n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("range [", v.begin, ", ", v.end, ") holds ", v.n,
+                       " keys, the header says ", h.num_keys()));
+    }
+  } else {
+    v.keys = request.keys;
+    v.n = v.keys.size();
+    if (h.num_keys() != v.n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the keys frame holds ", v.n, " keys, the header says ",
+          h.num_keys()));
+    }
+    if (h.batch_range_end() > 0) {
+      // A batch for one named range (a synced sparse push, possibly empty).
+      const KeyRange named{h.batch_range_begin(), h.batch_range_end()};
+      if (named.begin >= named.end || named.end > space.end) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch names the range [", named.begin, ", ",
+                         named.end, ") of table '", spec.name(), "'"));
+      }
+      v.range = shard.FindExact(named);
+      if (v.range == nullptr || v.range->role != Role::kPrimary) {
+        return not_owner(named.begin);
+      }
+    }
+    for (Key k : v.keys) {
+      if (k >= space.end) return outside(k);
+      if (v.range != nullptr && v.range->range().Contains(k)) continue;
+      if (h.batch_range_end() > 0) return not_owner(k);
+      TableShard::Range* r = serving(k);
+      if (r == nullptr) return not_owner(k);
+      if (v.range != nullptr) {
+        // Every range is replicated and moved on its own, so one request
+        // speaks for one range; the client SDK splits batches that way.
+        const KeyRange a = v.range->range(), b = r->range();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the keys of one request must lie in one range of table '",
+            spec.name(), "': key ", v.keys[0], " is in [", a.begin, ", ",
+            a.end, "), key ", k, " in [", b.begin, ", ", b.end, ")"));
+      }
+      v.range = r;
+    }
+  }
+  if (v.range != nullptr && v.range->lost) {
+    const KeyRange r = v.range->range();
+    return absl::DataLossError(absl::StrCat(
+        "table '", spec.name(), "' keys [", r.begin, ", ", r.end,
+        ") were lost: no live server held them when they were assigned to "
+        "server ", self_, "; restore the table from a checkpoint"));
+  }
+  if (h.round() > 0 && v.range != nullptr) {
+    DP_RETURN_IF_ERROR(v.range->rounds.Check(v.vector, h.round(), spec.name()));
+  }
+  // n <= 2^64 and width <= 2^20, so compare in 128 bits.
+  const unsigned __int128 floats = static_cast<unsigned __int128>(v.n) * width;
+  if (floats * sizeof(float) > max_message_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(v.n, " keys of width ", width,
+                     " exceed the message limit of ", max_message_bytes_,
+                     " bytes"));
+  }
+  v.floats = static_cast<size_t>(floats);
+  const size_t expected = OpWrites(v.op) ? v.floats : 0;
+  if (request.values.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the values frame holds ", request.values.size(), " floats, expected ",
+        expected, " (", OpWrites(v.op) ? v.n : 0, " keys x width ", width,
+        ") for table '", spec.name(), "'"));
+  }
+  v.values = request.values.data();
+  if ((v.op == proto::PUSH || v.op == proto::PUSH_PULL) &&
+      !spec.allow_non_finite()) {
+    // A NaN or infinity would poison the row and its handler state (an
+    // accumulator keeps it for good): refused, before anything changes.
+    for (size_t i = 0; i < request.values.size(); ++i) {
+      if (std::isfinite(request.values[i])) continue;
+      const size_t row = i / width;
+      const Key key = v.is_range ? v.begin + row : v.keys[row];
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "': the gradient of key ", key,
+          " (column ", i % width, ") is ", request.values[i],
+          "; pushes must be finite (the table allows non-finite values only "
+          "with allow_non_finite)"));
+    }
+  }
+
+  v.clocked = h.worker_clock() >= 0 && shard.tracked_ranks() > 0;
+  if (v.clocked &&
+      (h.worker_rank() < 0 || h.worker_rank() >= shard.tracked_ranks())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", h.worker_rank(), " outside [0, ",
+                     shard.tracked_ranks(), ") of table '", spec.name(), "'"));
+  }
+  v.synced = v.clocked && spec.sync_workers() > 0 &&
+             (v.op == proto::PUSH || v.op == proto::PUSH_PULL);
+  // Dense tables aggregate per key range (push, or push-pull answered once
+  // the step is applied); sparse tables per key batch, one per worker and
+  // range and clock (see TableShard::PushSyncedKeys), push only.
+  const bool sparse = spec.kind() == proto::SPARSE;
+  if (v.synced &&
+      (v.is_range == sparse || (sparse && v.op == proto::PUSH_PULL))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(), "' aggregates synchronously: ",
+        sparse ? "push key batches, without pull"
+               : "push or push-pull key ranges"));
+  }
+  if (v.synced && v.range != nullptr) {
+    // A clock from the future would hold memory, and, once the step it
+    // names completed, make every honest push look late. A worker pushes
+    // clock c only once the step before it is applied everywhere it pushed
+    // (BSP), so it is never more than one clock ahead of a part.
+    const KeyRange part = v.is_range ? KeyRange{v.begin, v.end}
+                                     : v.range->range();
+    auto steps = v.range->steps.find({part.begin, part.end});
+    const Clock next = steps == v.range->steps.end()
+                           ? 0
+                           : steps->second.next_clock();
+    if (h.worker_clock() > next + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", spec.name(), "' keys [", part.begin, ", ", part.end,
+          "): worker ", h.worker_rank(), " pushed clock ", h.worker_clock(),
+          ", but the part is at step ", next,
+          "; a worker is never more than one clock ahead under BSP"));
+    }
+  }
+  if (v.synced && !v.is_range && v.range == nullptr) {
+    // An empty key batch without a named range: it speaks for the one
+    // range this server serves, if there is exactly one.
+    TableShard::Range* only = nullptr;
+    int serving_count = 0;
+    for (const auto& [begin, r] : shard.ranges()) {
+      if (r->role == Role::kPrimary) {
+        only = r.get();
+        ++serving_count;
+      }
+    }
+    if (serving_count != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "': an empty synced key batch must name its "
+          "range (batch_range_begin/end); server ", self_, " serves ",
+          serving_count));
+    }
+    v.range = only;
+  }
+  if (v.range != nullptr && v.range->backups > 0 && replicator_ == nullptr &&
+      OpWrites(v.op)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table '", spec.name(), "': the range has backups, and this server "
+        "was built without replication"));
+  }
+  v.deduped = v.range != nullptr && Dedupable(h, v.op, v.synced);
+  return v;
+}
+
+absl::StatusOr<Dispatcher::Validated> Dispatcher::ValidateVector(
+    Validated v, const IncomingMessage& request) const {
+  const proto::VectorCommand& cmd = request.header.vector_command();
+  const TableShard& shard = *v.shard;
+  const std::string& name = shard.spec().name();
+  if (!request.keys.empty() || !request.values.empty()) {
+    return absl::InvalidArgumentError(
+        "a vector command carries no keys and no values");
+  }
+  if (shard.spec().kind() != proto::DENSE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", name, "' is sparse: vector commands need a dense table"));
+  }
+  const Key space_end = shard.key_space().end;
+  if (cmd.end() != 0 && (cmd.begin() >= cmd.end() || cmd.end() > space_end)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vector command range [", cmd.begin(), ", ", cmd.end(),
+        ") is empty or outside [0, ", space_end, ") of table '", name, "'"));
+  }
+  DP_ASSIGN_OR_RETURN(VectorKernel kernel,
+                      VectorKernel::Create(cmd, shard.num_vectors()),
+                      "table '", name, "'");
+  v.kernel = std::move(kernel);
+  const Key lo = cmd.begin(), hi = cmd.end() == 0 ? space_end : cmd.end();
+  int overlapped = 0;
+  for (const auto& [begin, r] : shard.ranges()) {
+    const KeyRange kr = r->range();
+    if (r->role != Role::kPrimary || kr.end <= lo || kr.begin >= hi) continue;
+    if (r->lost) {
+      return absl::DataLossError(absl::StrCat(
+          "table '", name, "' keys [", kr.begin, ", ", kr.end,
+          ") were lost: no live server held them when they were assigned to "
+          "server ", self_, "; restore the table from a checkpoint"));
+    }
+    if (r->backups > 0 && replicator_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", name, "': the range has backups, and this server was "
+          "built without replication"));
+    }
+    v.range = r.get();
+    ++overlapped;
+  }
+  // A command for one range (as the SDK sends them) is recorded in that
+  // range's client ledger; one spanning several is not retried safely.
+  if (overlapped != 1) v.range = nullptr;
+  v.deduped = v.range != nullptr && Dedupable(request.header, v.op, false);
+  return v;
+}
+
+}  // namespace server_internal
+}  // namespace downpour
