@@ -235,7 +235,8 @@ class KeepAlive {
   KeepAlive(Scheduler* scheduler, SchedulerClient* client)
       : thread_([=] {
           while (!stop_.HasBeenNotified()) {
-            for (const auto& n : scheduler->CurrentMap().nodes()) {
+            const proto::ClusterMap map = scheduler->CurrentMap();
+            for (const auto& n : map.nodes()) {
               (void)client->Heartbeat(n.id(), 0);
             }
             stop_.WaitForNotificationWithTimeout(absl::Milliseconds(20));

@@ -117,6 +117,14 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
           "is ", max_table_bytes_, " bytes (ps_server --max_table_bytes)")));
       continue;
     }
+    // Without a limit, a size past what any machine addresses would wrap
+    // around in the allocation's own arithmetic: refused the same way.
+    if (!fresh.empty() && fresh_bytes > (uint64_t{1} << 62)) {
+      refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "table '", table.spec().name(), "': server ", self_,
+          " cannot hold ", fresh_bytes, " bytes of it")));
+      continue;
+    }
     bool allocated = true;
     for (const KeyRange& r : fresh) {
       try {
