@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cluster/cluster_map.h"
+#include "client/split_by_owner.h"
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
 #include "common/logging.h"
@@ -117,6 +118,17 @@ struct Part {
     return op.keys.batch()[indices.empty() ? first : indices[0]];
   }
 };
+
+// The positions in the caller's batch that `scope` covers: all `size` of
+// them for a first routing (scope == nullptr), else the retried part's.
+std::vector<size_t> Positions(const Part* scope, size_t size) {
+  if (scope != nullptr && !scope->indices.empty()) return scope->indices;
+  const size_t first = scope ? scope->first : 0;
+  const size_t count = scope ? scope->count : size;
+  std::vector<size_t> all(count);
+  for (size_t i = 0; i < count; ++i) all[i] = first + i;
+  return all;
+}
 
 // Runs closures after a delay on one thread (retries must not block the
 // transport's I/O thread).
@@ -494,6 +506,7 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
   spec.set_sync_workers(o.sync_workers);
   spec.set_allow_non_finite(o.allow_non_finite);
   spec.set_num_workers(o.tracked_workers);
+  spec.set_follows_job(o.follows_job);
   spec.mutable_handler()->set_name(o.handler);
   for (const auto& [k, v] : o.handler_params) {
     (*spec.mutable_handler()->mutable_params())[k] = v;
@@ -611,6 +624,10 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
         OpName(op->op), " table '", op->table.name, "': key ", k,
         " is outside the table's key space")));
   };
+  auto fail = [&](const absl::Status& s) {
+    op->Fail(Annotate(s, absl::StrCat(OpName(op->op), " table '",
+                                      op->table.name, "'")));
+  };
 
   if (op->keys.is_range()) {
     const Key b = scope ? scope->begin : op->keys.begin();
@@ -644,28 +661,15 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
       table->spec().kind() == proto::SPARSE) {
     return RouteSyncedBatch(op, scope, *table, *map);
   }
-  std::vector<size_t> all;
-  const std::vector<size_t>* indices = nullptr;
-  if (scope == nullptr || scope->indices.empty()) {
-    const size_t first = scope ? scope->first : 0;
-    const size_t count = scope ? scope->count : keys.size();
-    all.resize(count);
-    for (size_t i = 0; i < count; ++i) all[i] = first + i;
-    indices = &all;
-  } else {
-    indices = &scope->indices;
-  }
-  absl::flat_hash_map<int, std::vector<size_t>> by_range;
-  for (size_t i : *indices) {
-    const int r = ClusterMapView::RangeOf(*table, keys[i]);
-    if (r < 0) return outside(keys[i]);
-    by_range[r].push_back(i);
-  }
-  for (auto& [r, idx] : by_range) {
+  absl::StatusOr<std::vector<OwnerGroup>> groups =
+      SplitByOwner(*table, keys, Positions(scope, keys.size()));
+  if (!groups.ok()) return fail(groups.status());
+  for (const OwnerGroup& group : *groups) {
+    const std::vector<size_t>& idx = group.positions;
     for (size_t c = 0; c < idx.size(); c += max_rows) {
       const size_t n = std::min(max_rows, idx.size() - c);
       Part p;
-      p.server = table->ranges(r).primary();
+      p.server = group.server;
       p.attempt = scope ? scope->attempt : 0;
       p.seq = scope ? scope->seq : 0;
       if (idx[c + n - 1] - idx[c] == n - 1) {
@@ -696,50 +700,42 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
   // applies the step once it has heard from sync_workers ranks. A retried
   // part goes only where its own keys are. Ranges in key order, so that
   // parts go out in the same order on every run.
-  std::vector<std::vector<size_t>> indices(table.ranges_size());
-  std::vector<bool> send(table.ranges_size(), scope == nullptr);
-  std::vector<size_t> all;
-  if (scope == nullptr || scope->indices.empty()) {
-    const size_t first = scope ? scope->first : 0;
-    const size_t count = scope ? scope->count : keys.size();
-    for (size_t i = 0; i < count; ++i) all.push_back(first + i);
-  } else {
-    all = scope->indices;
-  }
-  for (size_t i : all) {
-    const int r = ClusterMapView::RangeOf(table, keys[i]);
-    if (r < 0) {
-      op->Fail(absl::OutOfRangeError(absl::StrCat(
-          OpName(op->op), " table '", op->table.name, "': key ", keys[i],
-          " is outside the table's key space")));
-      return;
-    }
-    indices[r].push_back(i);
-    send[r] = true;
+  SplitOptions split;
+  split.every_range = scope == nullptr;
+  absl::StatusOr<std::vector<OwnerGroup>> groups =
+      SplitByOwner(table, keys, Positions(scope, keys.size()), split);
+  if (!groups.ok()) {
+    op->Fail(Annotate(groups.status(), absl::StrCat(OpName(op->op), " table '",
+                                                    op->table.name, "'")));
+    return;
   }
   // One part per range and clock, not cut at max_message_bytes: the range
-  // counts parts per rank. A part the servers would not take fails here,
-  // at once, instead of being dropped by the transport.
+  // counts parts per rank. A part the servers would not take fails the
+  // batch here, at once and before any part is sent (a step missing one
+  // range's part would never complete), instead of being dropped by the
+  // transport.
   const size_t limit = MessageLimit(map);
   const size_t row_bytes = op->table.width * sizeof(float) + sizeof(Key);
-  for (int r = 0; r < table.ranges_size(); ++r) {
-    if (!send[r]) continue;
-    const size_t bytes = indices[r].size() * row_bytes + kHeaderAllowance;
+  for (const OwnerGroup& group : *groups) {
+    const proto::RangeAssignment& range = table.ranges(group.range);
+    const size_t bytes = group.positions.size() * row_bytes + kHeaderAllowance;
     if (bytes > limit) {
       op->Fail(absl::ResourceExhaustedError(absl::StrCat(
           OpName(op->op), " table '", op->table.name, "': a synced batch of ",
-          indices[r].size(), " keys for the range from key ",
-          table.ranges(r).begin(), " needs ", bytes,
-          " bytes, over the message limit of ", limit,
-          " bytes (a synced batch is not split; push fewer keys per step)")));
+          group.positions.size(), " keys for the range from key ",
+          range.begin(), " needs ", bytes, " bytes, over the message limit of ",
+          limit, " bytes (a synced batch is not split; push fewer keys per step)")));
       return;
     }
+  }
+  for (const OwnerGroup& group : *groups) {
+    const proto::RangeAssignment& range = table.ranges(group.range);
     Part p;
-    p.server = table.ranges(r).primary();
-    p.range_begin = table.ranges(r).begin();
-    p.range_end = table.ranges(r).end();
+    p.server = group.server;
+    p.range_begin = range.begin();
+    p.range_end = range.end();
     p.attempt = scope ? scope->attempt : 0;
-    const std::vector<size_t>& idx = indices[r];
+    const std::vector<size_t>& idx = group.positions;
     if (idx.empty() || idx.back() - idx.front() == idx.size() - 1) {
       p.first = idx.empty() ? 0 : idx.front();  // contiguous: zero-copy
       p.count = idx.size();

@@ -93,6 +93,10 @@ struct TableOptions {
   uint32_t sync_workers = 0;
   // Workers (N + backups) whose clocks the servers track for staleness.
   uint32_t tracked_workers = 0;
+  // The table enforces the job's consistency policy: the scheduler sets
+  // sync_workers and tracked_workers from it (leave both 0; setting them
+  // too is kInvalidArgument). What a training program's tables use.
+  bool follows_job = false;
   // Named vectors over the same keys (dense tables only), e.g. {"x", "g",
   // "d"}: the first names the parameters. Empty: the parameters alone.
   std::vector<std::string> vectors;

@@ -14,7 +14,8 @@ namespace downpour {
 
 enum class LogSeverity { kInfo = 0, kWarning = 1, kError = 2, kFatal = 3 };
 
-// Messages below this severity are dropped. Default kInfo.
+// Messages below this severity are dropped (kFatal never is). Default
+// kInfo; daemons set it from --minloglevel (common/log_flags.h).
 void SetMinLogSeverity(LogSeverity severity);
 // Prefix added to every line (e.g. "server 2"), so that logs of several
 // daemons in one terminal stay readable.

@@ -1,11 +1,32 @@
 #include "common/test_util.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
 
 namespace downpour {
+
+uint32_t TestSeed(uint32_t fixed) {
+  const char* env = std::getenv("DOWNPOUR_TEST_SEED");
+  uint32_t seed = fixed;
+  if (env != nullptr && *env != '\0') {
+    if (std::string(env) == "random") {
+      seed = std::random_device()();
+    } else if (!absl::SimpleAtoi(env, &seed)) {
+      ADD_FAILURE() << "DOWNPOUR_TEST_SEED='" << env
+                    << "' is neither a number nor 'random'; using " << fixed;
+      seed = fixed;
+    }
+  }
+  std::printf("test seed %u (repeat with DOWNPOUR_TEST_SEED=%u)\n", seed,
+              seed);
+  std::fflush(stdout);
+  return seed;
+}
 
 std::string TestTmpDir() {
   const char* dir = std::getenv("TEST_TMPDIR");

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,14 @@ MATCHER_P(StatusIs, code,
   *result_listener << "status is " << s;
   return s.code() == code;
 }
+
+// The seed of a randomized test: `fixed` by default, so that every run
+// repeats; the environment variable DOWNPOUR_TEST_SEED may name another
+// (a number) or ask for a fresh one ("random"), e.g.
+//   bazel test //tests:cluster_test --test_env=DOWNPOUR_TEST_SEED=random
+// The seed is printed with the way to repeat it; a malformed variable
+// fails the test.
+uint32_t TestSeed(uint32_t fixed);
 
 // Where the test may write: $TEST_TMPDIR, else /tmp.
 std::string TestTmpDir();

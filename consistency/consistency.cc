@@ -3,8 +3,26 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "proto/downpour.pb.h"
 
 namespace downpour {
+namespace {
+
+// The checks every way of building a policy shares.
+absl::Status CheckCounts(Clock staleness, int num_workers, int backup_workers) {
+  if (staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SSP staleness must be >= 0, got ", staleness));
+  }
+  if (num_workers < 1 || backup_workers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("need at least 1 worker and no negative backups, got ",
+                     num_workers, " + ", backup_workers));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
     const std::string& name, Clock staleness, int num_workers,
@@ -14,9 +32,6 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
     p.kind = Kind::kBsp;
   } else if (name == "ssp") {
     p.kind = Kind::kSsp;
-    if (staleness < 0) {
-      return absl::InvalidArgumentError("SSP staleness must be >= 0");
-    }
     p.staleness = staleness;
   } else if (name == "asp") {
     p.kind = Kind::kAsp;
@@ -24,14 +39,57 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
     return absl::InvalidArgumentError(
         absl::StrCat("unknown consistency '", name, "' (bsp, ssp, asp)"));
   }
-  if (num_workers < 1 || backup_workers < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "need at least 1 worker and no negative backups, got ", num_workers,
-        " + ", backup_workers));
-  }
+  const absl::Status counts =
+      CheckCounts(p.staleness, num_workers, backup_workers);
+  if (!counts.ok()) return counts;
   p.num_workers = num_workers;
   p.backup_workers = backup_workers;
   return p;
+}
+
+absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::FromJob(
+    const proto::JobConfig& job) {
+  ConsistencyPolicy p;
+  switch (job.consistency()) {
+    case proto::BSP:
+      p.kind = Kind::kBsp;
+      break;
+    case proto::SSP:
+      p.kind = Kind::kSsp;
+      p.staleness = job.staleness();
+      break;
+    case proto::ASP:
+      p.kind = Kind::kAsp;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("job config without a known consistency policy (",
+                       proto::Consistency_Name(job.consistency()), " = ",
+                       static_cast<int>(job.consistency()), ")"));
+  }
+  // The wire's counts are unsigned; a value above INT_MAX is rejected, not
+  // wrapped.
+  const uint64_t n = job.num_workers(), b = job.backup_workers();
+  if (n > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
+      b > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job config with ", n, " + ", b, " workers"));
+  }
+  const absl::Status counts =
+      CheckCounts(p.staleness, static_cast<int>(n), static_cast<int>(b));
+  if (!counts.ok()) return counts;
+  p.num_workers = static_cast<int>(n);
+  p.backup_workers = static_cast<int>(b);
+  return p;
+}
+
+void ConsistencyPolicy::ToJob(proto::JobConfig* job) const {
+  job->set_consistency(kind == Kind::kBsp   ? proto::BSP
+                       : kind == Kind::kSsp ? proto::SSP
+                                            : proto::ASP);
+  job->set_staleness(kind == Kind::kSsp ? staleness : 0);
+  job->set_num_workers(static_cast<uint32_t>(num_workers));
+  job->set_backup_workers(static_cast<uint32_t>(backup_workers));
 }
 
 std::string ConsistencyPolicy::ToString() const {
@@ -94,8 +152,7 @@ Clock ClockTable::Gating(std::vector<Clock> clocks) const {
 }
 
 bool ClockTable::MayProceed(Clock clock) const {
-  if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
-  return clock - GatingClock() <= policy_.bound();
+  return policy_.is_asp() || policy_.Allows(clock, GatingClock());
 }
 
 void StalenessTracker::Applied(int rank, Clock clock) {

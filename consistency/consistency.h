@@ -16,8 +16,15 @@
 // gating clock is the N-th largest clock instead of the minimum, and a
 // worker that falls behind it skips ahead.
 //
-// ClockTable is thread-compatible (the scheduler guards it with its mutex);
-// the free functions are pure.
+// ConsistencyPolicy is the one place that decides policy questions: the
+// scheduler builds it from its flags (Parse) and sends it to every worker
+// in the job's config (ToJob); a worker reads it back once (FromJob) and
+// asks it, never comparing names or recomputing bounds itself. It also
+// says how a table that follows the job enforces it on the servers
+// (sync_workers, tracked_workers), which the scheduler fills in.
+//
+// ConsistencyPolicy is a plain value; ClockTable is thread-compatible (the
+// scheduler guards it with its mutex).
 #ifndef DOWNPOUR_CONSISTENCY_CONSISTENCY_H_
 #define DOWNPOUR_CONSISTENCY_CONSISTENCY_H_
 
@@ -29,6 +36,9 @@
 #include "absl/status/statusor.h"
 
 namespace downpour {
+namespace proto {
+class JobConfig;  // proto/downpour.proto
+}  // namespace proto
 
 using Clock = int64_t;
 
@@ -45,7 +55,37 @@ struct ConsistencyPolicy {
                                                  Clock staleness,
                                                  int num_workers,
                                                  int backup_workers);
+  // The policy a job config carries (RegisterReply.job). kInvalidArgument
+  // for an unspecified or unknown kind, a negative staleness, or fewer than
+  // one worker.
+  static absl::StatusOr<ConsistencyPolicy> FromJob(const proto::JobConfig& job);
+  // Writes this policy into `job` (the inverse of FromJob).
+  void ToJob(proto::JobConfig* job) const;
+  // "BSP with 4 workers", "SSP(s=3) with 2 workers + 1 backup".
   std::string ToString() const;
+
+  bool is_bsp() const { return kind == Kind::kBsp; }
+  bool is_asp() const { return kind == Kind::kAsp; }
+  // Every worker of the job, backups included: ranks are [0, N + b).
+  int total_workers() const { return num_workers + backup_workers; }
+  // Whether a worker at `clock` may start that iteration when the gating
+  // clock is `gating` (or any lower bound on it: the gate only opens as
+  // the gating clock grows). Always true under ASP.
+  bool Allows(Clock clock, Clock gating) const {
+    return kind == Kind::kAsp || clock - gating <= bound();
+  }
+  // How a table that follows the job (TableSpec.follows_job) enforces it on
+  // the servers: pushes are held and averaged over this many workers per
+  // clock (N under BSP; 0, applied on arrival, otherwise) ...
+  uint32_t sync_workers() const {
+    return is_bsp() ? static_cast<uint32_t>(num_workers) : 0;
+  }
+  // ... and the servers track the clocks of every worker (N + b) to
+  // measure the staleness of pulls.
+  uint32_t tracked_workers() const {
+    return static_cast<uint32_t>(total_workers());
+  }
+
   // The bound on (clock - gating clock) for a worker to proceed; "infinite"
   // for ASP.
   Clock bound() const {

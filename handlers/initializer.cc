@@ -6,36 +6,24 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 
 namespace downpour {
 namespace {
-
-// splitmix64 (Steele, Lea, Flood 2014): a bijection on 64-bit words whose
-// outputs for consecutive inputs pass BigCrush, so hashing (seed, key,
-// column) gives independent-looking uniforms with no generator state.
-inline uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // Odd multipliers: bijections on 64-bit words that spread small keys and
 // columns over all bits before they are mixed.
 constexpr uint64_t kKeyMultiplier = 0xD1B54A32D192ED03ULL;
 constexpr uint64_t kColumnMultiplier = 0xAEF17502108EF2D9ULL;
 
+// SplitMix64 (common/random.h) of (seed, key, column) gives
+// independent-looking uniforms with no generator state.
 inline uint64_t RowHash(uint64_t seed, Key key) {
   return SplitMix64(seed ^ (key * kKeyMultiplier));
 }
 
 inline uint64_t ColumnHash(uint64_t row_hash, uint64_t column) {
   return SplitMix64(row_hash ^ (column * kColumnMultiplier));
-}
-
-// [0, 1) with 53 random bits.
-inline double Uniform01(uint64_t h) {
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
 constexpr double kTwoPi = 6.283185307179586476925286766559;

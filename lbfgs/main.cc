@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/address_file.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -165,6 +166,10 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Sandblaster L-BFGS coordinator");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::BlockTerminationSignals();
   downpour::TuneAllocatorForLargeMessages();
   return downpour::Main();

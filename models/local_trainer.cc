@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/random.h"
 #include "models/model.h"
 
 namespace downpour {
@@ -105,8 +106,8 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const LocalTrainOptions& options,
     // A fresh permutation per epoch, from (seed, epoch) alone, so an epoch
     // can be replayed without the ones before it.
     std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(options.seed * 0x9e3779b97f4a7c15ULL + epoch);
-    std::shuffle(order.begin(), order.end(), rng);
+    std::mt19937_64 rng(StreamSeed(options.seed, epoch));
+    Shuffle(absl::MakeSpan(order), rng);
     double loss_sum = 0;
     int steps = 0;
     for (int b = 0; b < n; b += options.batch) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/logging.h"
+#include "common/random.h"
 #include "models/dataset.h"
 
 namespace downpour {
@@ -52,19 +53,6 @@ absl::Status ParseFeatures(const std::vector<absl::string_view>& tokens,
   return absl::OkStatus();
 }
 
-// Uniform double in [0, 1) from 53 random bits: unlike
-// std::uniform_real_distribution, the same on every standard library.
-double Uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Draws ranks k in [1, n] with P(k) proportional to k^-s in O(1) expected
 // time and memory, so that n may be 2^64 - 1: rejection-inversion sampling
 // (Hoermann and Derflinger 1996, as in Apache Commons'
@@ -80,7 +68,7 @@ class ZipfSampler {
   uint64_t Sample(std::mt19937_64& rng) const {
     while (true) {
       const double u =
-          h_integral_n_ + Uniform01(rng) * (h_integral_x1_ - h_integral_n_);
+          h_integral_n_ + Uniform01(rng()) * (h_integral_x1_ - h_integral_n_);
       const double x = HIntegralInverse(u);
       double k = std::floor(x + 0.5);
       k = std::min(std::max(k, 1.0), n_);
@@ -196,7 +184,7 @@ SparseDataset GenerateClickData(size_t rows, size_t features_per_row,
       // 2^53; the clamp keeps such ranks in range.
       const uint64_t id = std::min(
           num_features - 1,
-          uniform ? static_cast<uint64_t>(Uniform01(rng) *
+          uniform ? static_cast<uint64_t>(Uniform01(rng()) *
                                           static_cast<double>(num_features))
                   : zipf.Sample(rng) - 1);
       if (in_row.insert(id).second) row.push_back(id);
@@ -210,7 +198,7 @@ SparseDataset GenerateClickData(size_t rows, size_t features_per_row,
     }
     d.row_offsets.push_back(d.feature_ids.size());
     const double p = 1.0 / (1.0 + std::exp(-z));
-    d.labels.push_back(Uniform01(rng) < p ? 1.0f : 0.0f);
+    d.labels.push_back(Uniform01(rng()) < p ? 1.0f : 0.0f);
   }
   return d;
 }

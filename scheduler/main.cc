@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "common/token_file.h"
@@ -47,6 +48,10 @@ ABSL_FLAG(int64_t, max_map_bytes, 1 << 20,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour scheduler daemon");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::BlockTerminationSignals();
   downpour::SetLogTag("scheduler");
 
@@ -71,7 +76,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.policy = *policy;
-  options.policy_name = absl::GetFlag(FLAGS_consistency);
   if (const std::string path = absl::GetFlag(FLAGS_job_token_file);
       !path.empty()) {
     auto token = downpour::ReadTokenFile(path);

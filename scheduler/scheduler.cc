@@ -96,10 +96,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
  public:
   explicit SchedulerImpl(const SchedulerOptions& o)
       : options_(o), clocks_(o.policy) {
-    job_.set_consistency(o.policy_name);
-    job_.set_staleness(o.policy.staleness);
-    job_.set_num_workers(o.policy.num_workers);
-    job_.set_backup_workers(o.policy.backup_workers);
+    o.policy.ToJob(&job_);
     workers_.resize(clocks_.size());
     for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
   }
@@ -582,6 +579,24 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     map_.set_epoch(map_.epoch() + 1);
   }
 
+  // A table that follows the job gets its enforcement from the job's
+  // policy, the one rule for every table of the job; declaring it by hand
+  // as well is kInvalidArgument, since it could contradict the job.
+  absl::Status ApplyJobPolicy(proto::TableSpec* spec) const {
+    if (!spec->follows_job()) return absl::OkStatus();
+    if (spec->sync_workers() != 0 || spec->num_workers() != 0) {
+      return BadSpec(
+          *spec,
+          absl::StrCat("follows the job's policy (", options_.policy.ToString(),
+                       ") but sets sync_workers ", spec->sync_workers(),
+                       " and num_workers ", spec->num_workers(),
+                       " itself; leave both 0"));
+    }
+    spec->set_sync_workers(options_.policy.sync_workers());
+    spec->set_num_workers(options_.policy.tracked_workers());
+    return absl::OkStatus();
+  }
+
   // The existing table named like `spec` (nullptr if none); kAlreadyExists
   // if its spec differs (ids aside).
   absl::StatusOr<const proto::TableMap*> FindTable(const proto::TableSpec& spec)
@@ -609,6 +624,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     proto::TableSpec spec = req.spec();
     spec.set_id(0);
     // A malformed spec fails at once, without waiting for servers.
+    DP_RETURN_IF_ERROR(ApplyJobPolicy(&spec));
     DP_RETURN_IF_ERROR(ValidateShape(spec));
     absl::MutexLock lock(&mu_);
     // An existing table: OK once every server has it (an identical

@@ -54,11 +54,17 @@
 // back; one that does not ask gets its old rank back if its name had one,
 // else the smallest rank nobody holds.
 //
+// Tables declared with TableSpec.follows_job get sync_workers and
+// num_workers from the job's policy (ConsistencyPolicy::sync_workers,
+// tracked_workers), so that every table of the job enforces the same
+// contract whoever declares it.
+//
 // RPC errors (canonical codes): kInvalidArgument for a malformed request
 // (no role or an unknown one, a name, endpoint or other string too long or
 // with characters outside [A-Za-z0-9._-:/@+=] (scheduler/request_checks.h),
 // a server without data endpoint, a requested rank outside the job, a bad
-// table spec, barrier count 0, a wait longer than 10 minutes);
+// table spec, a table that follows the job but sets sync_workers or
+// num_workers itself, barrier count 0, a wait longer than 10 minutes);
 // kAlreadyExists for registering a name that is ALIVE, a rank an ALIVE
 // worker holds, or redeclaring a table with a different spec;
 // kResourceExhausted for a worker when every rank is held, a table that
@@ -110,9 +116,9 @@ struct SchedulerOptions {
   // CreateTable waits (up to its timeout) until this many servers are alive
   // (at least one in any case).
   int min_servers = 1;
-  // The job's consistency contract; workers get ranks 0 .. N + b - 1.
+  // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
+  // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;
-  std::string policy_name = "bsp";  // as given to ConsistencyPolicy::Parse
   // On: every call must carry the cluster token (the health service stays
   // open, for probes).
   ClusterAuth auth;

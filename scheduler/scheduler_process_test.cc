@@ -54,5 +54,50 @@ TEST_P(SchedulerProcessTest, RegistersAndExitsCleanlyOnSignal) {
 INSTANTIATE_TEST_SUITE_P(Signals, SchedulerProcessTest,
                          ::testing::Values(SIGTERM, SIGINT));
 
+// --minloglevel (common/log_flags.h), shared by every daemon: 2 keeps the
+// INFO lines out of the log, a value outside [0, 3] stops the daemon.
+TEST(SchedulerLogLevelTest, MinLogLevelFiltersAndIsChecked) {
+  const std::string dir = TestTmpDir();
+  const std::string address_file = dir + "/scheduler_address_quiet";
+  Subprocess quiet({RunfilePath("scheduler/ps_scheduler"),
+                    "--listen=127.0.0.1:0", "--address_file=" + address_file,
+                    "--minloglevel=2"},
+                   dir + "/ps_scheduler_quiet.log");
+  ASSERT_OK(quiet.Start());
+  ASSERT_OK(WaitForFile(address_file, absl::Seconds(10)));
+  quiet.Signal(SIGTERM);
+  auto status = quiet.Wait(absl::Seconds(5));
+  ASSERT_OK(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << quiet.LogTail();
+  // The scheduler logs "serving on ..." and "stopped" at INFO.
+  EXPECT_FALSE(absl::StrContains(quiet.LogTail(), "serving on"))
+      << quiet.LogTail();
+  EXPECT_FALSE(absl::StrContains(quiet.LogTail(), "stopped"))
+      << quiet.LogTail();
+
+  Subprocess loud({RunfilePath("scheduler/ps_scheduler"),
+                   "--listen=127.0.0.1:0", "--minloglevel=0",
+                   "--address_file=" + address_file + "_loud"},
+                  dir + "/ps_scheduler_loud.log");
+  ASSERT_OK(loud.Start());
+  ASSERT_OK(WaitForFile(address_file + "_loud", absl::Seconds(10)));
+  loud.Signal(SIGTERM);
+  ASSERT_OK(loud.Wait(absl::Seconds(5)));
+  EXPECT_TRUE(absl::StrContains(loud.LogTail(), "serving on"))
+      << loud.LogTail();
+
+  Subprocess bad({RunfilePath("scheduler/ps_scheduler"),
+                  "--listen=127.0.0.1:0", "--minloglevel=7"},
+                 dir + "/ps_scheduler_bad_level.log");
+  ASSERT_OK(bad.Start());
+  auto bad_status = bad.Wait(absl::Seconds(10));
+  ASSERT_OK(bad_status);
+  EXPECT_TRUE(WIFEXITED(*bad_status) && WEXITSTATUS(*bad_status) == 2)
+      << bad.LogTail();
+  EXPECT_TRUE(absl::StrContains(bad.LogTail(), "--minloglevel=7 outside"))
+      << bad.LogTail();
+}
+
 }  // namespace
 }  // namespace downpour

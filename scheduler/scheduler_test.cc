@@ -228,6 +228,71 @@ TEST_F(SchedulerTest, RegisterAndHeartbeatDetails) {
             absl::StrCat("127.0.0.1:", scheduler_->port()));
 }
 
+// Tables that follow the job get their enforcement from the scheduler's
+// policy, whoever declares them; a declaration that sets it by hand is
+// refused.
+TEST(SchedulerPolicyTest, TablesThatFollowTheJobGetItsEnforcement) {
+  struct Case {
+    const char* name;
+    Clock staleness;
+    uint32_t want_sync;
+  };
+  for (const Case& c :
+       {Case{"bsp", 0, 2}, Case{"ssp", 3, 0}, Case{"asp", 0, 0}}) {
+    SCOPED_TRACE(c.name);
+    SchedulerOptions o;
+    ASSERT_OK_AND_ASSIGN(o.policy,
+                         ConsistencyPolicy::Parse(c.name, c.staleness, 2, 1));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> scheduler,
+                         Scheduler::Create(o));
+    SchedulerClient client(scheduler->address(), absl::Seconds(5));
+    proto::RegisterRequest r;
+    r.set_role(proto::SERVER);
+    r.set_name("s");
+    r.set_data_endpoint("tcp://127.0.0.1:1");
+    ASSERT_OK_AND_ASSIGN(proto::RegisterReply reg,
+                         client.Register(r, absl::Seconds(5)));
+    Acker acker(scheduler.get(), &client, {reg.node_id()});
+
+    proto::TableSpec spec;
+    spec.set_name("w");
+    spec.set_kind(proto::DENSE);
+    spec.set_width(2);
+    spec.set_num_keys(10);
+    spec.mutable_handler()->set_name("sgd");
+    spec.set_follows_job(true);
+    ASSERT_OK_AND_ASSIGN(proto::CreateTableReply created,
+                         client.CreateTable(spec, absl::Seconds(5)));
+    EXPECT_TRUE(created.created());
+    EXPECT_TRUE(created.spec().follows_job());
+    EXPECT_EQ(created.spec().sync_workers(), c.want_sync);
+    EXPECT_EQ(created.spec().num_workers(), 3u);  // N + b
+    // Every worker declares the same spec: the same table comes back.
+    ASSERT_OK_AND_ASSIGN(proto::CreateTableReply again,
+                         client.CreateTable(spec, absl::Seconds(5)));
+    EXPECT_FALSE(again.created());
+    EXPECT_EQ(again.spec().id(), created.spec().id());
+    // A declaration that says how to enforce the job itself could
+    // contradict it.
+    proto::TableSpec by_hand = spec;
+    by_hand.set_name("by_hand");
+    by_hand.set_sync_workers(5);
+    auto refused = client.CreateTable(by_hand, absl::Seconds(5));
+    EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(std::string(refused.status().message()),
+                ::testing::HasSubstr("'by_hand'"));
+    by_hand.set_sync_workers(0);
+    by_hand.set_num_workers(3);
+    EXPECT_THAT(client.CreateTable(by_hand, absl::Seconds(5)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    // The job's config carries the typed policy back to workers.
+    ASSERT_OK_AND_ASSIGN(proto::JobStatus status, client.GetJobStatus());
+    ASSERT_OK_AND_ASSIGN(ConsistencyPolicy back,
+                         ConsistencyPolicy::FromJob(status.job()));
+    EXPECT_EQ(back.ToString(), o.policy.ToString());
+  }
+}
+
 // Keeps every node of the map alive (Heartbeat, applied epoch 0) every 20
 // ms until destroyed.
 class KeepAlive {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
 #include "common/host_memory.h"
+#include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -45,6 +46,10 @@ ABSL_FLAG(int64_t, connect_timeout_s, 30,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour parameter server daemon");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::TuneAllocatorForLargeMessages();
   downpour::BlockTerminationSignals();
 

@@ -23,7 +23,9 @@
 #include "common/types.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "models/sparse_lr.h"
 #include "tools/local_cluster.h"
+#include "tools/local_job.h"
 #include "worker/worker.h"
 
 namespace downpour {
@@ -69,38 +71,27 @@ std::vector<float> RunSparseJob(const std::string& tag,
                                 const std::vector<Key>& keys) {
   const std::string dir = TestTmpDir() + "/" + tag;
   EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 2;
-  o.scheduler_flags = {"--consistency=" + consistency,
-                       absl::StrCat("--num_workers=", workers)};
-  auto cluster = LocalCluster::Start(o);
-  EXPECT_OK(cluster);
-  if (!cluster.ok()) return {};
-  std::vector<std::unique_ptr<Subprocess>> procs;
-  for (int i = 0; i < workers; ++i) {
-    std::vector<std::string> argv = {
-        RunfilePath("worker/ps_worker"),
-        "--scheduler=" + (*cluster)->scheduler_address(),
-        absl::StrCat("--name=w", i), "--model=sparse_lr"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    procs.push_back(std::make_unique<Subprocess>(
-        argv, absl::StrCat(dir, "/worker-", i, ".log")));
-    EXPECT_OK(procs.back()->Start());
-  }
-  bool all_ok = true;
-  for (auto& p : procs) {
-    auto st = p->Wait(absl::Seconds(240));
-    EXPECT_OK(st);
-    const bool ok = st.ok() && WIFEXITED(*st) && WEXITSTATUS(*st) == 0;
-    EXPECT_TRUE(ok) << p->LogTail();
-    all_ok = all_ok && ok;
-  }
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 2;
+  o.cluster.scheduler_flags = {"--consistency=" + consistency,
+                               absl::StrCat("--num_workers=", workers)};
+  std::vector<std::string> worker_flags = {"--model=sparse_lr"};
+  worker_flags.insert(worker_flags.end(), flags.begin(), flags.end());
+  o.workers.assign(workers, worker_flags);
+  auto job = LocalJob::Start(o);
+  EXPECT_OK(job);
+  if (!job.ok()) return {};
+  // Every worker exits with status 0 (the error names the one that did
+  // not, with its log).
+  const absl::Status all_ok =
+      (*job)->WaitForWorkers(absl::Seconds(240) * workers);
+  EXPECT_OK(all_ok);
   std::vector<float> w;
-  if (all_ok) {
+  if (all_ok.ok()) {
     ClientOptions co;
-    co.scheduler_address = (*cluster)->scheduler_address();
+    co.scheduler_address = (*job)->scheduler_address();
     auto client = Client::Connect(co);
     EXPECT_OK(client);
     if (client.ok()) {
@@ -112,7 +103,7 @@ std::vector<float> RunSparseJob(const std::string& tag,
       }
     }
   }
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK((*job)->Stop());
   return w;
 }
 
@@ -256,35 +247,31 @@ TEST(SparseTrainingTest, MalformedLibsvmFileIsAClearErrorNamingFileAndLine) {
       {"missing-label", "+1 1:1\n3:1 7:1\n", "line 2: bad label '3:1'"},
       {"missing-file", "", "cannot open libsvm file"},
   };
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 1;
-  o.scheduler_flags = {"--consistency=asp",
-                       absl::StrCat("--num_workers=", cases.size())};
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_OK(cluster);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 1;
+  o.cluster.scheduler_flags = {"--consistency=asp",
+                               absl::StrCat("--num_workers=", cases.size())};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].name);
     const std::string path = dir + "/" + cases[i].name + ".libsvm";
     if (!cases[i].text.empty()) {
       std::ofstream(path) << cases[i].text;
     }
-    Subprocess w({RunfilePath("worker/ps_worker"),
-                  "--scheduler=" + (*cluster)->scheduler_address(),
-                  absl::StrCat("--name=w", i), "--model=sparse_lr",
-                  "--libsvm=" + path, "--steps=5"},
-                 absl::StrCat(dir, "/worker-", i, ".log"));
-    ASSERT_OK(w.Start());
-    auto st = w.Wait(absl::Seconds(60));
+    ASSERT_OK(job->AddWorker(
+        {"--model=sparse_lr", "--libsvm=" + path, "--steps=5"}));
+    auto st = job->WaitForWorker(i, absl::Seconds(60));
     ASSERT_OK(st);
+    Subprocess& w = job->worker(i);
     // Exit status 1 (an error), not a signal (a crash).
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
     EXPECT_NE(w.LogTail().find(path), std::string::npos) << w.LogTail();
     EXPECT_NE(w.LogTail().find(cases[i].want), std::string::npos)
         << w.LogTail();
   }
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK(job->Stop());
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "models/dataset.h"
 #include "models/model.h"
 #include "tools/local_cluster.h"
+#include "tools/local_job.h"
 
 namespace downpour {
 namespace {
@@ -43,28 +44,21 @@ JobRun TrainJob(const std::string& tag, const std::string& model,
   JobRun run;
   const std::string dir = TestTmpDir() + "/" + tag;
   EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 3;
-  o.scheduler_flags = {"--consistency=" + consistency, "--replicas=2",
-                       absl::StrCat("--num_workers=", workers)};
-  auto cluster = LocalCluster::Start(o);
-  EXPECT_OK(cluster);
-  if (!cluster.ok()) return run;
-  std::vector<std::unique_ptr<Subprocess>> procs;
-  for (int i = 0; i < workers; ++i) {
-    std::vector<std::string> argv = {
-        RunfilePath("worker/ps_worker"),
-        "--scheduler=" + (*cluster)->scheduler_address(),
-        absl::StrCat("--name=w", i), "--model=" + model,
-        absl::StrCat("--steps=", steps), "--batch=32", "--seed=7",
-        "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"};
-    procs.push_back(std::make_unique<Subprocess>(
-        argv, absl::StrCat(dir, "/worker-", i, ".log")));
-    EXPECT_OK(procs.back()->Start());
-  }
-  SchedulerClient sched((*cluster)->scheduler_address());
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 3;
+  o.cluster.scheduler_flags = {"--consistency=" + consistency, "--replicas=2",
+                               absl::StrCat("--num_workers=", workers)};
+  o.workers.assign(workers, {"--model=" + model,
+                             absl::StrCat("--steps=", steps), "--batch=32",
+                             "--seed=7", "--eval_every=100000", "--lr=0.05",
+                             "--warmup_steps=5"});
+  auto job = LocalJob::Start(o);
+  EXPECT_OK(job);
+  if (!job.ok()) return run;
+  LocalCluster& cluster = (*job)->cluster();
+  SchedulerClient sched((*job)->scheduler_address());
   if (kill) {
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     while (absl::Now() < deadline) {
@@ -85,19 +79,15 @@ JobRun TrainJob(const std::string& tag, const std::string& model,
     }
     EXPECT_GE(run.killed, 0);
     if (run.killed >= 0) {
-      (*cluster)->server(run.killed).Signal(SIGKILL);
-      EXPECT_OK((*cluster)->server(run.killed).Wait(absl::Seconds(10)));
+      cluster.server(run.killed).Signal(SIGKILL);
+      EXPECT_OK(cluster.server(run.killed).Wait(absl::Seconds(10)));
     }
   }
-  for (auto& p : procs) {
-    auto st = p->Wait(absl::Seconds(300));
-    EXPECT_OK(st);
-    if (st.ok()) {
-      EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << p->LogTail();
-    }
-  }
+  // Every worker exits with status 0 (the error names the one that did
+  // not, with its log).
+  EXPECT_OK((*job)->WaitForWorkers(absl::Seconds(300) * workers));
   ClientOptions co;
-  co.scheduler_address = (*cluster)->scheduler_address();
+  co.scheduler_address = (*job)->scheduler_address();
   auto client = Client::Connect(co);
   EXPECT_OK(client);
   if (!client.ok()) return run;
@@ -111,7 +101,7 @@ JobRun TrainJob(const std::string& tag, const std::string& model,
     run.params.insert(run.params.end(), v.begin(), v.end());
   }
   client->reset();
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK((*job)->Stop());
   return run;
 }
 

@@ -3,7 +3,8 @@
 //  - BSP with fixed seeds is bit-for-bit repeatable and equals a
 //    single-process run that averages the same per-worker gradients.
 //  - Under SSP(s) with workers of very different speeds, no pull sees a
-//    staleness above s (measured by the servers for every pull).
+//    staleness above s (measured by the servers for every pull), and
+//    under SSP(3) some pull does see a stale value (not BSP in disguise).
 //  - Downpour's n_fetch / n_push: the servers count the pulls and pushes.
 //  - Sparse logistic regression on click data beats the constant predictor
 //    on held-out rows under BSP, SSP and ASP.
@@ -20,8 +21,10 @@
 #include "models/dataset.h"
 #include "models/model.h"
 #include "proto/downpour.grpc.pb.h"
-#include "tools/local_cluster.h"
-#include "worker/batcher.h"
+#include "models/batcher.h"
+#include "models/learning_rate.h"
+#include "models/sparse_lr.h"
+#include "tools/local_job.h"
 #include "worker/worker.h"
 
 namespace downpour {
@@ -50,39 +53,31 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
   JobResult result;
   const std::string dir = TestTmpDir() + "/" + tag;
   EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 2;
-  o.scheduler_flags = {"--consistency=" + consistency,
-                       absl::StrCat("--staleness=", staleness),
-                       absl::StrCat("--num_workers=", workers)};
-  auto cluster = LocalCluster::Start(o);
-  EXPECT_OK(cluster);
-  if (!cluster.ok()) return result;
-  std::vector<std::unique_ptr<Subprocess>> procs;
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 2;
+  o.cluster.scheduler_flags = {"--consistency=" + consistency,
+                               absl::StrCat("--staleness=", staleness),
+                               absl::StrCat("--num_workers=", workers)};
   for (int i = 0; i < workers; ++i) {
-    std::vector<std::string> argv = {
-        RunfilePath("worker/ps_worker"),
-        "--scheduler=" + (*cluster)->scheduler_address(),
-        absl::StrCat("--name=w", i), "--model=softmax",
-        absl::StrCat("--steps=", steps), "--batch=32", "--seed=7",
-        "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"};
-    if (i == slow_rank) argv.push_back("--slow_factor=5");
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    procs.push_back(std::make_unique<Subprocess>(
-        argv, absl::StrCat(dir, "/worker-", i, ".log")));
-    EXPECT_OK(procs.back()->Start());
+    std::vector<std::string> flags = {
+        "--model=softmax",     absl::StrCat("--steps=", steps),
+        "--batch=32",          "--seed=7",
+        "--eval_every=100000", "--lr=0.05",
+        "--warmup_steps=5"};
+    if (i == slow_rank) flags.push_back("--slow_factor=5");
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    o.workers.push_back(flags);
   }
-  for (auto& p : procs) {
-    auto st = p->Wait(absl::Seconds(240));
-    EXPECT_OK(st);
-    if (st.ok()) {
-      EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << p->LogTail();
-    }
-  }
+  auto job = LocalJob::Start(o);
+  EXPECT_OK(job);
+  if (!job.ok()) return result;
+  // Every worker exits with status 0 (the error names the one that did
+  // not, with its log).
+  EXPECT_OK((*job)->WaitForWorkers(absl::Seconds(240) * workers));
   ClientOptions co;
-  co.scheduler_address = (*cluster)->scheduler_address();
+  co.scheduler_address = (*job)->scheduler_address();
   auto client = Client::Connect(co);
   EXPECT_OK(client);
   auto model = MakeSoftmaxRegression(784, 10);
@@ -95,7 +90,7 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
     result.params.insert(result.params.end(), v.begin(), v.end());
   }
   // Staleness as the servers measured it for every pull.
-  SchedulerClient sched((*cluster)->scheduler_address());
+  SchedulerClient sched((*job)->scheduler_address());
   auto map = sched.GetClusterMap();
   EXPECT_OK(map);
   if (!map.ok()) return result;
@@ -123,7 +118,7 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
     result.errors += stats.errors();
   }
   client->reset();
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK((*job)->Stop());
   return result;
 }
 
@@ -179,6 +174,9 @@ TEST(TrainingTest, SspStalenessNeverExceedsTheBound) {
     EXPECT_GT(r.tracked_pulls, 0u);
     EXPECT_GE(r.max_staleness, 0);
     EXPECT_LE(r.max_staleness, s) << "SSP bound " << s;
+    // A system that silently ran BSP would pass the bound: with s = 3 and
+    // a worker 5x slower, the fast ones must actually run ahead of it.
+    if (s == 3) EXPECT_GT(r.max_staleness, 0) << "SSP(3) behaved as BSP";
     std::printf("SSP s=%d: max staleness observed %lld over %llu pulls\n", s,
                 static_cast<long long>(r.max_staleness),
                 static_cast<unsigned long long>(r.tracked_pulls));
@@ -230,28 +228,51 @@ TEST(TrainingTest, DownpourFetchAndPushEveryNSteps) {
 TEST(TrainingTest, AspOnlyFlagsRejectedUnderBsp) {
   const std::string dir = TestTmpDir() + "/asp-only";
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 1;
-  o.scheduler_flags = {"--consistency=bsp", "--num_workers=2"};
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_OK(cluster);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 1;
+  o.cluster.scheduler_flags = {"--consistency=bsp", "--num_workers=2"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--n_fetch=5", "ASP mode"}, {"--hogwild_threads=2", "need ASP"}};
   for (size_t i = 0; i < cases.size(); ++i) {
-    Subprocess w({RunfilePath("worker/ps_worker"),
-                  "--scheduler=" + (*cluster)->scheduler_address(),
-                  absl::StrCat("--name=w", i), "--model=softmax", "--steps=5",
-                  cases[i].first},
-                 absl::StrCat(dir, "/worker-", i, ".log"));
-    ASSERT_OK(w.Start());
-    auto st = w.Wait(absl::Seconds(60));
+    ASSERT_OK(job->AddWorker({"--model=softmax", "--steps=5", cases[i].first}));
+    auto st = job->WaitForWorker(i, absl::Seconds(60));
     ASSERT_OK(st);
+    Subprocess& w = job->worker(i);
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
     EXPECT_NE(w.LogTail().find(cases[i].second), std::string::npos) << w.LogTail();
   }
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK(job->Stop());
+}
+
+// Options that no policy accepts stop the worker at start with the reason,
+// before it computes anything (--threads reaches the model's factory,
+// which would abort on 0).
+TEST(TrainingTest, BadWorkerOptionsExitWithTheReason) {
+  const std::string dir = TestTmpDir() + "/bad-options";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 1;
+  o.cluster.scheduler_flags = {"--consistency=asp", "--num_workers=3"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--threads=0", "threads 0: must be >= 1"},
+      {"--hogwild_threads=0", "hogwild_threads must be >= 1"},
+      {"--device=tpu", "device 'tpu' for model 'softmax'"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_OK(job->AddWorker({"--model=softmax", "--steps=5", cases[i].first}));
+    auto st = job->WaitForWorker(i, absl::Seconds(60));
+    ASSERT_OK(st);
+    Subprocess& w = job->worker(i);
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
+    EXPECT_NE(w.LogTail().find(cases[i].second), std::string::npos)
+        << w.LogTail();
+  }
+  EXPECT_OK(job->Stop());
 }
 
 // Hogwild: 4 threads in one worker share one parameter array without
@@ -310,37 +331,29 @@ TEST(TrainingTest, SparseLogisticRegressionBeatsConstantPredictor) {
     SCOPED_TRACE(consistency);
     const std::string dir = TestTmpDir() + "/sparse-" + consistency;
     ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-    LocalClusterOptions o;
-    o.bin_dir = RunfilePath("");
-    o.work_dir = dir;
-    o.num_servers = 2;
-    o.scheduler_flags = {"--consistency=" + consistency, "--staleness=2",
-                         "--num_workers=2"};
-    auto cluster = LocalCluster::Start(o);
-    ASSERT_OK(cluster);
-    std::vector<std::unique_ptr<Subprocess>> procs;
-    for (int i = 0; i < 2; ++i) {
-      procs.push_back(std::make_unique<Subprocess>(
-          std::vector<std::string>{
-              RunfilePath("worker/ps_worker"),
-              "--scheduler=" + (*cluster)->scheduler_address(),
-              absl::StrCat("--name=w", i), "--model=sparse_lr",
-              absl::StrCat("--click_rows=", kRows),
-              absl::StrCat("--click_features_per_row=", kPerRow),
-              absl::StrCat("--click_num_features=", kFeatures),
-              "--click_zipf=1.1", absl::StrCat("--holdout=", kHoldout),
-              absl::StrCat("--seed=", kSeed), "--steps=300", "--batch=100",
-              "--eval_every=100", "--async_lr=0.5"},
-          absl::StrCat(dir, "/worker-", i, ".log")));
-      ASSERT_OK(procs.back()->Start());
-    }
-    for (auto& w : procs) {
-      auto st = w->Wait(absl::Seconds(240));
-      ASSERT_OK(st);
-      EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << w->LogTail();
-    }
+    LocalJobOptions o;
+    o.cluster.bin_dir = RunfilePath("");
+    o.cluster.work_dir = dir;
+    o.cluster.num_servers = 2;
+    o.cluster.scheduler_flags = {"--consistency=" + consistency,
+                                 "--staleness=2", "--num_workers=2"};
+    const std::vector<std::string> flags = {
+        "--model=sparse_lr",
+        absl::StrCat("--click_rows=", kRows),
+        absl::StrCat("--click_features_per_row=", kPerRow),
+        absl::StrCat("--click_num_features=", kFeatures),
+        "--click_zipf=1.1",
+        absl::StrCat("--holdout=", kHoldout),
+        absl::StrCat("--seed=", kSeed),
+        "--steps=300",
+        "--batch=100",
+        "--eval_every=100",
+        "--async_lr=0.5"};
+    o.workers = {flags, flags};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+    ASSERT_OK(job->WaitForWorkers(absl::Seconds(240) * 2));
     ClientOptions co;
-    co.scheduler_address = (*cluster)->scheduler_address();
+    co.scheduler_address = job->scheduler_address();
     auto client = Client::Connect(co);
     ASSERT_OK(client);
     auto table = (*client)->OpenTable(kSparseLrTable);
@@ -359,7 +372,7 @@ TEST(TrainingTest, SparseLogisticRegressionBeatsConstantPredictor) {
     EXPECT_LT(loss, constant_loss - 0.05);
     EXPECT_GT(e.auc, 0.7);
     client->reset();
-    EXPECT_OK((*cluster)->Stop());
+    EXPECT_OK(job->Stop());
   }
 }
 

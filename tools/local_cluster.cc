@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
@@ -13,9 +12,6 @@
 #include "common/status_macros.h"
 
 namespace downpour {
-namespace {
-
-}  // namespace
 
 std::string BinDirOfThisProgram() {
   char buf[4096];

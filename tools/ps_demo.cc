@@ -5,8 +5,6 @@
 //   bazel-bin/tools/ps_demo                       # BSP, 4 workers, MLP
 //   bazel-bin/tools/ps_demo --compare             # BSP, SSP(3), ASP on one plot
 //   bazel-bin/tools/ps_demo --mode=ssp --staleness=1 --slow_worker=0 --slow_factor=3
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,11 +19,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
-#include "common/subprocess.h"
+#include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "tools/local_cluster.h"
-#include "worker/batcher.h"
+#include "tools/local_job.h"
 
 ABSL_FLAG(std::string, mode, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(bool, compare, false, "run BSP, SSP and ASP and plot them together");
@@ -81,29 +79,22 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
                               ? BinDirOfThisProgram()
                               : absl::GetFlag(FLAGS_bin_dir);
   const int n = absl::GetFlag(FLAGS_workers), b = absl::GetFlag(FLAGS_backup);
-  LocalClusterOptions o;
-  o.bin_dir = bin;
-  o.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
-  std::system(("mkdir -p " + o.work_dir).c_str());
-  o.num_servers = absl::GetFlag(FLAGS_servers);
+  LocalJobOptions o;
+  o.cluster.bin_dir = bin;
+  o.cluster.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
+  std::system(("mkdir -p " + o.cluster.work_dir).c_str());
+  o.cluster.num_servers = absl::GetFlag(FLAGS_servers);
   if (!absl::GetFlag(FLAGS_data_listen).empty()) {
-    o.server_flags.push_back("--data_listen=" + absl::GetFlag(FLAGS_data_listen));
+    o.cluster.server_flags.push_back("--data_listen=" +
+                                     absl::GetFlag(FLAGS_data_listen));
   }
-  o.scheduler_flags = {absl::StrCat("--consistency=", mode),
-                       absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
-                       absl::StrCat("--num_workers=", n),
-                       absl::StrCat("--backup_workers=", b)};
-  auto cluster = LocalCluster::Start(o);
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "cannot start cluster: %s\n", cluster.status().ToString().c_str());
-    return r;
-  }
-  std::vector<std::unique_ptr<Subprocess>> workers;
+  o.cluster.scheduler_flags = {
+      absl::StrCat("--consistency=", mode),
+      absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+      absl::StrCat("--num_workers=", n), absl::StrCat("--backup_workers=", b)};
+  o.worker_name_prefix = "worker-";
   for (int i = 0; i < n + b; ++i) {
-    std::vector<std::string> argv = {
-        bin + "/worker/ps_worker",
-        "--scheduler=" + (*cluster)->scheduler_address(),
-        absl::StrCat("--name=worker-", i),
+    std::vector<std::string> flags = {
         "--model=" + absl::GetFlag(FLAGS_model),
         absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
         absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
@@ -112,13 +103,16 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
         absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
         "--device=" + absl::GetFlag(FLAGS_device)};
     if (i == absl::GetFlag(FLAGS_slow_worker)) {
-      argv.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
+      flags.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
     }
-    workers.push_back(std::make_unique<Subprocess>(
-        argv, absl::StrCat(o.work_dir, "/worker-", i, ".log")));
-    if (!workers.back()->Start().ok()) return r;
+    o.workers.push_back(flags);
   }
-  SchedulerClient sched((*cluster)->scheduler_address());
+  auto job = LocalJob::Start(o);
+  if (!job.ok()) {
+    std::fprintf(stderr, "cannot start the job: %s\n", job.status().ToString().c_str());
+    return r;
+  }
+  SchedulerClient sched((*job)->scheduler_address());
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   int64_t last_clock = -1;
@@ -139,17 +133,13 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   bool failed = false;
   while (running > 0 && absl::Now() < deadline) {
     absl::SleepFor(poll);
-    running = 0;
-    for (auto& w : workers) {
-      if (!w->running()) continue;
-      auto st = w->Wait(absl::ZeroDuration());
-      if (!st.ok()) {
-        ++running;
-      } else if (!(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)) {
-        std::fprintf(stderr, "\na worker failed; log tail:\n%s\n", w->LogTail().c_str());
-        failed = true;
-      }
+    absl::StatusOr<int> still = (*job)->PollWorkers();
+    if (!still.ok()) {
+      std::fprintf(stderr, "\n%s\n", still.status().ToString().c_str());
+      failed = true;
+      break;
     }
+    running = *still;
     auto status = sched.GetJobStatus();
     if (!status.ok()) continue;
     const double t = absl::ToDoubleSeconds(absl::Now() - start);
@@ -194,8 +184,7 @@ RunResult RunOnce(const std::string& mode, std::ofstream& csv) {
   }
   r.final_accuracy = last_acc;
   r.ok = !failed && running == 0;
-  for (auto& w : workers) w->Signal(SIGKILL);
-  (void)(*cluster)->Stop();
+  (void)(*job)->Stop();  // kills workers still running
   return r;
 }
 

@@ -12,7 +12,7 @@
 #include "common/address_file.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
-#include "tools/local_cluster.h"
+#include "tools/local_job.h"
 
 namespace downpour {
 double SandblasterJobResult::Num(const std::string& key) const {
@@ -29,15 +29,16 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   std::filesystem::create_directories(dir);
-  LocalClusterOptions o;
-  o.bin_dir = options.bin_dir;
-  o.work_dir = dir;
-  o.num_servers = options.num_servers;
-  o.scheduler_flags = options.scheduler_flags;
-  DP_ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start(o));
+  LocalJobOptions o;
+  o.cluster.bin_dir = options.bin_dir;
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = options.num_servers;
+  o.cluster.scheduler_flags = options.scheduler_flags;
+  // The workers start once the coordinator is up.
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
   std::vector<std::string> argv = {
       options.bin_dir + "/lbfgs/ps_lbfgs",
-      "--scheduler=" + cluster->scheduler_address(),
+      "--scheduler=" + job->scheduler_address(),
       "--address_file=" + dir + "/coordinator",
       "--trace_csv=" + dir + "/trace.csv", "--summary_file=" + dir + "/summary"};
   argv.insert(argv.end(), options.coordinator_flags.begin(),
@@ -47,20 +48,14 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   DP_ASSIGN_OR_RETURN(std::string address,
                       WaitForAddressFile(dir + "/coordinator", absl::Seconds(60),
                                          &coordinator));
-  std::vector<std::unique_ptr<Subprocess>> workers;
-  for (size_t i = 0; i < options.workers.size(); ++i) {
-    std::vector<std::string> w = {
-        options.bin_dir + "/worker/ps_worker", "--job=lbfgs",
-        "--scheduler=" + cluster->scheduler_address(),
-        "--coordinator=" + address, "--name=w" + std::to_string(i)};
-    w.insert(w.end(), options.workers[i].begin(), options.workers[i].end());
-    workers.push_back(std::make_unique<Subprocess>(
-        w, dir + "/worker" + std::to_string(i) + ".log"));
-    DP_RETURN_IF_ERROR(workers.back()->Start());
+  for (const std::vector<std::string>& flags : options.workers) {
+    std::vector<std::string> w = {"--job=lbfgs", "--coordinator=" + address};
+    w.insert(w.end(), flags.begin(), flags.end());
+    DP_RETURN_IF_ERROR(job->AddWorker(w));
   }
   std::thread during;
   if (options.while_running) {
-    during = std::thread([&] { options.while_running(cluster.get()); });
+    during = std::thread([&] { options.while_running(&job->cluster()); });
   }
   absl::StatusOr<int> status = coordinator.Wait(absl::Minutes(10));
   if (during.joinable()) during.join();
@@ -73,11 +68,10 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
       return absl::InternalError("coordinator failed: " + result.coordinator_log);
     }
   }
-  for (auto& w : workers) {
-    DP_ASSIGN_OR_RETURN(int ws, w->Wait(absl::Seconds(30)));
-    result.worker_exit_codes.push_back(WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-  }
-  absl::Status stopped = cluster->Stop();
+  // Some exit on purpose (crash_at_task): their codes are the result.
+  DP_ASSIGN_OR_RETURN(result.worker_exit_codes,
+                      job->WaitForWorkerExits(absl::Seconds(30)));
+  absl::Status stopped = job->Stop();
   // A server killed on purpose is skipped by Stop; others must stop cleanly.
   if (!options.allow_failure) DP_RETURN_IF_ERROR(stopped);
   std::ifstream trace(dir + "/trace.csv");

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package that the build, the tests and the demo need,
-# and the npm packages of the Kubernetes manifest tests (deploy/k8s/tests).
+# the npm packages of the Kubernetes manifest tests (deploy/k8s/tests), and
+# the formatting tools of tools/format.sh: Debian's clang-format, and
+# buildifier from the npm registry into ./node_modules at the version that
+# package-lock.json pins.
 # Idempotent: when everything is present it only checks and returns.
 #
 #   bash tools/setup.sh           # everything
@@ -26,6 +29,8 @@ PACKAGES=(
   # health probes) and the image test (podman with runc, debootstrap).
   python3-yaml python3-grpcio
   podman runc debootstrap
+  # tools/format.sh (buildifier comes from npm, below).
+  clang-format
 )
 
 mode=all
@@ -67,5 +72,20 @@ if [[ $mode == all ]]; then
     echo "setup: npm ci in $k8s_tests"
     (cd "$k8s_tests" && npm ci --no-audit --no-fund --loglevel=error)
     cp "$k8s_tests/package-lock.json" "$k8s_tests/node_modules/.downpour-package-lock.json"
+  fi
+
+  # buildifier for tools/format.sh, at the version package-lock.json pins.
+  want=$(sed -n 's/.*"@bazel\/buildifier": "\(.*\)".*/\1/p' package.json)
+  if [[ -x node_modules/.bin/buildifier ]] &&
+    node_modules/.bin/buildifier --version 2>/dev/null | grep -q "version: ${want}\b"; then
+    echo "setup: buildifier ${want} present"
+  else
+    echo "setup: installing buildifier ${want} into node_modules"
+    # Only tools/format.sh needs it: a machine without the npm registry can
+    # still build and test.
+    if ! npm ci --no-audit --no-fund --loglevel=error; then
+      echo "setup: WARNING: could not install buildifier; tools/format.sh" \
+        "will not run until 'npm ci' succeeds" >&2
+    fi
   fi
 fi

@@ -249,7 +249,6 @@ void DataServer::Loop(Handler handler) {
     // that posted closures (a replica's acknowledgement) are not starved.
     for (int batch = 0; batch < 64 && msg.Receive(socket_, ZMQ_DONTWAIT);
          ++batch) {
-      counters_.requests.fetch_add(1, std::memory_order_relaxed);
       const size_t bytes_in = msg.total_bytes(1);
       counters_.bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
 

@@ -54,7 +54,6 @@ struct DataServerOptions {
 
 // Statistics kept by the receive thread; read with relaxed loads.
 struct DataServerCounters {
-  std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> framing_errors{0};
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};

@@ -4,6 +4,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/log_flags.h"
 #include "common/token_file.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -61,6 +62,10 @@ ABSL_FLAG(double, l2, 0, "sparse_lr: L2 on the weights of each batch");
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Downpour worker daemon");
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
+    DP_LOG(ERROR) << s;
+    return 2;
+  }
   downpour::TuneAllocatorForLargeMessages();
   auto auth = downpour::ClusterAuth::FromFlags();
   if (!auth.ok()) {

@@ -1,7 +1,8 @@
 // ps_worker: runs one model replica on its shard of the training data.
 //
-// A worker registers with the scheduler (which gives it a rank and the
-// job's consistency policy), declares the model's parameter tables, and
+// A worker joins the job (client/job_member.h: the scheduler gives it a
+// rank and the job's consistency policy), declares the model's parameter
+// tables (following the job's policy, which the scheduler enforces), and
 // then for each iteration c: waits until the policy lets clock c proceed,
 // pulls the parameters, computes the loss and gradient of a mini-batch,
 // pushes the gradient, waits for the acknowledgements, and advances its
@@ -45,6 +46,12 @@
 // each float read is some version of that float. ThreadSanitizer reports
 // these races by design.
 //
+// Files: worker.cc checks the options against the job's policy and picks
+// a loop; internal/step_context.h is the gate and report around each step,
+// internal/dense_replica.h the dense model's data, tables and parameters,
+// and internal/training_loop.h the loops, one file per family (hogwild,
+// sparse, asp_pipelined, bsp, ssp).
+//
 // Not thread-safe: Run() is called once.
 #ifndef DOWNPOUR_WORKER_WORKER_H_
 #define DOWNPOUR_WORKER_WORKER_H_
@@ -52,19 +59,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/auth.h"
-#include "models/dataset.h"
 
 namespace downpour {
 
 struct WorkerOptions {
   std::string scheduler_address;
   ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
-  std::string name;                 // stable identity (rank survives restarts)
+  std::string name;  // stable identity (rank survives restarts)
   // The rank to take (e.g. an Indexed Job's completion index; the scheduler
   // grants exactly it or Create fails: kAlreadyExists while an ALIVE worker
   // holds it, kInvalidArgument outside the job). -1: the scheduler picks.
@@ -80,20 +85,22 @@ struct WorkerOptions {
   // sparse logistic regression (see below).
   std::string model = "mlp";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int batch = 64;                   // per worker
-  int64_t steps = 1000;             // iterations (clock ticks)
-  double lr = 0.05;                 // BSP: per-worker rate before scaling
-  int warmup_steps = 100;           // BSP: linear warm-up to N x lr
-  double async_lr = 0.05;           // SSP/ASP: the servers' Adagrad rate
+  int batch = 64;          // per worker
+  int64_t steps = 1000;    // iterations (clock ticks)
+  double lr = 0.05;        // BSP: per-worker rate before scaling
+  int warmup_steps = 100;  // BSP: linear warm-up to N x lr
+  double async_lr = 0.05;  // SSP/ASP: the servers' Adagrad rate
   // ASP only (Downpour; other policies reject values > 1 at Create): pull
   // every n_fetch steps; push the gradients accumulated over n_push steps
   // every n_push steps and at the last step.
   int n_fetch = 1;
   int n_push = 1;
-  int eval_every = 100;             // rank 0 evaluates on the test set
-  double slow_factor = 1.0;         // > 1: sleep to look that much slower
-  int threads = 1;                  // threads for the gradient computation
-  std::string device = "cpu";       // "cpu", or "cuda" (mlp only)
+  int eval_every = 100;      // rank 0 evaluates on the test set
+  double slow_factor = 1.0;  // > 1: sleep to look that much slower
+  // Threads for a CPU model's gradient (models/model.h); other values than
+  // 1 change the results in the last bits (partial sums added in order).
+  int threads = 1;
+  std::string device = "cpu";  // "cpu", or "cuda" (mlp only)
   // > 1: Hogwild inside this worker (ASP and dense models only; see above).
   int hogwild_threads = 1;
   uint64_t seed = 1;
@@ -113,37 +120,15 @@ struct WorkerOptions {
   float l2 = 0;  // L2 on the weights a batch touches
 };
 
-// sparse_lr: the table key of a feature id. Ids are spread over the key
-// space by a bijective 64-bit mix (the servers split the key space into
-// contiguous ranges, so raw small ids would all land on one server).
-uint64_t SparseFeatureKey(uint64_t feature_id);
-
-// sparse_lr: the rows worker `rank` of `workers` trains on, out of the
-// first `train_rows` rows, in the order it visits them: row i belongs to
-// rank i mod workers, and each rank shuffles its share (Fisher-Yates with
-// a generator seeded by seed and rank). A pure function: the shards are
-// disjoint, together cover [0, train_rows), and are the same on every run
-// and machine. REQUIRES: 0 <= rank < workers.
-std::vector<size_t> SparseTrainRows(size_t train_rows, int rank, int workers,
-                                    uint64_t seed);
-
-// sparse_lr: the name of the weight table (sparse, width 1, zeros).
+// sparse_lr: the name of the weight table (sparse, width 1, zeros). Its
+// keys are SparseFeatureKey(feature id) (models/sparse_lr.h).
 inline constexpr char kSparseLrTable[] = "sparse_lr/w";
-
-// sparse_lr: held-out metrics of `weights` (weights[i] for ids[i], ids
-// sorted as BatchFeatureIds gives them) over all of `data`.
-struct SparseEval {
-  double log_loss = 0;
-  double accuracy = 0;  // p > 0.5 against the label
-  double auc = 0;       // area under the ROC curve; 0.5 if one class only
-};
-SparseEval EvaluateSparseLogReg(const SparseDataset& data,
-                                const std::vector<uint64_t>& ids,
-                                const std::vector<float>& weights);
 
 class Worker {
  public:
-  // Registers with the scheduler and loads this worker's data shard.
+  // Joins the job, checks the options against its policy
+  // (kInvalidArgument), loads this worker's data shard and declares the
+  // model's tables.
   static absl::StatusOr<std::unique_ptr<Worker>> Create(
       const WorkerOptions& options);
   virtual ~Worker() = default;

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/random.h"
 #include "models/dataset.h"
 #include "models/internal/parallel.h"
 #include "models/model.h"
@@ -68,9 +69,10 @@ class DenseNet {
     std::mt19937_64 rng(seed);
     for (int l = 0; l < num_layers(); ++l) {
       const size_t w = size_t(sizes_[l]) * sizes_[l + 1];
-      std::normal_distribution<double> normal(0.0, std::sqrt(2.0 / sizes_[l]));
+      const double stddev = std::sqrt(2.0 / sizes_[l]);
       for (size_t i = 0; i < w; ++i) {
-        params[w_off_[l] + i] = zero_init_ ? T(0) : static_cast<T>(normal(rng));
+        params[w_off_[l] + i] =
+            zero_init_ ? T(0) : static_cast<T>(stddev * StandardNormal(rng));
       }
       std::fill(params + b_off_[l], params + b_off_[l] + sizes_[l + 1], T(0));
     }

@@ -1,0 +1,238 @@
+#include "client/job_member.h"
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "cluster/scheduler_client.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "proto/downpour.pb.h"
+
+namespace downpour {
+namespace {
+
+// Sends a worker's AdvanceClock calls from its own thread, so that the
+// training loop does not wait for the scheduler when the policy does not
+// make it. Calls go out in order; one still queued when a newer one comes
+// is replaced by it (clocks only move forward, and the newer progress
+// figures supersede the older, except an evaluation's accuracy, which is
+// kept). Each reply tells the smallest clock of the other workers, a lower
+// bound that only grows.
+// Thread-safe.
+class ClockReporter {
+ public:
+  // `scheduler` must outlive this object.
+  explicit ClockReporter(SchedulerClient* scheduler) : scheduler_(scheduler) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  // Sends what is still queued, then stops.
+  ~ClockReporter() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  // Queues the report; returns the first error a previous one got.
+  absl::Status Advance(proto::AdvanceClockRequest req)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (pending_ && req.test_accuracy() < 0) {
+      req.set_test_accuracy(pending_->test_accuracy());
+    }
+    own_clock_ = req.clock();
+    pending_ = std::move(req);
+    return error_;
+  }
+  // Waits until every queued report has been sent; its first error.
+  absl::Status Flush(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !pending_ && !in_flight_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("clock report ", own_clock_, " still queued after ",
+                       absl::FormatDuration(timeout)));
+    }
+    return error_;
+  }
+  Clock own_clock() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return own_clock_;
+  }
+  Clock others_lower_bound() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return others_;
+  }
+  // A gating clock learnt elsewhere (WaitClock): the others are at least
+  // there.
+  void ObserveGating(Clock gating) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    others_ = std::max(others_, gating);
+  }
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      proto::AdvanceClockRequest req;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || pending_.has_value();
+        };
+        // Re-checked every second; Advance and the destructor wake it.
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+        if (!pending_) {
+          if (stop_) return;
+          continue;
+        }
+        req = std::move(*pending_);
+        pending_.reset();
+        in_flight_ = true;
+      }
+      auto reply = scheduler_->AdvanceClock(req);  // not under the lock
+      absl::MutexLock lock(&mu_);
+      in_flight_ = false;
+      if (!reply.ok()) {
+        if (error_.ok()) error_ = reply.status();
+      } else {
+        others_ = std::max(others_, reply->others_min_clock());
+      }
+    }
+  }
+
+  SchedulerClient* const scheduler_;
+  mutable absl::Mutex mu_;
+  std::optional<proto::AdvanceClockRequest> pending_ ABSL_GUARDED_BY(mu_);
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  Clock own_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  Clock others_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+class JobMemberImpl final : public JobMember {
+ public:
+  explicit JobMemberImpl(const JobMemberOptions& o)
+      : options_(o), scheduler_(o.scheduler_address, o.rpc_timeout, o.auth) {}
+  ~JobMemberImpl() override {
+    stop_heartbeats_.Notify();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    reporter_.reset();  // before scheduler_, which it calls
+  }
+
+  absl::Status Init() {
+    proto::RegisterRequest reg;
+    reg.set_role(proto::WORKER);
+    reg.set_name(options_.name);
+    if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
+    reg.set_job_token(options_.job_token);
+    DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
+                        scheduler_.Register(reg, options_.register_timeout));
+    id_ = reply.node_id();
+    rank_ = reply.rank();
+    DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()),
+                        "scheduler at ", options_.scheduler_address);
+    if (rank_ < 0 || rank_ >= policy_.total_workers()) {
+      return absl::InternalError(
+          absl::StrCat("the scheduler gave rank ", rank_, " in a job of ",
+                       policy_.total_workers(), " workers"));
+    }
+    const absl::Duration interval =
+        reply.heartbeat_interval_ms() > 0
+            ? absl::Milliseconds(reply.heartbeat_interval_ms())
+            : absl::Milliseconds(500);
+    // Keeps the worker alive in the scheduler's eyes while it computes or
+    // waits on a slow peer.
+    heartbeat_ = std::thread([this, interval] {
+      while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
+        auto hb = scheduler_.Heartbeat(id_, 0);
+        if (!hb.ok()) DP_LOG(WARNING) << hb.status();
+      }
+    });
+    reporter_ = std::make_unique<ClockReporter>(&scheduler_);
+    return absl::OkStatus();
+  }
+
+  NodeId node_id() const override { return id_; }
+  int rank() const override { return rank_; }
+  const ConsistencyPolicy& policy() const override { return policy_; }
+
+  absl::Status ReportClock(const ClockReport& report) override {
+    proto::AdvanceClockRequest adv;
+    adv.set_node_id(id_);
+    adv.set_rank(rank_);
+    adv.set_clock(report.clock);
+    adv.set_loss(report.loss);
+    adv.set_examples(report.examples);
+    adv.set_test_accuracy(report.test_accuracy);
+    adv.set_max_staleness(report.max_staleness);
+    adv.set_discarded(report.discarded);
+    return reporter_->Advance(std::move(adv));
+  }
+  absl::Status Flush(absl::Duration timeout) override {
+    return reporter_->Flush(timeout);
+  }
+  Clock reported_clock() const override { return reporter_->own_clock(); }
+  Clock others_lower_bound() const override {
+    return reporter_->others_lower_bound();
+  }
+
+  absl::StatusOr<Clock> WaitClock(Clock clock,
+                                  absl::Duration timeout) override {
+    // Without backups the gating clock is the minimum of all clocks: ours
+    // (queued, our pushes acknowledged) and the others', of which the
+    // reporter keeps a lower bound. If that already lets this clock
+    // proceed, the scheduler would answer at once: do not ask.
+    const Clock known =
+        std::min(reporter_->own_clock(), reporter_->others_lower_bound());
+    if (policy_.is_asp() ||
+        (policy_.backup_workers == 0 && policy_.Allows(clock, known))) {
+      return known;
+    }
+    DP_ASSIGN_OR_RETURN(Clock gating,
+                        scheduler_.WaitClock(id_, rank_, clock, timeout), "worker ",
+                        rank_, " at clock ", clock);
+    reporter_->ObserveGating(gating);
+    return gating;
+  }
+
+  absl::Status Barrier(const std::string& name,
+                       absl::Duration timeout) override {
+    return scheduler_.Barrier(
+        name, id_, static_cast<uint32_t>(policy_.total_workers()), timeout);
+  }
+
+ private:
+  const JobMemberOptions options_;
+  SchedulerClient scheduler_;
+  NodeId id_ = kNoNode;
+  int rank_ = 0;
+  ConsistencyPolicy policy_;
+  absl::Notification stop_heartbeats_;
+  std::thread heartbeat_;
+  std::unique_ptr<ClockReporter> reporter_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobMember>> JobMember::Join(
+    const JobMemberOptions& options) {
+  if (options.scheduler_address.empty()) {
+    return absl::InvalidArgumentError("join a job: no scheduler address");
+  }
+  auto member = std::make_unique<JobMemberImpl>(options);
+  DP_RETURN_IF_ERROR(member->Init(), "join the job as '", options.name, "'");
+  return std::unique_ptr<JobMember>(std::move(member));
+}
+
+}  // namespace downpour

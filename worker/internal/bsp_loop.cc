@@ -1,0 +1,174 @@
+// BSP for dense models: one PushPull round trip per step, overlapped with
+// the backward pass (docs/ARCHITECTURE.md, "BSP with PushPull").
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "models/batcher.h"
+#include "models/learning_rate.h"
+#include "worker/internal/training_loop.h"
+#include "worker/slowdown.h"
+
+namespace downpour {
+namespace {
+
+// A large table's PushPull goes out as row ranges of about this size, so
+// that the server applies and answers the first while the next are still
+// being computed or sent. Every worker cuts the same way (BSP aggregates
+// per range and clock, so all workers must push the same ranges).
+constexpr size_t kPushPullPartBytes = 128 << 10;
+
+// A PushPull unit: rows [begin, end) of table `table`, floats
+// [offset, offset + count) of the parameter array.
+struct ExchangePart {
+  size_t table;
+  Key begin, end;
+  size_t offset, count;
+  size_t ready = 0;  // floats of its gradient known to be final
+};
+
+// Cuts every table into row ranges of about kPushPullPartBytes; the cut
+// depends on the model only, so every worker cuts the same way.
+std::vector<ExchangePart> ExchangeParts(const std::vector<ParamBlock>& blocks) {
+  std::vector<ExchangePart> parts;
+  size_t off = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const size_t rows = blocks[i].rows, width = blocks[i].width;
+    const size_t step =
+        std::max<size_t>(1, kPushPullPartBytes / (width * sizeof(float)));
+    for (size_t r = 0; r < rows; r += step) {
+      const size_t e = std::min(rows, r + step);
+      parts.push_back({i, r, e, off + r * width, (e - r) * width});
+    }
+    off += rows * width;
+  }
+  return parts;
+}
+
+class BspLoop final : public TrainingLoop {
+ public:
+  BspLoop(StepContext* ctx, DenseReplica* replica)
+      : ctx_(*ctx), replica_(*replica) {}
+
+  // Each range of the gradient goes out as a PushPull as soon as the model
+  // has finished it (the last layer first, then the first layer's weights
+  // in row ranges while the rest of them are computed), and each server
+  // answers once that range's update of the step is applied (with N
+  // workers, when the N-th gradient of the step arrives), with the values
+  // step c + 1 must start from. They land straight in the parameters: the
+  // model reads no parameter of a range after reporting it. If every part
+  // was applied, all N workers' gradients of step c are in, which is
+  // exactly what the gate for c + 1 asks, so no pull and no WaitClock
+  // follow. A backup worker whose push came late (discarded) asks the
+  // scheduler and pulls instead.
+  absl::Status Run() override {
+    const WorkerOptions& o = ctx_.options();
+    Client& client = ctx_.client();
+    const int rank = ctx_.rank();
+    const int n = ctx_.policy().num_workers;
+    std::vector<float>& params = replica_.params();
+    const std::vector<Table>& tables = replica_.tables();
+    std::vector<float> grads(params.size());
+    std::vector<ExchangePart> parts = ExchangeParts(replica_.blocks());
+    std::vector<Ticket> tickets;
+    Batcher batcher(replica_.train().num_examples, o.seed, rank);
+    uint64_t examples = 0;
+    int64_t params_clock = -1;  // params hold the state step params_clock reads
+    // Where a step's time goes, for the log line at the end.
+    absl::Duration compute_time, exchange_time;
+    for (int64_t clock = 0; clock < o.steps; ++clock) {
+      // Without the state of step `clock` (first step, or a late backup
+      // worker): pass the gate (which may skip ahead) and pull.
+      const bool pull = params_clock != clock;
+      if (pull) {
+        bool done;
+        DP_RETURN_IF_ERROR(ctx_.StartStep(&clock, &done));
+        if (done) break;
+      }
+      client.SetWorkerClock(rank, clock);
+      if (pull) DP_RETURN_IF_ERROR(replica_.PullParams());
+      const float lr = BspLearningRate(o.lr, n, o.warmup_steps, clock);
+      const uint64_t discarded_before = client.discarded_pushes();
+      tickets.clear();
+      for (ExchangePart& p : parts) p.ready = 0;
+      auto send = [&](ExchangePart& p) {
+        for (size_t j = p.offset; j < p.offset + p.count; ++j) grads[j] *= lr;
+        tickets.push_back(client.PushPull(
+            tables[p.table], Keys::Range(p.begin, p.end),
+            absl::MakeConstSpan(grads.data() + p.offset, p.count),
+            absl::MakeSpan(params.data() + p.offset, p.count)));
+      };
+      // Sends every part that the range [off, off + count) completes.
+      auto ready = [&](size_t off, size_t count) {
+        for (ExchangePart& p : parts) {
+          const size_t b = std::max(off, p.offset);
+          const size_t e = std::min(off + count, p.offset + p.count);
+          if (b >= e) continue;
+          p.ready += e - b;
+          if (p.ready == p.count) send(p);
+        }
+      };
+
+      const std::vector<int> batch = batcher.Next(o.batch);
+      const absl::Time start = absl::Now();
+      double loss;
+      if (o.slow_factor > 1.0) {
+        // A simulated straggler must not send before its (slow) step ends.
+        loss = replica_.model().LossAndGradient(params.data(), replica_.train(),
+                                                batch, grads.data());
+        StretchStep(start, o.slow_factor);
+        ready(0, grads.size());
+      } else {
+        loss = replica_.model().LossAndGradientStreamed(
+            params.data(), replica_.train(), batch, grads.data(), ready);
+      }
+      examples += batch.size();
+      const absl::Time computed = absl::Now();
+      compute_time += computed - start;
+      absl::Status status;
+      if (tickets.size() != parts.size()) {
+        status = absl::InternalError(
+            absl::StrCat("the model reported ", tickets.size(), " of ",
+                         parts.size(), " gradient parts"));
+      }
+      for (Ticket t : tickets) {
+        absl::Status s = client.Wait(t);
+        if (status.ok()) status = s;
+      }
+      DP_RETURN_IF_ERROR(status);
+      exchange_time += absl::Now() - computed;
+      const bool late = client.discarded_pushes() != discarded_before;
+      params_clock = late ? -1 : clock + 1;
+
+      DP_ASSIGN_OR_RETURN(
+          const double test_accuracy,
+          replica_.MaybeEvaluate(clock, loss, /*pull_first=*/late));
+      DP_RETURN_IF_ERROR(ctx_.FinishStep(clock, loss, examples, test_accuracy));
+    }
+    const double steps = std::max<double>(1, o.steps);
+    DP_LOG(INFO) << "done: " << examples << " examples (BSP, PushPull), max "
+                 << "staleness " << client.max_staleness()
+                 << ", discarded pushes " << client.discarded_pushes()
+                 << "; per step: compute (sends overlapped) "
+                 << absl::ToDoubleMilliseconds(compute_time) / steps
+                 << " ms, then waiting for the replies "
+                 << absl::ToDoubleMilliseconds(exchange_time) / steps << " ms";
+    return absl::OkStatus();
+  }
+
+ private:
+  StepContext& ctx_;
+  DenseReplica& replica_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingLoop> NewBspLoop(StepContext* ctx,
+                                         DenseReplica* replica) {
+  return std::make_unique<BspLoop>(ctx, replica);
+}
+
+}  // namespace downpour
