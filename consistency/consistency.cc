@@ -105,7 +105,7 @@ ClockTable::ClockTable(const ConsistencyPolicy& policy)
     : policy_(policy),
       clocks_(policy.num_workers + policy.backup_workers, 0) {}
 
-absl::Status ClockTable::Advance(int rank, Clock clock) {
+absl::Status ClockTable::Advance(int rank, Clock clock, Clock slack) {
   if (rank < 0 || rank >= size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", rank, " outside [0, ", size(), ")"));
@@ -115,10 +115,10 @@ absl::Status ClockTable::Advance(int rank, Clock clock) {
         absl::StrCat("worker ", rank, " clock moves back from ",
                      clocks_[rank], " to ", clock));
   }
-  if (!WithinBound(rank, clock)) {
+  if (!WithinBound(rank, clock, slack)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", rank, " clock ", clock, " (recorded ", clocks_[rank],
-        ") would be more than ", policy_.bound() + 1,
+        ") would be more than ", policy_.bound() + 1 + slack,
         " ahead of the gating clock ", GatingWith(rank, clock), " under ",
         policy_.ToString(), ": it cannot have completed those iterations"));
   }
@@ -126,11 +126,11 @@ absl::Status ClockTable::Advance(int rank, Clock clock) {
   return absl::OkStatus();
 }
 
-bool ClockTable::WithinBound(int rank, Clock clock) const {
+bool ClockTable::WithinBound(int rank, Clock clock, Clock slack) const {
   if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
   const Clock gating = GatingWith(rank, clock);
   // clock - gating <= bound + 1, written so that it cannot overflow.
-  return clock <= gating || clock - gating - 1 <= policy_.bound();
+  return clock <= gating || clock - gating - 1 <= policy_.bound() + slack;
 }
 
 Clock ClockTable::GatingWith(int rank, Clock clock) const {

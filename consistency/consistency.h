@@ -110,7 +110,8 @@ class ClockTable {
   // kInvalidArgument for a rank outside [0, N + b); kFailedPrecondition
   // (changing nothing) for a clock below the recorded one, or one that
   // WithinBound refuses.
-  absl::Status Advance(int rank, Clock clock);
+  // `slack`: extra clocks tolerated beyond the bound (see WithinBound).
+  absl::Status Advance(int rank, Clock clock, Clock slack = 0);
   // Whether `rank` may report `clock` now: under BSP and SSP(s) no worker
   // may be more than bound() + 1 ahead of the gating clock, taken with
   // `rank` already at `clock` (a worker that completed iteration c - 1 was
@@ -118,7 +119,10 @@ class ClockTable {
   // may always catch up; a clock refused now may be allowed once the
   // others report theirs (their reports travel separately and may lag).
   // Always true under ASP. REQUIRES: 0 <= rank < size().
-  bool WithinBound(int rank, Clock clock) const;
+  // `slack` (>= 0, small beside 2^62) widens the bound: reports of the
+  // others travel separately and are coalesced, so what the table records
+  // of them may lag the truth by several clocks.
+  bool WithinBound(int rank, Clock clock, Clock slack = 0) const;
   Clock clock(int rank) const { return clocks_[rank]; }
 
   // The clock that gates progress: the minimum over all workers without

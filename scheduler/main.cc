@@ -1,4 +1,5 @@
 // ps_scheduler: membership, cluster map and barriers. See scheduler.h.
+#include <algorithm>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -35,6 +36,9 @@ ABSL_FLAG(int32_t, backup_workers, 0,
 ABSL_FLAG(std::string, job_token_file, "",
           "if set, only workers presenting this file's token (ps_worker "
           "--job_token_file) get a rank");
+ABSL_FLAG(int64_t, clock_report_slack, 1 << 20,
+          "worker clocks tolerated beyond the policy's bound, for reports "
+          "that lag (0: exactly s + 1 ahead of the slowest recorded)");
 ABSL_FLAG(int64_t, clock_report_grace_ms, 5000,
           "a worker clock beyond what the policy allows waits this long for "
           "the other workers' reports before it is refused");
@@ -85,6 +89,8 @@ int main(int argc, char** argv) {
     }
     options.job_token = *token;
   }
+  options.clock_report_slack =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_clock_report_slack));
   options.clock_report_grace =
       absl::Milliseconds(absl::GetFlag(FLAGS_clock_report_grace_ms));
   options.forget_dead_after =

@@ -335,18 +335,18 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return Err(s);
     }
     if (req->clock() >= clocks_.clock(req->rank()) &&
-        !clocks_.WithinBound(req->rank(), req->clock())) {
+        !clocks_.WithinBound(req->rank(), req->clock(), options_.clock_report_slack)) {
       // Ahead of what the others reported: their reports may still be on
       // the way, so wait a little before refusing.
       auto within = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || clocks_.WithinBound(req->rank(), req->clock());
+        return stopping_ || clocks_.WithinBound(req->rank(), req->clock(), options_.clock_report_slack);
       };
       mu_.AwaitWithTimeout(absl::Condition(&within),
                            std::min(options_.clock_report_grace,
                                     TimeLeft(ctx) - absl::Milliseconds(100)));
       if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
     }
-    absl::Status s = clocks_.Advance(req->rank(), req->clock());
+    absl::Status s = clocks_.Advance(req->rank(), req->clock(), options_.clock_report_slack);
     if (!s.ok()) {
       return Err(Annotate(s, absl::StrCat("advance clock of rank ",
                                           req->rank(), " from node ",

@@ -65,6 +65,7 @@ class ControlPlaneHardeningTest : public ::testing::Test {
                          "--num_workers=2",
                          "--job_token_file=" + token_file,
                          "--clock_report_grace_ms=300",
+                         "--clock_report_slack=0",
                          "--max_map_bytes=65536"};
     o.server_flags = {
         "--max_table_bytes=67108864",  // 64 MiB
