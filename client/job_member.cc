@@ -231,6 +231,7 @@ class JobMemberImpl final : public JobMember {
     // live name is refused here (LiveNames), since the scheduler would take
     // it for such a retry.
     reg.set_incarnation(ProcessIncarnation());
+    reg.set_job_token(options_.job_token);
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
     id_ = reply.node_id();
@@ -315,7 +316,8 @@ class JobMemberImpl final : public JobMember {
     DP_ASSIGN_OR_RETURN(Clock gating,
                         RetryThroughOutage(
                             [&](absl::Duration left) {
-                              return scheduler_.WaitClock(rank_, clock, left);
+                              return scheduler_.WaitClock(id_, rank_, clock,
+                                                          left);
                             },
                             timeout),
                         "worker ", rank_, " at clock ", clock);

@@ -58,11 +58,13 @@
 //                       requested rank
 //   kResourceExhausted  Join: the job has all its N + b workers
 //   kUnauthenticated    the cluster has a secret and this member lacks it
-//   kFailedPrecondition a clock report moved the clock back, or the job was
-//                       rolled back to a checkpoint under it (join again);
-//                       Join: the name holds another rank than the one
-//                       requested, or the rank was given up (the job went
-//                       on without it)
+//   kPermissionDenied   Join: the scheduler has a job token and this member
+//                       lacks it
+//   kFailedPrecondition a clock report moved the clock back or beyond what
+//                       the policy allows, or the job was rolled back to a
+//                       checkpoint under it (join again); Join: the name
+//                       holds another rank than the one requested, or the
+//                       rank was given up (the job went on without it)
 //   kAborted            the job failed: a lost worker was not replaced in
 //                       time (--on_worker_loss=stop); the message names it
 //
@@ -94,6 +96,9 @@ struct JobMemberOptions {
   // a DEAD holder too. -1: the scheduler picks (the name's old rank, else
   // the smallest free one).
   int rank = -1;
+  // The job token, when the scheduler has one (ps_scheduler
+  // --job_token_file): without it no rank is granted (kPermissionDenied).
+  std::string job_token;
   // The cluster secret, if it has one (common/auth.h).
   ClusterAuth auth;
   // How long Join keeps retrying a scheduler that is not up yet, or that

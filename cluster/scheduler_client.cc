@@ -96,12 +96,14 @@ absl::StatusOr<proto::CreateTableReply> SchedulerClient::CreateTable(
   return reply;
 }
 
-absl::Status SchedulerClient::AckEpoch(NodeId id, Epoch epoch) {
+absl::Status SchedulerClient::AckEpoch(
+    NodeId id, Epoch epoch, const std::vector<proto::TableFailure>& failed) {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);
   proto::AckEpochRequest req;
   req.set_node_id(id);
   req.set_epoch(epoch);
+  for (const proto::TableFailure& f : failed) *req.add_failed_tables() = f;
   proto::AckEpochReply reply;
   return FromGrpcStatus(stub_->AckEpoch(&ctx, req, &reply),
                         absl::StrCat("ack epoch ", epoch));
@@ -134,11 +136,13 @@ absl::StatusOr<proto::AdvanceClockReply> SchedulerClient::AdvanceClock(
   return reply;
 }
 
-absl::StatusOr<int64_t> SchedulerClient::WaitClock(int rank, int64_t clock,
+absl::StatusOr<int64_t> SchedulerClient::WaitClock(NodeId id, int rank,
+                                                   int64_t clock,
                                                    absl::Duration timeout) {
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + absl::Seconds(5));
   proto::WaitClockRequest req;
+  req.set_node_id(id);
   req.set_rank(rank);
   req.set_clock(clock);
   req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));

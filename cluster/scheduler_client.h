@@ -49,7 +49,10 @@ class SchedulerClient {
   absl::StatusOr<proto::ClusterMap> GetClusterMap();
   absl::StatusOr<proto::CreateTableReply> CreateTable(
       const proto::TableSpec& spec, absl::Duration timeout);
-  absl::Status AckEpoch(NodeId id, Epoch epoch);
+  // `failed`: tables of that epoch's map this server cannot create or
+  // hold.
+  absl::Status AckEpoch(NodeId id, Epoch epoch,
+                        const std::vector<proto::TableFailure>& failed = {});
   absl::Status Barrier(const std::string& name, NodeId id, uint32_t count,
                        absl::Duration timeout);
 
@@ -59,7 +62,8 @@ class SchedulerClient {
   absl::StatusOr<proto::AdvanceClockReply> AdvanceClock(
       const proto::AdvanceClockRequest& req);
   // Blocks until a worker at `clock` may proceed; returns the gating clock.
-  absl::StatusOr<int64_t> WaitClock(int rank, int64_t clock,
+  // `id` is the calling worker's node id, which must hold `rank`.
+  absl::StatusOr<int64_t> WaitClock(NodeId id, int rank, int64_t clock,
                                     absl::Duration timeout);
   absl::StatusOr<proto::JobStatus> GetJobStatus();
 

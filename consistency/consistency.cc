@@ -110,7 +110,7 @@ void ClockTable::Retire(int rank) {
   if (rank >= 0 && rank < size()) retired_[rank] = true;
 }
 
-absl::Status ClockTable::Advance(int rank, Clock clock) {
+absl::Status ClockTable::Advance(int rank, Clock clock, Clock slack) {
   if (rank < 0 || rank >= size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", rank, " outside [0, ", size(), ")"));
@@ -120,18 +120,53 @@ absl::Status ClockTable::Advance(int rank, Clock clock) {
         absl::StrCat("worker ", rank, " clock moves back from ",
                      clocks_[rank], " to ", clock));
   }
+  if (!WithinBound(rank, clock, slack)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", rank, " clock ", clock, " (recorded ", clocks_[rank],
+        ") would be more than ", policy_.bound() + 1 + slack,
+        " ahead of the gating clock ", GatingWith(rank, clock), " under ",
+        policy_.ToString(), ": it cannot have completed those iterations"));
+  }
   clocks_[rank] = clock;
   return absl::OkStatus();
 }
 
-Clock ClockTable::GatingClock() const {
+absl::Status ClockTable::Restore(int rank, Clock clock) {
+  if (rank < 0 || rank >= size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker rank ", rank, " outside [0, ", size(), ")"));
+  }
+  if (clock < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", rank, ": negative clock ", clock));
+  }
+  clocks_[rank] = clock;
+  return absl::OkStatus();
+}
+
+bool ClockTable::WithinBound(int rank, Clock clock, Clock slack) const {
+  if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
+  const Clock gating = GatingWith(rank, clock);
+  // clock - gating <= bound + 1, written so that it cannot overflow.
+  return clock <= gating || clock - gating - 1 <= policy_.bound() + slack;
+}
+
+Clock ClockTable::GatingWith(int rank, Clock clock) const {
+  std::vector<Clock> clocks = clocks_;
+  clocks[rank] = clock;
+  return Gating(clocks);
+}
+
+Clock ClockTable::GatingClock() const { return Gating(clocks_); }
+
+Clock ClockTable::Gating(std::vector<Clock> clocks) const {
   std::vector<Clock> counted;
-  counted.reserve(clocks_.size());
+  counted.reserve(clocks.size());
   for (int r = 0; r < size(); ++r) {
-    if (!retired_[r]) counted.push_back(clocks_[r]);
+    if (!retired_[r]) counted.push_back(clocks[r]);
   }
   if (counted.empty()) {
-    return *std::max_element(clocks_.begin(), clocks_.end());
+    return *std::max_element(clocks.begin(), clocks.end());
   }
   const int n = std::min<int>(policy_.num_workers, counted.size());
   if (policy_.backup_workers == 0 || n == static_cast<int>(counted.size())) {

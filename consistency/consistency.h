@@ -106,9 +106,28 @@ class ClockTable {
   int size() const { return static_cast<int>(clocks_.size()); }
 
   // Records that worker `rank` completed iterations below `clock`. Clocks
-  // only move forward: kInvalidArgument for a rank outside
-  // [0, N + b) and kFailedPrecondition for a clock below the recorded one.
-  absl::Status Advance(int rank, Clock clock);
+  // only move forward, and no further than the policy lets a worker run:
+  // kInvalidArgument for a rank outside [0, N + b); kFailedPrecondition
+  // (changing nothing) for a clock below the recorded one, or one that
+  // WithinBound refuses.
+  // `slack`: extra clocks tolerated beyond the bound (see WithinBound).
+  absl::Status Advance(int rank, Clock clock, Clock slack = 0);
+  // Whether `rank` may report `clock` now: under BSP and SSP(s) no worker
+  // may be more than bound() + 1 ahead of the gating clock, taken with
+  // `rank` already at `clock` (a worker that completed iteration c - 1 was
+  // allowed to start it, so c - 1 - gating <= bound). The slowest worker
+  // may always catch up; a clock refused now may be allowed once the
+  // others report theirs (their reports travel separately and may lag).
+  // Always true under ASP. REQUIRES: 0 <= rank < size().
+  // `slack` (>= 0, small beside 2^62) widens the bound: reports of the
+  // others travel separately and are coalesced, so what the table records
+  // of them may lag the truth by several clocks.
+  bool WithinBound(int rank, Clock clock, Clock slack = 0) const;
+  // Sets worker `rank`'s clock as recorded earlier (a checkpoint, the
+  // scheduler's state dir), without Advance's checks: the clocks of a
+  // recorded cut satisfy the bound together, not one at a time.
+  // kInvalidArgument for a rank outside [0, N + b) or a negative clock.
+  absl::Status Restore(int rank, Clock clock);
   Clock clock(int rank) const { return clocks_[rank]; }
 
   // Stops counting worker `rank` (a lost worker the job goes on without):
@@ -126,6 +145,10 @@ class ClockTable {
   bool MayProceed(Clock clock) const;
 
  private:
+  // The gating clock of `clocks`, and of this table with `rank` at `clock`.
+  Clock Gating(std::vector<Clock> clocks) const;
+  Clock GatingWith(int rank, Clock clock) const;
+
   ConsistencyPolicy policy_;
   std::vector<Clock> clocks_;
   std::vector<bool> retired_;

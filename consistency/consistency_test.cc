@@ -148,6 +148,52 @@ TEST(ClockTableTest, RetiredWorkerNoLongerGates) {
   EXPECT_EQ(b.GatingClock(), 3);  // nobody left: the largest clock
 }
 
+TEST(ClockTableTest, ClocksFromTheFutureAreRefused) {
+  ClockTable bsp(Policy("bsp", 0, 3));
+  // No worker may be more than one ahead of the slowest under BSP.
+  EXPECT_FALSE(bsp.WithinBound(0, 2));
+  absl::Status far = bsp.Advance(0, Clock{1} << 62);
+  EXPECT_THAT(far, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(far.message()),
+              ::testing::HasSubstr("ahead of the gating clock 0"));
+  EXPECT_EQ(bsp.clock(0), 0) << "a refused clock changed the table";
+  EXPECT_THAT(bsp.Advance(0, 2), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(bsp.Advance(0, 1));
+  // The slowest may always catch up, even in one report of several steps
+  // (reports are coalesced): worker 1 at 0 jumps to 1, worker 2 is at 0.
+  ASSERT_OK(bsp.Advance(1, 1));
+  EXPECT_FALSE(bsp.WithinBound(0, 2));  // worker 2 is still at 0
+  ASSERT_OK(bsp.Advance(2, 1));
+  EXPECT_TRUE(bsp.WithinBound(0, 2));
+  ASSERT_OK(bsp.Advance(0, 2));
+  // Clocks (2, 1, 1): worker 1 reporting 3 would be 2 ahead of worker 2.
+  EXPECT_FALSE(bsp.WithinBound(1, 3));
+  EXPECT_TRUE(bsp.WithinBound(1, 2));
+
+  ClockTable ssp(Policy("ssp", 2, 2));
+  ASSERT_OK(ssp.Advance(0, 3));  // s + 1 ahead of worker 1
+  EXPECT_THAT(ssp.Advance(0, 4), StatusIs(absl::StatusCode::kFailedPrecondition));
+  // Worker 1 catching up far beyond worker 0 is bounded by worker 0 too.
+  EXPECT_TRUE(ssp.WithinBound(1, 6));
+  EXPECT_FALSE(ssp.WithinBound(1, 7));
+  ASSERT_OK(ssp.Advance(1, 6));
+
+  // With backup workers only the N fastest gate: the straggler does not
+  // hold the others back.
+  ClockTable backups(Policy("bsp", 0, 2, 1));
+  ASSERT_OK(backups.Advance(0, 1));
+  ASSERT_OK(backups.Advance(1, 1));
+  ASSERT_OK(backups.Advance(0, 2));
+  ASSERT_OK(backups.Advance(1, 2));
+  EXPECT_EQ(backups.clock(2), 0);
+  EXPECT_FALSE(backups.WithinBound(0, 4));
+
+  ClockTable asp(Policy("asp", 0, 2));
+  EXPECT_TRUE(asp.WithinBound(0, Clock{1} << 62));
+  ASSERT_OK(asp.Advance(0, Clock{1} << 62));
+  EXPECT_THAT(asp.Advance(0, 5), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 // Simulates workers of very different speeds under the clock protocol and
 // checks the staleness every pull sees against the bound.
 TEST(StalenessTest, SimulatedRunsRespectTheBound) {

@@ -1,4 +1,5 @@
 // ps_scheduler: membership, cluster map and barriers. See scheduler.h.
+#include <algorithm>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -9,6 +10,7 @@
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/signals.h"
+#include "common/token_file.h"
 #include "common/usage.h"
 #include "metrics/metrics_flags.h"
 #include "scheduler/scheduler.h"
@@ -56,6 +58,21 @@ ABSL_FLAG(std::string, on_worker_loss, "stop",
           "after --worker_replace_timeout_ms without a replacement: stop "
           "(the job fails, naming the lost worker) or continue (SSP/ASP: "
           "the job goes on with fewer workers)");
+ABSL_FLAG(std::string, job_token_file, "",
+          "if set, only workers presenting this file's token (ps_worker "
+          "--job_token_file) get a rank");
+ABSL_FLAG(int64_t, clock_report_slack, 1 << 20,
+          "worker clocks tolerated beyond the policy's bound, for reports "
+          "that lag (0: exactly s + 1 ahead of the slowest recorded)");
+ABSL_FLAG(int64_t, clock_report_grace_ms, 5000,
+          "a worker clock beyond what the policy allows waits this long for "
+          "the other workers' reports before it is refused");
+ABSL_FLAG(int64_t, forget_dead_after_ms, 600000,
+          "a dead node that no key range names is forgotten after this long");
+ABSL_FLAG(int32_t, max_nodes, 4096,
+          "most nodes the cluster map lists (alive and dead)");
+ABSL_FLAG(int64_t, max_map_bytes, 1 << 20,
+          "most bytes the cluster map may take (gRPC's limit is 4 MiB)");
 
 int main(int argc, char** argv) {
   downpour::SetUsage(
@@ -99,6 +116,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.worker_loss.on_loss = *on_loss;
+  if (const std::string path = absl::GetFlag(FLAGS_job_token_file);
+      !path.empty()) {
+    auto token = downpour::ReadTokenFile(path);
+    if (!token.ok()) {
+      DP_LOG(ERROR) << "--job_token_file: " << token.status();
+      return 2;
+    }
+    options.job_token = *token;
+  }
+  options.clock_report_slack =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_clock_report_slack));
+  options.clock_report_grace =
+      absl::Milliseconds(absl::GetFlag(FLAGS_clock_report_grace_ms));
+  options.forget_dead_after =
+      absl::Milliseconds(absl::GetFlag(FLAGS_forget_dead_after_ms));
+  options.max_nodes = absl::GetFlag(FLAGS_max_nodes);
+  options.max_map_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_map_bytes));
+  if (options.max_nodes < 1 || options.max_map_bytes < (64u << 10) ||
+      options.max_map_bytes > (3u << 20)) {
+    DP_LOG(ERROR) << "--max_nodes must be >= 1 and --max_map_bytes in "
+                  << "[64 KiB, 3 MiB] (gRPC's message limit is 4 MiB)";
+    return 2;
+  }
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcServer);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "scheduler/capacity.h"
 
 namespace downpour {
 namespace {
@@ -111,7 +112,9 @@ bool ForgetServerData(proto::ClusterMap* map, NodeId server) {
   return changed;
 }
 
-bool Refill(proto::ClusterMap* map, int replicas) {
+bool Refill(proto::ClusterMap* map, int replicas,
+            absl::flat_hash_map<NodeId, uint64_t>* room,
+            const absl::flat_hash_set<std::pair<NodeId, TableId>>* excluded) {
   const std::vector<NodeId> live = LiveServers(*map);
   if (live.empty()) return false;
   absl::flat_hash_map<NodeId, int> load;
@@ -125,22 +128,59 @@ bool Refill(proto::ClusterMap* map, int replicas) {
   }
   bool changed = false;
   for (proto::TableMap& t : *map->mutable_tables()) {
+    const TableId table = t.spec().id();
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       if (r.lost() || !Alive(*map, r.primary())) continue;
+      const uint64_t bytes =
+          room == nullptr ? 0 : RangeBytes(t.spec(), r.begin(), r.end());
+      auto fits = [&](NodeId s) {
+        if (excluded != nullptr && excluded->contains({s, table})) {
+          return false;
+        }
+        if (room == nullptr) return true;
+        auto left = room->find(s);
+        return left == room->end() || left->second >= bytes;
+      };
       while (1 + r.replicas_size() + r.catching_up_size() < replicas) {
         NodeId best = kNoNode;
         for (NodeId s : live) {
-          if (Holds(r, s)) continue;
+          if (Holds(r, s) || !fits(s)) continue;
           if (best == kNoNode || load[s] < load[best]) best = s;
         }
-        if (best == kNoNode) break;  // every live server holds it already
+        // Every live server holds it already, or has no room for it.
+        if (best == kNoNode) break;
         r.add_catching_up(best);
         ++load[best];
+        if (room != nullptr) {
+          if (auto left = room->find(best); left != room->end()) {
+            left->second -= bytes;
+          }
+        }
         changed = true;
       }
     }
   }
   return changed;
+}
+
+bool DropCatchingUp(proto::ClusterMap* map, TableId table, NodeId server) {
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    if (t.spec().id() != table) continue;
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      changed |= Erase(r.mutable_catching_up(), server);
+    }
+  }
+  return changed;
+}
+
+bool HoldsAnyRange(const proto::ClusterMap& map, NodeId server) {
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      if (Holds(r, server)) return true;
+    }
+  }
+  return false;
 }
 
 absl::Status MarkInSync(proto::ClusterMap* map, TableId table, Key begin,

@@ -18,7 +18,8 @@
 //     a range it is still primary of is marked lost (kDataLoss) and it is
 //     dropped from the backups of any range.
 //   - Ranges with fewer than r holders get catching-up backups on the live
-//     servers holding the fewest ranges (never twice the same server).
+//     servers holding the fewest ranges (never twice the same server, and
+//     only one with room for the range, when Refill is told the room).
 //   - A catching-up backup becomes in sync when its primary reports the
 //     copy done (MarkInSync).
 //
@@ -26,8 +27,12 @@
 #ifndef DOWNPOUR_SCHEDULER_PLACEMENT_H_
 #define DOWNPOUR_SCHEDULER_PLACEMENT_H_
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/types.h"
 #include "proto/downpour.pb.h"
@@ -54,8 +59,24 @@ bool ForgetServerData(proto::ClusterMap* map, NodeId server);
 
 // Adds catching-up backups to every range with fewer than `replicas`
 // holders and a live primary, from the live servers that hold the fewest
-// ranges. Returns whether anything changed.
-bool Refill(proto::ClusterMap* map, int replicas);
+// ranges. With `room` (bytes each server has left, scheduler/capacity.h;
+// a server absent from it is unlimited), a server is chosen only for a
+// range it has room for, and its room shrinks by the range's bytes; a
+// range nobody has room for stays short of backups. Servers in
+// `excluded` (server, table) pairs are never chosen for that table.
+// Returns whether anything changed.
+bool Refill(proto::ClusterMap* map, int replicas,
+            absl::flat_hash_map<NodeId, uint64_t>* room = nullptr,
+            const absl::flat_hash_set<std::pair<NodeId, TableId>>* excluded =
+                nullptr);
+
+// Takes `server` off the catching-up backups of every range of `table`
+// (it reported that it cannot hold the table). Returns whether anything
+// changed.
+bool DropCatchingUp(proto::ClusterMap* map, TableId table, NodeId server);
+
+// Whether any range of any table names `server` (as primary or backup).
+bool HoldsAnyRange(const proto::ClusterMap& map, NodeId server);
 
 // `backup`, catching up on a range of `table` that begins at `begin`, now
 // holds it, as `primary` reports. kFailedPrecondition if the map no longer

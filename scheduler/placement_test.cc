@@ -123,3 +123,33 @@ TEST(PlacementTest, ACatchingUpBackupIsInSyncOnlyWhenItsPrimarySaysSo) {
 
 }  // namespace
 }  // namespace downpour
+
+namespace downpour {
+namespace {
+
+TEST(PlacementTest, DropCatchingUpAndHoldsAnyRange) {
+  proto::ClusterMap map = MapWithServers(3);
+  proto::TableMap* t = AddTable(&map, 300, 2);
+  const TableId id = t->spec().id();
+  Kill(&map, 2);
+  ASSERT_TRUE(RemoveServer(&map, 2));
+  EXPECT_FALSE(HoldsAnyRange(map, 2));
+  ASSERT_TRUE(Refill(&map, 2));
+  // Server 3 catches up on [0, 100), whose backup server 2 was.
+  bool catching = false;
+  for (const auto& r : map.tables(0).ranges()) {
+    for (NodeId n : r.catching_up()) catching |= n == 3;
+  }
+  ASSERT_TRUE(catching);
+  EXPECT_FALSE(DropCatchingUp(&map, id + 1, 3));  // another table
+  EXPECT_TRUE(DropCatchingUp(&map, id, 3));
+  for (const auto& r : map.tables(0).ranges()) {
+    for (NodeId n : r.catching_up()) EXPECT_NE(n, 3u);
+  }
+  EXPECT_FALSE(DropCatchingUp(&map, id, 3));
+  EXPECT_TRUE(HoldsAnyRange(map, 3));  // still the primary of [200, 300)
+  EXPECT_TRUE(HoldsAnyRange(map, 1));
+}
+
+}  // namespace
+}  // namespace downpour

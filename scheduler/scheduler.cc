@@ -22,9 +22,11 @@
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
 #include "cluster/server_admin_client.h"
+#include "scheduler/capacity.h"
 #include "scheduler/checkpoints.h"
 #include "scheduler/job_metrics.h"
 #include "scheduler/placement.h"
+#include "scheduler/request_checks.h"
 #include "scheduler/state_store.h"
 #include "scheduler/table_spec.h"
 #include "scheduler/worker_roster.h"
@@ -143,11 +145,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override {
-    if (req->role() == proto::ROLE_UNSPECIFIED) {
-      return Err(absl::InvalidArgumentError("register: no role"));
-    }
-    if (req->role() == proto::SERVER && req->data_endpoint().empty()) {
-      return Err(absl::InvalidArgumentError("register: a server needs a data endpoint"));
+    if (absl::Status s = CheckRegisterRequest(*req); !s.ok()) return Err(s);
+    if (req->role() == proto::WORKER && !options_.job_token.empty() &&
+        !TokensMatch(req->job_token(), options_.job_token)) {
+      return Err(absl::PermissionDeniedError(absl::StrCat(
+          "register worker '", req->name(), "': ",
+          req->job_token().empty() ? "no job token" : "a wrong job token",
+          "; worker ranks go only to the job's workers (ps_worker "
+          "--job_token_file, the file given to ps_scheduler)")));
     }
     absl::MutexLock lock(&mu_);
     if (req->role() == proto::WORKER) {
@@ -172,6 +177,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return Err(FinishRegister(*node, r == rank_of_.end() ? -1 : r->second,
                                 version_, reply));
     }
+    if (absl::Status s = CheckRoomForNode(*req, node); !s.ok()) return Err(s);
     if (node != nullptr && node->state() == proto::ALIVE) {
       if (req->incarnation() == 0 ||
           req->incarnation() == node->incarnation()) {
@@ -232,6 +238,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     node->mutable_plugin_handlers()->CopyFrom(req->plugin_handlers());
     node->set_incarnation(req->incarnation());
     node->set_max_message_bytes(req->max_message_bytes());
+    node->set_memory_limit_bytes(req->memory_limit_bytes());
+    // What it could not hold before may fit the new process.
+    ForgetRefusals(node->id());
     last_seen_[node->id()] = absl::Now();
     suspect_since_.erase(node->id());
     unconfirmed_.erase(node->id());
@@ -254,7 +263,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                         << ") restarted: ranges only it held are lost";
       }
     }
-    if (req->role() == proto::SERVER) Refill(&map_, options_.replicas);
+    if (req->role() == proto::SERVER) RefillWithinRoom();
+    ResolvePending();
     BumpEpoch();
     DP_LOG(INFO) << proto::NodeRole_Name(req->role()) << " '" << req->name()
                  << "' registered as node " << node->id() << " ("
@@ -281,6 +291,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     last_seen_[node->id()] = absl::Now();
     unconfirmed_.erase(node->id());
     RecordApplied(node->id(), req->applied_epoch());
+    ResolvePending();
     reply->set_epoch(published_.epoch());
     return grpc::Status::OK;
   }
@@ -302,12 +313,12 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     node->set_state(proto::LEFT);
     suspect_since_.erase(node->id());
     WorkerGone(node->id(), node->name(),
-               absl::StrCat("left: ", req->reason().substr(0, 200)),
+               absl::StrCat("left: ", Printable(req->reason(), 200)),
                req->finished());
     BumpEpoch();
     DP_LOG(INFO) << "worker '" << node->name() << "' (node " << node->id()
                  << ") left" << (req->finished() ? " after its last step" : "")
-                 << ": " << req->reason().substr(0, 200) << "; epoch "
+                 << ": " << Printable(req->reason(), 200) << "; epoch "
                  << map_.epoch();
     // Published (and, with a state dir, on disk) before the worker exits.
     return Err(AwaitDurable(Commit()));
@@ -315,11 +326,18 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status AckEpoch(grpc::ServerContext* ctx, const proto::AckEpochRequest* req,
                         proto::AckEpochReply*) override {
+    if (absl::Status s = CheckTableFailures(*req); !s.ok()) return Err(s);
     absl::MutexLock lock(&mu_);
     if (FindNode(req->node_id()) == nullptr) {
       return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
     }
+    // Failures first: the epoch they come with must not count as applied
+    // for a table this server could not create.
+    for (const proto::TableFailure& f : req->failed_tables()) {
+      TableFailed(req->node_id(), f);
+    }
     RecordApplied(req->node_id(), req->epoch());
+    ResolvePending();
     return grpc::Status::OK;
   }
 
@@ -364,6 +382,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status CreateTable(grpc::ServerContext* ctx, const proto::CreateTableRequest* req,
                            proto::CreateTableReply* reply) override {
+    if (absl::Status s = CheckTableStrings(req->spec()); !s.ok()) return Err(s);
     return Err(DoCreateTable(*req, reply));
   }
 
@@ -385,8 +404,31 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           " at clock ", restored_clock_,
           "; this worker must register again (restart it) to resume there")));
     }
-    absl::Status s = clocks_.Advance(req->rank(), req->clock());
-    if (!s.ok()) return Err(s);
+    if (absl::Status s = CheckRankHolder("advance clock", req->node_id(),
+                                         req->rank());
+        !s.ok()) {
+      return Err(s);
+    }
+    const Clock slack = options_.clock_report_slack;
+    if (req->clock() >= clocks_.clock(req->rank()) &&
+        !clocks_.WithinBound(req->rank(), req->clock(), slack)) {
+      // Ahead of what the others reported: their reports may still be on
+      // the way, so wait a little before refusing.
+      auto within = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ ||
+               clocks_.WithinBound(req->rank(), req->clock(), slack);
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&within),
+                           std::min(options_.clock_report_grace,
+                                    TimeLeft(ctx) - absl::Milliseconds(100)));
+      if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    }
+    absl::Status s = clocks_.Advance(req->rank(), req->clock(), slack);
+    if (!s.ok()) {
+      return Err(Annotate(s, absl::StrCat("advance clock of rank ",
+                                          req->rank(), " from node ",
+                                          req->node_id())));
+    }
     clocks_dirty_ = true;
     proto::WorkerStatus& w = workers_[req->rank()];
     w.set_clock(req->clock());
@@ -408,19 +450,20 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   grpc::Status WaitClock(grpc::ServerContext* ctx, const proto::WaitClockRequest* req,
                          proto::WaitClockReply* reply) override {
-    const absl::Duration timeout = req->timeout_ms() > 0
-                                       ? absl::Milliseconds(req->timeout_ms())
-                                       : absl::Seconds(60);
+    absl::StatusOr<absl::Duration> timeout =
+        CheckWait("wait clock", req->timeout_ms(), absl::Seconds(60));
+    if (!timeout.ok()) return Err(timeout.status());
     absl::MutexLock lock(&mu_);
-    if (req->rank() < 0 || req->rank() >= clocks_.size()) {
-      return Err(absl::InvalidArgumentError(
-          absl::StrCat("wait clock: rank ", req->rank(), " outside the job")));
+    if (absl::Status s =
+            CheckRankHolder("wait clock", req->node_id(), req->rank());
+        !s.ok()) {
+      return Err(s);
     }
     auto may = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || !roster_.failure().ok() ||
              clocks_.MayProceed(req->clock());
     };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&may), timeout)) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(&may), *timeout)) {
       return Err(absl::DeadlineExceededError(absl::StrCat(
           "worker ", req->rank(), " at clock ", req->clock(),
           " still blocked by gating clock ", clocks_.GatingClock(), " (",
@@ -479,41 +522,60 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                  proto::ReportUnreachableReply*) override {
     absl::MutexLock lock(&mu_);
     Suspect(req->suspect(), absl::StrCat("node ", req->reporter(), ": ",
-                                         req->reason().substr(0, 200)));
+                                         Printable(req->reason(), 200)));
     return grpc::Status::OK;
   }
 
   grpc::Status Barrier(grpc::ServerContext* ctx, const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
-    if (req->count() == 0) return Err(absl::InvalidArgumentError("barrier count 0"));
-    const absl::Duration timeout = req->timeout_ms() > 0
-                                       ? absl::Milliseconds(req->timeout_ms())
-                                       : absl::Seconds(60);
+    if (absl::Status s = CheckBarrierRequest(*req, options_.max_nodes);
+        !s.ok()) {
+      return Err(s);
+    }
+    absl::StatusOr<absl::Duration> timeout =
+        CheckWait("barrier", req->timeout_ms(), absl::Seconds(60));
+    if (!timeout.ok()) return Err(timeout.status());
     absl::MutexLock lock(&mu_);
+    if (!barriers_.contains(req->name()) &&
+        static_cast<int>(barriers_.size()) >= options_.max_nodes) {
+      return Err(absl::ResourceExhaustedError(absl::StrCat(
+          "barrier '", req->name(), "': ", barriers_.size(),
+          " barriers are open already")));
+    }
     BarrierState& b = barriers_[req->name()];
     const uint64_t generation = b.generation;
     b.arrived.insert(req->node_id());
     if (b.arrived.size() >= req->count()) {
       b.arrived.clear();
       b.generation++;
+      ForgetBarrierIfIdle(req->name());
       reply->set_arrived(req->count());
       return grpc::Status::OK;
     }
+    ++b.waiters;
+    // `b` may move while the lock is released: look it up again.
     auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || !roster_.failure().ok() ||
              barriers_[req->name()].generation != generation;
     };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&released), timeout)) {
-      barriers_[req->name()].arrived.erase(req->node_id());
+    const bool in_time =
+        mu_.AwaitWithTimeout(absl::Condition(&released), *timeout);
+    BarrierState& after = barriers_[req->name()];
+    --after.waiters;
+    if (!in_time) {
+      after.arrived.erase(req->node_id());
+      const size_t arrived = after.arrived.size() + 1;
+      ForgetBarrierIfIdle(req->name());
       return Err(absl::DeadlineExceededError(absl::StrCat(
-          "barrier '", req->name(), "': ", barriers_[req->name()].arrived.size() + 1,
-          " of ", req->count(), " arrived in time")));
+          "barrier '", req->name(), "': ", arrived, " of ", req->count(),
+          " arrived in time")));
     }
+    // Woken without the barrier released: the job failed (or stops).
+    const bool released_now = after.generation != generation;
+    if (!released_now) after.arrived.erase(req->node_id());
+    ForgetBarrierIfIdle(req->name());  // `after` may be gone from here on
     if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
-    if (barriers_[req->name()].generation == generation) {
-      barriers_[req->name()].arrived.erase(req->node_id());
-      return Err(roster_.failure());
-    }
+    if (!released_now) return Err(roster_.failure());
     reply->set_arrived(req->count());
     return grpc::Status::OK;
   }
@@ -522,6 +584,17 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   struct BarrierState {
     uint64_t generation = 0;
     absl::flat_hash_set<NodeId> arrived;
+    int waiters = 0;  // calls blocked on it
+  };
+  // A table declared but not yet acknowledged by every server that was
+  // live when it was declared.
+  struct PendingTable {
+    TableId id = kNoTable;
+    std::string name;
+    Epoch epoch = 0;
+    std::vector<NodeId> waiting;
+    bool resolved = false;  // acknowledged by all, or failed
+    absl::Status failure;   // a server could not create it: rolled back
   };
 
   static grpc::Status Err(const absl::Status& s) { return ToGrpcStatus(s); }
@@ -667,9 +740,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::Status DoCreateTable(const proto::CreateTableRequest& req,
                              proto::CreateTableReply* reply)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    const absl::Duration timeout = req.timeout_ms() > 0
-                                       ? absl::Milliseconds(req.timeout_ms())
-                                       : absl::Seconds(10);
+    DP_ASSIGN_OR_RETURN(
+        const absl::Duration timeout,
+        CheckWait("create table", req.timeout_ms(), absl::Seconds(10)));
     const absl::Time deadline = absl::Now() + timeout;
     proto::TableSpec spec = req.spec();
     spec.set_id(0);
@@ -682,9 +755,21 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           "create table '", spec.name(),
           "': the job is being restored from checkpoint ", restoring_));
     }
+    // An existing table: OK once every server has it (an identical
+    // declaration still pending waits for its outcome).
     auto existing_reply = [&](const proto::TableMap* t)
                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      *reply->mutable_spec() = t->spec();
+      const TableId id = t->spec().id();
+      if (auto p = pending_.find(id); p != pending_.end()) {
+        std::shared_ptr<PendingTable> pending = p->second;
+        DP_RETURN_IF_ERROR(AwaitDeclared(*pending, deadline));
+      }
+      const proto::TableMap* now = FindTableById(id);
+      if (now == nullptr) {
+        return absl::AbortedError(absl::StrCat(
+            "create table '", spec.name(), "': removed meanwhile; retry"));
+      }
+      *reply->mutable_spec() = now->spec();
       reply->set_epoch(published_.epoch());
       reply->set_created(false);
       return absl::OkStatus();
@@ -724,51 +809,242 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
     DP_RETURN_IF_ERROR(ValidateTableSpec(spec, plugins));
 
-    spec.set_id(next_table_id_++);
-    proto::TableMap* table = map_.add_tables();
-    *table->mutable_spec() = spec;
+    // Placed on a copy: it enters the map only if every server can hold
+    // its share and the map stays small.
+    proto::TableMap placed;
+    *placed.mutable_spec() = spec;
     std::vector<NodeId> ring;
     for (const auto* s : servers) ring.push_back(s->id());
     std::sort(ring.begin(), ring.end());
-    PlaceTable(table, ring, options_.replicas);
+    PlaceTable(&placed, ring, options_.replicas);
+    DP_RETURN_IF_ERROR(CheckTableFits(map_, placed), "create table");
+    DP_RETURN_IF_ERROR(CheckMapGrowth(
+        absl::StrCat("create table '", spec.name(), "'"), map_.ByteSizeLong(),
+        placed.ByteSizeLong() + 16, options_.max_map_bytes));
+
+    spec.set_id(next_table_id_++);
+    *placed.mutable_spec() = spec;
+    proto::TableMap* table = map_.add_tables();
+    *table = std::move(placed);
     BumpEpoch();
     const Epoch epoch = map_.epoch();
-    // Servers see the table once it is on disk here: a restarted scheduler
-    // never gives its id to another table.
-    DP_RETURN_IF_ERROR(AwaitDurable(Commit()), "create table '", spec.name(),
-                       "'");
+    auto pending = std::make_shared<PendingTable>();
+    pending->id = spec.id();
+    pending->name = spec.name();
+    pending->epoch = epoch;
+    pending->waiting = ring;
+    pending_[spec.id()] = pending;
     DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
                  << table->ranges_size() << " ranges, " << options_.replicas
                  << " holders each, epoch " << epoch;
-    std::vector<NodeId> waiting;
-    for (const auto* s : servers) waiting.push_back(s->id());
-    // Servers that died meanwhile are not waited for.
-    auto late = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      std::vector<NodeId> out;
-      for (NodeId id : waiting) {
-        const proto::NodeInfo* n = FindNode(id);
-        if (n != nullptr && n->state() == proto::ALIVE && applied_[id] < epoch) {
-          out.push_back(id);
-        }
-      }
-      return out;
-    };
-    auto all_applied = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || late().empty();
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&all_applied), deadline);
-    if (stopping_) return absl::UnavailableError("scheduler shutting down");
-    const std::vector<NodeId> missing = late();
-    if (!missing.empty()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "table '", spec.name(), "' declared, but servers ",
-          absl::StrJoin(missing, ", "), " did not apply epoch ", epoch,
-          " within ", absl::FormatDuration(timeout)));
-    }
+    // Servers see the table once it is on disk here: a restarted scheduler
+    // never gives its id to another table. (`table` may move meanwhile.)
+    DP_RETURN_IF_ERROR(AwaitDurable(Commit()), "create table '", spec.name(),
+                       "'");
+    DP_RETURN_IF_ERROR(AwaitDeclared(*pending, deadline));
     *reply->mutable_spec() = spec;
     reply->set_epoch(epoch);
     reply->set_created(true);
     return absl::OkStatus();
+  }
+
+  // Waits until every server `p` waits for has acknowledged its epoch
+  // (OK), or one reported that it cannot create it (its error; the table
+  // is gone from the map), or `deadline` (kDeadlineExceeded naming the
+  // servers; the table stays pending).
+  absl::Status AwaitDeclared(PendingTable& p, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || p.resolved || Late(p).empty();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    if (!p.resolved && Late(p).empty()) Resolve(p);
+    if (!p.failure.ok()) return p.failure;
+    if (p.resolved) return absl::OkStatus();
+    if (stopping_) return absl::UnavailableError("scheduler shutting down");
+    return absl::DeadlineExceededError(absl::StrCat(
+        "table '", p.name, "' declared, but servers ",
+        absl::StrJoin(Late(p), ", "), " did not apply epoch ", p.epoch,
+        " in time; it is still being declared (a later failure on a server "
+        "removes it)"));
+  }
+
+  // The servers `p` still waits for: alive, and behind its epoch.
+  std::vector<NodeId> Late(const PendingTable& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<NodeId> out;
+    for (NodeId id : p.waiting) {
+      const proto::NodeInfo* n = FindNode(id);
+      if (n != nullptr && n->state() == proto::ALIVE && applied_[id] < p.epoch) {
+        out.push_back(id);
+      }
+    }
+    return out;
+  }
+
+  void Resolve(PendingTable& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    p.resolved = true;
+    pending_.erase(p.id);
+  }
+
+  // Tables every server they wait for has acknowledged are declared.
+  void ResolvePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<std::shared_ptr<PendingTable>> done;
+    for (const auto& [id, p] : pending_) {
+      if (Late(*p).empty()) done.push_back(p);
+    }
+    for (const auto& p : done) Resolve(*p);
+  }
+
+  // Server `node` reports that it cannot create or hold table
+  // `f.table_id()`. A table still being declared is removed (all or
+  // nothing); for a table in use, the server is taken off the ranges it
+  // was catching up on and not chosen for that table again.
+  void TableFailed(NodeId node, const proto::TableFailure& f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const proto::NodeInfo* n = FindNode(node);
+    const std::string server =
+        absl::StrCat("server ", node, " ('", n == nullptr ? "" : n->name(),
+                     "')");
+    const absl::Status why(static_cast<absl::StatusCode>(f.code()),
+                           Printable(f.message(), kMaxFailureMessageBytes));
+    if (auto p = pending_.find(f.table_id()); p != pending_.end()) {
+      std::shared_ptr<PendingTable> pending = p->second;
+      pending->failure = Annotate(
+          why, absl::StrCat("table '", pending->name, "' not created: ",
+                            server, " cannot create it"));
+      Resolve(*pending);
+      RemoveTable(f.table_id());
+      BumpEpoch();
+      Commit();
+      DP_LOG(WARNING) << pending->failure << "; removed again, epoch "
+                      << map_.epoch();
+      return;
+    }
+    if (FindTableById(f.table_id()) == nullptr) return;  // removed already
+    if (!refused_.insert({node, f.table_id()}).second) return;
+    DP_LOG(WARNING) << server << " cannot hold table " << f.table_id()
+                    << ": " << why;
+    if (DropCatchingUp(&map_, f.table_id(), node)) {
+      RefillWithinRoom();
+      BumpEpoch();
+      Commit();
+      DP_LOG(WARNING) << server << " taken off the ranges of table "
+                      << f.table_id() << " it was catching up on, epoch "
+                      << map_.epoch();
+    }
+  }
+
+  void RemoveTable(TableId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto* tables = map_.mutable_tables();
+    for (int i = 0; i < tables->size(); ++i) {
+      if (tables->Get(i).spec().id() != id) continue;
+      tables->erase(tables->begin() + i);
+      break;
+    }
+    for (auto it = refused_.begin(); it != refused_.end();) {
+      if (it->second == id) {
+        refused_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void ForgetRefusals(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = refused_.begin(); it != refused_.end();) {
+      if (it->first == node) {
+        refused_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Backups for ranges short of them, only on servers with room for them
+  // and not on a server that could not hold that table before.
+  void RefillWithinRoom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::flat_hash_map<NodeId, uint64_t> room = RoomLeft(map_);
+    Refill(&map_, options_.replicas, &room, &refused_);
+  }
+
+  const proto::TableMap* FindTableById(TableId id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& t : map_.tables()) {
+      if (t.spec().id() == id) return &t;
+    }
+    return nullptr;
+  }
+
+  // A registration adds at most one node: the node cap, and the map's
+  // size with this node's entry (replacing `same`, its earlier one).
+  absl::Status CheckRoomForNode(const proto::RegisterRequest& req,
+                                const proto::NodeInfo* same) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (same == nullptr && map_.nodes_size() >= options_.max_nodes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "register '", req.name(), "': the cluster lists ",
+          map_.nodes_size(), " nodes, at most ", options_.max_nodes,
+          " (dead ones are forgotten after ",
+          absl::FormatDuration(options_.forget_dead_after), ")"));
+    }
+    proto::NodeInfo entry;
+    entry.set_id(next_node_id_);
+    entry.set_role(req.role());
+    entry.set_state(proto::ALIVE);
+    entry.set_name(req.name());
+    entry.set_data_endpoint(req.data_endpoint());
+    entry.set_admin_address(req.admin_address());
+    entry.mutable_plugin_handlers()->CopyFrom(req.plugin_handlers());
+    entry.set_incarnation(req.incarnation());
+    entry.set_max_message_bytes(req.max_message_bytes());
+    entry.set_memory_limit_bytes(req.memory_limit_bytes());
+    const size_t now = map_.ByteSizeLong();
+    const size_t old = same == nullptr ? 0 : same->ByteSizeLong();
+    return CheckMapGrowth(absl::StrCat("register '", req.name(), "'"),
+                          now - std::min(now, old),
+                          entry.ByteSizeLong() + 16, options_.max_map_bytes);
+  }
+
+  // A clock call for `rank` from `node`: the rank exists and `node` holds
+  // it (a DEAD holder keeps it until another worker takes it over).
+  absl::Status CheckRankHolder(absl::string_view what, NodeId node,
+                               int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (rank < 0 || rank >= clocks_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": rank ", rank, " outside the job's ranks [0, ",
+          clocks_.size(), ")"));
+    }
+    const auto holder = rank_holder_.find(rank);
+    if (holder != rank_holder_.end() && holder->second == node &&
+        node != kNoNode) {
+      return absl::OkStatus();
+    }
+    std::string held = "no worker holds it";
+    if (holder != rank_holder_.end()) {
+      const proto::NodeInfo* h = FindNodeConst(holder->second);
+      held = absl::StrCat("node ", holder->second, " ('",
+                          h == nullptr ? "" : h->name(), "') holds it");
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, ": node ", node, " does not hold rank ", rank, " (", held,
+        "); a worker reports only its own clock"));
+  }
+
+  // What is left of a call's deadline (long when it has none).
+  static absl::Duration TimeLeft(const grpc::ServerContext* ctx) {
+    const absl::Time deadline = absl::FromChrono(ctx->deadline());
+    return std::max(absl::ZeroDuration(), deadline - absl::Now());
+  }
+
+  void ForgetBarrierIfIdle(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = barriers_.find(name);
+    if (it != barriers_.end() && it->second.waiters == 0 &&
+        it->second.arrived.empty()) {
+      barriers_.erase(it);
+    }
   }
 
   void SweepLoop() {
@@ -784,7 +1060,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       std::vector<NodeId> dead;
       for (auto& n : *map_.mutable_nodes()) {
         if (n.state() != proto::ALIVE) continue;
-        // Clients do not heartbeat.
+        // Clients are forgotten instead (ForgetSilentNodes).
         if (n.role() != proto::SERVER && n.role() != proto::WORKER) continue;
         const absl::Time seen = last_seen_[n.id()];
         std::string why;
@@ -806,16 +1082,20 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         DP_LOG(WARNING) << "node " << n.id() << " ('" << n.name() << "') "
                         << why << "; declared dead";
       }
-      if (dead.empty()) continue;
+      // The dead first: a worker's rank is lost before its node may be
+      // forgotten (workers hold no ranges, so it can be at once).
       for (NodeId id : dead) {
         suspect_since_.erase(id);
         RemoveDeadServer(id);
         const proto::NodeInfo* n = FindNodeConst(id);
-        if (n->role() == proto::WORKER) {
+        if (n != nullptr && n->role() == proto::WORKER) {
           WorkerGone(id, n->name(), "missed heartbeats", /*finished=*/false);
         }
       }
-      Refill(&map_, options_.replicas);
+      const bool forgot = ForgetSilentNodes(now);
+      if (dead.empty() && !forgot) continue;
+      RefillWithinRoom();
+      ResolvePending();
       BumpEpoch();
       Commit();
       DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
@@ -867,6 +1147,49 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       workers_[rank].set_lost(false);
       workers_[rank].set_retired(true);
     }
+  }
+
+  // Removes from the map the CLIENT nodes silent for dead_after and the
+  // DEAD nodes silent for forget_dead_after that no range names, so that
+  // the map does not grow with every node that ever came and went.
+  // Returns whether it removed any.
+  bool ForgetSilentNodes(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<NodeId> gone;
+    for (const proto::NodeInfo& n : map_.nodes()) {
+      const absl::Duration silent = now - last_seen_[n.id()];
+      const bool client = n.role() == proto::CLIENT;
+      const bool gone_node =
+          n.state() == proto::DEAD || n.state() == proto::LEFT;
+      if (client ? silent > options_.dead_after
+                 : gone_node && silent > options_.forget_dead_after &&
+                       !HoldsAnyRange(map_, n.id())) {
+        gone.push_back(n.id());
+      }
+    }
+    if (gone.empty()) return false;
+    for (NodeId id : gone) {
+      auto* nodes = map_.mutable_nodes();
+      for (int i = 0; i < nodes->size(); ++i) {
+        if (nodes->Get(i).id() != id) continue;
+        DP_LOG(INFO) << proto::NodeRole_Name(nodes->Get(i).role()) << " "
+                     << id << " ('" << nodes->Get(i).name()
+                     << "') silent for long: forgotten";
+        nodes->erase(nodes->begin() + i);
+        break;
+      }
+      last_seen_.erase(id);
+      applied_.erase(id);
+      suspect_since_.erase(id);
+      unconfirmed_.erase(id);
+      rolled_back_.erase(id);
+      ForgetRefusals(id);
+      if (auto r = rank_of_.find(id); r != rank_of_.end()) {
+        auto h = rank_holder_.find(r->second);
+        if (h != rank_holder_.end() && h->second == id) rank_holder_.erase(h);
+        rank_of_.erase(r);
+      }
+    }
+    return true;
   }
 
   // Starts the grace after which an unreachable node is declared dead,
@@ -1037,7 +1360,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (clocks.restored_from() == restored_from_) {
       for (int r = 0; r < clocks.workers_size() && r < clocks_.size(); ++r) {
         const proto::WorkerStatus& w = clocks.workers(r);
-        if (clocks_.Advance(r, w.clock()).ok()) workers_[r] = w;
+        if (clocks_.Restore(r, w.clock()).ok()) workers_[r] = w;
         workers_[r].set_rank(r);
         // The roster of lost workers is not kept on disk: a restarted
         // scheduler starts it afresh, and says so rather than show stale
@@ -1163,7 +1486,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
     for (const proto::WorkerStatus& w : m.workers()) {
       if (w.rank() < 0 || w.rank() >= clocks_.size()) continue;
-      if (clocks_.Advance(w.rank(), w.clock()).ok()) workers_[w.rank()] = w;
+      if (clocks_.Restore(w.rank(), w.clock()).ok()) workers_[w.rank()] = w;
     }
     // A rank the job went on without stays out of the gate: the roster
     // refuses a replacement for it, so nothing would ever advance it.
@@ -1403,7 +1726,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (auto& t : *map_.mutable_tables()) {
       for (auto& r : *t.mutable_ranges()) r.set_lost(false);
     }
-    Refill(&map_, options_.replicas);
+    RefillWithinRoom();
     SetClocks(m);
     // Workers still running belong to the job before the rollback: they
     // must register again, and get the checkpoint's clock.
@@ -1528,6 +1851,13 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   absl::flat_hash_set<NodeId> rolled_back_ ABSL_GUARDED_BY(mu_);
   SchedulerEvents events_ ABSL_GUARDED_BY(mu_);
   MetricsRegistry::Registration metrics_;
+  // Tables being declared, by id.
+  absl::flat_hash_map<TableId, std::shared_ptr<PendingTable>> pending_
+      ABSL_GUARDED_BY(mu_);
+  // (server, table) pairs the server reported it cannot hold: never chosen
+  // as a backup for that table (until the server registers again).
+  absl::flat_hash_set<std::pair<NodeId, TableId>> refused_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

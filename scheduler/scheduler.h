@@ -11,12 +11,32 @@
 // Every change to membership or tables produces a new map with a larger
 // epoch, streamed to watchers (WatchClusterMap).
 //
-// Liveness: SERVER and WORKER nodes heartbeat every heartbeat_interval (told
-// to them in RegisterReply); one silent for `dead_after` is marked DEAD by a
-// sweep that runs every heartbeat_interval / 2 (one epoch bump per sweep that
-// changed anything). CLIENT nodes are never swept. A DEAD node's Heartbeat
-// gets kFailedPrecondition; it must Register again under the same name and
-// role, and then gets its old id back.
+// Liveness: every registered node heartbeats every heartbeat_interval (told
+// to them in RegisterReply). A SERVER or WORKER silent for `dead_after` is
+// marked DEAD by a sweep that runs every heartbeat_interval / 2 (one epoch
+// bump per sweep that changed anything), and forgotten (removed from the
+// map, a worker's rank freed) `forget_dead_after` later once no key range
+// names it. A CLIENT silent for `dead_after` is forgotten at once: it holds
+// no data and no rank. A DEAD node's Heartbeat gets kFailedPrecondition; it
+// must Register again under the same name and role, and then gets its old
+// id back; a forgotten node's Heartbeat gets kNotFound (register again).
+//
+// Table declaration is all or nothing. CreateTable checks the spec (strings
+// bounded, shape, handler), then the memory every server would need for
+// its share of the new table (primary and backups, scheduler/capacity.h)
+// against what it reported at registration, and the map's size, before the
+// table enters the map. Servers then report, with AckEpoch, tables they
+// could not create (a plugin refusing its parameters, no memory left): the
+// table is removed again (a new epoch) and CreateTable fails with that
+// server's error naming it. Until every server acknowledged the table, an
+// identical CreateTable waits for the outcome rather than answering OK.
+//
+// Clocks: AdvanceClock and WaitClock are accepted only from the node that
+// holds the rank (kPermissionDenied otherwise). Clocks only move forward,
+// and under BSP and SSP(s) no worker may be more than s + 1 ahead of the
+// slowest (consistency.h, ClockTable::WithinBound): a report beyond that
+// waits `clock_report_grace` for the others' reports, then gets
+// kFailedPrecondition with the reason, changing nothing.
 //
 // Replication and failover (scheduler/placement.h): every range has a
 // primary and up to replicas - 1 backups. A dead server's ranges go to their
@@ -49,19 +69,28 @@
 // contract whoever declares it.
 //
 // RPC errors (canonical codes): kInvalidArgument for a malformed request
-// (no role, a server without data endpoint, a requested rank outside the
-// job, a bad table spec, a table that follows the job but sets
-// sync_workers or num_workers itself, barrier count 0); kAlreadyExists for
-// registering a name that is ALIVE, a rank an ALIVE worker holds, or
-// redeclaring a table with a different spec; kResourceExhausted for a
-// worker when every rank is held; kNotFound for an unknown node id (or an
-// unknown update handler); kFailedPrecondition for a heartbeat from a DEAD
-// node or a worker name that asks for a rank other than its own;
-// kAborted once the job failed for a lost worker (above);
-// kUnavailable when CreateTable finds fewer than min_servers alive
-// servers within its timeout, or the scheduler is shutting down;
-// kDeadlineExceeded when CreateTable's servers do not all acknowledge the new
-// epoch in time (the table stays declared) or a Barrier times out.
+// (no role or an unknown one, a name, endpoint or other string too long or
+// with characters outside [A-Za-z0-9._-:/@+=] (scheduler/request_checks.h),
+// a server without data endpoint, a requested rank outside the job, a bad
+// table spec, a table that follows the job but sets sync_workers or
+// num_workers itself, barrier count 0, a wait longer than 10 minutes);
+// kAlreadyExists for registering a name that is ALIVE, a rank an ALIVE
+// worker holds, or redeclaring a table with a different spec;
+// kResourceExhausted for a worker when every rank is held, a table that
+// does not fit a server's memory, a map that would pass max_map_bytes or
+// max_nodes; kPermissionDenied for a worker without the job token, or a
+// clock call for a rank the calling node does not hold; kNotFound for an
+// unknown node id (or an unknown update handler); kFailedPrecondition for a
+// heartbeat from a DEAD node, a worker name that asks for a rank other than
+// its own, a rank given up (--on_worker_loss=continue), or a clock moving
+// back or beyond the policy's bound; kAborted once the job failed for a
+// lost worker (above); kUnavailable when CreateTable finds fewer than min_servers alive servers
+// within its timeout, or the scheduler is shutting down; kDeadlineExceeded
+// when CreateTable's servers do not all acknowledge the new epoch in time
+// (the table stays declared, pending: a server's later failure report still
+// removes it) or a Barrier times out; a server's own code (e.g.
+// kInvalidArgument, kResourceExhausted) when it could not create the
+// table.
 //
 // State (scheduler/state_store.h): with `state_dir`, nodes, tables, the
 // map and its epoch, ranks, the job and the next ids are written (synced)
@@ -149,6 +178,26 @@ struct SchedulerOptions {
   // If set (borrowed; must outlive the scheduler), the scheduler adds the
   // job's figures to it (scheduler/job_metrics.h).
   MetricsRegistry* metrics = nullptr;
+  // Non-empty: only WORKER registrations carrying this token
+  // (RegisterRequest.job_token) get a rank; others get kPermissionDenied.
+  std::string job_token;
+  // An AdvanceClock beyond what the policy allows (no worker more than
+  // s + 1 ahead of the slowest) waits this long for the other workers'
+  // reports, which travel separately and may lag, before it is refused.
+  absl::Duration clock_report_grace = absl::Seconds(5);
+  // Clocks tolerated beyond the policy's bound: workers report clocks
+  // asynchronously and coalesce reports (a BSP worker, synchronized by the
+  // servers, may be recorded several clocks behind), so the recorded
+  // clocks of the others lag. A clock beyond bound + 1 + slack is refused.
+  int64_t clock_report_slack = 1 << 20;
+  // A DEAD server or worker that no key range names any more is forgotten
+  // (removed from the map, its rank freed) after this long.
+  absl::Duration forget_dead_after = absl::Minutes(10);
+  // Caps that keep the cluster map far below gRPC's 4 MiB message limit
+  // whatever peers send: nodes listed (ALIVE and DEAD), and the map's
+  // serialized size after a Register or CreateTable.
+  int max_nodes = 4096;
+  size_t max_map_bytes = size_t{1} << 20;
 };
 
 class Scheduler {

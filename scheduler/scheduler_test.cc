@@ -293,16 +293,54 @@ TEST(SchedulerPolicyTest, TablesThatFollowTheJobGetItsEnforcement) {
   }
 }
 
-TEST_F(SchedulerTest, ClientsAreNotSwept) {
+// Keeps every node of the map alive (Heartbeat, applied epoch 0) every 20
+// ms until destroyed.
+class KeepAlive {
+ public:
+  KeepAlive(Scheduler* scheduler, SchedulerClient* client)
+      : thread_([=] {
+          while (!stop_.HasBeenNotified()) {
+            const proto::ClusterMap map = scheduler->CurrentMap();
+            for (const auto& n : map.nodes()) {
+              (void)client->Heartbeat(n.id(), 0);
+            }
+            stop_.WaitForNotificationWithTimeout(absl::Milliseconds(20));
+          }
+        }) {}
+  ~KeepAlive() {
+    stop_.Notify();
+    thread_.join();
+  }
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+TEST_F(SchedulerTest, ClientsHeartbeatOrAreForgotten) {
   proto::RegisterRequest r;
   r.set_role(proto::CLIENT);
-  auto reply = client_->Register(r, absl::Seconds(5));
-  ASSERT_OK(reply);
-  absl::SleepFor(absl::Milliseconds(600));  // twice dead_after
+  r.set_name("notebook");
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply reply,
+                       client_->Register(r, absl::Seconds(5)));
+  {
+    KeepAlive alive(scheduler_.get(), client_.get());
+    absl::SleepFor(absl::Milliseconds(600));  // twice dead_after
+    const proto::ClusterMap map = scheduler_->CurrentMap();
+    ASSERT_EQ(map.nodes_size(), 1);
+    EXPECT_EQ(map.nodes(0).state(), proto::ALIVE);
+    EXPECT_EQ(map.epoch(), 1u);
+  }
+  // Silent for dead_after: gone from the map (a new epoch), not kept DEAD.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (scheduler_->CurrentMap().nodes_size() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   const proto::ClusterMap map = scheduler_->CurrentMap();
-  ASSERT_EQ(map.nodes_size(), 1);
-  EXPECT_EQ(map.nodes(0).state(), proto::ALIVE);
-  EXPECT_EQ(map.epoch(), 1u);
+  EXPECT_EQ(map.nodes_size(), 0);
+  EXPECT_EQ(map.epoch(), 2u);
+  EXPECT_THAT(client_->Heartbeat(reply.node_id(), 0),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(SchedulerTest, DenseSplitIsExactAndOrderedByServerId) {
@@ -482,10 +520,11 @@ TEST_F(SchedulerTest, BarrierTimeoutRemovesTheNode) {
 }
 
 TEST_F(SchedulerTest, WatchStartsAfterKnownEpoch) {
-  // Clients: never declared dead, so the epoch moves only when we say.
   proto::RegisterRequest c;
   c.set_role(proto::CLIENT);
   ASSERT_OK(client_->Register(c, absl::Seconds(5)));  // epoch 1
+  // Clients that heartbeat stay, so the epoch moves only when we say.
+  KeepAlive alive(scheduler_.get(), client_.get());
   std::vector<Epoch> seen;
   absl::Mutex mu;
   std::thread watcher([&] {

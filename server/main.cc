@@ -6,8 +6,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
+#include "common/host_memory.h"
 #include "common/log_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -34,6 +36,12 @@ ABSL_FLAG(std::vector<std::string>, handler_plugins, {},
 ABSL_FLAG(int64_t, zero_copy_min_kb, 256,
           "range reads of dense tables of at least this many KiB are sent "
           "without copying; -1: always copy");
+ABSL_FLAG(int64_t, max_table_bytes, -1,
+          "table storage (values, handler state, named vectors of every "
+          "range held) this server takes on; tables beyond it are refused "
+          "with RESOURCE_EXHAUSTED, by the scheduler before they are "
+          "declared. -1: 80% of the memory available at start (MemAvailable, "
+          "or the cgroup's limit if lower); 0: no limit");
 ABSL_FLAG(int64_t, connect_timeout_s, 30,
           "how long to keep trying to reach the scheduler at start-up");
 ABSL_FLAG(std::string, data_dir, "",
@@ -76,6 +84,24 @@ int main(int argc, char** argv) {
                                     : static_cast<size_t>(zero_copy_kb) << 10;
   options.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  const int64_t max_table_bytes = absl::GetFlag(FLAGS_max_table_bytes);
+  if (max_table_bytes >= 0) {
+    options.max_table_bytes = static_cast<uint64_t>(max_table_bytes);
+  } else {
+    auto available = downpour::AvailableMemoryBytes();
+    if (!available.ok()) {
+      DP_LOG(ERROR) << "--max_table_bytes=-1: " << available.status()
+                    << "; give a limit (or 0 for none)";
+      return 2;
+    }
+    // The rest is for requests in flight, BSP steps being aggregated,
+    // replication and the process itself.
+    options.max_table_bytes = *available / 5 * 4;
+  }
+  DP_LOG(INFO) << "table memory limit: "
+               << (options.max_table_bytes == 0
+                       ? std::string("none")
+                       : absl::StrCat(options.max_table_bytes >> 20, " MiB"));
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClientAndServer);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

@@ -268,6 +268,7 @@ class ServerImpl final : public Server {
     reg.set_incarnation(incarnation_);
     reg.set_max_message_bytes(options_.max_message_bytes);
     reg.set_previous_id(id_);
+    reg.set_memory_limit_bytes(options_.max_table_bytes);
     for (const std::string& n : plugins_.names()) reg.add_plugin_handlers(n);
     return reg;
   }
@@ -301,6 +302,9 @@ class ServerImpl final : public Server {
   // Only with options_.metrics.
   std::unique_ptr<RequestStats> request_stats_;
   MetricsRegistry::Registration metrics_registration_;
+  // The newest epoch applied whose table failures (if any) the scheduler
+  // has heard of: what heartbeats report.
+  std::atomic<Epoch> reportable_epoch_{0};
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<HealthService> admin_health_;  // outlives admin_
   std::unique_ptr<grpc::Server> admin_;
@@ -382,7 +386,8 @@ absl::Status ServerImpl::Init() {
                                      id_);
   dispatcher_ = std::make_unique<Dispatcher>(id_, options_.max_message_bytes,
                                              &pool_, &plugins_, pins,
-                                             env_.get());
+                                             env_.get(),
+                                             options_.max_table_bytes);
   server_internal::DataThread thread;
   thread.post = [data = data_.get()](std::function<void()> fn) {
     data->Post(std::move(fn));
@@ -471,6 +476,14 @@ void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {
   // then switches to the map between two requests, so that what it owns
   // (ranges, roles, replication streams) needs no lock.
   auto prepared = dispatcher_->PrepareMap(map);
+  std::vector<proto::TableFailure> failures;
+  for (const auto& [table, why] : prepared->failures) {
+    proto::TableFailure f;
+    f.set_table_id(table);
+    f.set_code(static_cast<int>(why.code()));
+    f.set_message(std::string(why.message()));
+    failures.push_back(std::move(f));
+  }
   auto installed = std::make_shared<absl::Notification>();
   auto status = std::make_shared<absl::Status>();
   data_->Post([this, installed, status,
@@ -482,8 +495,16 @@ void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {
     if (stop_.HasBeenNotified()) return;
   }
   if (!status->ok()) DP_LOG(ERROR) << "epoch " << map.epoch() << ": " << *status;
-  absl::Status acked = scheduler_.AckEpoch(id_, map.epoch());
-  if (!acked.ok()) DP_LOG(WARNING) << acked;
+  // Heartbeats report an epoch as applied too, which the scheduler takes as
+  // "every table created": with failures, only once the scheduler has
+  // heard of them.
+  if (failures.empty()) reportable_epoch_.store(map.epoch());
+  absl::Status acked = scheduler_.AckEpoch(id_, map.epoch(), failures);
+  if (!acked.ok()) {
+    DP_LOG(WARNING) << acked;
+  } else {
+    reportable_epoch_.store(map.epoch());
+  }
 }
 
 void ServerImpl::WatchLoop() {
@@ -499,7 +520,7 @@ void ServerImpl::WatchLoop() {
 
 void ServerImpl::HeartbeatLoop() {
   while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
-    auto reply = scheduler_.Heartbeat(id_, dispatcher_->epoch());
+    auto reply = scheduler_.Heartbeat(id_, reportable_epoch_.load());
     if (reply.ok()) continue;
     const absl::StatusCode code = reply.status().code();
     if (code != absl::StatusCode::kFailedPrecondition &&

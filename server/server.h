@@ -40,6 +40,13 @@ struct ServerOptions {
   std::string advertise_host;
   std::string admin_listen = "127.0.0.1:0";  // gRPC admin + health
   size_t max_message_bytes = size_t{256} << 20;
+  // Table storage (values, handler state, named vectors of every range held
+  // as primary or backup) this server takes on; a table or range beyond it
+  // is refused (kResourceExhausted, reported to the scheduler) instead of
+  // allocated. Reported at registration, so that the scheduler refuses a
+  // table that does not fit before declaring it. 0: no limit (ps_server
+  // sets a share of the memory available at start).
+  uint64_t max_table_bytes = 0;
   // Range reads of dense parameters at least this large are sent from the
   // table without copying (writes to those rows wait until sent); SIZE_MAX:
   // always copy.

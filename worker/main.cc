@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
+#include "common/token_file.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
@@ -24,6 +25,9 @@ ABSL_FLAG(int32_t, crash_at_task, 0,
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
 ABSL_FLAG(std::string, name, "", "stable worker name");
+ABSL_FLAG(std::string, job_token_file, "",
+          "file holding the job token, when the scheduler has one "
+          "(ps_scheduler --job_token_file): without it no rank is granted");
 ABSL_FLAG(int32_t, rank, -1,
           "rank to take (e.g. $JOB_COMPLETION_INDEX); -1: the scheduler picks");
 ABSL_FLAG(std::string, health_listen, "",
@@ -138,6 +142,15 @@ int main(int argc, char** argv) {
   o.auth = *auth;
   o.name = absl::GetFlag(FLAGS_name);
   o.rank = absl::GetFlag(FLAGS_rank);
+  if (const std::string path = absl::GetFlag(FLAGS_job_token_file);
+      !path.empty()) {
+    auto token = downpour::ReadTokenFile(path);
+    if (!token.ok()) {
+      DP_LOG(ERROR) << "--job_token_file: " << token.status();
+      return 2;
+    }
+    o.job_token = *token;
+  }
   o.health_listen = absl::GetFlag(FLAGS_health_listen);
   o.model = absl::GetFlag(FLAGS_model);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);

@@ -116,6 +116,7 @@ class WorkerImpl final : public Worker {
     mo.scheduler_address = options_.scheduler_address;
     mo.name = options_.name;
     mo.rank = options_.rank;
+    mo.job_token = options_.job_token;
     mo.auth = options_.auth;
     // Long enough to wait out a restore of the job from a checkpoint, during
     // which the scheduler answers kUnavailable.

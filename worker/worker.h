@@ -78,6 +78,10 @@ struct WorkerOptions {
   // grants exactly it or Create fails: kAlreadyExists while an ALIVE worker
   // holds it, kInvalidArgument outside the job). -1: the scheduler picks.
   int rank = -1;
+  // The job token, when the scheduler has one (ps_scheduler
+  // --job_token_file): without it a worker gets no rank
+  // (kPermissionDenied).
+  std::string job_token;
   // If set, a gRPC health service listens here (host:port): liveness
   // (common/grpc_server.h) from the start, readiness once registered.
   std::string health_listen;

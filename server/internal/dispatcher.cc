@@ -21,13 +21,15 @@ using Role = TableShard::Range::Role;
 
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
                        const PluginRegistry* plugins,
-                       const PinOptions& pin_options, ReplicationEnv* env)
+                       const PinOptions& pin_options, ReplicationEnv* env,
+                       uint64_t max_table_bytes)
     : self_(self),
       max_message_bytes_(max_message_bytes),
       pool_(pool),
       plugins_(plugins),
       pin_options_(pin_options),
-      env_(env) {
+      env_(env),
+      max_table_bytes_(max_table_bytes) {
   if (env_ != nullptr) {
     // Copy chunks of 4 MiB: large enough to move at memory speed, small
     // enough not to hold live writes behind them for long.

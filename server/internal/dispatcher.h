@@ -51,6 +51,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -77,10 +78,12 @@ class Dispatcher {
   // it is null (no replication: ranges with backups then fail their writes
   // with kFailedPrecondition). Large range reads of dense parameters are
   // sent from the table without copying (see RangeStore::PinRows).
+  // `max_table_bytes` (0: no limit) bounds the table storage this server
+  // takes on: see PrepareMap.
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
              const PluginRegistry* plugins,
              const PinOptions& pin_options = {},
-             ReplicationEnv* env = nullptr);
+             ReplicationEnv* env = nullptr, uint64_t max_table_bytes = 0);
 
   // A map with what applying it needs allocated already.
   struct PreparedMap {
@@ -90,11 +93,25 @@ class Dispatcher {
     std::map<std::pair<TableId, Key>, std::unique_ptr<TableShard::Range>>
         fresh;
     absl::Status status;  // the first table that could not be built
+    // Every table this server cannot create or hold, with why (the
+    // scheduler hears of them with the epoch's acknowledgement).
+    std::vector<std::pair<TableId, absl::Status>> failures;
+    // Ranges (table, first key) assigned here that it refused for lack of
+    // memory: InstallMap leaves them out.
+    std::set<std::pair<TableId, Key>> refused;
   };
   // Builds the shards of new tables and the stores of ranges new to this
   // server (the slow part: a dense range is written once by its
   // initializer). Tables whose spec cannot be built are reported in the
-  // returned map's status and left out.
+  // returned map's status and failures, and left out. Memory is checked
+  // before anything is allocated: the map's tables, in map order (older
+  // tables first), are counted at what their ranges here hold once used
+  // (dense: rows x (width x vectors + handler state) floats; sparse: what
+  // they hold now); a table whose new ranges would take the total past
+  // max_table_bytes gets none of them (kResourceExhausted naming the
+  // table, this server and the limit), and an allocation that fails
+  // (std::bad_alloc) is refused the same way, rather than the server
+  // dying.
   std::unique_ptr<PreparedMap> PrepareMap(const proto::ClusterMap& map) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Makes the prepared map current: creates, promotes, demotes and drops
@@ -187,6 +204,10 @@ class Dispatcher {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Answers the BSP pushes waiting on a range that leaves this server.
   void AbandonSteps(TableShard::Range& range, const absl::Status& why);
+  // Stops holding `range` of table `id`: its replication streams end and
+  // its held BSP pushes are answered with `why`.
+  void DropRange(TableId id, TableShard& shard, TableShard::Range& range,
+                 const absl::Status& why);
 
   const NodeId self_;
   const size_t max_message_bytes_;
@@ -194,6 +215,7 @@ class Dispatcher {
   const PluginRegistry* const plugins_;
   const PinOptions pin_options_;
   ReplicationEnv* const env_;
+  const uint64_t max_table_bytes_;  // 0: no limit
   std::unique_ptr<Replicator> replicator_;  // null without env
 
   mutable absl::Mutex mu_;

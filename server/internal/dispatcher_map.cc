@@ -15,6 +15,25 @@ using Role = TableShard::Range::Role;
 
 namespace {
 
+uint64_t SatAdd(uint64_t a, uint64_t b) {
+  return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+// The bytes a range of `layout` holds once used: dense arrays whole
+// (handler state and named vectors are allocated on first use, but will
+// be), sparse ranges what `store` holds now (nothing when new).
+uint64_t RangeBytes(const TableLayout& layout, KeyRange range,
+                    const RangeStore* store) {
+  if (!layout.dense) return store == nullptr ? 0 : store->allocated_bytes();
+  const uint64_t row_floats =
+      SatAdd(SatMul(layout.width, layout.num_vectors), layout.state_width);
+  return SatMul(range.size(), SatMul(sizeof(float), row_floats));
+}
+
 // This server's part in a range of the map.
 enum class Part { kNone, kPrimary, kBackup };
 
@@ -35,6 +54,13 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
     const proto::ClusterMap& map) const {
   auto prepared = std::make_unique<PreparedMap>();
   prepared->map = map;
+  auto fail = [&](TableId id, const absl::Status& why) {
+    DP_LOG(ERROR) << "cannot serve table " << id << ": " << why;
+    if (prepared->status.ok()) prepared->status = why;
+    prepared->failures.emplace_back(id, why);
+  };
+  // Table storage this server holds with the tables counted so far.
+  uint64_t committed = 0;
   for (const proto::TableMap& table : map.tables()) {
     const TableId id = table.spec().id();
     std::shared_ptr<TableShard> shard;
@@ -43,18 +69,18 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       auto it = tables_.find(id);
       if (it != tables_.end()) shard = it->second;
     }
-    if (shard == nullptr) {
+    const bool is_new = shard == nullptr;
+    if (is_new) {
       auto created = TableShard::Create(table.spec(), {}, plugins_,
                                         pin_options_);
       if (!created.ok()) {
-        DP_LOG(ERROR) << "cannot serve table '" << table.spec().name()
-                      << "': " << created.status();
-        if (prepared->status.ok()) prepared->status = created.status();
+        fail(id, created.status());
         continue;
       }
       shard = std::move(*created);
-      prepared->new_tables[id] = shard;
     }
+    uint64_t held_bytes = 0, fresh_bytes = 0;
+    std::vector<KeyRange> fresh;
     for (const proto::RangeAssignment& r : table.ranges()) {
       const Part part = PartOf(r, self_);
       if (part == Part::kNone) continue;
@@ -66,9 +92,55 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       // over from a copy like any new backup.
       if (held == nullptr ||
           (held->role == Role::kPrimary && part == Part::kBackup)) {
-        prepared->fresh[{id, r.begin()}] = shard->NewRange(range);
+        fresh.push_back(range);
+        fresh_bytes = SatAdd(fresh_bytes, RangeBytes(shard->layout(), range,
+                                                     nullptr));
+      } else {
+        held_bytes = SatAdd(held_bytes, RangeBytes(shard->layout(), range,
+                                                   held->store.get()));
       }
     }
+    committed = SatAdd(committed, held_bytes);
+    auto refuse = [&](const absl::Status& why) {
+      fail(id, why);
+      for (const KeyRange& r : fresh) {
+        prepared->refused.insert({id, r.begin});
+        prepared->fresh.erase({id, r.begin});
+      }
+    };
+    if (max_table_bytes_ > 0 && !fresh.empty() &&
+        SatAdd(committed, fresh_bytes) > max_table_bytes_) {
+      refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "table '", table.spec().name(), "': server ", self_, " cannot hold ",
+          fresh.size(), " more range(s) of it (", fresh_bytes,
+          " bytes): it holds ", committed, " bytes of tables and its limit "
+          "is ", max_table_bytes_, " bytes (ps_server --max_table_bytes)")));
+      continue;
+    }
+    // Without a limit, a size past what any machine addresses would wrap
+    // around in the allocation's own arithmetic: refused the same way.
+    if (!fresh.empty() && fresh_bytes > (uint64_t{1} << 62)) {
+      refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "table '", table.spec().name(), "': server ", self_,
+          " cannot hold ", fresh_bytes, " bytes of it")));
+      continue;
+    }
+    bool allocated = true;
+    for (const KeyRange& r : fresh) {
+      try {
+        prepared->fresh[{id, r.begin}] = shard->NewRange(r);
+      } catch (const std::bad_alloc&) {
+        refuse(absl::ResourceExhaustedError(absl::StrCat(
+            "table '", table.spec().name(), "': server ", self_,
+            " could not allocate keys [", r.begin, ", ", r.end, ") (",
+            fresh_bytes, " bytes for its new ranges)")));
+        allocated = false;
+        break;
+      }
+    }
+    if (!allocated) continue;
+    committed = SatAdd(committed, fresh_bytes);
+    if (is_new) prepared->new_tables[id] = shard;
   }
   return prepared;
 }
@@ -120,13 +192,7 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       if (PartOf(r, self_) != Part::kNone) mine[r.begin()] = &r;
     }
     auto drop = [&](TableShard::Range& range) {
-      const Key begin = range.range().begin;
-      if (replicator_ != nullptr) {
-        replicator_->DropPrimary(id, begin, moved);
-        replicator_->ForgetStream(id, begin);
-      }
-      AbandonSteps(range, moved);
-      shard->RemoveRange(begin);
+      DropRange(id, *shard, range, moved);
     };
     std::vector<TableShard::Range*> leaving;
     for (const auto& [begin, range] : shard->ranges()) {
@@ -155,6 +221,8 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
         range = nullptr;
       }
       if (range == nullptr) {
+        // No memory for it here: the scheduler hears of it (AckEpoch).
+        if (prepared->refused.count({id, begin}) > 0) continue;
         std::unique_ptr<TableShard::Range> fresh;
         auto f = prepared->fresh.find({id, begin});
         if (f != prepared->fresh.end()) {
@@ -198,9 +266,48 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       }
     }
   }
+  // Tables gone from the map (a declaration the scheduler rolled back)
+  // are dropped with their ranges.
+  absl::flat_hash_set<TableId> listed;
+  for (const proto::TableMap& table : map.tables()) {
+    listed.insert(table.spec().id());
+  }
+  std::vector<std::pair<TableId, std::shared_ptr<TableShard>>> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch >= epoch_) {
+      for (const auto& [id, shard] : tables_) {
+        if (!listed.contains(id)) gone.emplace_back(id, shard);
+      }
+      for (const auto& [id, shard] : gone) tables_.erase(id);
+    }
+  }
+  const absl::Status removed = absl::NotFoundError(absl::StrCat(
+      "the table was removed from the cluster map in epoch ", epoch));
+  for (const auto& [id, shard] : gone) {
+    DP_LOG(INFO) << "table '" << shard->spec().name() << "' (id " << id
+                 << ") removed from the map in epoch " << epoch
+                 << "; dropped";
+    std::vector<TableShard::Range*> ranges;
+    for (const auto& [begin, range] : shard->ranges()) {
+      ranges.push_back(range.get());
+    }
+    for (TableShard::Range* r : ranges) DropRange(id, *shard, *r, removed);
+  }
   absl::MutexLock lock(&mu_);
   if (epoch > epoch_) epoch_ = epoch;
   return prepared->status;
+}
+
+void Dispatcher::DropRange(TableId id, TableShard& shard,
+                           TableShard::Range& range, const absl::Status& why) {
+  const Key begin = range.range().begin;
+  if (replicator_ != nullptr) {
+    replicator_->DropPrimary(id, begin, why);
+    replicator_->ForgetStream(id, begin);
+  }
+  AbandonSteps(range, why);
+  shard.RemoveRange(begin);
 }
 
 absl::Status Dispatcher::ApplyMap(const proto::ClusterMap& map) {
