@@ -217,6 +217,7 @@ class JobMemberImpl final : public JobMember {
             "join the job as '", options_.name,
             "': a live member of this process already has the name"));
       }
+      absl::MutexLock lock(&hb_mu_);
       holds_name_ = true;
     }
     proto::RegisterRequest reg;
