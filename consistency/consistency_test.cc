@@ -123,29 +123,52 @@ TEST(ClockTableTest, BackupWorkersGateOnTheNthFastest) {
   EXPECT_TRUE(t.MayProceed(1));
 }
 
-// A retired (lost, given up) worker no longer holds the others back.
+// A retired (lost, given up) worker no longer holds the others back, in
+// the gate and in the bound on reported clocks. The clocks are set with
+// Restore: Advance would refuse them one at a time (they are far apart).
 TEST(ClockTableTest, RetiredWorkerNoLongerGates) {
   ClockTable ssp(Policy("ssp", 1, 3));
-  ASSERT_OK(ssp.Advance(0, 5));
-  ASSERT_OK(ssp.Advance(2, 4));  // worker 1 stays at 0: lost
+  ASSERT_OK(ssp.Restore(0, 5));
+  ASSERT_OK(ssp.Restore(2, 4));  // worker 1 stays at 0: lost
   EXPECT_EQ(ssp.GatingClock(), 0);
   EXPECT_FALSE(ssp.MayProceed(2));
+  EXPECT_FALSE(ssp.WithinBound(2, 6));
   ssp.Retire(1);
   EXPECT_TRUE(ssp.retired(1));
   EXPECT_EQ(ssp.GatingClock(), 4);
   EXPECT_TRUE(ssp.MayProceed(5));
   EXPECT_FALSE(ssp.MayProceed(6));
+  EXPECT_TRUE(ssp.WithinBound(2, 6));
+  ASSERT_OK(ssp.Advance(2, 6));
   ssp.Retire(7);  // outside the job: ignored
   // With backups fewer than N left: the minimum of those left.
   ClockTable b(Policy("bsp", 0, 2, 1));
-  ASSERT_OK(b.Advance(0, 3));
-  ASSERT_OK(b.Advance(1, 2));
+  ASSERT_OK(b.Restore(0, 3));
+  ASSERT_OK(b.Restore(1, 2));
   b.Retire(2);
   EXPECT_EQ(b.GatingClock(), 2);
   b.Retire(1);
   EXPECT_EQ(b.GatingClock(), 3);
   b.Retire(0);
   EXPECT_EQ(b.GatingClock(), 3);  // nobody left: the largest clock
+}
+
+// Restore sets recorded clocks without Advance's checks, but not outside
+// the job or below zero.
+TEST(ClockTableTest, RestoreSetsRecordedClocks) {
+  ClockTable bsp(Policy("bsp", 0, 2));
+  ASSERT_OK(bsp.Restore(0, 40));
+  EXPECT_EQ(bsp.clock(0), 40);
+  ASSERT_OK(bsp.Restore(1, 40));
+  EXPECT_EQ(bsp.GatingClock(), 40);
+  ASSERT_OK(bsp.Restore(0, 7));  // back too: a rollback
+  EXPECT_EQ(bsp.clock(0), 7);
+  EXPECT_THAT(bsp.Restore(2, 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bsp.Restore(-1, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bsp.Restore(0, -3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(bsp.clock(0), 7);
 }
 
 TEST(ClockTableTest, ClocksFromTheFutureAreRefused) {
