@@ -133,8 +133,9 @@ absl::Status CheckRegisterRequest(const proto::RegisterRequest& req) {
 absl::Status CheckTableStrings(const proto::TableSpec& spec) {
   DP_RETURN_IF_ERROR(CheckName("table name", spec.name(), kMaxNameBytes));
   const std::string table = absl::StrCat("table '", spec.name(), "'");
-  // The count of vectors is ValidateShape's; their names are checked here
-  // whatever the count, since each may be large.
+  // The count of vectors is ValidateTableShape's (scheduler/table_spec.h);
+  // their names are checked here whatever the count, since each may be
+  // large.
   for (const std::string& v : spec.vectors()) {
     DP_RETURN_IF_ERROR(CheckName("vector name", v, kMaxNameBytes), table);
   }
