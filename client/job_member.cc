@@ -213,9 +213,9 @@ class JobMemberImpl final : public JobMember {
   absl::Status Init() {
     if (!options_.name.empty()) {
       if (!LiveNames().Take(options_.name)) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "join the job as '", options_.name,
-            "': a live member of this process already has the name"));
+        // Join adds "join the job as '<name>'".
+        return absl::AlreadyExistsError(
+            "a live member of this process already has the name");
       }
       absl::MutexLock lock(&hb_mu_);
       holds_name_ = true;
