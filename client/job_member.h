@@ -39,8 +39,12 @@
 // report the scheduler does not answer (kUnavailable, kDeadlineExceeded) is
 // sent again until it is, unless a newer one replaced it; WaitClock and
 // Barrier retry kUnavailable until their timeout; Join retries until
-// register_timeout. Joining again under a name gives a new incarnation, so
-// a new process replaces the old one a restarted scheduler may still list.
+// register_timeout. A process registers with one incarnation (random, for
+// the life of the process): a new process under a name replaces the old
+// one at once (which a restarted scheduler may still list as alive), a
+// registration retried because its reply was lost keeps what it got, and a
+// second live member of one process under a name is refused
+// (kAlreadyExists).
 //
 // A job restored from a checkpoint resumes at its clock, and a replacement
 // for a lost worker at its predecessor's: start_clock() is where this member
