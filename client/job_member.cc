@@ -1,12 +1,14 @@
 #include "client/job_member.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <random>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -166,24 +168,62 @@ auto RetryThroughOutage(F call, absl::Duration timeout) {
   }
 }
 
+// Random, drawn once per process; never 0 (0 means "not given").
+uint64_t ProcessIncarnation() {
+  static const uint64_t incarnation = [] {
+    std::random_device rd;
+    const uint64_t now = static_cast<uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    return ((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ now) | 1;
+  }();
+  return incarnation;
+}
+
+// The names this process has joined under (per scheduler), while their
+// members live: the scheduler sees one process (one incarnation), so a
+// second member under a live name is refused here.
+class LiveNames {
+ public:
+  static LiveNames& Get() {
+    static LiveNames* names = new LiveNames;
+    return *names;
+  }
+  bool Add(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    return names_.insert(key).second;
+  }
+  void Remove(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    names_.erase(key);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<std::string> names_ ABSL_GUARDED_BY(mu_);
+};
+
 class JobMemberImpl final : public JobMember {
  public:
   explicit JobMemberImpl(const JobMemberOptions& o)
       : options_(o), scheduler_(o.scheduler_address, o.rpc_timeout, o.auth) {}
   ~JobMemberImpl() override {
+    if (!live_name_.empty()) LiveNames::Get().Remove(live_name_);
     stop_heartbeats_.Notify();
     if (heartbeat_.joinable()) heartbeat_.join();
     reporter_.reset();  // before scheduler_, which it calls
   }
 
+  // Released again when this member is destroyed.
+  void set_live_name(std::string key) { live_name_ = std::move(key); }
+
   absl::Status Init() {
     proto::RegisterRequest reg;
     reg.set_role(proto::WORKER);
     reg.set_name(options_.name);
-    // A new process under a known name replaces the old one (which a
-    // restarted scheduler may still list as alive).
-    std::random_device rd;
-    reg.set_incarnation((static_cast<uint64_t>(rd()) << 32 | rd()) | 1);
+    // Fixed for the life of the process: a new process under a known name
+    // replaces the old one (which a restarted scheduler may still list as
+    // alive), and a retry whose reply was lost is recognized as such.
+    reg.set_incarnation(ProcessIncarnation());
     if (options_.rank >= 0) reg.set_requested_rank(options_.rank);
     DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
                         scheduler_.Register(reg, options_.register_timeout));
@@ -275,6 +315,7 @@ class JobMemberImpl final : public JobMember {
 
  private:
   const JobMemberOptions options_;
+  std::string live_name_;  // in LiveNames while this member lives
   SchedulerClient scheduler_;
   NodeId id_ = kNoNode;
   int rank_ = 0;
@@ -293,7 +334,16 @@ absl::StatusOr<std::unique_ptr<JobMember>> JobMember::Join(
   if (options.scheduler_address.empty()) {
     return absl::InvalidArgumentError("join a job: no scheduler address");
   }
+  // Names are unique per job; empty names are fresh identities.
+  const std::string key =
+      options.name.empty() ? "" : options.scheduler_address + "/" + options.name;
+  if (!key.empty() && !LiveNames::Get().Add(key)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("join the job as '", options.name,
+                     "': a member of this process is live under that name"));
+  }
   auto member = std::make_unique<JobMemberImpl>(options);
+  member->set_live_name(key);
   DP_RETURN_IF_ERROR(member->Init(), "join the job as '", options.name, "'");
   return std::unique_ptr<JobMember>(std::move(member));
 }
