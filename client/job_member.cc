@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <utility>
@@ -212,7 +212,7 @@ class JobMemberImpl final : public JobMember {
 
   absl::Status Init() {
     if (!options_.name.empty()) {
-      if (!LiveNames().Take(options_.name)) {
+      if (!LiveNames().Take(LiveNameKey())) {
         // Join adds "join the job as '<name>'".
         return absl::AlreadyExistsError(
             "a live member of this process already has the name");
@@ -360,9 +360,13 @@ class JobMemberImpl final : public JobMember {
       return;
     }
   }
+  // Names are unique per job (per scheduler), not per process.
+  std::string LiveNameKey() const {
+    return absl::StrCat(options_.scheduler_address, "/", options_.name);
+  }
   void ReleaseName() ABSL_LOCKS_EXCLUDED(hb_mu_) {
     absl::MutexLock lock(&hb_mu_);
-    if (holds_name_) LiveNames().Release(options_.name);
+    if (holds_name_) LiveNames().Release(LiveNameKey());
     holds_name_ = false;
   }
   void StopHeartbeats() ABSL_LOCKS_EXCLUDED(hb_mu_) {

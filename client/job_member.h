@@ -58,8 +58,11 @@
 //   kDeadlineExceeded   a wait (WaitClock, Barrier, Flush) timed out; Join:
 //                       no scheduler answered within register_timeout
 //                       (Join retries until then)
-//   kAlreadyExists      Join: a live worker already has this name, or the
-//                       requested rank
+//   kAlreadyExists      Join: a live member of this process already has
+//                       this name, or a live worker the requested rank.
+//                       (A new process joining under a live name takes it
+//                       over: the scheduler declares the old one dead, as
+//                       a restarted pod must.)
 //   kResourceExhausted  Join: the job has all its N + b workers
 //   kUnauthenticated    the cluster has a secret and this member lacks it
 //   kPermissionDenied   Join: the scheduler has a job token and this member

@@ -8,6 +8,14 @@
 //   psctl job    [--scheduler=HOST:PORT] [--kind=train|lbfgs]
 //                [--workers=N] [--worker_flags=--model=mlp,--steps=500]
 //                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
+//   psctl checkpoint  [--scheduler=HOST:PORT] [--json] [--timeout_s=120]
+//   psctl checkpoints [--scheduler=HOST:PORT] [--json]
+//   psctl export --table=NAME --out=PREFIX [--scheduler=HOST:PORT]
+//               [--data_dirs=D1,D2 [--checkpoint=ID]]   (offline)
+//
+// A restore is a restart: the scheduler with its --state_dir and the
+// servers with their --data_dir resume from the newest complete checkpoint
+// (docs/OPERATIONS.md, "Restore"), so there is no restore command.
 //
 // Human tables by default, --json (protobuf's JSON of psctl/psctl.proto)
 // for scripts. --cluster_secret_file is honoured by every command.
@@ -37,6 +45,7 @@
 #include "common/usage.h"
 #include "google/protobuf/util/json_util.h"
 #include "psctl/cluster_status.h"
+#include "tools/export.h"
 #include "tools/local_cluster.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
@@ -77,7 +86,20 @@ ABSL_FLAG(std::vector<std::string>, worker_flags, {},
 ABSL_FLAG(std::vector<std::string>, lbfgs_flags, {},
           "job (lbfgs): comma-separated flags for ps_lbfgs, e.g. "
           "--problem=softmax,--max_iterations=50");
-ABSL_FLAG(int64_t, job_timeout_s, 3600, "job: give up (and stop it) after this");
+ABSL_FLAG(int64_t, job_timeout_s, 3600,
+          "job: give up (and stop it) after this");
+ABSL_FLAG(int64_t, timeout_s, 120,
+          "checkpoint: wait this long for the checkpoint to complete");
+ABSL_FLAG(std::string, table, "", "export: the table's name");
+ABSL_FLAG(std::string, out, "",
+          "export: file prefix (<out>.npy; sparse: <out>.keys.npy and "
+          "<out>.values.npy)");
+ABSL_FLAG(std::vector<std::string>, data_dirs, {},
+          "export: read a checkpoint from these servers' data dirs instead "
+          "of a running cluster");
+ABSL_FLAG(uint64_t, checkpoint, 0,
+          "export with --data_dirs: the checkpoint (0: the newest holding "
+          "the whole table)");
 
 namespace downpour {
 namespace {
@@ -104,7 +126,8 @@ std::string BinDir() {
 
 // --cluster_secret_file's value (common/auth.cc defines it).
 std::string SecretFile() {
-  const absl::CommandLineFlag* f = absl::FindCommandLineFlag("cluster_secret_file");
+  const absl::CommandLineFlag* f =
+      absl::FindCommandLineFlag("cluster_secret_file");
   return f != nullptr ? f->CurrentValue() : "";
 }
 
@@ -118,8 +141,9 @@ int PrintStatus(bool tables_only, const ClusterAuth& auth) {
   StatusOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   o.auth = auth;
-  o.interval = tables_only ? absl::ZeroDuration()
-                           : absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms));
+  o.interval = tables_only
+                   ? absl::ZeroDuration()
+                   : absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms));
   o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   absl::StatusOr<psctl::ClusterStatus> s = GatherStatus(o);
   if (!s.ok()) return Fail(s.status());
@@ -139,7 +163,8 @@ int PrintStatus(bool tables_only, const ClusterAuth& auth) {
     }
     std::printf("%s\n", out.c_str());
   } else {
-    std::printf("%s", tables_only ? FormatTables(*s).c_str() : FormatStatus(*s).c_str());
+    std::printf("%s", tables_only ? FormatTables(*s).c_str()
+                                  : FormatStatus(*s).c_str());
   }
   return 0;
 }
@@ -172,18 +197,20 @@ int Local() {
   if (!cluster.ok()) return Fail(cluster.status());
   const std::string address = (*cluster)->scheduler_address();
   if (!absl::GetFlag(FLAGS_address_file).empty()) {
-    if (absl::Status s = WriteAddressFile(absl::GetFlag(FLAGS_address_file), address);
+    if (absl::Status s =
+            WriteAddressFile(absl::GetFlag(FLAGS_address_file), address);
         !s.ok()) {
       (void)(*cluster)->Stop();
       return Fail(s);
     }
   }
-  std::printf("local cluster: scheduler %s, %d servers, logs in %s\n"
-              "  psctl status --scheduler=%s\n"
-              "  psctl job --scheduler=%s --worker_flags=--model=mlp,--steps=500\n"
-              "Ctrl-C stops it.\n",
-              address.c_str(), (*cluster)->num_servers(), o.work_dir.c_str(),
-              address.c_str(), address.c_str());
+  std::printf(
+      "local cluster: scheduler %s, %d servers, logs in %s\n"
+      "  psctl status --scheduler=%s\n"
+      "  psctl job --scheduler=%s --worker_flags=--model=mlp,--steps=500\n"
+      "Ctrl-C stops it.\n",
+      address.c_str(), (*cluster)->num_servers(), o.work_dir.c_str(),
+      address.c_str(), address.c_str());
   std::fflush(stdout);
   // Until a signal, or until a daemon dies under us.
   while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
@@ -206,21 +233,23 @@ int Local() {
 int Job(const ClusterAuth& auth) {
   const std::string kind = absl::GetFlag(FLAGS_kind);
   if (kind != "train" && kind != "lbfgs") {
-    std::fprintf(stderr, "psctl job: --kind=%s: train or lbfgs\n", kind.c_str());
+    std::fprintf(stderr, "psctl job: --kind=%s: train or lbfgs\n",
+                 kind.c_str());
     return kUsage;
   }
   const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
   const std::string bin = BinDir();
   const std::string dir = WorkDir("job");
-  SchedulerClient sched(scheduler, absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
-                        auth);
+  SchedulerClient sched(
+      scheduler, absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)), auth);
   auto status = sched.GetJobStatus();
   if (!status.ok()) return Fail(status.status());
   int workers = absl::GetFlag(FLAGS_workers);
   if (workers <= 0) {
-    workers = kind == "lbfgs" ? 2
-                              : static_cast<int>(status->job().num_workers() +
-                                                 status->job().backup_workers());
+    workers = kind == "lbfgs"
+                  ? 2
+                  : static_cast<int>(status->job().num_workers() +
+                                     status->job().backup_workers());
   }
   std::vector<std::unique_ptr<Subprocess>> procs;
   std::unique_ptr<Subprocess> coordinator;
@@ -228,13 +257,16 @@ int Job(const ClusterAuth& auth) {
   if (kind == "lbfgs") {
     const std::string address_file = dir + "/coordinator.address";
     std::remove(address_file.c_str());
-    std::vector<std::string> argv = {bin + "/lbfgs/ps_lbfgs", "--scheduler=" + scheduler,
+    std::vector<std::string> argv = {bin + "/lbfgs/ps_lbfgs",
+                                     "--scheduler=" + scheduler,
                                      "--address_file=" + address_file};
     for (const std::string& f : SecretFlag()) argv.push_back(f);
-    for (const std::string& f : absl::GetFlag(FLAGS_lbfgs_flags)) argv.push_back(f);
+    for (const std::string& f : absl::GetFlag(FLAGS_lbfgs_flags))
+      argv.push_back(f);
     coordinator = std::make_unique<Subprocess>(argv, dir + "/ps_lbfgs.log");
     if (absl::Status s = coordinator->Start(); !s.ok()) return Fail(s);
-    auto address = WaitForAddressFile(address_file, absl::Minutes(2), coordinator.get());
+    auto address =
+        WaitForAddressFile(address_file, absl::Minutes(2), coordinator.get());
     if (!address.ok()) {
       std::fprintf(stderr, "%s\n", coordinator->LogTail().c_str());
       return Fail(address.status());
@@ -242,24 +274,29 @@ int Job(const ClusterAuth& auth) {
     coordinator_address = *address;
   }
   for (int i = 0; i < workers; ++i) {
-    std::vector<std::string> argv = {bin + "/worker/ps_worker", "--scheduler=" + scheduler,
-                                     absl::StrCat("--name=psctl-", getpid(), "-", i)};
+    std::vector<std::string> argv = {
+        bin + "/worker/ps_worker", "--scheduler=" + scheduler,
+        absl::StrCat("--name=psctl-", getpid(), "-", i)};
     if (kind == "lbfgs") {
       argv.push_back("--job=lbfgs");
       argv.push_back("--coordinator=" + coordinator_address);
     }
     for (const std::string& f : SecretFlag()) argv.push_back(f);
-    for (const std::string& f : absl::GetFlag(FLAGS_worker_flags)) argv.push_back(f);
-    procs.push_back(std::make_unique<Subprocess>(argv, absl::StrCat(dir, "/worker-", i, ".log")));
+    for (const std::string& f : absl::GetFlag(FLAGS_worker_flags))
+      argv.push_back(f);
+    procs.push_back(std::make_unique<Subprocess>(
+        argv, absl::StrCat(dir, "/worker-", i, ".log")));
     if (absl::Status s = procs.back()->Start(); !s.ok()) return Fail(s);
   }
-  std::printf("job (%s): %d workers, logs in %s\n", kind.c_str(), workers, dir.c_str());
+  std::printf("job (%s): %d workers, logs in %s\n", kind.c_str(), workers,
+              dir.c_str());
   std::fflush(stdout);
   absl::Notification stop;
   OnTerminationSignal([&stop] {
     if (!stop.HasBeenNotified()) stop.Notify();
   });
-  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
   std::vector<Subprocess*> all;
   for (auto& p : procs) all.push_back(p.get());
   if (coordinator != nullptr) all.push_back(coordinator.get());
@@ -267,7 +304,8 @@ int Job(const ClusterAuth& auth) {
   std::vector<bool> done(all.size(), false);
   size_t remaining = all.size();
   while (remaining > 0) {
-    if (stop.WaitForNotificationWithTimeout(absl::Seconds(1)) || absl::Now() > deadline) {
+    if (stop.WaitForNotificationWithTimeout(absl::Seconds(1)) ||
+        absl::Now() > deadline) {
       std::fprintf(stderr, "psctl job: %s; stopping the job\n",
                    stop.HasBeenNotified() ? "interrupted" : "timed out");
       for (Subprocess* p : all) {
@@ -294,7 +332,9 @@ int Job(const ClusterAuth& auth) {
         const auto& w0 = s->workers(0);
         std::printf("gating clock %lld  loss %.4f  test acc %s\n",
                     static_cast<long long>(s->gating_clock()), w0.loss(),
-                    w0.test_accuracy() > 0 ? absl::StrCat(w0.test_accuracy()).c_str() : "-");
+                    w0.test_accuracy() > 0
+                        ? absl::StrCat(w0.test_accuracy()).c_str()
+                        : "-");
         std::fflush(stdout);
       }
     }
@@ -304,17 +344,93 @@ int Job(const ClusterAuth& auth) {
     std::printf("%s\n", coordinator->LogTail(1500).c_str());
   }
   if (failed > 0) {
-    std::fprintf(stderr, "psctl job: %d of %zu processes failed\n", failed, all.size());
+    std::fprintf(stderr, "psctl job: %d of %zu processes failed\n", failed,
+                 all.size());
     return kFailed;
   }
   std::printf("job done\n");
   return 0;
 }
 
+void PrintManifest(const proto::CheckpointManifest& m) {
+  std::printf(
+      "checkpoint %llu  clock %lld  tables %d  rows %llu  bytes %llu  "
+      "took %lld ms\n",
+      static_cast<unsigned long long>(m.id()),
+      static_cast<long long>(m.clock()), m.tables_size(),
+      static_cast<unsigned long long>(m.rows()),
+      static_cast<unsigned long long>(m.bytes()),
+      static_cast<long long>(m.duration_ms()));
+}
+
+int PrintJson(const google::protobuf::Message& m) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) {
+    return Fail(absl::InternalError("cannot print JSON"));
+  }
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+// Takes a checkpoint now and waits for its manifest.
+int Checkpoint(const ClusterAuth& auth) {
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  SchedulerClient sched(absl::GetFlag(FLAGS_scheduler),
+                        timeout + absl::Seconds(10), auth);
+  absl::StatusOr<proto::CheckpointManifest> m = sched.Checkpoint(timeout);
+  if (!m.ok()) return Fail(m.status());
+  if (absl::GetFlag(FLAGS_json)) return PrintJson(*m);
+  PrintManifest(*m);
+  return 0;
+}
+
+// The complete checkpoints the scheduler keeps, oldest first.
+int Checkpoints(const ClusterAuth& auth) {
+  SchedulerClient sched(absl::GetFlag(FLAGS_scheduler),
+                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
+                        auth);
+  absl::StatusOr<std::vector<proto::CheckpointManifest>> all =
+      sched.ListCheckpoints();
+  if (!all.ok()) return Fail(all.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    proto::ListCheckpointsReply reply;
+    for (const auto& m : *all) *reply.add_checkpoints() = m;
+    return PrintJson(reply);
+  }
+  if (all->empty()) std::printf("no complete checkpoint\n");
+  for (const auto& m : *all) PrintManifest(m);
+  return 0;
+}
+
+// One table's parameters to .npy, from the cluster or a checkpoint.
+int Export(const ClusterAuth& auth) {
+  ExportOptions o;
+  o.table = absl::GetFlag(FLAGS_table);
+  o.out = absl::GetFlag(FLAGS_out);
+  if (o.table.empty() || o.out.empty()) {
+    std::fprintf(stderr, "psctl export: needs --table and --out\n");
+    return kUsage;
+  }
+  const std::vector<std::string> dirs = absl::GetFlag(FLAGS_data_dirs);
+  absl::StatusOr<ExportResult> r =
+      dirs.empty()
+          ? ExportFromCluster(absl::GetFlag(FLAGS_scheduler), auth, o)
+          : ExportFromCheckpoint(dirs, absl::GetFlag(FLAGS_checkpoint), o);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("%s: %llu rows of width %u%s -> %s\n", o.table.c_str(),
+              static_cast<unsigned long long>(r->rows), r->width,
+              r->sparse ? " (sparse)" : "",
+              absl::StrJoin(r->files, ", ").c_str());
+  return 0;
+}
+
 int Main(const std::vector<char*>& args) {
   if (args.size() != 2) {
     std::fprintf(stderr,
-                 "usage: psctl status|tables|local|job [flags] (psctl --help)\n");
+                 "usage: psctl status|tables|local|job|checkpoint|checkpoints|"
+                 "export [flags] (psctl --help)\n");
     return kUsage;
   }
   const std::string command = args[1];
@@ -324,9 +440,12 @@ int Main(const std::vector<char*>& args) {
   if (command == "tables") return PrintStatus(true, *auth);
   if (command == "local") return Local();
   if (command == "job") return Job(*auth);
+  if (command == "checkpoint") return Checkpoint(*auth);
+  if (command == "checkpoints") return Checkpoints(*auth);
+  if (command == "export") return Export(*auth);
   std::fprintf(stderr,
-               "psctl: unknown command '%s' (status, tables, local, job; "
-               "checkpoint, restore and export come with checkpoints)\n",
+               "psctl: unknown command '%s' (status, tables, local, job, "
+               "checkpoint, checkpoints, export)\n",
                command.c_str());
   return kUsage;
 }
@@ -337,7 +456,8 @@ int Main(const std::vector<char*>& args) {
 int main(int argc, char** argv) {
   downpour::SetUsage(
       "the Downpour operator's command line (usage: psctl "
-      "status|tables|local|job [--scheduler=HOST:PORT] [--json] [flags])");
+      "status|tables|local|job|checkpoint|checkpoints|export "
+      "[--scheduler=HOST:PORT] [--json] [flags])");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
     std::fprintf(stderr, "psctl: %s\n", s.ToString().c_str());

@@ -1,11 +1,13 @@
 // psctl against real daemons: status and tables of a live cluster (human
 // and JSON, with rates from traffic the test sends, and a dead server), a
 // local cluster started by `psctl local` running a job started by
-// `psctl job`, authentication, and usage errors.
+// `psctl job`, checkpoints and export (online and from the data dirs),
+// authentication, and usage errors.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -22,6 +24,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "psctl/psctl.pb.h"
 #include "tools/local_cluster.h"
+#include "tools/npy.h"
 
 namespace downpour {
 namespace {
@@ -33,7 +36,7 @@ struct PsctlRun {
 
 // Runs psctl with `args` to completion.
 PsctlRun Psctl(const std::vector<std::string>& args,
-          absl::Duration timeout = absl::Seconds(60)) {
+               absl::Duration timeout = absl::Seconds(60)) {
   static int n = 0;
   std::vector<std::string> argv = {RunfilePath("psctl/psctl")};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -52,9 +55,8 @@ PsctlRun Psctl(const std::vector<std::string>& args,
 // The JSON psctl printed on stdout; its log lines (stderr, in the same
 // file here) come before it.
 absl::StatusOr<psctl::ClusterStatus> ParseStatus(const std::string& output) {
-  const size_t start = output.rfind("\n{") != std::string::npos
-                           ? output.rfind("\n{") + 1
-                           : 0;
+  const size_t start =
+      output.rfind("\n{") != std::string::npos ? output.rfind("\n{") + 1 : 0;
   const std::string json = output.substr(start);
   psctl::ClusterStatus s;
   auto st = google::protobuf::util::JsonStringToMessage(json, &s);
@@ -81,8 +83,9 @@ TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
                        "--dead_after_ms=1500"};
   ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
   const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
-  ASSERT_OK_AND_ASSIGN(auto client,
-                       Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
   TableOptions t;
   t.name = "w";
   t.width = 4;
@@ -131,13 +134,16 @@ TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
   ASSERT_EQ(human.exit_code, 0) << human.output;
   EXPECT_TRUE(absl::StrContains(human.output, "job asp  workers 2 + 0 backup"))
       << human.output;
-  EXPECT_TRUE(absl::StrContains(human.output, "server-1  ALIVE  SERVING")) << human.output;
-  EXPECT_TRUE(absl::StrContains(human.output, "w      [0, 500)")) << human.output;
+  EXPECT_TRUE(absl::StrContains(human.output, "server-1  ALIVE  SERVING"))
+      << human.output;
+  EXPECT_TRUE(absl::StrContains(human.output, "w      [0, 500)"))
+      << human.output;
 
   PsctlRun tables = Psctl({"tables", scheduler});
   ASSERT_EQ(tables.exit_code, 0) << tables.output;
   EXPECT_TRUE(absl::StrContains(tables.output, "TABLE")) << tables.output;
-  EXPECT_TRUE(absl::StrContains(tables.output, "DENSE  4      1000")) << tables.output;
+  EXPECT_TRUE(absl::StrContains(tables.output, "DENSE  4      1000"))
+      << tables.output;
 
   // A dead server: reported, not an error; its range failed over. psctl
   // lists servers in the map's order (registration), not by name.
@@ -177,20 +183,24 @@ TEST(PsctlTest, LocalClusterRunsAJobStartedByPsctl) {
   const std::string dir = TestTmpDir() + "/local";
   const std::string address_file = dir + "/scheduler.address";
   std::system(("mkdir -p " + dir).c_str());
-  Subprocess local({RunfilePath("psctl/psctl"), "local", "--listen=127.0.0.1:0",
-                    "--servers=1", "--num_workers=2", "--consistency=bsp", "--metrics",
-                    "--work_dir=" + dir, "--address_file=" + address_file},
-                   dir + "/psctl-local.log");
+  Subprocess local(
+      {RunfilePath("psctl/psctl"), "local", "--listen=127.0.0.1:0",
+       "--servers=1", "--num_workers=2", "--consistency=bsp", "--metrics",
+       "--work_dir=" + dir, "--address_file=" + address_file},
+      dir + "/psctl-local.log");
   ASSERT_OK(local.Start());
-  ASSERT_OK_AND_ASSIGN(std::string address,
-                       WaitForAddressFile(address_file, absl::Seconds(60), &local));
+  ASSERT_OK_AND_ASSIGN(
+      std::string address,
+      WaitForAddressFile(address_file, absl::Seconds(60), &local));
   const std::string scheduler = "--scheduler=" + address;
 
-  PsctlRun job = Psctl({"job", scheduler, "--work_dir=" + dir + "/job",
-                   "--worker_flags=--model=softmax,--steps=30,--eval_every=30"},
-                  absl::Seconds(180));
+  PsctlRun job =
+      Psctl({"job", scheduler, "--work_dir=" + dir + "/job",
+             "--worker_flags=--model=softmax,--steps=30,--eval_every=30"},
+            absl::Seconds(180));
   ASSERT_EQ(job.exit_code, 0) << job.output;
-  EXPECT_TRUE(absl::StrContains(job.output, "job (train): 2 workers")) << job.output;
+  EXPECT_TRUE(absl::StrContains(job.output, "job (train): 2 workers"))
+      << job.output;
   EXPECT_TRUE(absl::StrContains(job.output, "job done")) << job.output;
 
   PsctlRun status = Psctl({"status", scheduler, "--json", "--interval_ms=0"});
@@ -225,10 +235,11 @@ TEST(PsctlTest, HonoursTheClusterSecret) {
 
   PsctlRun without = Psctl({"status", scheduler});
   EXPECT_EQ(without.exit_code, 1) << without.output;
-  EXPECT_TRUE(absl::StrContains(without.output, "UNAUTHENTICATED")) << without.output;
+  EXPECT_TRUE(absl::StrContains(without.output, "UNAUTHENTICATED"))
+      << without.output;
 
   PsctlRun with = Psctl({"status", scheduler, "--json", "--interval_ms=200",
-                    "--cluster_secret_file=" + o.cluster_secret_file});
+                         "--cluster_secret_file=" + o.cluster_secret_file});
   ASSERT_EQ(with.exit_code, 0) << with.output;
   ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus s, ParseStatus(with.output));
   ASSERT_EQ(s.servers_size(), 1);
@@ -248,9 +259,89 @@ TEST(PsctlTest, BadUsageAndUnreachableScheduler) {
   PsctlRun kind = Psctl({"job", "--kind=eval"});
   EXPECT_EQ(kind.exit_code, 2) << kind.output;
   // Port 1 on loopback: nothing listens.
-  PsctlRun unreachable = Psctl({"status", "--scheduler=127.0.0.1:1", "--rpc_timeout_ms=500"});
+  PsctlRun unreachable =
+      Psctl({"status", "--scheduler=127.0.0.1:1", "--rpc_timeout_ms=500"});
   EXPECT_EQ(unreachable.exit_code, 1) << unreachable.output;
-  EXPECT_TRUE(absl::StrContains(unreachable.output, "127.0.0.1:1")) << unreachable.output;
+  EXPECT_TRUE(absl::StrContains(unreachable.output, "127.0.0.1:1"))
+      << unreachable.output;
+}
+
+// psctl checkpoint takes one (the manifest comes back), checkpoints lists
+// it, and export writes the table's values to .npy, bit for bit, from the
+// running cluster and from the servers' data dirs.
+TEST(PsctlTest, CheckpointListAndExport) {
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/durable";
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = 2;
+  o.durable = true;
+  o.scheduler_flags = {"--num_workers=1", "--consistency=asp"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
+                       LocalCluster::Start(o));
+  const std::string sched = "--scheduler=" + cluster->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Client> client,
+      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  TableOptions t;
+  t.name = "w";
+  t.width = 3;
+  t.num_keys = 500;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  std::vector<float> values(500 * 3);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * i - 7.0f;
+  ASSERT_OK(client->PutSync(table, Keys::Range(0, 500), values));
+
+  EXPECT_EQ(Psctl({"checkpoints", sched}).output.find("checkpoint 1"),
+            std::string::npos);
+  PsctlRun taken = Psctl({"checkpoint", sched});
+  ASSERT_EQ(taken.exit_code, 0) << taken.output;
+  EXPECT_TRUE(absl::StrContains(taken.output, "checkpoint 1 ")) << taken.output;
+  EXPECT_TRUE(absl::StrContains(taken.output, "rows 500")) << taken.output;
+  PsctlRun listed = Psctl({"checkpoints", sched, "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_TRUE(absl::StrContains(listed.output, "\"checkpoints\""))
+      << listed.output;
+
+  const std::string out = TestTmpDir() + "/w-online";
+  PsctlRun online = Psctl({"export", sched, "--table=w", "--out=" + out});
+  ASSERT_EQ(online.exit_code, 0) << online.output;
+  ASSERT_OK_AND_ASSIGN(NpyArray a, ReadNpy(out + ".npy"));
+  EXPECT_EQ(a.shape, (std::vector<uint64_t>{500, 3}));
+  ASSERT_EQ(a.data.size(), values.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(a.data.data(), values.data(), a.data.size()), 0);
+
+  // Changed after checkpoint 1: an offline export of checkpoint 1 reads its
+  // values; the newest is the one the servers took on SIGTERM (Stop).
+  ASSERT_OK(client->PutSync(table, Keys::Range(0, 500),
+                            std::vector<float>(values.size(), 1.0f)));
+  client.reset();
+  EXPECT_OK(cluster->Stop());
+  const std::string off = TestTmpDir() + "/w-offline";
+  PsctlRun offline =
+      Psctl({"export",
+             "--data_dirs=" + cluster->data_dir(0) + "," + cluster->data_dir(1),
+             "--table=w", "--checkpoint=1", "--out=" + off});
+  ASSERT_EQ(offline.exit_code, 0) << offline.output;
+  ASSERT_OK_AND_ASSIGN(NpyArray b, ReadNpy(off + ".npy"));
+  ASSERT_EQ(b.data.size(), a.data.size());
+  EXPECT_EQ(std::memcmp(b.data.data(), values.data(), b.data.size()), 0);
+  PsctlRun newest =
+      Psctl({"export",
+             "--data_dirs=" + cluster->data_dir(0) + "," + cluster->data_dir(1),
+             "--table=w", "--out=" + off + "-newest"});
+  ASSERT_EQ(newest.exit_code, 0) << newest.output;
+  ASSERT_OK_AND_ASSIGN(NpyArray c, ReadNpy(off + "-newest.npy"));
+  const std::vector<float> ones(values.size(), 1.0f);
+  ASSERT_EQ(c.data.size(), a.data.size());
+  EXPECT_EQ(std::memcmp(c.data.data(), ones.data(), c.data.size()), 0);
+
+  // Usage and unknown tables.
+  EXPECT_EQ(Psctl({"export", sched}).exit_code, 2);
+  PsctlRun unknown = Psctl({"export", "--data_dirs=" + cluster->data_dir(0),
+                            "--table=nope", "--out=" + off});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
 }
 
 }  // namespace

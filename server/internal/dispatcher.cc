@@ -188,6 +188,11 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
     return;
   }
   if (v.synced) return ApplySynced(v, request, reply, released, forwards);
+  if (v.range == nullptr) {
+    // An empty key batch (it names no range): nothing to read or write.
+    // Found by the dispatcher fuzzer: it once dereferenced no range here.
+    return;
+  }
   RangeStore& store = *v.range->store;
   const float* in = v.values;
   switch (v.op) {
