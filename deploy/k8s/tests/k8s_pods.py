@@ -322,9 +322,14 @@ class LocalPlan:
         return None
 
     def _map_arg(self, pod, arg, dirs):
-        # Mount paths -> local folders (longest first).
-        for mount in sorted(dirs, key=len, reverse=True):
-            arg = re.sub(re.escape(mount) + r"(?=/|$|,)", dirs[mount], arg)
+        # Mount paths -> local folders, in one pass (longest mount first),
+        # so that a folder already substituted is not mapped again by a
+        # shorter mount such as /tmp when the test's own root lies under it.
+        if dirs:
+            mounts = sorted(dirs, key=len, reverse=True)
+            pattern = "|".join(re.escape(m) for m in mounts)
+            arg = re.sub(f"(?<![\\w./-])({pattern})(?=/|$|,)",
+                         lambda m: dirs[m.group(1)], arg)
 
         def listen(m):
             port = int(m.group(2))
