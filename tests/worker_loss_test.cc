@@ -187,7 +187,7 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
   EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
   const std::string log = ReadLog(job->worker(2));
   EXPECT_THAT(log, HasSubstr("rank 1 of 2"));
-  EXPECT_THAT(log, HasSubstr("continuing from clock"));
+  EXPECT_THAT(log, HasSubstr("(the rank's clock: replacing a lost worker)"));
 
   SchedulerClient sched(job->scheduler_address());
   ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
