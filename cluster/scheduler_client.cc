@@ -246,4 +246,17 @@ SchedulerClient::ListCheckpoints() {
                                                 reply.checkpoints().end());
 }
 
+absl::StatusOr<proto::RestoreCheckpointReply>
+SchedulerClient::RestoreCheckpoint(uint64_t id, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout + absl::Seconds(5));
+  proto::RestoreCheckpointRequest req;
+  req.set_checkpoint_id(id);
+  req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  proto::RestoreCheckpointReply reply;
+  grpc::Status s = stub_->RestoreCheckpoint(&ctx, req, &reply);
+  if (!s.ok()) return FromGrpcStatus(s, "restore checkpoint");
+  return reply;
+}
+
 }  // namespace downpour

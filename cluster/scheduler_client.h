@@ -75,6 +75,9 @@ class SchedulerClient {
   // Checkpoints (see scheduler.h): takes one and waits up to `timeout`.
   absl::StatusOr<proto::CheckpointManifest> Checkpoint(absl::Duration timeout);
   absl::StatusOr<std::vector<proto::CheckpointManifest>> ListCheckpoints();
+  // Rolls the job back to checkpoint `id` and waits up to `timeout` for it.
+  absl::StatusOr<proto::RestoreCheckpointReply> RestoreCheckpoint(
+      uint64_t id, absl::Duration timeout);
 
   // Streams cluster maps newer than `known_epoch` to `on_map` until Cancel()
   // or the stream breaks; returns why it ended (OK after Cancel()).

@@ -10,12 +10,16 @@
 //                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
 //   psctl checkpoint  [--scheduler=HOST:PORT] [--json] [--timeout_s=120]
 //   psctl checkpoints [--scheduler=HOST:PORT] [--json]
+//   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl export --table=NAME --out=PREFIX [--scheduler=HOST:PORT]
 //               [--data_dirs=D1,D2 [--checkpoint=ID]]   (offline)
 //
-// A restore is a restart: the scheduler with its --state_dir and the
-// servers with their --data_dir resume from the newest complete checkpoint
-// (docs/OPERATIONS.md, "Restore"), so there is no restore command.
+// restore rolls a running job back to a checkpoint: every table as the
+// checkpoint holds it, the workers' clocks the manifest's; running workers
+// must register again (ps_worker exits, and its restarted pod resumes at the
+// checkpoint's clock). A restarted cluster (the scheduler with its
+// --state_dir, the servers with their --data_dir) resumes from the newest
+// complete checkpoint by itself (docs/OPERATIONS.md, "Restore").
 //
 // Human tables by default, --json (protobuf's JSON of psctl/psctl.proto)
 // for scripts. --cluster_secret_file is honoured by every command.
@@ -89,7 +93,7 @@ ABSL_FLAG(std::vector<std::string>, lbfgs_flags, {},
 ABSL_FLAG(int64_t, job_timeout_s, 3600,
           "job: give up (and stop it) after this");
 ABSL_FLAG(int64_t, timeout_s, 120,
-          "checkpoint: wait this long for the checkpoint to complete");
+          "checkpoint, restore: wait this long for it to complete");
 ABSL_FLAG(std::string, table, "", "export: the table's name");
 ABSL_FLAG(std::string, out, "",
           "export: file prefix (<out>.npy; sparse: <out>.keys.npy and "
@@ -98,8 +102,8 @@ ABSL_FLAG(std::vector<std::string>, data_dirs, {},
           "export: read a checkpoint from these servers' data dirs instead "
           "of a running cluster");
 ABSL_FLAG(uint64_t, checkpoint, 0,
-          "export with --data_dirs: the checkpoint (0: the newest holding "
-          "the whole table)");
+          "restore: the checkpoint to roll back to; export with --data_dirs: "
+          "the checkpoint (0: the newest holding the whole table)");
 
 namespace downpour {
 namespace {
@@ -404,6 +408,30 @@ int Checkpoints(const ClusterAuth& auth) {
   return 0;
 }
 
+// Rolls the job back to --checkpoint and waits for it.
+int Restore(const ClusterAuth& auth) {
+  const uint64_t id = absl::GetFlag(FLAGS_checkpoint);
+  if (id == 0) {
+    std::fprintf(stderr,
+                 "psctl restore: needs --checkpoint=ID (psctl checkpoints "
+                 "lists them)\n");
+    return kUsage;
+  }
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  SchedulerClient sched(absl::GetFlag(FLAGS_scheduler),
+                        timeout + absl::Seconds(10), auth);
+  absl::StatusOr<proto::RestoreCheckpointReply> r =
+      sched.RestoreCheckpoint(id, timeout);
+  if (!r.ok()) return Fail(r.status());
+  if (absl::GetFlag(FLAGS_json)) return PrintJson(*r);
+  std::printf("restored checkpoint %llu: the job resumes at clock %lld "
+              "(epoch %llu)\n",
+              static_cast<unsigned long long>(r->manifest().id()),
+              static_cast<long long>(r->manifest().clock()),
+              static_cast<unsigned long long>(r->epoch()));
+  return 0;
+}
+
 // One table's parameters to .npy, from the cluster or a checkpoint.
 int Export(const ClusterAuth& auth) {
   ExportOptions o;
@@ -430,7 +458,7 @@ int Main(const std::vector<char*>& args) {
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "usage: psctl status|tables|local|job|checkpoint|checkpoints|"
-                 "export [flags] (psctl --help)\n");
+                 "restore|export [flags] (psctl --help)\n");
     return kUsage;
   }
   const std::string command = args[1];
@@ -442,10 +470,11 @@ int Main(const std::vector<char*>& args) {
   if (command == "job") return Job(*auth);
   if (command == "checkpoint") return Checkpoint(*auth);
   if (command == "checkpoints") return Checkpoints(*auth);
+  if (command == "restore") return Restore(*auth);
   if (command == "export") return Export(*auth);
   std::fprintf(stderr,
                "psctl: unknown command '%s' (status, tables, local, job, "
-               "checkpoint, checkpoints, export)\n",
+               "checkpoint, checkpoints, restore, export)\n",
                command.c_str());
   return kUsage;
 }
@@ -456,7 +485,7 @@ int Main(const std::vector<char*>& args) {
 int main(int argc, char** argv) {
   downpour::SetUsage(
       "the Downpour operator's command line (usage: psctl "
-      "status|tables|local|job|checkpoint|checkpoints|export "
+      "status|tables|local|job|checkpoint|checkpoints|restore|export "
       "[--scheduler=HOST:PORT] [--json] [flags])");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {

@@ -517,6 +517,65 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
+  // The operator's rollback (psctl restore): the same restore as after a
+  // lost range (RunRestore), of the checkpoint asked for.
+  grpc::Status RestoreCheckpoint(grpc::ServerContext*,
+                                 const proto::RestoreCheckpointRequest* req,
+                                 proto::RestoreCheckpointReply* reply) override {
+    absl::StatusOr<absl::Duration> timeout =
+        CheckWait("restore", req->timeout_ms(), absl::Minutes(10));
+    if (!timeout.ok()) return Err(timeout.status());
+    const uint64_t id = req->checkpoint_id();
+    absl::MutexLock lock(&mu_);
+    if (store_ == nullptr) {
+      return Err(absl::FailedPreconditionError(
+          "restore: checkpoints need the scheduler's --state_dir (the "
+          "manifests live there)"));
+    }
+    if (FindManifest(id) == nullptr) {
+      std::vector<uint64_t> kept;
+      for (const auto& m : manifests_) kept.push_back(m.id());
+      return Err(absl::NotFoundError(absl::StrCat(
+          "restore: no complete checkpoint ", id, " (",
+          kept.empty() ? "there is none"
+                       : absl::StrCat("the scheduler keeps ",
+                                      absl::StrJoin(kept, ", ")),
+          ")")));
+    }
+    if (restoring_ != 0) {
+      return Err(absl::FailedPreconditionError(absl::StrCat(
+          "restore of checkpoint ", id, ": the restore of checkpoint ",
+          restoring_, " is under way")));
+    }
+    const uint64_t completed_before = restores_completed_;
+    restoring_ = id;
+    restore_epoch_ = 0;
+    DP_LOG(WARNING) << "operator: the job rolls back to checkpoint " << id
+                    << " (clock " << FindManifest(id)->clock() << ")";
+    if (absl::Status s = AwaitDurable(Commit()); !s.ok()) return Err(s);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || restoring_ == 0;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done), *timeout)) {
+      return Err(absl::DeadlineExceededError(absl::StrCat(
+          "restore of checkpoint ", id, " not complete after ",
+          absl::FormatDuration(*timeout),
+          " (it goes on; the scheduler's log says what it waits for)")));
+    }
+    if (stopping_) return Err(absl::UnavailableError("scheduler stopping"));
+    if (restores_completed_ == completed_before || restored_from_ != id) {
+      return Err(absl::AbortedError(absl::StrCat(
+          "restore of checkpoint ", id, " failed",
+          restores_completed_ > completed_before
+              ? absl::StrCat("; the job went back to the older checkpoint ",
+                             restored_from_, " instead")
+              : "; see the scheduler's log")));
+    }
+    *reply->mutable_manifest() = *FindManifest(id);
+    reply->set_epoch(map_.epoch());
+    return grpc::Status::OK;
+  }
+
   grpc::Status ReportUnreachable(grpc::ServerContext* ctx,
                                  const proto::ReportUnreachableRequest* req,
                                  proto::ReportUnreachableReply*) override {
@@ -1734,6 +1793,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (n.role() == proto::WORKER) rolled_back_.insert(n.id());
     }
     restored_from_ = id;
+    ++restores_completed_;
     restored_clock_ = m.clock();
     last_checkpoint_clock_ = m.clock();
     restoring_ = 0;
@@ -1844,6 +1904,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   int64_t last_checkpoint_clock_ ABSL_GUARDED_BY(mu_) = 0;
   // The checkpoint being restored (0: none) and the epoch of its map.
   uint64_t restoring_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t restores_completed_ ABSL_GUARDED_BY(mu_) = 0;  // by this process
   Epoch restore_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t restored_from_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restored_clock_ ABSL_GUARDED_BY(mu_) = 0;

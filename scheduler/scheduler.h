@@ -114,7 +114,8 @@
 // ranges from the manifest, has it load them, and sets the workers' clocks
 // to the manifest's; workers registering meanwhile get kUnavailable, and
 // afterwards RegisterReply.start_clock. Tables declared after that
-// checkpoint are dropped from the map.
+// checkpoint are dropped from the map. The RestoreCheckpoint RPC (psctl
+// restore) rolls the job back the same way to a checkpoint it names.
 //
 // Thread-safe.
 #ifndef DOWNPOUR_SCHEDULER_SCHEDULER_H_

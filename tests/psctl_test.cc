@@ -1,8 +1,8 @@
 // psctl against real daemons: status and tables of a live cluster (human
 // and JSON, with rates from traffic the test sends, and a dead server), a
 // local cluster started by `psctl local` running a job started by
-// `psctl job`, checkpoints and export (online and from the data dirs),
-// authentication, and usage errors.
+// `psctl job`, checkpoints, restore and export (online and from the data
+// dirs), authentication, and usage errors.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -342,6 +342,83 @@ TEST(PsctlTest, CheckpointListAndExport) {
                             "--table=nope", "--out=" + off});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
+}
+
+// An operator's rollback of a running job: every table as the checkpoint
+// holds it, bit for bit; a table declared after it is gone.
+TEST(PsctlTest, RestoreRollsTheJobBackToAChosenCheckpoint) {
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/restore";
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = 2;
+  o.durable = true;
+  o.scheduler_flags = {"--num_workers=1", "--consistency=asp"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
+                       LocalCluster::Start(o));
+  const std::string sched = "--scheduler=" + cluster->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Client> client,
+      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  TableOptions t;
+  t.name = "w";
+  t.width = 3;
+  t.num_keys = 500;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  std::vector<float> first(500 * 3), second(500 * 3);
+  for (size_t i = 0; i < first.size(); ++i) {
+    first[i] = 0.5f * i - 3.0f;
+    second[i] = -0.25f * i + 11.0f;
+  }
+  ASSERT_OK(client->PutSync(table, Keys::Range(0, 500), first));
+  PsctlRun one = Psctl({"checkpoint", sched});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_TRUE(absl::StrContains(one.output, "checkpoint 1 ")) << one.output;
+  ASSERT_OK(client->PutSync(table, Keys::Range(0, 500), second));
+  PsctlRun two = Psctl({"checkpoint", sched});
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  ASSERT_TRUE(absl::StrContains(two.output, "checkpoint 2 ")) << two.output;
+  // After both: changed again, and a new table.
+  ASSERT_OK(client->AddSync(table, Keys::Range(0, 500),
+                            std::vector<float>(first.size(), 1.0f)));
+  TableOptions late = t;
+  late.name = "late";
+  ASSERT_OK(client->CreateTable(late).status());
+
+  // Usage and unknown checkpoints change nothing.
+  EXPECT_EQ(Psctl({"restore", sched}).exit_code, 2);
+  PsctlRun unknown = Psctl({"restore", sched, "--checkpoint=9"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
+  EXPECT_TRUE(absl::StrContains(unknown.output, "keeps 1, 2"))
+      << unknown.output;
+  std::vector<float> out(first.size());
+  ASSERT_OK(client->GetSync(table, Keys::Range(0, 500), absl::MakeSpan(out)));
+  EXPECT_EQ(out[7], second[7] + 1.0f);
+
+  // Back to the older of the two, then to the newer.
+  for (const auto& [id, want] :
+       {std::pair<int, const std::vector<float>*>{1, &first}, {2, &second}}) {
+    PsctlRun restored =
+        Psctl({"restore", sched, absl::StrCat("--checkpoint=", id)});
+    ASSERT_EQ(restored.exit_code, 0) << restored.output;
+    EXPECT_TRUE(absl::StrContains(
+        restored.output, absl::StrCat("restored checkpoint ", id, ":")))
+        << restored.output;
+    // The client follows the new map (its cached one is stale).
+    absl::Status read;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      read = client->GetSync(table, Keys::Range(0, 500), absl::MakeSpan(out));
+      if (read.ok()) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ASSERT_OK(read);
+    ASSERT_EQ(std::memcmp(out.data(), want->data(), out.size() * sizeof(float)),
+              0)
+        << "checkpoint " << id;
+  }
+  EXPECT_THAT(client->OpenTable("late").status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace
