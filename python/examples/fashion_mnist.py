@@ -167,6 +167,7 @@ def run_worker(args) -> None:
         loss.backward()
         model.step(loss.item(), examples=len(idx))
     model.finish()
+    member.leave(finished=True)  # the scheduler need not wait for silence
     train_seconds = time.perf_counter() - start
     if rank == 0:
         snapshots.take(train_seconds, args.steps, model.module)

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "client/job_member.h"
 #include "common/auth.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "consistency/consistency.h"
 #include "pybind11/stl.h"
@@ -31,8 +32,9 @@ absl::Duration Seconds(double s, const char* what) {
   return absl::Seconds(s);
 }
 
-// The Python face of a JobMember. leave() (or dropping the last reference)
-// stops heartbeating; later calls raise FailedPreconditionError.
+// The Python face of a JobMember. leave() tells the scheduler at once
+// (JobMember::Leave); dropping the last reference only stops heartbeating.
+// Either way later calls raise FailedPreconditionError.
 // Thread-safe: blocking calls run without the GIL on a shared reference.
 class PyJobMember {
  public:
@@ -41,7 +43,7 @@ class PyJobMember {
         node_id_(member_->node_id()),
         rank_(member_->rank()),
         policy_(member_->policy()) {}
-  ~PyJobMember() { Leave(); }
+  ~PyJobMember() { Drop(); }
 
   std::shared_ptr<JobMember> Get() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -52,9 +54,29 @@ class PyJobMember {
     return member_;
   }
 
+  // Leaves the job (the scheduler marks the member LEFT; unless `finished`
+  // its rank waits for a replacement) and drops the member. A second call
+  // does nothing. Called with the GIL held; blocks without it.
+  void Leave(bool finished, const std::string& reason, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<JobMember> member;
+    {
+      absl::MutexLock lock(&mu_);
+      member = std::move(member_);
+    }
+    if (member == nullptr) return;
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = member->Leave(finished, reason, timeout);
+      member.reset();  // joins threads when it is the last reference
+    }
+    ThrowIfError(s);
+  }
+
   // The destructor sends a queued report and joins threads: without the
   // GIL when this is the last reference.
-  void Leave() ABSL_LOCKS_EXCLUDED(mu_) {
+  void Drop() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<JobMember> member;
     {
       absl::MutexLock lock(&mu_);
@@ -249,13 +271,39 @@ void RegisterJobMember(py::module_& m) {
           "Blocks (GIL released) until every worker of the job has reached "
           "the barrier `name`. DeadlineExceededError after `timeout` "
           "seconds.")
-      .def("leave", &PyJobMember::Leave,
-           "Stops heartbeating (a queued report is sent first); the "
-           "scheduler declares the member dead after its --dead_after_ms.")
+      .def(
+          "leave",
+          [](PyJobMember& self, bool finished, const std::string& reason,
+             double timeout) {
+            self.Leave(finished, reason, Seconds(timeout, "timeout"));
+          },
+          py::kw_only(), arg("finished") = false, arg("reason") = "left",
+          arg("timeout") = 30.0,
+          "Leaves the job at once: sends the queued clock report (up to "
+          "`timeout` seconds), stops heartbeating and tells the scheduler, "
+          "so that nobody waits for this member's heartbeats to stop. "
+          "finished=True: it completed its steps; otherwise its rank waits "
+          "for a replacement like a lost worker's (ps_scheduler "
+          "--worker_replace_timeout_ms). A second call does nothing.")
       .def("__enter__",
            [](std::shared_ptr<PyJobMember> self) { return self; })
+      // Leaving a `with` block normally is finishing; by an exception,
+      // leaving for a replacement, and that exception is the one raised
+      // (an error leaving is only logged).
       .def("__exit__",
-           [](PyJobMember& self, const py::args&) { self.Leave(); });
+           [](PyJobMember& self, const py::object& type, const py::object&,
+              const py::object&) {
+             if (type.is_none()) {
+               self.Leave(/*finished=*/true, "finished", absl::Seconds(30));
+               return;
+             }
+             try {
+               self.Leave(/*finished=*/false, "left on an exception",
+                          absl::Seconds(30));
+             } catch (const StatusError& e) {
+               DP_LOG(WARNING) << "leaving the job: " << e.what();
+             }
+           });
 }
 
 }  // namespace python

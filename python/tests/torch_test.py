@@ -24,9 +24,9 @@ from downpour.local_cluster import LocalCluster
 torch.set_num_threads(1)
 
 
-def job(name, mode, workers, staleness=0, backups=0):
+def job(name, mode, workers, staleness=0, backups=0, extra_flags=()):
     flags = [f"--consistency={mode}", f"--num_workers={workers}",
-             f"--backup_workers={backups}"]
+             f"--backup_workers={backups}"] + list(extra_flags)
     if mode == "ssp":
         flags.append(f"--staleness={staleness}")
     return LocalCluster(bin_dir(), work_dir(name), num_servers=2,
@@ -258,6 +258,39 @@ def test_job_member_basics():
         with pytest.raises(downpour.FailedPreconditionError):
             a.report_clock(1)
         b.leave()
+
+
+def test_leave_tells_the_scheduler_at_once():
+    # Heartbeats would take a minute to be missed: only leave() can make
+    # the scheduler act within seconds.
+    flags = ["--dead_after_ms=60000", "--worker_replace_timeout_ms=300",
+             "--on_worker_loss=stop"]
+    with job("leave", "ssp", 3, staleness=1, extra_flags=flags) as cluster:
+        a = downpour.JobMember.join(cluster.scheduler_address, name="a")
+        b = downpour.JobMember.join(cluster.scheduler_address, name="b")
+        c = downpour.JobMember.join(cluster.scheduler_address, name="c")
+        # Finished: no loss, nothing to replace.
+        c.report_clock(4)
+        c.leave(finished=True, reason="done")
+        c.leave()  # a second call does nothing
+        with pytest.raises(downpour.FailedPreconditionError):
+            c.report_clock(5)
+        a.report_clock(1)
+        a.flush(timeout=10)
+        b.report_clock(1)
+        b.flush(timeout=10)
+        assert a.wait_clock(2, timeout=10) >= 1
+        # Not finished: its rank waits 0.3 s for a replacement, then the
+        # job stops, naming b.
+        start = time.monotonic()
+        b.leave(reason="unit test")
+        with pytest.raises(downpour.AbortedError, match="worker 'b'.*unit test"):
+            while True:
+                a.report_clock(a.reported_clock + 1)
+                a.flush(timeout=10)
+                a.wait_clock(a.reported_clock, timeout=10)
+                assert time.monotonic() - start < 20, "the job went on"
+        assert time.monotonic() - start < 20
 
 
 def test_bsp_backup_worker_pulls_after_a_late_push():
