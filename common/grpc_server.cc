@@ -162,4 +162,24 @@ absl::StatusOr<StartedGrpcServer> StartGrpcServer(
   return started;
 }
 
+HealthEndpoint::~HealthEndpoint() {
+  if (started_.server != nullptr) {
+    started_.server->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
+  }
+}
+
+absl::Status HealthEndpoint::Start(const std::string& listen_address,
+                                   const std::string& what) {
+  if (listen_address.empty()) return absl::OkStatus();
+  absl::StatusOr<StartedGrpcServer> started = StartGrpcServer(
+      listen_address, nullptr, what, ClusterAuth(), /*ready=*/false);
+  if (!started.ok()) return started.status();
+  started_ = std::move(*started);
+  return absl::OkStatus();
+}
+
+void HealthEndpoint::SetReady(bool ready) {
+  if (started_.health != nullptr) started_.health->SetReady(ready);
+}
+
 }  // namespace downpour

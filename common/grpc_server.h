@@ -72,6 +72,29 @@ absl::StatusOr<StartedGrpcServer> StartGrpcServer(
     const std::string& listen_address, grpc::Service* service,
     const std::string& what, const ClusterAuth& auth, bool ready = true);
 
+// The health port of a process that serves nothing else (ps_worker, a
+// Sandblaster worker): plain text and no token, since Kubernetes' gRPC
+// probes speak neither TLS nor the token, and it serves nothing but health.
+// Not ready until SetReady(true); shut down when destroyed. Thread-
+// compatible: started once, before SetReady.
+class HealthEndpoint {
+ public:
+  HealthEndpoint() = default;
+  HealthEndpoint(const HealthEndpoint&) = delete;
+  HealthEndpoint& operator=(const HealthEndpoint&) = delete;
+  ~HealthEndpoint();
+
+  // Serves on `listen_address`; an empty address serves nothing (OK).
+  // kUnavailable naming `what` if it cannot listen.
+  absl::Status Start(const std::string& listen_address,
+                     const std::string& what);
+  // No-op unless started.
+  void SetReady(bool ready);
+
+ private:
+  StartedGrpcServer started_;
+};
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_COMMON_GRPC_SERVER_H_

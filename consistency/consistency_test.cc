@@ -237,7 +237,9 @@ TEST(StalenessTest, SimulatedRunsRespectTheBound) {
       ASSERT_OK(table.Advance(w, ++clock[w]));  // then the clock
     }
     EXPECT_LE(tracker.max_observed(), s);
-    if (s > 0) EXPECT_GT(tracker.max_observed(), 0);  // the bound is reached
+    if (s > 0) {  // the bound is reached
+      EXPECT_GT(tracker.max_observed(), 0);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "client/traffic_metrics.h"
 #include "common/address_file.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
@@ -69,15 +70,7 @@ void WriteLbfgsMetrics(const IterationRecord& last, const TaskStats& tasks,
   w->Counter("downpour_lbfgs_results_dropped_total",
              "Task results not counted (a duplicate or late copy)", {},
              static_cast<double>(tasks.dropped));
-  w->Counter("downpour_client_requests_total",
-             "Data-plane requests this client sent", {},
-             static_cast<double>(traffic.requests));
-  w->Counter("downpour_client_sent_bytes_total",
-             "Data-plane bytes this client sent", {},
-             static_cast<double>(traffic.bytes_sent));
-  w->Counter("downpour_client_received_bytes_total",
-             "Data-plane bytes this client received", {},
-             static_cast<double>(traffic.bytes_received));
+  WriteClientTrafficMetrics(traffic, w);
 }
 
 int Main() {

@@ -231,7 +231,9 @@ TEST(FloatModel, StreamedGradientIsExactAndReleasesReportedRanges) {
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1),
                 static_cast<long>(seen.size()));
       // One thread streams the 784 x 256 weights in row ranges.
-      if (threads == 1) EXPECT_GT(ranges, 4);
+      if (threads == 1) {
+        EXPECT_GT(ranges, 4);
+      }
     }
   }
 }

@@ -177,7 +177,9 @@ TEST(TrainingTest, SspStalenessNeverExceedsTheBound) {
     EXPECT_LE(r.max_staleness, s) << "SSP bound " << s;
     // A system that silently ran BSP would pass the bound: with s = 3 and
     // a worker 5x slower, the fast ones must actually run ahead of it.
-    if (s == 3) EXPECT_GT(r.max_staleness, 0) << "SSP(3) behaved as BSP";
+    if (s == 3) {
+      EXPECT_GT(r.max_staleness, 0) << "SSP(3) behaved as BSP";
+    }
     std::printf("SSP s=%d: max staleness observed %lld over %llu pulls\n", s,
                 static_cast<long long>(r.max_staleness),
                 static_cast<unsigned long long>(r.tracked_pulls));

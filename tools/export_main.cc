@@ -2,8 +2,8 @@
 // from a running cluster or from the data dirs of a checkpoint.
 //
 //   ps_export --scheduler=127.0.0.1:7070 --table=mlp/W0 --out=/tmp/w0
-//   ps_export --data_dirs=/data/server-0,/data/server-1 --table=mlp/W0 \
-//       --out=/tmp/w0 [--checkpoint=ID]
+//   ps_export --data_dirs=/data/server-0,/data/server-1 --table=mlp/W0
+//       --out=/tmp/w0 [--checkpoint=ID]          (one command line)
 #include <string>
 #include <vector>
 

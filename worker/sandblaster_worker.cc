@@ -28,27 +28,14 @@ class SandblasterWorker {
         stub_(proto::Sandblaster::NewStub(
             NewGrpcChannel(o.coordinator_address, o.auth))) {}
 
-  ~SandblasterWorker() {
-    if (health_.server != nullptr) {
-      health_.server->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
-    }
-  }
-
   absl::Status Run() {
-    if (!options_.health_listen.empty()) {
-      // Plain text, no token: it serves nothing but health, and Kubernetes'
-      // gRPC probes speak neither TLS nor the token.
-      DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
-                          StartGrpcServer(options_.health_listen, nullptr,
-                                          "worker health service",
-                                          ClusterAuth(), /*ready=*/false));
-      health_ = std::move(started);
-    }
+    DP_RETURN_IF_ERROR(
+        health_.Start(options_.health_listen, "worker health service"));
     ClientOptions co;
     co.scheduler_address = options_.scheduler_address;
     co.auth = options_.auth;
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
-    if (health_.health != nullptr) health_.health->SetReady(true);
+    health_.SetReady(true);
     absl::Time last_contact = absl::Now();
     while (true) {
       proto::GetTaskRequest req;
@@ -170,7 +157,7 @@ class SandblasterWorker {
   int64_t x_round_ = -1;
   std::vector<float> x_, xs_, grad_;
   int tasks_run_ = 0;
-  StartedGrpcServer health_;  // with options_.health_listen
+  HealthEndpoint health_;  // with options_.health_listen
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/job_member.h"
+#include "client/traffic_metrics.h"
 #include "common/grpc_server.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -82,36 +83,16 @@ void WriteWorkerMetrics(int rank, const ClockReport& p,
   w->Counter("downpour_worker_discarded_pushes_total",
              "The worker's pushes dropped as late (backup workers)", l,
              static_cast<double>(p.discarded));
-  w->Counter("downpour_client_requests_total",
-             "Data-plane requests this client sent", {},
-             static_cast<double>(traffic.requests));
-  w->Counter("downpour_client_sent_bytes_total",
-             "Data-plane bytes this client sent", {},
-             static_cast<double>(traffic.bytes_sent));
-  w->Counter("downpour_client_received_bytes_total",
-             "Data-plane bytes this client received", {},
-             static_cast<double>(traffic.bytes_received));
+  WriteClientTrafficMetrics(traffic, w);
 }
 
 class WorkerImpl final : public Worker {
  public:
   explicit WorkerImpl(const WorkerOptions& o) : options_(o) {}
-  ~WorkerImpl() override {
-    if (health_.server != nullptr) {
-      health_.server->Shutdown(gpr_now(GPR_CLOCK_MONOTONIC));
-    }
-  }
 
   absl::Status Init() {
-    if (!options_.health_listen.empty()) {
-      // Plain text, no token: it serves nothing but health, and Kubernetes'
-      // gRPC probes speak neither TLS nor the token.
-      DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
-                          StartGrpcServer(options_.health_listen, nullptr,
-                                          "worker health service",
-                                          ClusterAuth(), /*ready=*/false));
-      health_ = std::move(started);
-    }
+    DP_RETURN_IF_ERROR(
+        health_.Start(options_.health_listen, "worker health service"));
     JobMemberOptions mo;
     mo.scheduler_address = options_.scheduler_address;
     mo.name = options_.name;
@@ -123,7 +104,7 @@ class WorkerImpl final : public Worker {
     mo.register_timeout = absl::Minutes(5);
     mo.on_job_failed = options_.on_job_failed;
     DP_ASSIGN_OR_RETURN(member_, JobMember::Join(mo));
-    if (health_.health != nullptr) health_.health->SetReady(true);
+    health_.SetReady(true);
     const ConsistencyPolicy& policy = member_->policy();
     SetLogTag(absl::StrCat("worker ", member_->rank()));
     DP_LOG(INFO) << "registered as node " << member_->node_id() << ", rank "
@@ -205,16 +186,16 @@ class WorkerImpl final : public Worker {
   const WorkerOptions options_;
   std::atomic<bool> stop_requested_{false};
   // Declared in the order they are built: destroyed loop first, the
-  // membership (heartbeats) last; the health service (options_
-  // .health_listen) is shut down by the destructor's body.
-  StartedGrpcServer health_;
+  // membership (heartbeats) last.
   std::unique_ptr<JobMember> member_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<StepContext> ctx_;
   std::unique_ptr<DenseReplica> replica_;
   std::unique_ptr<TrainingLoop> loop_;
-  // Declared last: removed before anything its collector reads goes.
+  // Removed before anything its collector reads goes.
   MetricsRegistry::Registration metrics_;
+  // Declared last: stops answering probes first (options_.health_listen).
+  HealthEndpoint health_;
 };
 
 }  // namespace
