@@ -45,6 +45,10 @@ using transport_internal::Frame;
 constexpr NodeId kSelf = 2;
 constexpr NodeId kOther = 1;
 constexpr size_t kMaxMessageBytes = size_t{1} << 20;
+// As ps_server always runs with one (by default 80% of the memory it finds):
+// without a limit a fuzzed map may ask for a range of 2^59 bytes, which a
+// plain build refuses through bad_alloc but ASan aborts on.
+constexpr uint64_t kMaxTableBytes = uint64_t{256} << 20;
 constexpr int kMaxSteps = 64;
 
 [[noreturn]] void Fail(const std::string& what, const proto::DataHeader& h) {
@@ -329,7 +333,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pins.min_bytes = in.Bool() ? 16 : size_t{256} << 10;  // exercise pinning
   pins.wait = absl::Milliseconds(1);
   pins.copy_after_wait = absl::Milliseconds(1);
-  Dispatcher dispatcher(kSelf, kMaxMessageBytes, &pool, Plugins(), pins);
+  Dispatcher dispatcher(kSelf, kMaxMessageBytes, &pool, Plugins(), pins,
+                        /*env=*/nullptr, kMaxTableBytes);
   proto::ClusterMap map = BaseMap();
   (void)dispatcher.ApplyMap(map);
   uint64_t id = 0;
