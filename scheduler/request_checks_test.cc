@@ -36,7 +36,7 @@ TEST(CheckNameTest, LengthAndCharacters) {
   EXPECT_OK(CheckName("node name", std::string(253, 'a'), 253));
   EXPECT_THAT(CheckName("node name", std::string(254, 'a'), 253),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("a b"), std::string("tab\tle"), std::string("nul\0x", 5),
         std::string("new\nline"), std::string("quote'"), std::string("\xff")}) {
     absl::Status st = CheckName("table name", bad, 128);
