@@ -57,8 +57,9 @@ done
 
 # The concurrent parts (issue 11): transport, dispatcher and table shard,
 # scheduler, consistency clocks, the buffer pool and the L-BFGS task pool;
-# the client through the cluster and model tests (it has no unit test of
-# its own), plus the check that TSan sees through Debian's Abseil.
+# a job member's heartbeat thread against Leave; the data-plane client
+# through the cluster and model tests (it has no unit test of its own),
+# plus the check that TSan sees through Debian's Abseil.
 TSAN_TARGETS=(
   //transport:transport_test
   //server:dispatcher_test
@@ -66,6 +67,7 @@ TSAN_TARGETS=(
   //server:zero_copy_pull_test
   //scheduler:scheduler_test
   //scheduler:scheduler_process_test
+  //client:job_member_test
   //consistency:consistency_test
   //common:buffer_pool_test
   //lbfgs:task_pool_test
