@@ -552,7 +552,12 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     restore_epoch_ = 0;
     DP_LOG(WARNING) << "operator: the job rolls back to checkpoint " << id
                     << " (clock " << FindManifest(id)->clock() << ")";
-    if (absl::Status s = AwaitDurable(Commit()); !s.ok()) return Err(s);
+    // The restore runs from here whether or not its record reaches the
+    // disk (DurabilityLoop may already have started it); a scheduler
+    // restarted without the record does not finish it.
+    if (absl::Status s = AwaitDurable(Commit()); !s.ok()) {
+      DP_LOG(ERROR) << "restore of checkpoint " << id << ": " << s;
+    }
     auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || restoring_ == 0;
     };
