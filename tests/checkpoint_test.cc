@@ -21,6 +21,7 @@
 #include "common/test_util.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "tests/model_params.h"
 #include "tools/export.h"
 #include "tools/local_cluster.h"
 #include "tools/npy.h"
@@ -83,21 +84,9 @@ absl::StatusOr<std::vector<float>> ReadParams(const std::string& scheduler,
       last = client.status();
       continue;
     }
-    std::vector<float> params;
-    absl::Status s;
-    for (const ParamBlock& b : MakeMlp({784, 256, 10})->Blocks()) {
-      auto t = (*client)->OpenTable("mlp/" + b.name);
-      if (!t.ok()) {
-        s = t.status();
-        break;
-      }
-      std::vector<float> v(b.rows * b.width);
-      s = (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v));
-      if (!s.ok()) break;
-      params.insert(params.end(), v.begin(), v.end());
-    }
-    if (s.ok()) return params;
-    last = s;
+    auto params = ReadModelParams(**client, *MakeMlp({784, 256, 10}), "mlp");
+    if (params.ok()) return params;
+    last = params.status();
     absl::SleepFor(absl::Milliseconds(200));
   }
   return Annotate(last, "read the parameters");
@@ -121,15 +110,6 @@ std::vector<float> CleanRun(const std::string& tag, int steps) {
   EXPECT_OK(params);
   EXPECT_OK((*cluster)->Stop());
   return params.ok() ? *params : std::vector<float>();
-}
-
-size_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t differ = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  }
-  return differ + (a.size() > b.size() ? a.size() - b.size()
-                                       : b.size() - a.size());
 }
 
 TEST(CheckpointTest, BspRestoreIsExactAndTrainingResumesWhereItStopped) {

@@ -269,16 +269,23 @@ TEST(PsctlTest, BadUsageAndUnreachableScheduler) {
 // psctl checkpoint takes one (the manifest comes back), checkpoints lists
 // it, and export writes the table's values to .npy, bit for bit, from the
 // running cluster and from the servers' data dirs.
-TEST(PsctlTest, CheckpointListAndExport) {
+// Two servers with data dirs and a scheduler with a state dir (checkpoints
+// need both), under `TestTmpDir()/name`.
+absl::StatusOr<std::unique_ptr<LocalCluster>> StartDurableCluster(
+    const std::string& name) {
   LocalClusterOptions o;
   o.bin_dir = RunfilePath("");
-  o.work_dir = TestTmpDir() + "/durable";
+  o.work_dir = TestTmpDir() + "/" + name;
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = 2;
   o.durable = true;
   o.scheduler_flags = {"--num_workers=1", "--consistency=asp"};
+  return LocalCluster::Start(o);
+}
+
+TEST(PsctlTest, CheckpointListAndExport) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
-                       LocalCluster::Start(o));
+                       StartDurableCluster("durable"));
   const std::string sched = "--scheduler=" + cluster->scheduler_address();
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<Client> client,
@@ -347,15 +354,8 @@ TEST(PsctlTest, CheckpointListAndExport) {
 // An operator's rollback of a running job: every table as the checkpoint
 // holds it, bit for bit; a table declared after it is gone.
 TEST(PsctlTest, RestoreRollsTheJobBackToAChosenCheckpoint) {
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = TestTmpDir() + "/restore";
-  std::system(("mkdir -p " + o.work_dir).c_str());
-  o.num_servers = 2;
-  o.durable = true;
-  o.scheduler_flags = {"--num_workers=1", "--consistency=asp"};
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
-                       LocalCluster::Start(o));
+                       StartDurableCluster("restore"));
   const std::string sched = "--scheduler=" + cluster->scheduler_address();
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<Client> client,

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +15,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
 #include "models/model.h"
+#include "tests/model_params.h"
 #include "tools/local_cluster.h"
 
 namespace downpour {
@@ -52,16 +52,9 @@ std::vector<float> ReadParams(const std::string& scheduler) {
   auto client = Client::Connect(co);
   EXPECT_OK(client);
   if (!client.ok()) return {};
-  std::vector<float> params;
-  for (const ParamBlock& b : MakeMlp({784, 256, 10})->Blocks()) {
-    auto t = (*client)->OpenTable("mlp/" + b.name);
-    EXPECT_OK(t);
-    if (!t.ok()) return {};
-    std::vector<float> v(b.rows * b.width);
-    EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
-    params.insert(params.end(), v.begin(), v.end());
-  }
-  return params;
+  auto params = ReadModelParams(**client, *MakeMlp({784, 256, 10}), "mlp");
+  EXPECT_OK(params);
+  return params.ok() ? *std::move(params) : std::vector<float>();
 }
 
 struct JobRun {
@@ -198,11 +191,8 @@ TEST(SchedulerRestartTest, BspJobGoesThroughAKilledSchedulerBitForBit) {
   std::cout << "scheduler killed at clock " << restarted.killed_at
             << ", back at clock " << restarted.restarted_at << " of "
             << kSteps << std::endl;
-  size_t differ = 0;
-  for (size_t i = 0; i < clean.params.size(); ++i) {
-    differ += std::memcmp(&clean.params[i], &restarted.params[i], 4) != 0;
-  }
-  EXPECT_EQ(differ, 0u) << "of " << clean.params.size() << " parameters";
+  EXPECT_EQ(CountDiffering(clean.params, restarted.params), 0u)
+      << "of " << clean.params.size() << " parameters";
 }
 
 }  // namespace

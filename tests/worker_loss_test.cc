@@ -16,7 +16,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -33,6 +32,7 @@
 #include "models/learning_rate.h"
 #include "models/model.h"
 #include "proto/downpour.pb.h"
+#include "tests/model_params.h"
 #include "tools/local_job.h"
 
 namespace downpour {
@@ -103,23 +103,15 @@ int ExitCode(int wait_status) {
 
 // The softmax tables of a finished job, in the model's block order.
 std::vector<float> ReadParams(const std::string& scheduler) {
-  std::vector<float> out;
   ClientOptions co;
   co.scheduler_address = scheduler;
   auto client = Client::Connect(co);
   EXPECT_OK(client);
-  if (!client.ok()) return out;
-  auto model = MakeSoftmaxRegression(784, 10);
-  for (const ParamBlock& b : model->Blocks()) {
-    auto t = (*client)->OpenTable("softmax/" + b.name);
-    EXPECT_OK(t);
-    if (!t.ok()) return out;
-    std::vector<float> v(b.rows * b.width);
-    EXPECT_OK(
-        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
+  if (!client.ok()) return {};
+  auto params =
+      ReadModelParams(**client, *MakeSoftmaxRegression(784, 10), "softmax");
+  EXPECT_OK(params);
+  return params.ok() ? *std::move(params) : std::vector<float>();
 }
 
 // The BSP job in one process: each step, every rank's gradient on its own
@@ -198,11 +190,8 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
   const std::vector<float> got = ReadParams(job->scheduler_address());
   const std::vector<float> want = SingleProcessBsp(2, kSteps);
   ASSERT_EQ(got.size(), want.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) ++differ;
-  }
-  EXPECT_EQ(differ, 0u) << "of " << got.size() << " parameters";
+  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
+                                           << " parameters";
   EXPECT_OK(job->Stop());
 }
 
@@ -392,11 +381,8 @@ TEST(WorkerLossTest, SigtermLeavesAtOnceAndAReplacementFinishes) {
   const std::vector<float> got = ReadParams(job->scheduler_address());
   const std::vector<float> want = SingleProcessBsp(2, kSteps);
   ASSERT_EQ(got.size(), want.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) ++differ;
-  }
-  EXPECT_EQ(differ, 0u) << "of " << got.size() << " parameters";
+  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
+                                           << " parameters";
   EXPECT_OK(job->Stop());
 }
 
