@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cluster/scheduler_client.h"
@@ -241,6 +242,8 @@ class JobMemberImpl final : public JobMember {
     // after a restore, the predecessor's for a replacement.
     start_clock_ = std::max<Clock>(0, reply.start_clock());
     restored_from_ = reply.restored_from();
+    passed_barriers_.insert(reply.passed_barriers().begin(),
+                            reply.passed_barriers().end());
     DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()),
                         "scheduler at ", options_.scheduler_address);
     if (rank_ < 0 || rank_ >= policy_.total_workers()) {
@@ -281,6 +284,9 @@ class JobMemberImpl final : public JobMember {
   const ConsistencyPolicy& policy() const override { return policy_; }
   Clock start_clock() const override { return start_clock_; }
   uint64_t restored_from() const override { return restored_from_; }
+  bool BarrierPassed(absl::string_view name) const override {
+    return passed_barriers_.contains(name);
+  }
 
   absl::Status ReportClock(const ClockReport& report) override {
     proto::AdvanceClockRequest adv;
@@ -385,6 +391,7 @@ class JobMemberImpl final : public JobMember {
   Clock start_clock_ = 0;
   ConsistencyPolicy policy_;
   uint64_t restored_from_ = 0;
+  absl::flat_hash_set<std::string> passed_barriers_;  // set by Join
   absl::Mutex hb_mu_;
   bool stop_heartbeats_ ABSL_GUARDED_BY(hb_mu_) = false;
   bool holds_name_ ABSL_GUARDED_BY(hb_mu_) = false;  // in LiveNames()

@@ -86,6 +86,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/types.h"
@@ -163,6 +164,10 @@ class JobMember {
   virtual Clock start_clock() const = 0;
   // The checkpoint the job was last restored from; 0: none.
   virtual uint64_t restored_from() const = 0;
+  // Whether the job's workers had passed barrier `name` when this member
+  // registered: a replacement joining a running job, which must neither
+  // wait there alone nor redo what came before it (initial values).
+  virtual bool BarrierPassed(absl::string_view name) const = 0;
 
   // Queues `report` and returns at once. Returns the first error an
   // earlier report got (then every later call returns it too).

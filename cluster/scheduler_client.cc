@@ -223,11 +223,12 @@ absl::Status SchedulerClient::ReportUnreachable(NodeId reporter,
 }
 
 absl::StatusOr<proto::CheckpointManifest> SchedulerClient::Checkpoint(
-    absl::Duration timeout) {
+    absl::Duration timeout, const proto::LbfgsState& lbfgs) {
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + absl::Seconds(5));
   proto::CheckpointRequest req;
   req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  *req.mutable_lbfgs() = lbfgs;
   proto::CheckpointReply reply;
   grpc::Status s = stub_->Checkpoint(&ctx, req, &reply);
   if (!s.ok()) return FromGrpcStatus(s, "checkpoint");

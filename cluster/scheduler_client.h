@@ -73,7 +73,9 @@ class SchedulerClient {
                                  const std::string& reason);
 
   // Checkpoints (see scheduler.h): takes one and waits up to `timeout`.
-  absl::StatusOr<proto::CheckpointManifest> Checkpoint(absl::Duration timeout);
+  // `lbfgs`: a Sandblaster coordinator's state, recorded in the manifest.
+  absl::StatusOr<proto::CheckpointManifest> Checkpoint(
+      absl::Duration timeout, const proto::LbfgsState& lbfgs = {});
   absl::StatusOr<std::vector<proto::CheckpointManifest>> ListCheckpoints();
   // Rolls the job back to checkpoint `id` and waits up to `timeout` for it.
   absl::StatusOr<proto::RestoreCheckpointReply> RestoreCheckpoint(

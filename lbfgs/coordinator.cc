@@ -1,9 +1,12 @@
 #include "lbfgs/coordinator.h"
 
 #include <numeric>
+#include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cluster/scheduler_client.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
@@ -61,6 +64,11 @@ class CoordinatorImpl final : public Coordinator,
   absl::Status Init() {
     DP_ASSIGN_OR_RETURN(problem_, TaskProblem::Load(options_.problem),
                         "load the problem");
+    if (options_.resume) {
+      // Before the table is declared: a restore drops tables the
+      // checkpoint lacks, and brings this one back as it holds it.
+      DP_ASSIGN_OR_RETURN(resume_, RestoreNewestState(), "resume");
+    }
     ClientOptions co;
     co.scheduler_address = options_.scheduler_address;
     co.auth = options_.auth;
@@ -121,7 +129,20 @@ class CoordinatorImpl final : public Coordinator,
         }
       }
     });
-    auto result = MinimizeLbfgs(&space, &objective, lo, on_iteration);
+    LbfgsRunControl control;
+    control.on_iteration = on_iteration;
+    control.resume = resume_;
+    // Above every round a lost coordinator may have opened: it opened at
+    // most one per evaluation, far fewer than the microseconds it ran. (A
+    // stale worker's gradient for a reopened round would be counted.)
+    control.min_round = absl::ToUnixMicros(absl::Now());
+    control.save_every = options_.checkpoint_every_iterations;
+    control.save = [&](proto::LbfgsState state) {
+      state.set_table(options_.table);
+      SaveState(state);
+      return absl::OkStatus();
+    };
+    auto result = MinimizeLbfgs(&space, &objective, lo, control);
     done.Notify();
     watch.join();
     pool_.Close();
@@ -184,7 +205,76 @@ class CoordinatorImpl final : public Coordinator,
   }
 
  private:
+  SchedulerClient Scheduler(absl::Duration rpc_timeout) const {
+    return SchedulerClient(options_.scheduler_address, rpc_timeout,
+                           options_.auth);
+  }
+
+  // Rolls the job back to the newest complete checkpoint that holds an
+  // L-BFGS state of this table, and returns that state (nullopt: none,
+  // start afresh).
+  absl::StatusOr<std::optional<proto::LbfgsState>> RestoreNewestState() {
+    SchedulerClient sched = Scheduler(absl::Seconds(10));
+    absl::StatusOr<std::vector<proto::CheckpointManifest>> all;
+    // The scheduler may still be starting (a restart of the whole job).
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    while (!(all = sched.ListCheckpoints()).ok() &&
+           absl::IsUnavailable(all.status()) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(500));
+    }
+    if (!all.ok()) return all.status();
+    const proto::CheckpointManifest* newest = nullptr;
+    for (const auto& m : *all) {  // oldest first
+      if (m.lbfgs().table() == options_.table) newest = &m;
+    }
+    if (newest == nullptr) {
+      DP_LOG(INFO) << "no checkpoint holds an L-BFGS state of table '"
+                   << options_.table << "': starting at iteration 0";
+      return std::nullopt;
+    }
+    const proto::LbfgsState& state = newest->lbfgs();
+    if (state.history() != options_.lbfgs.history) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", newest->id(), " holds table '", options_.table,
+          "' with L-BFGS history ", state.history(), ", this run asks for ",
+          options_.lbfgs.history, " (--resume=false starts afresh)"));
+    }
+    absl::StatusOr<proto::RestoreCheckpointReply> restored;
+    SchedulerClient slow = Scheduler(absl::Minutes(11));
+    // A restore the scheduler started itself (a whole job restarted) may
+    // be under way; this one follows it.
+    while (!(restored = slow.RestoreCheckpoint(newest->id(), absl::Minutes(10)))
+                .ok() &&
+           absl::IsFailedPrecondition(restored.status()) &&
+           absl::StrContains(restored.status().message(), "under way") &&
+           absl::Now() < deadline + absl::Minutes(1)) {
+      absl::SleepFor(absl::Milliseconds(500));
+    }
+    if (!restored.ok()) return restored.status();
+    DP_LOG(WARNING) << "resuming after iteration " << state.iteration()
+                    << " (f " << state.f() << ") from checkpoint "
+                    << newest->id() << ", epoch " << restored->epoch();
+    return state;
+  }
+
+  // Has the scheduler take a checkpoint holding `state`; the driver waits,
+  // so the vectors are those `state` describes.
+  void SaveState(const proto::LbfgsState& state) {
+    const absl::Duration timeout = absl::Minutes(2);
+    absl::StatusOr<proto::CheckpointManifest> m =
+        Scheduler(timeout + absl::Seconds(10)).Checkpoint(timeout, state);
+    if (!m.ok()) {
+      DP_LOG(WARNING) << "no checkpoint after iteration " << state.iteration()
+                      << " (the run goes on): " << m.status();
+      return;
+    }
+    DP_LOG(INFO) << "checkpoint " << m->id() << " holds iteration "
+                 << state.iteration() << " (" << m->bytes() << " bytes, "
+                 << m->duration_ms() << " ms)";
+  }
+
   const CoordinatorOptions options_;
+  std::optional<proto::LbfgsState> resume_;
   TaskPool pool_;
   std::unique_ptr<TaskProblem> problem_;
   std::unique_ptr<Client> client_;
@@ -202,6 +292,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     const CoordinatorOptions& options) {
   if (options.tasks < 1) {
     return absl::InvalidArgumentError("tasks must be >= 1");
+  }
+  if (options.checkpoint_every_iterations < 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint_every_iterations must be >= 0");
   }
   auto c = std::make_unique<CoordinatorImpl>(options);
   DP_RETURN_IF_ERROR(c->Init());

@@ -13,6 +13,13 @@
 // gradient, add the gradient into g exactly once (Client::AddOnce) and
 // report the loss. Between coordinator and servers only commands and
 // scalars travel (traffic()).
+//
+// A restarted coordinator resumes (options.resume): the state of the
+// driver (proto::LbfgsState) is saved with a checkpoint at an iteration
+// boundary (options.checkpoint_every_iterations), and a new coordinator
+// restores that checkpoint and goes on after its iteration. Workers wait
+// for a lost coordinator (ps_worker --coordinator_timeout_ms) at the same
+// address.
 #ifndef DOWNPOUR_LBFGS_COORDINATOR_H_
 #define DOWNPOUR_LBFGS_COORDINATOR_H_
 
@@ -47,6 +54,15 @@ struct CoordinatorOptions {
   bool backup_tasks = true;
   absl::Duration task_lease = absl::Seconds(30);
   absl::Duration evaluation_timeout = absl::Minutes(10);
+  // Checkpoints (they need the scheduler's --state_dir and servers with a
+  // --data_dir): after every this many iterations (0: never) the
+  // coordinator has the scheduler take one, with its driver state in the
+  // manifest. A failed one is logged and the run goes on.
+  int checkpoint_every_iterations = 0;
+  // At start, if a complete checkpoint holds an L-BFGS state of this
+  // table, roll the job back to the newest such checkpoint and go on after
+  // its iteration, instead of starting at iteration 0.
+  bool resume = true;
 };
 
 class Coordinator {

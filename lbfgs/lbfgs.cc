@@ -76,8 +76,7 @@ class Driver {
   Driver(VectorSpace* space, Objective* objective, const LbfgsOptions& o)
       : space_(space), objective_(objective), o_(o) {}
 
-  absl::StatusOr<LbfgsResult> Run(
-      const std::function<void(const IterationRecord&)>& on_iteration);
+  absl::StatusOr<LbfgsResult> Run(const LbfgsRunControl& control);
 
  private:
   absl::StatusOr<std::vector<double>> Exec(const VectorCommand& c) {
@@ -92,6 +91,11 @@ class Driver {
   absl::StatusOr<Point> LineSearch(const Point& p0, double t_init, bool* found);
   absl::StatusOr<Point> Zoom(const Point& p0, Point lo, Point hi, int budget,
                              bool* found);
+  // The scalars at the boundary after iteration k (cur at x0, xx = |x0|^2).
+  proto::LbfgsState Save(int k, const Point& cur, double xx,
+                         double seconds) const;
+  // The inverse of Save; returns the iteration.
+  absl::StatusOr<int> Load(const proto::LbfgsState& s, Point* cur, double* xx);
 
   VectorSpace* space_;
   Objective* objective_;
@@ -220,9 +224,57 @@ absl::StatusOr<Point> Driver::LineSearch(const Point& p0, double t_init,
   return prev;
 }
 
-absl::StatusOr<LbfgsResult> Driver::Run(
-    const std::function<void(const IterationRecord&)>& on_iteration) {
-  const absl::Time start = absl::Now();
+proto::LbfgsState Driver::Save(int k, const Point& cur, double xx,
+                               double seconds) const {
+  proto::LbfgsState s;
+  s.set_history(o_.history);
+  s.set_iteration(k);
+  s.set_round(round_);
+  s.set_evaluations(evaluations_);
+  s.set_f(cur.f);
+  s.set_gg(cur.gg);
+  s.set_step(cur.t);
+  s.set_xx(xx);
+  s.set_gamma(gamma_);
+  for (const Pair& p : history_) {
+    proto::LbfgsState::Pair* out = s.add_pairs();
+    out->set_slot(p.slot);
+    out->set_rho(p.rho);
+  }
+  s.set_seconds(seconds);
+  return s;
+}
+
+absl::StatusOr<int> Driver::Load(const proto::LbfgsState& s, Point* cur,
+                                 double* xx) {
+  if (s.history() != o_.history) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the saved L-BFGS state has history ", s.history(),
+                     ", this run ", o_.history));
+  }
+  if (s.pairs_size() > o_.history || s.iteration() < 0) {
+    return absl::InvalidArgumentError("malformed L-BFGS state");
+  }
+  history_.clear();
+  for (const proto::LbfgsState::Pair& p : s.pairs()) {
+    if (p.slot() < 0 || p.slot() >= o_.history) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("L-BFGS state: history slot ", p.slot()));
+    }
+    history_.push_back({p.slot(), p.rho()});
+  }
+  round_ = std::max(round_, s.round());
+  evaluations_ = s.evaluations();
+  gamma_ = s.gamma();
+  cur->t = s.step();
+  cur->f = s.f();
+  cur->gg = s.gg();
+  *xx = s.xx();
+  return s.iteration();
+}
+
+absl::StatusOr<LbfgsResult> Driver::Run(const LbfgsRunControl& control) {
+  absl::Time start = absl::Now();
   LbfgsResult result;
   auto record = [&](int k, const Point& p) {
     IterationRecord rec;
@@ -233,18 +285,31 @@ absl::StatusOr<LbfgsResult> Driver::Run(
     rec.evaluations = evaluations_;
     rec.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     result.iterations.push_back(rec);
-    if (on_iteration) on_iteration(rec);
+    if (control.on_iteration) control.on_iteration(rec);
   };
-  // Start at x: x0 := x, d := 0 so that EvalAt(0) evaluates x itself.
-  DP_RETURN_IF_ERROR(Exec(Copy(V::kX0, V::kX)).status());
-  DP_RETURN_IF_ERROR(Exec(Update(VectorCommand::ZERO, V::kD)).status());
-  DP_ASSIGN_OR_RETURN(Point cur, EvalAt(0.0));
-  VectorCommand c = Copy(V::kG0, V::kG);
-  DP_ASSIGN_OR_RETURN(std::vector<double> r, Exec(Dot(c, V::kX, V::kX)));
-  double xx = r[0];
-  record(0, cur);
+  round_ = std::max<int64_t>(round_, control.min_round);
+  Point cur;
+  double xx = 0;
+  int first = 1;
+  std::vector<double> r;
+  VectorCommand c;
+  if (control.resume.has_value()) {
+    DP_ASSIGN_OR_RETURN(const int k, Load(*control.resume, &cur, &xx));
+    start -= absl::Seconds(control.resume->seconds());
+    record(k, cur);
+    first = k + 1;
+  } else {
+    // Start at x: x0 := x, d := 0 so that EvalAt(0) evaluates x itself.
+    DP_RETURN_IF_ERROR(Exec(Copy(V::kX0, V::kX)).status());
+    DP_RETURN_IF_ERROR(Exec(Update(VectorCommand::ZERO, V::kD)).status());
+    DP_ASSIGN_OR_RETURN(cur, EvalAt(0.0));
+    c = Copy(V::kG0, V::kG);
+    DP_ASSIGN_OR_RETURN(r, Exec(Dot(c, V::kX, V::kX)));
+    xx = r[0];
+    record(0, cur);
+  }
   const int m = o_.history;
-  for (int k = 1;; ++k) {
+  for (int k = first;; ++k) {
     if (std::sqrt(cur.gg) <= o_.gtol * std::max(1.0, std::sqrt(xx))) {
       result.stop_reason = "gradient norm";
       break;
@@ -303,6 +368,13 @@ absl::StatusOr<LbfgsResult> Driver::Run(
       result.stop_reason = "objective change";
       break;
     }
+    if (control.save_every > 0 && k % control.save_every == 0 &&
+        control.save) {
+      DP_RETURN_IF_ERROR(
+          control.save(Save(k, cur, xx,
+                            absl::ToDoubleSeconds(absl::Now() - start))),
+          "save the L-BFGS state after iteration ", k);
+    }
   }
   return result;
 }
@@ -319,12 +391,21 @@ std::vector<std::string> LbfgsVectors::Names(int history) {
 absl::StatusOr<LbfgsResult> MinimizeLbfgs(
     VectorSpace* space, Objective* objective, const LbfgsOptions& options,
     const std::function<void(const IterationRecord&)>& on_iteration) {
+  LbfgsRunControl control;
+  control.on_iteration = on_iteration;
+  return MinimizeLbfgs(space, objective, options, control);
+}
+
+absl::StatusOr<LbfgsResult> MinimizeLbfgs(VectorSpace* space,
+                                          Objective* objective,
+                                          const LbfgsOptions& options,
+                                          const LbfgsRunControl& control) {
   if (options.history < 1 || options.history > 29) {
     return absl::InvalidArgumentError(
         absl::StrCat("L-BFGS history ", options.history, " not in [1, 29]"));
   }
   Driver driver(space, objective, options);
-  return driver.Run(on_iteration);
+  return driver.Run(control);
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> SplitTasks(uint64_t n, int tasks) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,6 +93,37 @@ struct LbfgsResult {
 absl::StatusOr<LbfgsResult> MinimizeLbfgs(
     VectorSpace* space, Objective* objective, const LbfgsOptions& options,
     const std::function<void(const IterationRecord&)>& on_iteration = nullptr);
+
+// How a run saves its progress and goes on from it (ps_lbfgs
+// --checkpoint_every_iterations and --resume). The driver's scalars
+// (proto::LbfgsState) and the table's vectors together are the whole state,
+// and they agree only at an iteration boundary, where x0 = x and g0 = g: so
+// that is where `save` is called and where a resumed run begins.
+struct LbfgsRunControl {
+  std::function<void(const IterationRecord&)> on_iteration;
+  // After every `save_every`-th accepted iteration (0: never) that does
+  // not end the run, with the space untouched until `save` returns: the
+  // caller snapshots the vectors with the state (its `table` is left
+  // empty). An error ends the run.
+  int save_every = 0;
+  std::function<absl::Status(const proto::LbfgsState&)> save;
+  // Go on after `resume->iteration()` instead of starting at x: the space
+  // must hold the vectors as they were when the state was saved. The first
+  // record reported is that iteration's.
+  std::optional<proto::LbfgsState> resume;
+  // Accumulation rounds opened are above this: a restarted coordinator
+  // must not reopen a round that the lost one may have opened, or a stale
+  // task's gradient would be counted in it.
+  int64_t min_round = 0;
+};
+
+// As above; with control.resume, a run that was saved and is taken up
+// again does exactly what the uninterrupted run would have done (same
+// commands, same scalars) from the next iteration on.
+absl::StatusOr<LbfgsResult> MinimizeLbfgs(VectorSpace* space,
+                                          Objective* objective,
+                                          const LbfgsOptions& options,
+                                          const LbfgsRunControl& control);
 
 // Splits examples [0, n) into `tasks` near-equal contiguous ranges (fewer if
 // n < tasks): the same split everywhere, so task ids mean the same ranges.

@@ -106,6 +106,69 @@ TEST(LbfgsTest, StopsAtTheIterationLimitAndTheObjectiveChange) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(LbfgsTest, ASavedRunGoesOnExactlyAsTheUninterruptedOne) {
+  LeastSquares problem(300, 16);
+  LbfgsOptions o;
+  o.history = 4;  // the ring of pairs wraps before the save resumed from
+  o.max_iterations = 18;
+  o.lambda = 0;
+  o.gtol = 0;
+  o.ftol = 0;
+  const size_t nv = LbfgsVectors::Names(o.history).size();
+  LocalVectorSpace space(nv, problem.num_keys(), 1);
+  LocalObjective objective(&problem, &space, 5);
+  std::vector<double> f;
+  std::vector<proto::LbfgsState> saved;
+  std::vector<std::vector<std::vector<float>>> snapshots;
+  LbfgsRunControl control;
+  control.on_iteration = [&](const IterationRecord& r) { f.push_back(r.f); };
+  control.save_every = 3;
+  control.save = [&](const proto::LbfgsState& state) {
+    saved.push_back(state);
+    std::vector<std::vector<float>> vectors;
+    for (size_t v = 0; v < nv; ++v) vectors.push_back(space.vector(v));
+    snapshots.push_back(vectors);
+    return absl::OkStatus();
+  };
+  ASSERT_OK_AND_ASSIGN(LbfgsResult full,
+                       MinimizeLbfgs(&space, &objective, o, control));
+  ASSERT_EQ(full.stop_reason, "iteration limit");
+  ASSERT_EQ(saved.size(), 6u);  // after iterations 3, 6, ..., 18
+  ASSERT_EQ(saved[2].iteration(), 9);
+  EXPECT_EQ(saved[2].pairs_size(), 4);
+
+  // A new process: the vectors of the save after iteration 9, and garbage
+  // in the direction, which the resumed run must not read.
+  LocalVectorSpace resumed_space(nv, problem.num_keys(), 1);
+  for (size_t v = 0; v < nv; ++v) resumed_space.vector(v) = snapshots[2][v];
+  for (float& d : resumed_space.vector(LbfgsVectors::kD)) d = 1e30f;
+  LocalObjective resumed_objective(&problem, &resumed_space, 5);
+  std::vector<IterationRecord> records;
+  LbfgsRunControl resume;
+  resume.on_iteration = [&](const IterationRecord& r) { records.push_back(r); };
+  resume.resume = saved[2];
+  ASSERT_OK_AND_ASSIGN(
+      LbfgsResult rest,
+      MinimizeLbfgs(&resumed_space, &resumed_objective, o, resume));
+  EXPECT_EQ(rest.stop_reason, full.stop_reason);
+  ASSERT_EQ(records.size(), 10u);  // iteration 9 (where it resumed) to 18
+  for (const IterationRecord& r : records) {
+    // Bit for bit: the same commands on the same vectors and scalars.
+    EXPECT_EQ(r.f, f[r.iteration]) << "iteration " << r.iteration;
+    EXPECT_EQ(r.evaluations, full.iterations[r.iteration].evaluations);
+  }
+  EXPECT_EQ(records.front().iteration, 9);
+  EXPECT_EQ(resumed_space.vector(LbfgsVectors::kX),
+            space.vector(LbfgsVectors::kX));
+
+  // A state saved with another history does not fit this table.
+  o.history = 5;
+  LocalVectorSpace other(LbfgsVectors::Names(5).size(), problem.num_keys(), 1);
+  LocalObjective other_objective(&problem, &other, 5);
+  EXPECT_THAT(MinimizeLbfgs(&other, &other_objective, o, resume),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 TEST(LbfgsTest, L2TermCoversOnlyTheRegularizedKeys) {
   // With no data term, f = lambda/2 ||x[0:k)||^2; from x = 0 the run stops
   // at once with f = 0, and the gradient of the first evaluation is zero.

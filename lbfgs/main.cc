@@ -42,6 +42,13 @@ ABSL_FLAG(int32_t, tasks, 32, "tasks per objective evaluation");
 ABSL_FLAG(bool, backup_tasks, true, "give idle workers copies of running tasks");
 ABSL_FLAG(int64_t, task_lease_ms, 30000,
           "hand a task out again when every copy ran this long");
+ABSL_FLAG(int32_t, checkpoint_every_iterations, 0,
+          "have the scheduler take a checkpoint holding the L-BFGS state "
+          "after every this many iterations (0: never; needs the scheduler's "
+          "--state_dir and the servers' --data_dir)");
+ABSL_FLAG(bool, resume, true,
+          "at start, go on from the newest checkpoint holding this table's "
+          "L-BFGS state (rolling the job back to it), if there is one");
 ABSL_FLAG(bool, reference, false, "run single-process, without a cluster");
 ABSL_FLAG(std::string, trace_csv, "", "write iteration,f,gnorm,step,evaluations,seconds");
 ABSL_FLAG(std::string, summary_file, "", "write key=value results here");
@@ -146,6 +153,9 @@ int Main() {
     o.tasks = tasks;
     o.backup_tasks = absl::GetFlag(FLAGS_backup_tasks);
     o.task_lease = absl::Milliseconds(absl::GetFlag(FLAGS_task_lease_ms));
+    o.checkpoint_every_iterations =
+        absl::GetFlag(FLAGS_checkpoint_every_iterations);
+    o.resume = absl::GetFlag(FLAGS_resume);
     auto c = Coordinator::Start(o);
     if (!c.ok()) {
       DP_LOG(ERROR) << "cannot start: " << c.status();

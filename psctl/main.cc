@@ -365,6 +365,11 @@ void PrintManifest(const proto::CheckpointManifest& m) {
       static_cast<unsigned long long>(m.rows()),
       static_cast<unsigned long long>(m.bytes()),
       static_cast<long long>(m.duration_ms()));
+  if (!m.lbfgs().table().empty()) {
+    std::printf("  L-BFGS of table %s after iteration %d (f %.10g)\n",
+                m.lbfgs().table().c_str(), m.lbfgs().iteration(),
+                m.lbfgs().f());
+  }
 }
 
 int PrintJson(const google::protobuf::Message& m) {

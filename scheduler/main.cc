@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       // (bounded) for this checkpoint before they exit; the workers finish
       // their step first (docs/OPERATIONS.md, "Stopping a job").
       DP_LOG(INFO) << "SIGTERM: a last checkpoint before stopping";
-      auto m = s->Checkpoint(last_checkpoint);
+      auto m = s->Checkpoint(last_checkpoint, downpour::proto::LbfgsState());
       if (m.ok()) {
         DP_LOG(INFO) << "last checkpoint " << m->id() << " at clock "
                      << m->clock();

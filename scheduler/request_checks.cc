@@ -1,5 +1,7 @@
 #include "scheduler/request_checks.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -165,6 +167,41 @@ absl::Status CheckBarrierRequest(const proto::BarrierRequest& req,
     return absl::InvalidArgumentError(
         absl::StrCat("barrier '", req.name(), "': count ", req.count(),
                      ", more than the ", max_nodes, " nodes a cluster may have"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLbfgsState(const proto::LbfgsState& state) {
+  if (state.table().empty()) return absl::OkStatus();
+  DP_RETURN_IF_ERROR(CheckName("L-BFGS table name", state.table(), kMaxNameBytes));
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("L-BFGS state of table '", state.table(), "': ", what));
+  };
+  if (state.history() < 1 || state.history() > kMaxLbfgsHistory) {
+    return bad(absl::StrCat("history ", state.history(), " not in [1, ",
+                            kMaxLbfgsHistory, "]"));
+  }
+  if (state.pairs_size() > state.history()) {
+    return bad(absl::StrCat(state.pairs_size(), " pairs, more than the history ",
+                            state.history()));
+  }
+  if (state.iteration() < 0 || state.round() < 0 || state.evaluations() < 0) {
+    return bad("negative iteration, round or evaluations");
+  }
+  uint32_t used = 0;  // history <= 29 slots fit in the bits
+  for (const proto::LbfgsState::Pair& p : state.pairs()) {
+    if (p.slot() < 0 || p.slot() >= state.history() ||
+        (used & (1u << p.slot())) != 0) {
+      return bad(absl::StrCat("pair slot ", p.slot(),
+                              " out of range or repeated"));
+    }
+    used |= 1u << p.slot();
+    if (!std::isfinite(p.rho())) return bad("a pair's rho is not finite");
+  }
+  for (double v : {state.f(), state.gg(), state.step(), state.xx(),
+                   state.gamma(), state.seconds()}) {
+    if (!std::isfinite(v)) return bad("a scalar is not finite");
   }
   return absl::OkStatus();
 }

@@ -73,6 +73,15 @@ absl::Status CheckTableStrings(const proto::TableSpec& spec);
 absl::Status CheckBarrierRequest(const proto::BarrierRequest& req,
                                  int max_nodes);
 
+// The L-BFGS history a coordinator may record (lbfgs/lbfgs.h allows 1..29).
+inline constexpr int kMaxLbfgsHistory = 29;
+
+// A Sandblaster coordinator's state sent with a checkpoint (empty table:
+// none): table name, history in 1 .. kMaxLbfgsHistory, at most that many
+// pairs with distinct slots below it, iteration, round and evaluations not
+// negative, and every scalar finite. kInvalidArgument naming the field.
+absl::Status CheckLbfgsState(const proto::LbfgsState& state);
+
 // How long a call may wait: `timeout_ms` <= 0 means `fallback`; above
 // kMaxWait is kInvalidArgument (a peer cannot pin a scheduler thread for
 // days).

@@ -1,5 +1,6 @@
 #include "scheduler/request_checks.h"
 
+#include <cmath>
 #include <string>
 
 #include "common/test_util.h"
@@ -140,6 +141,45 @@ TEST(CheckTableStringsTest, EveryStringOfASpec) {
   proto::TableSpec plain;
   plain.set_name("w");
   EXPECT_OK(CheckTableStrings(plain));
+}
+
+TEST(CheckLbfgsStateTest, RefusesWhatADriverCouldNotResumeFrom) {
+  proto::LbfgsState none;
+  EXPECT_OK(CheckLbfgsState(none));  // a checkpoint without a coordinator
+  proto::LbfgsState s;
+  s.set_table("lbfgs");
+  s.set_history(3);
+  s.set_iteration(4);
+  s.set_round(9);
+  s.set_f(0.5);
+  auto* p = s.add_pairs();
+  p->set_slot(2);
+  p->set_rho(10);
+  s.add_pairs()->set_slot(0);
+  EXPECT_OK(CheckLbfgsState(s));
+
+  proto::LbfgsState bad = s;
+  bad.set_history(30);
+  EXPECT_THAT(Message(CheckLbfgsState(bad)), HasSubstr("history 30"));
+  bad = s;
+  bad.add_pairs()->set_slot(2);  // repeated
+  EXPECT_THAT(Message(CheckLbfgsState(bad)), HasSubstr("slot 2"));
+  bad = s;
+  bad.mutable_pairs(0)->set_slot(3);  // beyond the history
+  EXPECT_THAT(CheckLbfgsState(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = s;
+  bad.add_pairs()->set_slot(1);
+  bad.add_pairs()->set_slot(1);  // more pairs than the history
+  EXPECT_THAT(Message(CheckLbfgsState(bad)), HasSubstr("4 pairs"));
+  bad = s;
+  bad.set_gg(std::nan(""));
+  EXPECT_THAT(Message(CheckLbfgsState(bad)), HasSubstr("not finite"));
+  bad = s;
+  bad.set_round(-1);
+  EXPECT_THAT(CheckLbfgsState(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = s;
+  bad.set_table(std::string(1 << 20, 't'));
+  EXPECT_THAT(CheckLbfgsState(bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(CheckBarrierAndWaitTest, Bounds) {

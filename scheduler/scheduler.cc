@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -119,13 +120,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   }
 
   absl::StatusOr<proto::CheckpointManifest> Checkpoint(
-      absl::Duration timeout) override {
+      absl::Duration timeout, const proto::LbfgsState& lbfgs) override {
     if (store_ == nullptr) {
       return absl::FailedPreconditionError(
           "checkpoints need the scheduler's --state_dir (the manifests live "
           "there)");
     }
     auto waiter = std::make_shared<CheckpointWaiter>();
+    waiter->lbfgs = lbfgs;
     absl::MutexLock lock(&mu_);
     if (stopped_) return absl::UnavailableError("scheduler stopped");
     checkpoint_requests_.push_back(waiter);
@@ -503,7 +505,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     const absl::Duration timeout =
         req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms())
                               : options_.checkpoint_timeout + absl::Seconds(5);
-    absl::StatusOr<proto::CheckpointManifest> m = Checkpoint(timeout);
+    if (absl::Status s = CheckLbfgsState(req->lbfgs()); !s.ok()) return Err(s);
+    absl::StatusOr<proto::CheckpointManifest> m = Checkpoint(timeout, req->lbfgs());
     if (!m.ok()) return Err(m.status());
     *reply->mutable_manifest() = *std::move(m);
     return grpc::Status::OK;
@@ -613,6 +616,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       b.arrived.clear();
       b.generation++;
       ForgetBarrierIfIdle(req->name());
+      RecordPassedBarrier(req->name());
       reply->set_arrived(req->count());
       return grpc::Status::OK;
     }
@@ -1102,6 +1106,21 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return std::max(absl::ZeroDuration(), deadline - absl::Now());
   }
 
+  // Remembers (on disk with the state) that the job passed barrier
+  // `name`, for replacements (RegisterReply.passed_barriers). Bounded: a
+  // job has a few start-up barriers, not one per step.
+  void RecordPassedBarrier(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (passed_barriers_.contains(name)) return;
+    if (passed_barriers_.size() >= kMaxPassedBarriers) {
+      DP_LOG(WARNING) << "barrier '" << name << "' passed; not remembered ("
+                      << kMaxPassedBarriers << " are already)";
+      return;
+    }
+    passed_barriers_.insert(name);
+    Commit();
+  }
+
   void ForgetBarrierIfIdle(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = barriers_.find(name);
@@ -1313,7 +1332,12 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     *reply->mutable_job() = job_;
     reply->set_heartbeat_interval_ms(
         absl::ToInt64Milliseconds(options_.heartbeat_interval));
-    if (rank >= 0) reply->set_start_clock(clocks_.clock(rank));
+    if (rank >= 0) {
+      reply->set_start_clock(clocks_.clock(rank));
+      for (const std::string& b : passed_barriers_) {
+        reply->add_passed_barriers(b);
+      }
+    }
     reply->set_restored_from(restored_from_);
     *reply->mutable_map() = published_;
     return absl::OkStatus();
@@ -1365,6 +1389,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     state.set_restored_from(restored_from_);
     state.set_restored_clock(restored_clock_);
     for (NodeId id : rolled_back_) state.add_rolled_back_workers(id);
+    for (const std::string& b : passed_barriers_) state.add_passed_barriers(b);
     return state;
   }
 
@@ -1413,6 +1438,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     restored_clock_ = state->restored_clock();
     rolled_back_.insert(state->rolled_back_workers().begin(),
                         state->rolled_back_workers().end());
+    for (const std::string& b : state->passed_barriers()) {
+      if (passed_barriers_.size() < kMaxPassedBarriers) passed_barriers_.insert(b);
+    }
     for (const auto& r : state->ranks()) {
       if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
       rank_of_[r.node()] = r.rank();
@@ -1514,6 +1542,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   // --- Checkpoints and restores ---
 
   struct CheckpointWaiter {
+    proto::LbfgsState lbfgs;  // the caller's, if a coordinator
     bool done = false;
     absl::StatusOr<proto::CheckpointManifest> result =
         absl::UnknownError("not run");
@@ -1591,7 +1620,12 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (!due) continue;
       std::deque<std::shared_ptr<CheckpointWaiter>> waiting;
       waiting.swap(checkpoint_requests_);
-      absl::StatusOr<proto::CheckpointManifest> result = TakeCheckpoint();
+      // One coordinator per job: the newest state asked for, if any.
+      proto::LbfgsState lbfgs;
+      for (const auto& w : waiting) {
+        if (!w->lbfgs.table().empty()) lbfgs = w->lbfgs;
+      }
+      absl::StatusOr<proto::CheckpointManifest> result = TakeCheckpoint(lbfgs);
       for (auto& w : waiting) {
         w->result = result;
         w->done = true;
@@ -1611,8 +1645,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   // One checkpoint, retried (with a new id) while a part passed the cut
   // clock. Releases the lock while the servers work.
-  absl::StatusOr<proto::CheckpointManifest> TakeCheckpoint()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::StatusOr<proto::CheckpointManifest> TakeCheckpoint(
+      const proto::LbfgsState& lbfgs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const absl::Time start = absl::Now();
     const absl::Time deadline = start + options_.checkpoint_timeout;
     absl::Status last = absl::DeadlineExceededError("no attempt");
@@ -1649,6 +1683,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           if (at_clock) w.set_clock(m->clock());
           *m->add_workers() = w;
         }
+        if (!lbfgs.table().empty()) *m->mutable_lbfgs() = lbfgs;
         m->set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
         m->set_duration_ms(absl::ToInt64Milliseconds(absl::Now() - start));
         saved = store_->SaveManifest(*m);
@@ -1877,6 +1912,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       suspect_since_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, Epoch> applied_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kMaxPassedBarriers = 64;
+  absl::btree_set<std::string> passed_barriers_ ABSL_GUARDED_BY(mu_);
   NodeId next_node_id_ ABSL_GUARDED_BY(mu_) = 1;
   proto::JobConfig job_;  // immutable after construction
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);

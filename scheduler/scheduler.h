@@ -226,8 +226,10 @@ class Scheduler {
   // Takes a checkpoint now and waits until it is complete (its manifest
   // written) or failed; as the Checkpoint RPC. kFailedPrecondition without
   // state_dir or while a restore runs; kDeadlineExceeded after `timeout`.
+  // `lbfgs` (a Sandblaster coordinator's state, or empty) goes into the
+  // manifest as is.
   virtual absl::StatusOr<proto::CheckpointManifest> Checkpoint(
-      absl::Duration timeout) = 0;
+      absl::Duration timeout, const proto::LbfgsState& lbfgs) = 0;
 };
 
 }  // namespace downpour

@@ -3,6 +3,8 @@
 //  - BSP without backups: a worker killed with -9 and replaced under the
 //    same name; the replacement takes its rank, data shard and clock, and
 //    the final parameters equal the single-process computation bit for bit.
+//  - The same for a worker killed before its first clock report: the
+//    replacement skips the start-up barrier the job has passed.
 //  - BSP with one backup worker: a kill changes nothing; the others finish
 //    without waiting for a replacement (the bound is set to ten minutes).
 //  - SSP and ASP, --on_worker_loss=continue: the job finishes with fewer
@@ -186,6 +188,61 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
   EXPECT_EQ(status.failure(), "");
   EXPECT_EQ(status.workers(1).clock(), kSteps);
   EXPECT_TRUE(status.workers(1).finished());
+
+  const std::vector<float> got = ReadParams(job->scheduler_address());
+  const std::vector<float> want = SingleProcessBsp(2, kSteps);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
+                                           << " parameters";
+  EXPECT_OK(job->Stop());
+}
+
+// Lost after the start-up barrier but before its first clock report, the
+// worker's clock is 0, as a new worker's is: its replacement must still
+// know that the job passed "init-params", or it would wait there alone
+// (and, as rank 0, write the initial values over trained ones).
+TEST(WorkerLossTest, BspReplacementOfAWorkerLostBeforeItsFirstClock) {
+  constexpr int kSteps = 300;
+  const std::string dir = TestTmpDir() + "/bsp_first_clock";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 2;
+  o.cluster.scheduler_flags = {"--consistency=bsp", "--num_workers=2",
+                               "--worker_replace_timeout_ms=120000"};
+  o.workers = {WorkerFlags(kSteps), WorkerFlags(kSteps)};
+  o.workers[0].push_back("--rank=0");
+  o.workers[1].push_back("--rank=1");
+  // Its first step lasts seconds (it sends nothing before the step ends).
+  o.workers[1].push_back("--slow_factor=20000");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  while (ReadLog(job->worker(1)).find("parameters initialized") ==
+             std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_THAT(ReadLog(job->worker(1)), HasSubstr("parameters initialized"));
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus before, sched.GetJobStatus());
+  ASSERT_EQ(before.workers(1).clock(), 0);
+  job->worker(1).Signal(SIGKILL);
+  ASSERT_OK_AND_ASSIGN(int killed, job->WaitForWorker(1, absl::Seconds(10)));
+  ASSERT_TRUE(WIFSIGNALED(killed));
+
+  std::vector<std::string> flags = WorkerFlags(kSteps);
+  flags.push_back("--name=w1");
+  flags.push_back("--rank=1");
+  ASSERT_OK(job->AddWorker(flags));
+  // Well within the 120 s the barrier would make it wait.
+  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, absl::Seconds(90)));
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Seconds(30)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
+  const std::string log = ReadLog(job->worker(2));
+  EXPECT_THAT(log, HasSubstr("rank 1 of 2"));
+  EXPECT_EQ(log.find("parameters initialized"), std::string::npos) << log;
 
   const std::vector<float> got = ReadParams(job->scheduler_address());
   const std::vector<float> want = SingleProcessBsp(2, kSteps);

@@ -1,5 +1,6 @@
 #include "tools/sandblaster_job.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -7,7 +8,9 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/address_file.h"
 #include "common/status_macros.h"
@@ -22,6 +25,37 @@ double SandblasterJobResult::Num(const std::string& key) const {
   return v;
 }
 
+namespace {
+
+struct TraceLine {
+  int iteration;
+  double f, seconds;
+};
+
+// ps_lbfgs --trace_csv: iteration,f,gnorm,step,evaluations,seconds. A last
+// line without its newline is still being written and is left out.
+absl::StatusOr<std::vector<TraceLine>> ReadTrace(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  std::vector<TraceLine> out;
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  lines.pop_back();  // after the last newline
+  for (size_t i = 1; i < lines.size(); ++i) {  // 0: the header
+    std::vector<absl::string_view> cols = absl::StrSplit(lines[i], ',');
+    TraceLine t;
+    if (cols.size() < 6 || !absl::SimpleAtoi(cols[0], &t.iteration) ||
+        !absl::SimpleAtod(cols[1], &t.f) ||
+        !absl::SimpleAtod(cols[5], &t.seconds)) {
+      return absl::DataLossError(absl::StrCat("bad trace line: ", lines[i]));
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
     const SandblasterJobOptions& options) {
   const std::string& dir = options.work_dir;
@@ -34,6 +68,7 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   o.cluster.work_dir = dir;
   o.cluster.num_servers = options.num_servers;
   o.cluster.scheduler_flags = options.scheduler_flags;
+  o.cluster.durable = options.durable;
   // LocalJob gives them to the scheduler, the servers and the workers.
   o.cluster.cluster_secret_file = options.cluster_secret_file;
   o.cluster.tls = options.tls;
@@ -51,11 +86,12 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   argv.insert(argv.end(), security.begin(), security.end());
   argv.insert(argv.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
-  Subprocess coordinator(argv, dir + "/coordinator.log");
-  DP_RETURN_IF_ERROR(coordinator.Start());
+  auto coordinator =
+      std::make_unique<Subprocess>(argv, dir + "/coordinator.log");
+  DP_RETURN_IF_ERROR(coordinator->Start());
   DP_ASSIGN_OR_RETURN(std::string address,
                       WaitForAddressFile(dir + "/coordinator", absl::Seconds(60),
-                                         &coordinator));
+                                         coordinator.get()));
   for (const std::vector<std::string>& flags : options.workers) {
     std::vector<std::string> w = {"--job=lbfgs", "--coordinator=" + address};
     w.insert(w.end(), flags.begin(), flags.end());
@@ -65,13 +101,40 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   if (options.while_running) {
     during = std::thread([&] { options.while_running(&job->cluster()); });
   }
-  absl::StatusOr<int> status = coordinator.Wait(absl::Minutes(10));
+  SandblasterJobResult result;
+  std::vector<TraceLine> first_trace;
+  if (options.kill_coordinator_after > 0) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(5);
+    while (coordinator->running() && absl::Now() < deadline) {
+      DP_ASSIGN_OR_RETURN(first_trace, ReadTrace(dir + "/trace.csv"));
+      if (!first_trace.empty() &&
+          first_trace.back().iteration >= options.kill_coordinator_after) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    coordinator->Signal(SIGKILL);
+    DP_RETURN_IF_ERROR(coordinator->Wait(absl::Seconds(10)).status());
+    // What it traced before it died (a line is written whole per flush).
+    DP_ASSIGN_OR_RETURN(first_trace, ReadTrace(dir + "/trace.csv"));
+    if (first_trace.empty()) {
+      return absl::InternalError("the coordinator traced nothing before the kill");
+    }
+    result.killed_after = first_trace.back().iteration;
+    std::vector<std::string> again = argv;
+    for (std::string& a : again) {
+      if (absl::StartsWith(a, "--trace_csv=")) a = "--trace_csv=" + dir + "/trace2.csv";
+    }
+    again.push_back("--listen=" + address);
+    coordinator = std::make_unique<Subprocess>(again, dir + "/coordinator2.log");
+    DP_RETURN_IF_ERROR(coordinator->Start());
+  }
+  absl::StatusOr<int> status = coordinator->Wait(absl::Minutes(10));
   if (during.joinable()) during.join();
   DP_RETURN_IF_ERROR(status.status());
-  SandblasterJobResult result;
   result.coordinator_exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
   if (result.coordinator_exit_code != 0) {
-    result.coordinator_log = coordinator.LogTail();
+    result.coordinator_log = coordinator->LogTail();
     if (!options.allow_failure) {
       return absl::InternalError("coordinator failed: " + result.coordinator_log);
     }
@@ -82,19 +145,30 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   absl::Status stopped = job->Stop();
   // A server killed on purpose is skipped by Stop; others must stop cleanly.
   if (!options.allow_failure) DP_RETURN_IF_ERROR(stopped);
-  std::ifstream trace(dir + "/trace.csv");
-  std::string line;
-  std::getline(trace, line);  // header
-  while (std::getline(trace, line)) {
-    std::vector<std::string> cols = absl::StrSplit(line, ',');
-    double f, s;
-    if (cols.size() < 6 || !absl::SimpleAtod(cols[1], &f) ||
-        !absl::SimpleAtod(cols[5], &s)) {
-      return absl::DataLossError("bad trace line: " + line);
+  std::vector<TraceLine> trace;
+  if (options.kill_coordinator_after > 0) {
+    DP_ASSIGN_OR_RETURN(std::vector<TraceLine> second,
+                        ReadTrace(dir + "/trace2.csv"));
+    if (second.empty()) {
+      return absl::InternalError("the restarted coordinator traced nothing");
     }
-    result.f.push_back(f);
-    result.seconds.push_back(s);
+    result.resumed_at = second.front().iteration;
+    for (const TraceLine& t : first_trace) {
+      if (t.iteration < result.resumed_at) trace.push_back(t);
+    }
+    trace.insert(trace.end(), second.begin(), second.end());
+  } else {
+    DP_ASSIGN_OR_RETURN(trace, ReadTrace(dir + "/trace.csv"));
   }
+  for (const TraceLine& t : trace) {
+    if (t.iteration != static_cast<int>(result.f.size())) {
+      return absl::DataLossError(absl::StrCat("trace: iteration ", t.iteration,
+                                              " at line ", result.f.size()));
+    }
+    result.f.push_back(t.f);
+    result.seconds.push_back(t.seconds);
+  }
+  std::string line;
   std::ifstream summary(dir + "/summary");
   while (std::getline(summary, line)) {
     std::pair<std::string, std::string> kv = absl::StrSplit(line, '=');

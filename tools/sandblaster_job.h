@@ -28,6 +28,13 @@ struct SandblasterJobOptions {
   // coordinator_log) instead of as an error.
   bool allow_failure = false;
   std::vector<std::string> coordinator_flags;     // to ps_lbfgs
+  // The scheduler keeps a --state_dir and the servers a --data_dir, so
+  // that checkpoints can be taken.
+  bool durable = false;
+  // > 0: kill -9 the coordinator once its trace shows this iteration, and
+  // start it again with the same flags at the same address (the workers
+  // wait for it); the result's f is then both traces joined.
+  int kill_coordinator_after = 0;
   std::vector<std::vector<std::string>> workers;  // flags, one per worker
   // The cluster's security, given to every process (--cluster_secret_file,
   // --tls_*); off by default.
@@ -42,6 +49,10 @@ struct SandblasterJobResult {
   std::vector<int> worker_exit_codes;          // -1: killed by a signal
   int coordinator_exit_code = 0;               // -1: killed by a signal
   std::string coordinator_log;                 // its tail, when it failed
+  // With kill_coordinator_after: the last iteration the killed coordinator
+  // traced, and the first the restarted one did (where it resumed).
+  int killed_after = -1;
+  int resumed_at = -1;
   double Num(const std::string& key) const;    // NaN when absent
 };
 

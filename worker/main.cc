@@ -20,6 +20,9 @@ ABSL_FLAG(std::string, job, "train",
           "train (a model replica under the job's consistency policy) or "
           "lbfgs (Sandblaster gradient tasks from --coordinator)");
 ABSL_FLAG(std::string, coordinator, "", "lbfgs: host:port of ps_lbfgs");
+ABSL_FLAG(int64_t, coordinator_timeout_ms, 60000,
+          "lbfgs: give up when the coordinator cannot be reached for this "
+          "long (a restarted one is waited for at the same address)");
 ABSL_FLAG(int32_t, crash_at_task, 0,
           "lbfgs test hook: exit abruptly inside the n-th task");
 
@@ -101,6 +104,8 @@ int main(int argc, char** argv) {
     so.health_listen = absl::GetFlag(FLAGS_health_listen);
     so.slow_factor = absl::GetFlag(FLAGS_slow_factor);
     so.crash_at_task = absl::GetFlag(FLAGS_crash_at_task);
+    so.coordinator_timeout =
+        absl::Milliseconds(absl::GetFlag(FLAGS_coordinator_timeout_ms));
     downpour::SetLogTag(absl::StrCat("lbfgs worker ", so.name));
     absl::Status s = downpour::RunSandblasterWorker(so);
     if (!s.ok()) {

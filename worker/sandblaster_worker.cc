@@ -61,8 +61,23 @@ class SandblasterWorker {
         return absl::OkStatus();
       }
       if (task.kind() == proto::TaskAssignment::WAIT) continue;
-      DP_RETURN_IF_ERROR(RunTask(task), "task ", task.task_id(), " of round ",
-                         task.round());
+      absl::Status ran = RunTask(task);
+      if (ran.ok()) {
+        failed_in_a_row_ = 0;
+        continue;
+      }
+      // A task of a coordinator that was lost or rolled the job back (its
+      // round is not open on the servers), or one that met its ranges
+      // being restored: the task is handed out again if it still matters,
+      // so drop it. Anything else, or this too often, ends the worker.
+      const bool stale = absl::IsFailedPrecondition(ran) || absl::IsDataLoss(ran);
+      if (!stale || ++failed_in_a_row_ > kMaxStaleTasksInARow) {
+        return Annotate(ran, absl::StrCat("task ", task.task_id(),
+                                          " of round ", task.round()));
+      }
+      DP_LOG(WARNING) << "task " << task.task_id() << " of round "
+                      << task.round() << " dropped: " << ran.message();
+      absl::SleepFor(absl::Milliseconds(100) * failed_in_a_row_);
     }
   }
 
@@ -157,6 +172,10 @@ class SandblasterWorker {
   int64_t x_round_ = -1;
   std::vector<float> x_, xs_, grad_;
   int tasks_run_ = 0;
+  // Tasks dropped one after another (see Run); the bound keeps a worker
+  // that cannot do anything from asking for ever.
+  static constexpr int kMaxStaleTasksInARow = 20;
+  int failed_in_a_row_ = 0;
   HealthEndpoint health_;  // with options_.health_listen
 };
 

@@ -92,7 +92,11 @@ absl::Status DenseReplica::DeclareTables() {
       off += n;
     }
   }
-  return ctx_->member().Barrier("init-params", absl::Seconds(120));
+  DP_RETURN_IF_ERROR(
+      ctx_->member().Barrier(StepContext::kInitBarrier, absl::Seconds(120)));
+  DP_LOG(INFO) << "parameters initialized (every worker passed '"
+               << StepContext::kInitBarrier << "')";
+  return absl::OkStatus();
 }
 
 absl::Status DenseReplica::PullParams() {

@@ -116,7 +116,7 @@ absl::Status SparseLoop::DeclareTable() {
   // A resumed job, or a replacement of a lost worker joining a running one
   // (whose other workers are long past the barrier), starts at once.
   if (ctx_.resumed()) return absl::OkStatus();
-  return ctx_.member().Barrier("init-params", absl::Seconds(120));
+  return ctx_.member().Barrier(StepContext::kInitBarrier, absl::Seconds(120));
 }
 
 absl::StatusOr<double> SparseLoop::Evaluate(int64_t clock, double loss) {

@@ -40,11 +40,17 @@ class StepContext {
   // the checkpoint the job was restored from, or where a lost worker of
   // this rank stopped. A loop runs [start_clock(), steps).
   int64_t start_clock() const { return member_->start_clock(); }
-  // The job was restored or resumed: the tables hold trained values, which
-  // rank 0 must not overwrite with initial ones.
+  // The job was restored or resumed, or this worker replaces a lost one in
+  // a running job (even one lost before its first clock report: the job
+  // had passed "init-params"): the tables hold trained values, which rank
+  // 0 must not overwrite with initial ones, and nobody else will wait at
+  // the start-up barrier.
   bool resumed() const {
-    return member_->start_clock() > 0 || member_->restored_from() != 0;
+    return member_->start_clock() > 0 || member_->restored_from() != 0 ||
+           member_->BarrierPassed(kInitBarrier);
   }
+  // Where the workers wait until rank 0 has written the initial values.
+  static constexpr char kInitBarrier[] = "init-params";
   // A resumed job (or a replacement, on its predecessor's shard) draws the
   // batches of the clocks before start_clock() and drops them, so that it
   // goes on as if it had not stopped.
