@@ -1225,11 +1225,16 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   // The bound on waiting for replacements: ranks given up stop gating the
   // others (continue), or the job fails (stop; the roster keeps why).
   void ApplyWorkerLossRule(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (int rank : roster_.Check(now)) {
+    const bool failed_before = !roster_.failure().ok();
+    const std::vector<int> retired = roster_.Check(now);
+    for (int rank : retired) {
       clocks_.Retire(rank);
       workers_[rank].set_lost(false);
       workers_[rank].set_retired(true);
     }
+    // On disk: a restarted scheduler keeps the rank retired, or the job
+    // failed.
+    if (!retired.empty() || failed_before != !roster_.failure().ok()) Commit();
   }
 
   // Removes from the map the CLIENT nodes silent for dead_after and the
@@ -1390,6 +1395,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     state.set_restored_clock(restored_clock_);
     for (NodeId id : rolled_back_) state.add_rolled_back_workers(id);
     for (const std::string& b : passed_barriers_) state.add_passed_barriers(b);
+    *state.mutable_roster() = roster_.Export();
     return state;
   }
 
@@ -1441,6 +1447,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (const std::string& b : state->passed_barriers()) {
       if (passed_barriers_.size() < kMaxPassedBarriers) passed_barriers_.insert(b);
     }
+    roster_.Import(state->roster());
     for (const auto& r : state->ranks()) {
       if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
       rank_of_[r.node()] = r.rank();
@@ -1454,15 +1461,17 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         const proto::WorkerStatus& w = clocks.workers(r);
         if (clocks_.Restore(r, w.clock()).ok()) workers_[r] = w;
         workers_[r].set_rank(r);
-        // The roster of lost workers is not kept on disk: a restarted
-        // scheduler starts it afresh, and says so rather than show stale
-        // flags.
-        workers_[r].set_lost(false);
-        workers_[r].set_retired(false);
       }
     } else if (const proto::CheckpointManifest* m =
                    FindManifest(restored_from_)) {
       SetClocks(*m);
+    }
+    // The roster on disk is newer than the clocks (it is synced).
+    for (int r = 0; r < clocks_.size(); ++r) {
+      workers_[r].set_lost(roster_.lost(r));
+      workers_[r].set_retired(roster_.retired(r));
+      if (roster_.finished(r)) workers_[r].set_finished(true);
+      if (roster_.retired(r)) clocks_.Retire(r);
     }
     // Every node gets a full dead_after to be heard from.
     const absl::Time now = absl::Now();

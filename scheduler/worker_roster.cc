@@ -58,6 +58,40 @@ absl::Status WorkerRoster::Replaced(int rank) {
   return absl::OkStatus();
 }
 
+proto::WorkerRosterState WorkerRoster::Export() const {
+  proto::WorkerRosterState out;
+  for (int r = 0; r < static_cast<int>(state_.size()); ++r) {
+    const RankState& s = state_[r];
+    if (!s.lost && !s.retired && !s.finished) continue;
+    proto::WorkerRosterState::Rank* rank = out.add_ranks();
+    rank->set_rank(r);
+    rank->set_lost(s.lost);
+    rank->set_retired(s.retired);
+    rank->set_finished(s.finished);
+    rank->set_name(s.name);
+    rank->set_how(s.how);
+    rank->set_since_unix_ms(absl::ToUnixMillis(s.since));
+  }
+  if (!failure_.ok()) out.set_failure(std::string(failure_.message()));
+  return out;
+}
+
+void WorkerRoster::Import(const proto::WorkerRosterState& state) {
+  state_.assign(state_.size(), RankState());
+  for (const proto::WorkerRosterState::Rank& r : state.ranks()) {
+    if (!Valid(r.rank())) continue;
+    RankState& s = state_[r.rank()];
+    s.lost = r.lost();
+    s.retired = r.retired();
+    s.finished = r.finished();
+    s.name = r.name();
+    s.how = r.how();
+    s.since = absl::FromUnixMillis(r.since_unix_ms());
+  }
+  failure_ = state.failure().empty() ? absl::OkStatus()
+                                     : absl::AbortedError(state.failure());
+}
+
 std::vector<int> WorkerRoster::Check(absl::Time now) {
   std::vector<int> retire;
   if (!failure_.ok()) return retire;

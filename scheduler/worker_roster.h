@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "consistency/consistency.h"
+#include "proto/downpour.pb.h"
 
 namespace downpour {
 
@@ -62,6 +63,13 @@ class WorkerRoster {
   // Applies the rule at `now`: returns the ranks to retire (continue), or
   // sets failure() (stop). Call it regularly (the liveness sweep).
   std::vector<int> Check(absl::Time now);
+
+  // The roster as plain data, for the scheduler's state on disk, and
+  // back: Import replaces the whole roster (ranks outside the job are
+  // ignored), so that a restarted scheduler waits for a replacement only
+  // for what is left of the bound.
+  proto::WorkerRosterState Export() const;
+  void Import(const proto::WorkerRosterState& state);
 
   // OK while the job runs; kAborted naming the lost worker once it failed.
   const absl::Status& failure() const { return failure_; }

@@ -102,5 +102,47 @@ TEST(WorkerRosterTest, FinishedWorkersAreNotLost) {
   EXPECT_OK(roster.failure());
 }
 
+TEST(WorkerRosterTest, ExportedAndImportedItGoesOnWhereItWas) {
+  WorkerRoster roster(Policy("ssp", 4, 0),
+                      Options(WorkerLossOptions::OnLoss::kContinue));
+  roster.Lost(1, "w1", "missed heartbeats", kT0);
+  roster.Lost(2, "w2", "left: SIGTERM", kT0 + absl::Seconds(4));
+  roster.Finished(3);
+  EXPECT_THAT(roster.Check(kT0 + absl::Seconds(10)), ElementsAre(1));
+  const proto::WorkerRosterState saved = roster.Export();
+  EXPECT_EQ(saved.ranks_size(), 3);  // rank 0 has nothing to keep
+
+  // A restarted scheduler: rank 1 stays retired, rank 2's wait goes on
+  // from when it was lost (not from the restart), rank 3 finished.
+  WorkerRoster again(Policy("ssp", 4, 0),
+                     Options(WorkerLossOptions::OnLoss::kContinue));
+  again.Import(saved);
+  EXPECT_TRUE(again.retired(1));
+  EXPECT_TRUE(again.lost(2));
+  EXPECT_TRUE(again.finished(3));
+  EXPECT_FALSE(again.lost(0));
+  EXPECT_THAT(again.Replaced(1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(again.Check(kT0 + absl::Seconds(13)).empty());
+  EXPECT_THAT(again.Check(kT0 + absl::Seconds(14)), ElementsAre(2));
+
+  // A job that stopped stays stopped.
+  WorkerRoster stopped(Policy("bsp", 2, 0),
+                       Options(WorkerLossOptions::OnLoss::kStop));
+  stopped.Lost(0, "w0", "missed heartbeats", kT0);
+  stopped.Check(kT0 + absl::Seconds(10));
+  ASSERT_FALSE(stopped.failure().ok());
+  WorkerRoster stopped_again(Policy("bsp", 2, 0),
+                             Options(WorkerLossOptions::OnLoss::kStop));
+  stopped_again.Import(stopped.Export());
+  EXPECT_EQ(stopped_again.failure(), stopped.failure());
+  // Ranks beyond this job (a state of another shape) are ignored.
+  proto::WorkerRosterState odd;
+  odd.add_ranks()->set_rank(7);
+  odd.mutable_ranks(0)->set_lost(true);
+  stopped_again.Import(odd);
+  EXPECT_OK(stopped_again.failure());
+  EXPECT_FALSE(stopped_again.lost(0));
+}
+
 }  // namespace
 }  // namespace downpour

@@ -337,6 +337,65 @@ TEST(WorkerLossTest, SspContinuesWithFewerWorkersAfterTheBound) {
 
 TEST(WorkerLossTest, AspContinuesWithFewerWorkers) { ExpectContinues("asp"); }
 
+// The scheduler killed while it waits for a replacement: the restarted one
+// reads the lost rank from its state dir, goes on waiting from when the
+// worker was lost and retires it at the bound. (Forgotten, the rank would
+// gate the survivors for ever: its node is dead, nothing would lose it
+// again.)
+TEST(WorkerLossTest, ARestartedSchedulerKeepsWaitingForTheLostWorker) {
+  constexpr int kSteps = 1500;
+  const std::string dir = TestTmpDir() + "/restart_while_lost";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 2;
+  o.cluster.durable = true;
+  o.cluster.scheduler_flags = {"--consistency=ssp", "--staleness=2",
+                               "--num_workers=3", "--dead_after_ms=2000",
+                               "--worker_replace_timeout_ms=8000",
+                               "--on_worker_loss=continue"};
+  for (int i = 0; i < 3; ++i) {
+    o.workers.push_back(WorkerFlags(kSteps));
+    o.workers.back().push_back(absl::StrCat("--rank=", i));
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+  ASSERT_OK(WaitForClock(job->scheduler_address(), 2, 20, absl::Minutes(2)));
+  job->worker(2).Signal(SIGKILL);
+  ASSERT_OK(job->WaitForWorker(2, absl::Seconds(10)).status());
+  const absl::Time killed = absl::Now();
+  SchedulerClient sched(job->scheduler_address());
+  proto::JobStatus status;
+  while (!status.workers_size() || !status.workers(2).lost()) {
+    ASSERT_LT(absl::Now() - killed, absl::Seconds(20)) << "never lost";
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_OK_AND_ASSIGN(status, sched.GetJobStatus());
+  }
+  job->cluster().scheduler().Signal(SIGKILL);
+  ASSERT_OK(job->cluster().scheduler().Wait(absl::Seconds(10)).status());
+  ASSERT_OK(job->cluster().RestartScheduler());
+  const absl::Duration down = absl::Now() - killed;
+  SchedulerClient restarted(job->scheduler_address());
+  absl::StatusOr<proto::JobStatus> first;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10);
+       !(first = restarted.GetJobStatus()).ok() && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_OK_AND_ASSIGN(status, std::move(first));
+  EXPECT_TRUE(status.workers(2).lost() || status.workers(2).retired())
+      << "after the restart, rank 2 is " << status.workers(2).ShortDebugString();
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(3)));
+  ASSERT_OK_AND_ASSIGN(int w1, job->WaitForWorker(1, absl::Minutes(3)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w1), 0) << job->worker(1).LogTail();
+  ASSERT_OK_AND_ASSIGN(status, restarted.GetJobStatus());
+  EXPECT_TRUE(status.workers(2).retired());
+  EXPECT_EQ(status.workers(0).clock(), kSteps);
+  std::cout << "scheduler restarted " << down << " after the kill; survivors "
+            << "finished " << absl::Now() - killed << " after it\n";
+  EXPECT_OK(job->Stop());
+}
+
 // Every survivor exits with status 1 soon after the bound, naming the lost
 // worker. `steps` keeps the survivors running (or blocked) past it.
 void ExpectStops(const std::unique_ptr<LocalJob>& job,
