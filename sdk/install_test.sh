@@ -68,9 +68,16 @@ address=$(head -1 "$tmp/scheduler.address")
     >"$tmp/server.log" 2>&1 &
 server_pid=$!
 
+# Under --config=asan the library needs AddressSanitizer's runtime loaded
+# first, and the examples are not built with it: preload it when they run.
+asan=$(awk '/libasan\.so/ && $2 == "=>" {print $3; exit}' \
+           <<<"$(ldd "$prefix/lib/libdownpour.so.0")")
+preload="$asan${LD_PRELOAD:+:$LD_PRELOAD}"
+[[ -n "$asan" ]] && echo "ASan build: running the examples with $asan preloaded"
+
 run() {
   local exe=$1 table=$2 out
-  out=$(LD_LIBRARY_PATH="$prefix/lib" timeout 60 "$exe" "$address" "$table") \
+  out=$(LD_PRELOAD="$preload" LD_LIBRARY_PATH="$prefix/lib" timeout 60 "$exe" "$address" "$table") \
     || { cat "$tmp/server.log"; fail "$exe exited $?: $out"; }
   [[ "$out" == "ok 0" ]] || fail "$exe printed '$out', want 'ok 0'"
   echo "$exe: $out"

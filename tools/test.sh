@@ -27,10 +27,12 @@
 # plain in stage 1, and --sanitize-all (a nightly or a release check) runs
 # them under ASan too.
 # //deploy/... (manifests, a podman image) has no code of ours to sanitize.
-# Tests tagged no_sanitizer load our code into a program that is not built
-# with the sanitizers (the Python module into Debian's python3, the SDK into
-# an example built by cmake): ASan refuses to run there ("ASan runtime does
-# not come first"). The C++ code under them is what the C++ tests cover.
+# The Python and SDK tests load our code into a program that is not built
+# with the sanitizers (Debian's python3, an example built by cmake); they
+# preload the ASan runtime there themselves (python/tests/pytest_main.py,
+# sdk/install_test.sh), since ASan must come first. Tests tagged
+# no_sanitizer (the PyTorch ones: PyTorch's libraries are not ours to
+# sanitize) are left out of sanitizer runs.
 #
 # A time budget keeps the whole command inside CI's limit whatever the
 # machine: TEST_BUDGET_MIN (default 80, of CI's 90) counts from the start,

@@ -20,6 +20,19 @@ cp -rL "$root/python/setup.py" "$root/python/pyproject.toml" \
     --disable-pip-version-check "$src" >"$tmp/pip.log" 2>&1 \
   || { cat "$tmp/pip.log"; fail "pip install"; }
 
+# Under --config=asan the extension needs AddressSanitizer's runtime loaded
+# first, which Debian's python3 is not built with (python/tests/
+# pytest_main.py does the same; leaks are the C++ tests' to find).
+libs=$(ldd "$src/downpour/_downpour.so") || fail "ldd of the extension"
+asan=$(awk '/libasan\.so/ && $2 == "=>" {print $3; exit}' <<<"$libs")
+if [[ -n "$asan" ]]; then
+  # libstdc++ too, or ASan cannot intercept __cxa_throw (python3 is not C++).
+  stdcxx=$(awk '/libstdc\+\+\.so/ && $2 == "=>" {print $3; exit}' <<<"$libs")
+  echo "ASan build: preloading $asan $stdcxx"
+  export LD_PRELOAD="$asan:$stdcxx${LD_PRELOAD:+:$LD_PRELOAD}"
+  export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+fi
+
 cd "$tmp"  # away from both trees
 "$tmp/venv/bin/python" - "$root" <<'PY'
 import os, sys, tempfile
