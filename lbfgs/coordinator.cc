@@ -6,8 +6,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "cluster/scheduler_client.h"
 #include "absl/synchronization/notification.h"
+#include "cluster/scheduler_client.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -232,12 +232,24 @@ class CoordinatorImpl final : public Coordinator,
                    << options_.table << "': starting at iteration 0";
       return std::nullopt;
     }
+    // Checked before anything is rolled back: a run of another problem
+    // or history could not use the state.
     const proto::LbfgsState& state = newest->lbfgs();
-    if (state.history() != options_.lbfgs.history) {
+    const proto::TableSpec* spec = nullptr;
+    for (const auto& t : newest->tables()) {
+      if (t.spec().name() == options_.table) spec = &t.spec();
+    }
+    if (state.history() != options_.lbfgs.history || spec == nullptr ||
+        spec->num_keys() != problem_->num_keys() ||
+        spec->width() != problem_->width()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint ", newest->id(), " holds table '", options_.table,
-          "' with L-BFGS history ", state.history(), ", this run asks for ",
-          options_.lbfgs.history, " (--resume=false starts afresh)"));
+          "' of L-BFGS history ", state.history(), " and ",
+          spec == nullptr ? 0 : spec->num_keys(), " keys x ",
+          spec == nullptr ? 0 : spec->width(), "; this run has history ",
+          options_.lbfgs.history, " and ", problem_->num_keys(), " x ",
+          problem_->width(), " (--resume=false, or another --table, starts "
+          "afresh)"));
     }
     absl::StatusOr<proto::RestoreCheckpointReply> restored;
     SchedulerClient slow = Scheduler(absl::Minutes(11));
