@@ -126,12 +126,22 @@ absl::StatusOr<ExportResult> ExportFromCluster(
     for (bool done = false; !done;) {
       DP_ASSIGN_OR_RETURN(proto::ExportRowsReply chunk,
                           client->ExportRows(req, absl::Seconds(60)));
+      if (chunk.keys().size() % sizeof(Key) != 0 ||
+          chunk.values().size() % sizeof(float) != 0) {
+        return absl::DataLossError("export: a chunk of a partial key or value");
+      }
       // Copied out of the reply's strings, which are not aligned for
-      // floats.
+      // floats. (A dense chunk has no keys: memcpy must not see the null
+      // data() of an empty vector, which UBSan reports.)
       keys.resize(chunk.keys().size() / sizeof(Key));
-      std::memcpy(keys.data(), chunk.keys().data(), chunk.keys().size());
+      if (!keys.empty()) {
+        std::memcpy(keys.data(), chunk.keys().data(), keys.size() * sizeof(Key));
+      }
       values.resize(chunk.values().size() / sizeof(float));
-      std::memcpy(values.data(), chunk.values().data(), chunk.values().size());
+      if (!values.empty()) {
+        std::memcpy(values.data(), chunk.values().data(),
+                    values.size() * sizeof(float));
+      }
       if (values.size() != chunk.count() * table->spec().width()) {
         return absl::DataLossError("export: a chunk of the wrong size");
       }

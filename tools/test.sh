@@ -135,7 +135,7 @@ budgeted() {
 
 run plain bazel test //... "${args[@]}"
 if ((!quick)); then
-  for stage in tsan fuzz asan; do
+  for stage in tsan fuzz asan asan-large; do
     cut_failed=$failed
     case $stage in
       tsan) budgeted tsan bazel test --config=tsan "${TSAN_TARGETS[@]}" "${args[@]}" ;;
@@ -152,6 +152,12 @@ if ((!quick)); then
         ;;
       asan) budgeted asan bazel test --config=asan "${asan_sizes[@]}" \
         --test_tag_filters=-no_sanitizer "${args[@]}" -- //... -//deploy/... ;;
+      asan-large)
+        # --sanitize-all ran them in the stage above already.
+        ((${#asan_sizes[@]} == 0)) && continue
+        budgeted asan-large bazel test --config=asan \
+          --test_size_filters=large,enormous --test_timeout=3600 \
+          --test_tag_filters=-no_sanitizer "${args[@]}" -- //... -//deploy/... ;;
     esac
   done
 fi
