@@ -104,7 +104,18 @@ std::string ConsistencyPolicy::ToString() const {
 ClockTable::ClockTable(const ConsistencyPolicy& policy)
     : policy_(policy),
       clocks_(policy.num_workers + policy.backup_workers, 0),
-      retired_(clocks_.size(), false) {}
+      retired_(clocks_.size(), false),
+      claims_(clocks_.size()) {}
+
+void ClockTable::Claim(int rank, Clock clock) {
+  if (rank >= 0 && rank < size()) claims_[rank].insert(clock);
+}
+
+void ClockTable::Unclaim(int rank, Clock clock) {
+  if (rank < 0 || rank >= size()) return;
+  auto it = claims_[rank].find(clock);
+  if (it != claims_[rank].end()) claims_[rank].erase(it);
+}
 
 void ClockTable::Retire(int rank) {
   if (rank >= 0 && rank < size()) retired_[rank] = true;
@@ -146,7 +157,12 @@ absl::Status ClockTable::Restore(int rank, Clock clock) {
 
 bool ClockTable::WithinBound(int rank, Clock clock, Clock slack) const {
   if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
-  const Clock gating = GatingWith(rank, clock);
+  std::vector<Clock> clocks = clocks_;
+  for (int r = 0; r < size(); ++r) {
+    if (!claims_[r].empty()) clocks[r] = std::max(clocks[r], *claims_[r].rbegin());
+  }
+  clocks[rank] = clock;
+  const Clock gating = Gating(std::move(clocks));
   // clock - gating <= bound + 1, written so that it cannot overflow.
   return clock <= gating || clock - gating - 1 <= policy_.bound() + slack;
 }

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -122,7 +123,20 @@ class ClockTable {
   // `slack` (>= 0, small beside 2^62) widens the bound: reports of the
   // others travel separately and are coalesced, so what the table records
   // of them may lag the truth by several clocks.
+  // The others count at the larger of their recorded clock and their
+  // claims (below).
   bool WithinBound(int rank, Clock clock, Clock slack = 0) const;
+  // A report of `clock` by `rank` waiting for the others' (the scheduler's
+  // grace wait): while it waits, the others' WithinBound counts `rank` as
+  // at least there. Workers report asynchronously and coalesce their
+  // reports, so two of them may each report a clock beyond what the table
+  // records of the other; each claim then admits the other's report,
+  // instead of both waiting out the grace and being refused. A claim moves
+  // nothing else (GatingClock, MayProceed), and a false one can only admit
+  // reports, never refuse one. Pair each Claim with an Unclaim (an Unclaim
+  // without its Claim is ignored). Ranks outside [0, N + b) are ignored.
+  void Claim(int rank, Clock clock);
+  void Unclaim(int rank, Clock clock);
   // Sets worker `rank`'s clock as recorded earlier (a checkpoint, the
   // scheduler's state dir), without Advance's checks: the clocks of a
   // recorded cut satisfy the bound together, not one at a time.
@@ -152,6 +166,7 @@ class ClockTable {
   ConsistencyPolicy policy_;
   std::vector<Clock> clocks_;
   std::vector<bool> retired_;
+  std::vector<std::multiset<Clock>> claims_;  // by rank
 };
 
 // Server-side bookkeeping of which iterations of each worker a table has

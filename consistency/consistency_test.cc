@@ -217,6 +217,36 @@ TEST(ClockTableTest, ClocksFromTheFutureAreRefused) {
   EXPECT_THAT(asp.Advance(0, 5), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+TEST(ClockTableTest, ClaimsOfWaitingReportsAdmitEachOther) {
+  // Two BSP workers at 18 in the table, both truly at 23 (their reports
+  // were coalesced): each report alone is refused...
+  ClockTable bsp(Policy("bsp", 0, 2));
+  ASSERT_OK(bsp.Restore(0, 18));
+  ASSERT_OK(bsp.Restore(1, 18));
+  EXPECT_FALSE(bsp.WithinBound(0, 23));
+  EXPECT_FALSE(bsp.WithinBound(1, 23));
+  // ...but the one waiting claims its clock, which admits the other's.
+  bsp.Claim(0, 23);
+  EXPECT_TRUE(bsp.WithinBound(1, 23));
+  ASSERT_OK(bsp.Advance(1, 23));
+  EXPECT_TRUE(bsp.WithinBound(0, 23));
+  bsp.Unclaim(0, 23);
+  ASSERT_OK(bsp.Advance(0, 23));
+  // A claim moves neither the gate nor what may proceed.
+  ClockTable ssp(Policy("ssp", 1, 2));
+  ssp.Claim(0, Clock{1} << 62);
+  EXPECT_EQ(ssp.GatingClock(), 0);
+  EXPECT_FALSE(ssp.MayProceed(3));
+  // While it stands it admits worker 1's reports; once withdrawn, worker 1
+  // is bounded by worker 0's recorded 0 again.
+  EXPECT_TRUE(ssp.WithinBound(1, 3));
+  ssp.Unclaim(0, Clock{1} << 62);
+  EXPECT_FALSE(ssp.WithinBound(1, 3));
+  ssp.Unclaim(1, 5);  // without a claim: ignored
+  ssp.Claim(9, 5);    // outside the job: ignored
+  EXPECT_EQ(ssp.GatingClock(), 0);
+}
+
 // Simulates workers of very different speeds under the clock protocol and
 // checks the staleness every pull sees against the bound.
 TEST(StalenessTest, SimulatedRunsRespectTheBound) {

@@ -61,9 +61,10 @@ ABSL_FLAG(std::string, on_worker_loss, "stop",
 ABSL_FLAG(std::string, job_token_file, "",
           "if set, only workers presenting this file's token (ps_worker "
           "--job_token_file) get a rank");
-ABSL_FLAG(int64_t, clock_report_slack, 1 << 20,
-          "worker clocks tolerated beyond the policy's bound, for reports "
-          "that lag (0: exactly s + 1 ahead of the slowest recorded)");
+ABSL_FLAG(int64_t, clock_report_slack, 0,
+          "worker clocks tolerated beyond the policy's bound (0: no worker "
+          "more than s + 1 ahead of the slowest; reports that lag are "
+          "waited for, --clock_report_grace_ms)");
 ABSL_FLAG(int64_t, clock_report_grace_ms, 5000,
           "a worker clock beyond what the policy allows waits this long for "
           "the other workers' reports before it is refused");

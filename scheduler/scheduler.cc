@@ -420,9 +420,13 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         return stopping_ ||
                clocks_.WithinBound(req->rank(), req->clock(), slack);
       };
+      // Meanwhile the claim admits the others' reports that this one's
+      // record would (ClockTable::Claim).
+      clocks_.Claim(req->rank(), req->clock());
       mu_.AwaitWithTimeout(absl::Condition(&within),
                            std::min(options_.clock_report_grace,
                                     TimeLeft(ctx) - absl::Milliseconds(100)));
+      clocks_.Unclaim(req->rank(), req->clock());
       if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
     }
     absl::Status s = clocks_.Advance(req->rank(), req->clock(), slack);

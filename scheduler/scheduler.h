@@ -186,11 +186,13 @@ struct SchedulerOptions {
   // s + 1 ahead of the slowest) waits this long for the other workers'
   // reports, which travel separately and may lag, before it is refused.
   absl::Duration clock_report_grace = absl::Seconds(5);
-  // Clocks tolerated beyond the policy's bound: workers report clocks
-  // asynchronously and coalesce reports (a BSP worker, synchronized by the
-  // servers, may be recorded several clocks behind), so the recorded
-  // clocks of the others lag. A clock beyond bound + 1 + slack is refused.
-  int64_t clock_report_slack = 1 << 20;
+  // Clocks tolerated beyond the policy's bound (a clock beyond bound + 1 +
+  // slack is refused). 0: exact. Workers report asynchronously and
+  // coalesce reports (a BSP worker, synchronized by the servers, may be
+  // recorded several clocks behind), so a report may be ahead of the
+  // others' record; it waits for theirs (clock_report_grace), and its claim
+  // meanwhile admits theirs (ClockTable::Claim).
+  int64_t clock_report_slack = 0;
   // A DEAD server or worker that no key range names any more is forgotten
   // (removed from the map, its rank freed) after this long.
   absl::Duration forget_dead_after = absl::Minutes(10);
