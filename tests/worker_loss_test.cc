@@ -158,6 +158,34 @@ proto::NodeState WorkerState(const std::string& scheduler,
   return proto::STATE_UNSPECIFIED;
 }
 
+// Kills worker 1 of a two-worker BSP job and starts its replacement under
+// the dead worker's name (index 2 in the harness, name w1), which gets
+// rank 1, its shard and its clock. Both must finish within `wait`, and the
+// parameters must equal the single-process run bit for bit. `*log`: the
+// replacement's log.
+void ReplaceWorker1AndCompare(LocalJob* job, int steps, absl::Duration wait,
+                              std::string* log) {
+  job->worker(1).Signal(SIGKILL);
+  ASSERT_OK_AND_ASSIGN(int killed, job->WaitForWorker(1, absl::Seconds(10)));
+  ASSERT_TRUE(WIFSIGNALED(killed));
+  std::vector<std::string> flags = WorkerFlags(steps);
+  flags.push_back("--name=w1");
+  flags.push_back("--rank=1");
+  ASSERT_OK(job->AddWorker(flags));
+  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, wait));
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Seconds(60)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
+  *log = ReadLog(job->worker(2));
+  EXPECT_THAT(*log, HasSubstr("rank 1 of 2"));
+
+  const std::vector<float> got = ReadParams(job->scheduler_address());
+  const std::vector<float> want = SingleProcessBsp(2, steps);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
+                                           << " parameters";
+}
+
 TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
   constexpr int kSteps = 3000;
   auto job = StartJob("bsp_replace",
@@ -166,21 +194,8 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
                       2, kSteps);
   ASSERT_NE(job, nullptr);
   ASSERT_OK(WaitForClock(job->scheduler_address(), 1, 100, absl::Minutes(2)));
-  job->worker(1).Signal(SIGKILL);
-  ASSERT_OK_AND_ASSIGN(int killed, job->WaitForWorker(1, absl::Seconds(10)));
-  ASSERT_TRUE(WIFSIGNALED(killed));
-  // The replacement registers under the dead worker's name (index 2 in
-  // the harness, name w1): it gets rank 1, its shard and its clock.
-  std::vector<std::string> flags = WorkerFlags(kSteps);
-  flags.push_back("--name=w1");
-  flags.push_back("--rank=1");
-  ASSERT_OK(job->AddWorker(flags));
-  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(4)));
-  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, absl::Minutes(4)));
-  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
-  EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
-  const std::string log = ReadLog(job->worker(2));
-  EXPECT_THAT(log, HasSubstr("rank 1 of 2"));
+  std::string log;
+  ReplaceWorker1AndCompare(job.get(), kSteps, absl::Minutes(4), &log);
   EXPECT_THAT(log, HasSubstr("(the rank's clock: replacing a lost worker)"));
 
   SchedulerClient sched(job->scheduler_address());
@@ -188,12 +203,6 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
   EXPECT_EQ(status.failure(), "");
   EXPECT_EQ(status.workers(1).clock(), kSteps);
   EXPECT_TRUE(status.workers(1).finished());
-
-  const std::vector<float> got = ReadParams(job->scheduler_address());
-  const std::vector<float> want = SingleProcessBsp(2, kSteps);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
-                                           << " parameters";
   EXPECT_OK(job->Stop());
 }
 
@@ -227,28 +236,10 @@ TEST(WorkerLossTest, BspReplacementOfAWorkerLostBeforeItsFirstClock) {
   SchedulerClient sched(job->scheduler_address());
   ASSERT_OK_AND_ASSIGN(proto::JobStatus before, sched.GetJobStatus());
   ASSERT_EQ(before.workers(1).clock(), 0);
-  job->worker(1).Signal(SIGKILL);
-  ASSERT_OK_AND_ASSIGN(int killed, job->WaitForWorker(1, absl::Seconds(10)));
-  ASSERT_TRUE(WIFSIGNALED(killed));
-
-  std::vector<std::string> flags = WorkerFlags(kSteps);
-  flags.push_back("--name=w1");
-  flags.push_back("--rank=1");
-  ASSERT_OK(job->AddWorker(flags));
+  std::string log;
   // Well within the 120 s the barrier would make it wait.
-  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, absl::Seconds(90)));
-  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Seconds(30)));
-  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
-  EXPECT_EQ(ExitCode(w2), 0) << job->worker(2).LogTail();
-  const std::string log = ReadLog(job->worker(2));
-  EXPECT_THAT(log, HasSubstr("rank 1 of 2"));
+  ReplaceWorker1AndCompare(job.get(), kSteps, absl::Seconds(90), &log);
   EXPECT_EQ(log.find("parameters initialized"), std::string::npos) << log;
-
-  const std::vector<float> got = ReadParams(job->scheduler_address());
-  const std::vector<float> want = SingleProcessBsp(2, kSteps);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
-                                           << " parameters";
   EXPECT_OK(job->Stop());
 }
 
