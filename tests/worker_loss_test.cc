@@ -56,9 +56,9 @@ std::vector<std::string> WorkerFlags(int steps) {
           "--warmup_steps=5"};
 }
 
-std::unique_ptr<LocalJob> StartJob(const std::string& tag,
-                                   std::vector<std::string> scheduler_flags,
-                                   int workers, int steps) {
+// A job of two servers in its own folder, without workers yet.
+LocalJobOptions JobOptions(const std::string& tag,
+                           std::vector<std::string> scheduler_flags) {
   const std::string dir = TestTmpDir() + "/" + tag;
   EXPECT_EQ(system(("mkdir -p " + dir).c_str()), 0);
   LocalJobOptions o;
@@ -66,6 +66,13 @@ std::unique_ptr<LocalJob> StartJob(const std::string& tag,
   o.cluster.work_dir = dir;
   o.cluster.num_servers = 2;
   o.cluster.scheduler_flags = std::move(scheduler_flags);
+  return o;
+}
+
+std::unique_ptr<LocalJob> StartJob(const std::string& tag,
+                                   std::vector<std::string> scheduler_flags,
+                                   int workers, int steps) {
+  LocalJobOptions o = JobOptions(tag, std::move(scheduler_flags));
   // Worker i (named w<i>) takes rank i, so that a test knows whom it kills.
   for (int i = 0; i < workers; ++i) {
     o.workers.push_back(WorkerFlags(steps));
@@ -212,14 +219,9 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
 // (and, as rank 0, write the initial values over trained ones).
 TEST(WorkerLossTest, BspReplacementOfAWorkerLostBeforeItsFirstClock) {
   constexpr int kSteps = 300;
-  const std::string dir = TestTmpDir() + "/bsp_first_clock";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalJobOptions o;
-  o.cluster.bin_dir = RunfilePath("");
-  o.cluster.work_dir = dir;
-  o.cluster.num_servers = 2;
-  o.cluster.scheduler_flags = {"--consistency=bsp", "--num_workers=2",
-                               "--worker_replace_timeout_ms=120000"};
+  LocalJobOptions o = JobOptions(
+      "bsp_first_clock", {"--consistency=bsp", "--num_workers=2",
+                          "--worker_replace_timeout_ms=120000"});
   o.workers = {WorkerFlags(kSteps), WorkerFlags(kSteps)};
   o.workers[0].push_back("--rank=0");
   o.workers[1].push_back("--rank=1");
@@ -335,17 +337,12 @@ TEST(WorkerLossTest, AspContinuesWithFewerWorkers) { ExpectContinues("asp"); }
 // again.)
 TEST(WorkerLossTest, ARestartedSchedulerKeepsWaitingForTheLostWorker) {
   constexpr int kSteps = 1500;
-  const std::string dir = TestTmpDir() + "/restart_while_lost";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalJobOptions o;
-  o.cluster.bin_dir = RunfilePath("");
-  o.cluster.work_dir = dir;
-  o.cluster.num_servers = 2;
+  LocalJobOptions o = JobOptions(
+      "restart_while_lost",
+      {"--consistency=ssp", "--staleness=2", "--num_workers=3",
+       "--dead_after_ms=2000", "--worker_replace_timeout_ms=8000",
+       "--on_worker_loss=continue"});
   o.cluster.durable = true;
-  o.cluster.scheduler_flags = {"--consistency=ssp", "--staleness=2",
-                               "--num_workers=3", "--dead_after_ms=2000",
-                               "--worker_replace_timeout_ms=8000",
-                               "--on_worker_loss=continue"};
   for (int i = 0; i < 3; ++i) {
     o.workers.push_back(WorkerFlags(kSteps));
     o.workers.back().push_back(absl::StrCat("--rank=", i));
