@@ -417,7 +417,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       // Ahead of what the others reported: their reports may still be on
       // the way, so wait a little before refusing.
       auto within = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ ||
+        return stopping_ || !roster_.failure().ok() ||
                clocks_.WithinBound(req->rank(), req->clock(), slack);
       };
       // Meanwhile the claim admits the others' reports that this one's
@@ -428,6 +428,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                     TimeLeft(ctx) - absl::Milliseconds(100)));
       clocks_.Unclaim(req->rank(), req->clock());
       if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+      // The job failed meanwhile: that, not the bound, is the answer.
+      if (!roster_.failure().ok()) return Err(roster_.failure());
     }
     absl::Status s = clocks_.Advance(req->rank(), req->clock(), slack);
     if (!s.ok()) {
