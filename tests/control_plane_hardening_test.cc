@@ -402,6 +402,8 @@ TEST_F(ControlPlaneHardeningTest, TheMapStaysSmallAndClientsExpire) {
         hb.set_node_id(id);
         proto::HeartbeatReply ignored;
         auto ctx = Ctx();
+        // A keep-alive: a missed beat only shows later as an expired
+        // client, which the test checks.
         (void)stub_->Heartbeat(ctx.get(), hb, &ignored);
       }
       absl::SleepFor(absl::Milliseconds(200));

@@ -20,6 +20,7 @@
 #include "client/client.h"
 #include "common/address_file.h"
 #include "common/auth.h"
+#include "common/status_macros.h"
 #include "common/test_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "psctl/psctl.pb.h"
@@ -266,13 +267,17 @@ TEST(PsctlTest, BadUsageAndUnreachableScheduler) {
       << unreachable.output;
 }
 
-// psctl checkpoint takes one (the manifest comes back), checkpoints lists
-// it, and export writes the table's values to .npy, bit for bit, from the
-// running cluster and from the servers' data dirs.
 // Two servers with data dirs and a scheduler with a state dir (checkpoints
-// need both), under `TestTmpDir()/name`.
-absl::StatusOr<std::unique_ptr<LocalCluster>> StartDurableCluster(
-    const std::string& name) {
+// need both), under `TestTmpDir()/name`; a client, and the table "w" (500
+// keys x 3) that the checkpoint tests fill.
+struct DurableCluster {
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<Client> client;
+  Table table;
+  std::string sched;  // psctl's --scheduler flag
+};
+
+absl::StatusOr<DurableCluster> StartDurableCluster(const std::string& name) {
   LocalClusterOptions o;
   o.bin_dir = RunfilePath("");
   o.work_dir = TestTmpDir() + "/" + name;
@@ -280,21 +285,28 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> StartDurableCluster(
   o.num_servers = 2;
   o.durable = true;
   o.scheduler_flags = {"--num_workers=1", "--consistency=asp"};
-  return LocalCluster::Start(o);
-}
-
-TEST(PsctlTest, CheckpointListAndExport) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
-                       StartDurableCluster("durable"));
-  const std::string sched = "--scheduler=" + cluster->scheduler_address();
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<Client> client,
-      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  DurableCluster d;
+  DP_ASSIGN_OR_RETURN(d.cluster, LocalCluster::Start(o));
+  d.sched = "--scheduler=" + d.cluster->scheduler_address();
+  DP_ASSIGN_OR_RETURN(d.client, Client::Connect({.scheduler_address =
+                                                     d.cluster->scheduler_address()}));
   TableOptions t;
   t.name = "w";
   t.width = 3;
   t.num_keys = 500;
-  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  DP_ASSIGN_OR_RETURN(d.table, d.client->CreateTable(t));
+  return d;
+}
+
+// psctl checkpoint takes one (the manifest comes back), checkpoints lists
+// it, and export writes the table's values to .npy, bit for bit, from the
+// running cluster and from the servers' data dirs.
+TEST(PsctlTest, CheckpointListAndExport) {
+  ASSERT_OK_AND_ASSIGN(DurableCluster d, StartDurableCluster("durable"));
+  LocalCluster* cluster = d.cluster.get();
+  Client* client = d.client.get();
+  const Table& table = d.table;
+  const std::string& sched = d.sched;
   std::vector<float> values(500 * 3);
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * i - 7.0f;
   ASSERT_OK(client->PutSync(table, Keys::Range(0, 500), values));
@@ -322,7 +334,7 @@ TEST(PsctlTest, CheckpointListAndExport) {
   // values; the newest is the one the servers took on SIGTERM (Stop).
   ASSERT_OK(client->PutSync(table, Keys::Range(0, 500),
                             std::vector<float>(values.size(), 1.0f)));
-  client.reset();
+  d.client.reset();  // `client` is not used below
   EXPECT_OK(cluster->Stop());
   const std::string off = TestTmpDir() + "/w-offline";
   PsctlRun offline =
@@ -354,17 +366,10 @@ TEST(PsctlTest, CheckpointListAndExport) {
 // An operator's rollback of a running job: every table as the checkpoint
 // holds it, bit for bit; a table declared after it is gone.
 TEST(PsctlTest, RestoreRollsTheJobBackToAChosenCheckpoint) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
-                       StartDurableCluster("restore"));
-  const std::string sched = "--scheduler=" + cluster->scheduler_address();
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<Client> client,
-      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
-  TableOptions t;
-  t.name = "w";
-  t.width = 3;
-  t.num_keys = 500;
-  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  ASSERT_OK_AND_ASSIGN(DurableCluster d, StartDurableCluster("restore"));
+  Client* client = d.client.get();
+  const Table& table = d.table;
+  const std::string& sched = d.sched;
   std::vector<float> first(500 * 3), second(500 * 3);
   for (size_t i = 0; i < first.size(); ++i) {
     first[i] = 0.5f * i - 3.0f;
@@ -381,8 +386,10 @@ TEST(PsctlTest, RestoreRollsTheJobBackToAChosenCheckpoint) {
   // After both: changed again, and a new table.
   ASSERT_OK(client->AddSync(table, Keys::Range(0, 500),
                             std::vector<float>(first.size(), 1.0f)));
-  TableOptions late = t;
+  TableOptions late;
   late.name = "late";
+  late.width = 3;
+  late.num_keys = 500;
   ASSERT_OK(client->CreateTable(late).status());
 
   // Usage and unknown checkpoints change nothing.
