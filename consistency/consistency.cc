@@ -204,19 +204,26 @@ void StalenessTracker::Applied(int rank, Clock clock) {
 }
 
 Clock StalenessTracker::Observe(Clock clock) {
-  if (applied_.empty()) return 0;
-  Clock oldest_missing;
-  if (counted_ == static_cast<int>(applied_.size())) {
-    oldest_missing = *std::min_element(applied_.begin(), applied_.end());
-  } else {
-    std::vector<Clock> sorted = applied_;
-    std::nth_element(sorted.begin(), sorted.begin() + (counted_ - 1),
-                     sorted.end(), std::greater<Clock>());
-    oldest_missing = sorted[counted_ - 1];
+  std::vector<Clock>& live = scratch_;  // reused: Observe runs per pull
+  live.clear();
+  for (size_t r = 0; r < applied_.size(); ++r) {
+    if (!retired_[r]) live.push_back(applied_[r]);
   }
+  if (live.empty()) return 0;
+  // The counted fastest gate progress: the counted-th largest count.
+  const size_t counted = std::min(live.size(), static_cast<size_t>(counted_));
+  std::nth_element(live.begin(), live.begin() + (counted - 1), live.end(),
+                   std::greater<Clock>());
+  const Clock oldest_missing = live[counted - 1];
   const Clock staleness = std::max<Clock>(0, clock - oldest_missing);
   max_observed_ = std::max(max_observed_, staleness);
   return staleness;
+}
+
+void StalenessTracker::Retire(int rank) {
+  if (rank >= 0 && rank < static_cast<int>(retired_.size())) {
+    retired_[rank] = true;
+  }
 }
 
 }  // namespace downpour

@@ -182,6 +182,7 @@ class StalenessTracker {
  public:
   explicit StalenessTracker(int num_workers, int counted = 0)
       : applied_(num_workers, 0),
+        retired_(num_workers, false),
         counted_(counted > 0 && counted < num_workers ? counted : num_workers) {}
   // An update of iteration `clock` from `rank` was applied. Iterations of
   // one worker are applied in order, so this records clock + 1 completed.
@@ -189,9 +190,14 @@ class StalenessTracker {
   // For a pull at `clock`; also folded into max_observed().
   Clock Observe(Clock clock);
   Clock max_observed() const { return max_observed_; }
+  // The job went on without `rank`: its frozen count no longer makes
+  // every later pull look stale.
+  void Retire(int rank);
 
  private:
   std::vector<Clock> applied_;
+  std::vector<bool> retired_;
+  std::vector<Clock> scratch_;
   const int counted_;
   Clock max_observed_ = 0;
 };

@@ -287,6 +287,10 @@ TEST(StalenessTest, BackupWorkersCountOnlyTheFastest) {
     all.Applied(2, c);
   }
   EXPECT_EQ(all.Observe(5), 5);
+  // Worker 1 retired (the job went on without it): no longer stale.
+  all.Retire(1);
+  EXPECT_EQ(all.Observe(5), 0);
+  EXPECT_EQ(all.Observe(7), 2);
 }
 
 }  // namespace

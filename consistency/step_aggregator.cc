@@ -18,8 +18,8 @@ void StepAggregator::set_next_clock(Clock clock) {
 std::vector<uint64_t> StepAggregator::Abandon() {
   std::vector<uint64_t> waiters;
   for (auto& [clock, step] : pending_) {
-    waiters.insert(waiters.end(), step.waiters.begin(), step.waiters.end());
     for (Push& p : step.by_rank) {
+      waiters.insert(waiters.end(), p.waiters.begin(), p.waiters.end());
       if (p.pushed) spare_.push_back(std::move(p.grads));
     }
   }
@@ -47,8 +47,8 @@ StepAggregator::Result StepAggregator::Add(int rank, Clock clock,
   if (clock < next_clock_) return kLate;
   Step& step = pending_[clock];
   if (step.by_rank.empty()) step.by_rank.resize(ranks_);
-  if (waiter != 0) step.waiters.push_back(waiter);
   Push& held = step.by_rank[rank];
+  if (waiter != 0) held.waiters.push_back(waiter);
   if (held.pushed) return kHeld;  // a resend
   held.pushed = true;
   held.keys.assign(keys.begin(), keys.end());
@@ -78,22 +78,49 @@ StepAggregator::Finished StepAggregator::Finish(Clock clock,
   if (it != pending_.end()) {
     Step& step = it->second;
     for (int r = 0; r < static_cast<int>(step.by_rank.size()); ++r) {
-      if (!step.by_rank[r].pushed) continue;
+      Push& p = step.by_rank[r];
+      // The completing request is answered by its caller; a resend of it
+      // may have left its token among the waiters too, which is harmless
+      // (a token answered once is forgotten).
+      if (completing != 0 && !p.waiters.empty() &&
+          p.waiters.back() == completing) {
+        p.waiters.pop_back();
+        completing = 0;
+      }
+      f.waiters.insert(f.waiters.end(), p.waiters.begin(), p.waiters.end());
+      if (!p.pushed) continue;
       f.ranks.push_back(r);
-      spare_.push_back(std::move(step.by_rank[r].grads));
+      spare_.push_back(std::move(p.grads));
     }
-    // The completing request is answered by its caller; a resend of it may
-    // have left its token among the waiters too, which is harmless (a
-    // token answered once is forgotten).
-    if (completing != 0 && !step.waiters.empty() &&
-        step.waiters.back() == completing) {
-      step.waiters.pop_back();
-    }
-    f.waiters = std::move(step.waiters);
     pending_.erase(it);
   }
   if (clock + 1 > next_clock_) next_clock_ = clock + 1;
   return f;
+}
+
+std::vector<Clock> StepAggregator::Retire(int rank, int needed,
+                                          std::vector<uint64_t>* orphans) {
+  needed_ = needed;
+  std::vector<Clock> complete;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Step& step = it->second;
+    Push& p = step.by_rank[rank];
+    orphans->insert(orphans->end(), p.waiters.begin(), p.waiters.end());
+    p.waiters.clear();
+    if (p.pushed) {
+      spare_.push_back(std::move(p.grads));
+      p = Push();
+      --step.count;
+    }
+    if (step.count == 0) {
+      // Only the retired rank had pushed (waiters come with pushes).
+      it = pending_.erase(it);
+      continue;
+    }
+    if (step.count >= needed_) complete.push_back(it->first);
+    ++it;
+  }
+  return complete;
 }
 
 }  // namespace downpour

@@ -16,7 +16,9 @@
 //
 // A rank's resend of a clock it already pushed is ignored (kHeld). With
 // needed == 1, AddDirect lets the caller apply a lone gradient straight from
-// its request buffer, without the copy.
+// its request buffer, without the copy. When the job goes on without a
+// rank (Retire), its held pushes are dropped and fewer ranks complete a
+// step.
 //
 // Gradient buffers are recycled across steps: on these machines writing to
 // fresh pages is ~40x slower than to reused ones.
@@ -41,6 +43,8 @@ class StepAggregator {
     bool pushed = false;
     std::vector<uint64_t> keys;  // key batches only
     std::vector<float> grads;
+    // Its requests waiting for the step (a resend adds one).
+    std::vector<uint64_t> waiters;
   };
   enum Result { kHeld, kComplete, kLate };
 
@@ -85,6 +89,15 @@ class StepAggregator {
   // Steps held (clocks with at least one push, not yet complete).
   size_t held_steps() const { return pending_.size(); }
 
+  // The job went on without `rank`: its held pushes are dropped (their
+  // waiters appended to `orphans`, for the caller to answer with an
+  // error), and from now on `needed` distinct ranks complete a step.
+  // Returns the held clocks that are complete by that count, ascending;
+  // the caller applies each as after Add's kComplete (Pushes, Finish).
+  // REQUIRES: 0 <= rank < ranks; needed >= 1.
+  std::vector<Clock> Retire(int rank, int needed,
+                            std::vector<uint64_t>* orphans);
+
   // Drops every held step and returns the waiters they remembered (to be
   // answered with an error): the part moved to another server.
   std::vector<uint64_t> Abandon();
@@ -96,12 +109,11 @@ class StepAggregator {
   struct Step {
     std::vector<Push> by_rank;
     int count = 0;
-    std::vector<uint64_t> waiters;
   };
   std::vector<float> TakeSpare();
 
   const int ranks_;
-  const int needed_;
+  int needed_;
   Clock next_clock_ = 0;
   std::map<Clock, Step> pending_;
   std::vector<std::vector<float>> spare_;

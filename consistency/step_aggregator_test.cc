@@ -62,5 +62,35 @@ TEST(StepAggregatorTest, DirectStepsAndAReplicaCatchingUp) {
   EXPECT_EQ(steps.Add(1, 3, {}, g, 0), StepAggregator::kComplete);
 }
 
+TEST(StepAggregatorTest, ARetiredRankIsDroppedAndFewerRanksCompleteAStep) {
+  StepAggregator steps(/*ranks=*/3, /*needed=*/3);
+  const std::vector<float> a = {1}, b = {2}, c = {4};
+  // Clock 5: ranks 1 and 2 pushed, rank 0 not yet; clock 6: only rank 2.
+  EXPECT_EQ(steps.Add(1, 5, {}, b, /*waiter=*/11), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(2, 5, {}, c, 12), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(2, 6, {}, c, 13), StepAggregator::kHeld);
+  std::vector<uint64_t> orphans;
+  // Rank 2 retires: its pushes go, and clock 5 needs ranks 0 and 1.
+  EXPECT_TRUE(steps.Retire(2, /*needed=*/2, &orphans).empty());
+  EXPECT_EQ(orphans, (std::vector<uint64_t>{12, 13}));
+  EXPECT_EQ(steps.held_steps(), 1u);  // clock 6 had only rank 2's push
+  EXPECT_EQ(steps.PushedCount(5), 1);
+  EXPECT_EQ(steps.Add(0, 5, {}, a, 14), StepAggregator::kComplete);
+  EXPECT_FALSE(steps.Pushes(5)[2].pushed);
+  StepAggregator::Finished f = steps.Finish(5, 14);
+  EXPECT_EQ(f.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(f.waiters, (std::vector<uint64_t>{11}));
+
+  // Rank 1 retires while rank 0 waits at clock 6: the step is complete.
+  EXPECT_EQ(steps.Add(0, 6, {}, a, 15), StepAggregator::kHeld);
+  orphans.clear();
+  EXPECT_EQ(steps.Retire(1, 1, &orphans), (std::vector<Clock>{6}));
+  EXPECT_TRUE(orphans.empty());
+  f = steps.Finish(6, 0);
+  EXPECT_EQ(f.ranks, (std::vector<int>{0}));
+  EXPECT_EQ(f.waiters, (std::vector<uint64_t>{15}));
+  EXPECT_EQ(steps.next_clock(), 7);
+}
+
 }  // namespace
 }  // namespace downpour

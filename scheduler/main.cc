@@ -56,8 +56,9 @@ ABSL_FLAG(int64_t, worker_replace_timeout_ms, 60000,
           "before --on_worker_loss applies");
 ABSL_FLAG(std::string, on_worker_loss, "stop",
           "after --worker_replace_timeout_ms without a replacement: stop "
-          "(the job fails, naming the lost worker) or continue (SSP/ASP: "
-          "the job goes on with fewer workers)");
+          "(the job fails, naming the lost worker) or continue (the job goes "
+          "on with fewer workers; under BSP each step then averages the "
+          "gradients of the workers left)");
 ABSL_FLAG(std::string, job_token_file, "",
           "if set, only workers presenting this file's token (ps_worker "
           "--job_token_file) get a rank");
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
   options.worker_loss.replace_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_replace_timeout_ms));
   auto on_loss = downpour::WorkerLossOptions::ParseOnLoss(
-      absl::GetFlag(FLAGS_on_worker_loss), *policy);
+      absl::GetFlag(FLAGS_on_worker_loss));
   if (!on_loss.ok()) {
     DP_LOG(ERROR) << on_loss.status();
     return 2;

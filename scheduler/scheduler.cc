@@ -968,6 +968,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (Late(*p).empty()) done.push_back(p);
     }
     for (const auto& p : done) Resolve(*p);
+    // Not waited for: a restarted scheduler that still finds one pending
+    // resolves it again once the servers report the epoch.
+    if (!done.empty()) Commit();
   }
 
   // Server `node` reports that it cannot create or hold table
@@ -1002,11 +1005,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (DropCatchingUp(&map_, f.table_id(), node)) {
       RefillWithinRoom();
       BumpEpoch();
-      Commit();
       DP_LOG(WARNING) << server << " taken off the ranges of table "
                       << f.table_id() << " it was catching up on, epoch "
                       << map_.epoch();
     }
+    Commit();  // the refusal too
   }
 
   void RemoveTable(TableId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -1237,6 +1240,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       clocks_.Retire(rank);
       workers_[rank].set_lost(false);
       workers_[rank].set_retired(true);
+      // The servers complete the BSP steps held for it and leave it out of
+      // their staleness figures.
+      map_.add_retired_ranks(rank);
+    }
+    if (!retired.empty()) {
+      std::sort(map_.mutable_retired_ranks()->begin(),
+                map_.mutable_retired_ranks()->end());
+      BumpEpoch();
     }
     // On disk: a restarted scheduler keeps the rank retired, or the job
     // failed.
@@ -1402,6 +1413,28 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (NodeId id : rolled_back_) state.add_rolled_back_workers(id);
     for (const std::string& b : passed_barriers_) state.add_passed_barriers(b);
     *state.mutable_roster() = roster_.Export();
+    // In id order, so that equal states write equal bytes.
+    std::vector<const PendingTable*> pending;
+    for (const auto& [id, p] : pending_) pending.push_back(p.get());
+    std::sort(pending.begin(), pending.end(),
+              [](const PendingTable* a, const PendingTable* b) {
+                return a->id < b->id;
+              });
+    for (const PendingTable* p : pending) {
+      proto::SchedulerState::PendingTable* t = state.add_pending_tables();
+      t->set_id(p->id);
+      t->set_name(p->name);
+      t->set_epoch(p->epoch);
+      for (NodeId n : p->waiting) t->add_waiting(n);
+    }
+    std::vector<std::pair<NodeId, TableId>> refused(refused_.begin(),
+                                                    refused_.end());
+    std::sort(refused.begin(), refused.end());
+    for (const auto& [node, table] : refused) {
+      proto::SchedulerState::Refusal* r = state.add_refusals();
+      r->set_node(node);
+      r->set_table(table);
+    }
     return state;
   }
 
@@ -1454,6 +1487,20 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (passed_barriers_.size() < kMaxPassedBarriers) passed_barriers_.insert(b);
     }
     roster_.Import(state->roster());
+    for (const auto& t : state->pending_tables()) {
+      if (FindTableById(t.id()) == nullptr) continue;
+      auto p = std::make_shared<PendingTable>();
+      p->id = t.id();
+      p->name = t.name();
+      p->epoch = t.epoch();
+      p->waiting.assign(t.waiting().begin(), t.waiting().end());
+      pending_[p->id] = std::move(p);
+    }
+    for (const auto& r : state->refusals()) {
+      if (FindTableById(r.table()) != nullptr) {
+        refused_.insert({r.node(), r.table()});
+      }
+    }
     for (const auto& r : state->ranks()) {
       if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
       rank_of_[r.node()] = r.rank();

@@ -428,6 +428,68 @@ TEST_F(SchedulerTest, CreateTableNamesTheServerThatNeverAcks) {
   EXPECT_EQ(map.tables(0).spec().name(), "w");
 }
 
+// A table still being declared when the scheduler restarts stays pending
+// (SchedulerState.pending_tables): a server that then reports it cannot
+// create it rolls it back, as before the restart, instead of the table
+// being taken for one in use.
+TEST(SchedulerStateTest, APendingTableIsStillRolledBackAfterARestart) {
+  SchedulerOptions o;
+  o.heartbeat_interval = absl::Milliseconds(50);
+  o.dead_after = absl::Seconds(5);
+  o.state_dir = TestTmpDir() + "/pending_state";
+  ASSERT_EQ(system(("rm -rf " + o.state_dir).c_str()), 0);
+  NodeId good, silent;
+  TableId id;
+  Epoch epoch;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> s, Scheduler::Create(o));
+    SchedulerClient c(absl::StrCat("127.0.0.1:", s->port()), absl::Seconds(5));
+    auto reg = [&](const std::string& name) {
+      proto::RegisterRequest r;
+      r.set_role(proto::SERVER);
+      r.set_name(name);
+      r.set_data_endpoint("tcp://127.0.0.1:1");
+      auto reply = c.Register(r, absl::Seconds(5));
+      EXPECT_OK(reply);
+      return reply.ok() ? reply->node_id() : 0;
+    };
+    good = reg("good");
+    silent = reg("silent");
+    {
+      Acker acker(s.get(), &c, {good});
+      proto::TableSpec spec;
+      spec.set_name("w");
+      spec.set_kind(proto::DENSE);
+      spec.set_width(2);
+      spec.set_num_keys(10);
+      spec.mutable_handler()->set_name("sgd");
+      EXPECT_THAT(c.CreateTable(spec, absl::Milliseconds(300)),
+                  StatusIs(absl::StatusCode::kDeadlineExceeded));
+    }
+    const proto::ClusterMap map = s->CurrentMap();
+    ASSERT_EQ(map.tables_size(), 1);
+    id = map.tables(0).spec().id();
+    epoch = map.epoch();
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> s, Scheduler::Create(o));
+  SchedulerClient c(absl::StrCat("127.0.0.1:", s->port()), absl::Seconds(5));
+  ASSERT_EQ(s->CurrentMap().tables_size(), 1);
+  proto::TableFailure f;
+  f.set_table_id(id);
+  f.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  f.set_message("no room for it");
+  ASSERT_OK(c.AckEpoch(silent, epoch, {f}));
+  // Published once on disk.
+  proto::ClusterMap after = s->CurrentMap();
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5);
+       after.epoch() == epoch && absl::Now() < deadline;
+       after = s->CurrentMap()) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GT(after.epoch(), epoch);
+  EXPECT_EQ(after.tables_size(), 0) << "the failed declaration stayed";
+}
+
 TEST_F(SchedulerTest, InvalidSpecsFailAtOnceWithoutServers) {
   const absl::Time start = absl::Now();
   auto expect_invalid = [&](const proto::TableSpec& spec) {

@@ -6,18 +6,11 @@
 namespace downpour {
 
 absl::StatusOr<WorkerLossOptions::OnLoss> WorkerLossOptions::ParseOnLoss(
-    const std::string& name, const ConsistencyPolicy& policy) {
+    const std::string& name) {
   if (name == "stop") return OnLoss::kStop;
   if (name != "continue") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--on_worker_loss=", name, ": must be stop or continue"));
-  }
-  if (policy.is_bsp()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--on_worker_loss=continue under ", policy.ToString(),
-        ": BSP servers complete a step only when N workers pushed it and "
-        "cannot yet go on with fewer; use --backup_workers to absorb lost "
-        "workers, or --on_worker_loss=stop"));
   }
   return OnLoss::kContinue;
 }

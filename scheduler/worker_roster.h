@@ -15,7 +15,9 @@
 // lost one's name or rank takes its rank, data shard and clock). A rank
 // still lost after that is handled by `on_loss`: kStop fails the job with
 // kAborted naming the worker; kContinue retires the rank (it no longer
-// gates the others). A retired rank cannot be taken again.
+// gates the others, and under BSP the servers complete each step with the
+// ranks left, ClusterMap.retired_ranks). A retired rank cannot be taken
+// again.
 //
 // Thread-compatible: the scheduler guards it with its mutex.
 #ifndef DOWNPOUR_SCHEDULER_WORKER_ROSTER_H_
@@ -37,12 +39,8 @@ struct WorkerLossOptions {
   absl::Duration replace_timeout = absl::Seconds(60);
   OnLoss on_loss = OnLoss::kStop;
 
-  // "stop" or "continue"; kInvalidArgument otherwise, and for continue under
-  // BSP: the servers hold each step until N workers pushed it and cannot
-  // yet complete it with fewer (backup workers are the way to absorb
-  // losses under BSP).
-  static absl::StatusOr<OnLoss> ParseOnLoss(const std::string& name,
-                                            const ConsistencyPolicy& policy);
+  // "stop" or "continue"; kInvalidArgument otherwise.
+  static absl::StatusOr<OnLoss> ParseOnLoss(const std::string& name);
 };
 
 class WorkerRoster {

@@ -2,13 +2,19 @@
 // servers and ps_worker processes on loopback):
 //  - BSP without backups: a worker killed with -9 and replaced under the
 //    same name; the replacement takes its rank, data shard and clock, and
-//    the final parameters equal the single-process computation bit for bit.
+//    the final parameters equal the single-process computation bit for bit
+//    (within 1e-2 relative when the kill fell between two sends of a step,
+//    which the replacement logs).
 //  - The same for a worker killed before its first clock report: the
 //    replacement skips the start-up barrier the job has passed.
 //  - BSP with one backup worker: a kill changes nothing; the others finish
 //    without waiting for a replacement (the bound is set to ten minutes).
 //  - SSP and ASP, --on_worker_loss=continue: the job finishes with fewer
 //    workers soon after the bound; the lost rank is shown as retired.
+//  - BSP, --on_worker_loss=continue: the servers complete the held step
+//    and the later ones with the workers left; the parameters equal the
+//    single-process run without the lost rank from its last step on, bit
+//    for bit.
 //  - --on_worker_loss=stop (SSP, ASP, and BSP with the survivors blocked on
 //    the data plane): every survivor exits with status 1 soon after the
 //    bound, naming the lost worker.
@@ -18,6 +24,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -124,8 +131,12 @@ std::vector<float> ReadParams(const std::string& scheduler) {
 }
 
 // The BSP job in one process: each step, every rank's gradient on its own
-// batch, scaled by the BSP rate, summed in rank order and averaged.
-std::vector<float> SingleProcessBsp(int workers, int steps) {
+// batch, scaled by the BSP rate, summed in rank order and averaged. From
+// step `retired_from` on, rank `retired` no longer takes part (the job went
+// on without it): the others keep their shards and rate, and the mean is
+// over them.
+std::vector<float> SingleProcessBsp(int workers, int steps, int retired = -1,
+                                    int retired_from = -1) {
   auto full = LoadFashionMnist(kData, true);
   EXPECT_OK(full);
   auto model = MakeSoftmaxRegression(784, 10);
@@ -141,13 +152,16 @@ std::vector<float> SingleProcessBsp(int workers, int steps) {
   for (int step = 0; step < steps; ++step) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     const float lr = BspLearningRate(0.05, workers, 5, step);
+    const bool without = retired >= 0 && step >= retired_from;
     for (int r = 0; r < workers; ++r) {
+      if (without && r == retired) continue;
       model->LossAndGradient(params.data(), shards[r],
                              batchers[r].Next(kBatch), grad.data());
       for (size_t j = 0; j < grad.size(); ++j) sum[j] += grad[j] * lr;
     }
+    const float pushed = static_cast<float>(without ? workers - 1 : workers);
     for (size_t j = 0; j < params.size(); ++j) {
-      params[j] -= 1.0f * (sum[j] / static_cast<float>(workers));
+      params[j] -= 1.0f * (sum[j] / pushed);
     }
   }
   return params;
@@ -189,8 +203,24 @@ void ReplaceWorker1AndCompare(LocalJob* job, int steps, absl::Duration wait,
   const std::vector<float> got = ReadParams(job->scheduler_address());
   const std::vector<float> want = SingleProcessBsp(2, steps);
   ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
-                                           << " parameters";
+  if (log->find("not bit for bit") == std::string::npos) {
+    EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
+                                             << " parameters";
+    return;
+  }
+  // The lost worker died between two sends of one step (the replacement
+  // logs it): its gradient of the parts still waiting was recomputed on
+  // parameters in which the other parts had taken the step. Then the run
+  // is close to the undisturbed one, not equal (docs/ARCHITECTURE.md).
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (got[i] - want[i]) * double{got[i] - want[i]};
+    norm += want[i] * double{want[i]};
+  }
+  const double relative = std::sqrt(diff / norm);
+  std::cout << "the lost worker died between two sends of a step: relative "
+            << "distance to the undisturbed run " << relative << "\n";
+  EXPECT_LT(relative, 1e-2);
 }
 
 TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
@@ -432,17 +462,62 @@ TEST(WorkerLossTest, BspStopsSurvivorsBlockedOnTheDataPlane) {
   ExpectStops(job, {0}, "worker 'w1' (rank 1)");
 }
 
-TEST(WorkerLossTest, ContinueUnderBspIsRefusedAtStart) {
-  const std::string dir = TestTmpDir() + "/bsp_continue";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  Subprocess scheduler({RunfilePath("scheduler/ps_scheduler"),
-                        "--listen=127.0.0.1:0", "--consistency=bsp",
-                        "--num_workers=2", "--on_worker_loss=continue"},
-                       dir + "/scheduler.log");
-  ASSERT_OK(scheduler.Start());
-  ASSERT_OK_AND_ASSIGN(int st, scheduler.Wait(absl::Seconds(30)));
-  EXPECT_EQ(ExitCode(st), 2);
-  EXPECT_THAT(ReadLog(scheduler), HasSubstr("--backup_workers"));
+// BSP, --on_worker_loss=continue: rank 2 of three is killed while it is in
+// a step (slowed, so that it is computing, not sending, when killed); the
+// survivors wait for it up to the bound, then the servers complete the held
+// step with the two ranks left and every later step with them. The final
+// parameters equal the single-process run in which rank 2 stopped after its
+// last pushed step, bit for bit.
+TEST(WorkerLossTest, BspContinuesWithFewerWorkersBitForBit) {
+  constexpr int kSteps = 300;
+  LocalJobOptions o = JobOptions(
+      "bsp_continue", {"--consistency=bsp", "--num_workers=3",
+                       "--dead_after_ms=3000", "--worker_replace_timeout_ms=2000",
+                       "--on_worker_loss=continue"});
+  for (int i = 0; i < 3; ++i) {
+    o.workers.push_back(WorkerFlags(kSteps));
+    o.workers.back().push_back(absl::StrCat("--rank=", i));
+  }
+  // A step of rank 2 is ~20000 times its compute (a few hundred ms), spent
+  // before it sends anything.
+  o.workers[2].push_back("--slow_factor=20000");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalJob> job, LocalJob::Start(o));
+  ASSERT_OK(WaitForClock(job->scheduler_address(), 2, 8, absl::Minutes(2)));
+  job->worker(2).Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  ASSERT_OK(job->WaitForWorker(2, absl::Seconds(10)).status());
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  // Rank 2 reported finishing steps [0, k): it was killed inside step k.
+  const int k = static_cast<int>(status.workers(2).clock());
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(3)));
+  ASSERT_OK_AND_ASSIGN(int w1, job->WaitForWorker(1, absl::Minutes(3)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w1), 0) << job->worker(1).LogTail();
+  std::cout << "bsp: rank 2 killed in step " << k << "; survivors finished "
+            << absl::Now() - killed << " after the kill\n";
+  ASSERT_OK_AND_ASSIGN(status, sched.GetJobStatus());
+  EXPECT_EQ(status.failure(), "");
+  EXPECT_TRUE(status.workers(2).retired());
+  EXPECT_EQ(status.workers(0).clock(), kSteps);
+  EXPECT_EQ(status.workers(1).clock(), kSteps);
+  EXPECT_EQ(status.workers(0).max_staleness(), 0);
+
+  const std::vector<float> got = ReadParams(job->scheduler_address());
+  std::vector<float> want = SingleProcessBsp(3, kSteps, 2, k);
+  ASSERT_EQ(got.size(), want.size());
+  size_t differing = CountDiffering(got, want);
+  if (differing != 0) {
+    // Killed between sending step k and reporting it: then step k had
+    // its gradient too.
+    want = SingleProcessBsp(3, kSteps, 2, k + 1);
+    differing = CountDiffering(got, want);
+    if (differing == 0) {
+      std::cout << "rank 2's step " << k << " was applied before the kill\n";
+    }
+  }
+  EXPECT_EQ(differing, 0u) << "of " << got.size() << " parameters";
+  EXPECT_OK(job->Stop());
 }
 
 TEST(WorkerLossTest, SigtermLeavesAtOnceAndAReplacementFinishes) {

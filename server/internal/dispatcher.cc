@@ -262,65 +262,85 @@ void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
   const bool replicated = outcome.result == TableShard::SyncResult::kApplied &&
                           Replicated(v);
   if (replicated) {
-    // The step as the backups apply it: one push of what the handler
-    // applied (the ranks' mean), marking the clock applied.
-    ForwardedWrite f;
-    f.range = v.range;
-    f.step_clock = h.worker_clock();
-    proto::DataHeader& fh = f.header;
-    fh.set_op(proto::PUSH);
-    fh.set_table_id(h.table_id());
-    fh.set_epoch(epoch());
-    fh.set_width(shard.width());
-    if (v.is_range && outcome.applied == v.values) {
-      // One rank: the request's own gradient.
-      std::shared_ptr<const RetainedRequest> frames = env_->Retain(request);
-      f.values = frames->values;
-      f.owner = std::move(frames);
-    } else {
-      const size_t floats =
-          v.is_range ? v.floats : applied_keys_.size() * shard.width();
-      auto copy = std::make_shared<std::pair<Buffer, Buffer>>(
-          pool_->Acquire(floats * sizeof(float)),
-          pool_->Acquire(v.is_range ? 0 : applied_keys_.size() * sizeof(Key)));
-      std::memcpy(copy->first.data(), outcome.applied, floats * sizeof(float));
-      f.values = absl::MakeConstSpan(
-          reinterpret_cast<const float*>(copy->first.data()), floats);
-      if (!v.is_range) {
-        std::memcpy(copy->second.data(), applied_keys_.data(),
-                    applied_keys_.size() * sizeof(Key));
-        f.keys = absl::MakeConstSpan(
-            reinterpret_cast<const Key*>(copy->second.data()),
-            applied_keys_.size());
-      }
-      f.owner = std::move(copy);
-    }
-    fh.set_is_range(v.is_range);
-    fh.set_range_begin(v.begin);
-    fh.set_range_end(v.end);
-    fh.set_num_keys(v.is_range ? v.n : f.keys.size());
-    forwards->push_back(std::move(f));
+    // One rank on a range: the backups get the request's own gradient.
+    const bool own = v.is_range && outcome.applied == v.values;
+    forwards->push_back(StepForward(shard, v.range, v.begin, v.end,
+                                    h.worker_clock(), outcome.applied,
+                                    own ? &request : nullptr));
   }
   // The step is applied (or was, for a late push): the values are what a
   // pull at the next clock reads, for this request if it asks and for every
   // PushPull that waited for the step (whatever op completed it).
   const Clock next = h.worker_clock() + 1;
-  RangeStore& store = *v.range->store;
   if (pull) {
     reply->header.set_staleness(shard.ObservePull(next));
-    reply->values =
-        ReadRange(store, v.begin, v.end, v.floats, 0, !replicated);
+    reply->values = ReadRange(*v.range->store, v.begin, v.end, v.floats, 0,
+                              !replicated);
   }
+  ReleaseStepWaiters(shard, *v.range, v.begin, v.end, v.n, next, replicated,
+                     first_waiter, released);
+}
+
+ForwardedWrite Dispatcher::StepForward(TableShard& shard,
+                                       TableShard::Range* range, Key begin,
+                                       Key end, Clock clock,
+                                       const float* applied,
+                                       const IncomingMessage* own) {
+  // The step as the backups apply it: one push of what the handler
+  // applied (the ranks' mean), marking the clock applied.
+  const bool is_range = shard.layout().dense;
+  ForwardedWrite f;
+  f.range = range;
+  f.step_clock = clock;
+  proto::DataHeader& fh = f.header;
+  fh.set_op(proto::PUSH);
+  fh.set_table_id(shard.spec().id());
+  fh.set_epoch(epoch());
+  fh.set_width(shard.width());
+  if (own != nullptr) {
+    std::shared_ptr<const RetainedRequest> frames = env_->Retain(*own);
+    f.values = frames->values;
+    f.owner = std::move(frames);
+  } else {
+    const size_t floats =
+        (is_range ? end - begin : applied_keys_.size()) * shard.width();
+    auto copy = std::make_shared<std::pair<Buffer, Buffer>>(
+        pool_->Acquire(floats * sizeof(float)),
+        pool_->Acquire(is_range ? 0 : applied_keys_.size() * sizeof(Key)));
+    std::memcpy(copy->first.data(), applied, floats * sizeof(float));
+    f.values = absl::MakeConstSpan(
+        reinterpret_cast<const float*>(copy->first.data()), floats);
+    if (!is_range) {
+      std::memcpy(copy->second.data(), applied_keys_.data(),
+                  applied_keys_.size() * sizeof(Key));
+      f.keys = absl::MakeConstSpan(
+          reinterpret_cast<const Key*>(copy->second.data()),
+          applied_keys_.size());
+    }
+    f.owner = std::move(copy);
+  }
+  fh.set_is_range(is_range);
+  fh.set_range_begin(begin);
+  fh.set_range_end(end);
+  fh.set_num_keys(is_range ? end - begin : f.keys.size());
+  return f;
+}
+
+void Dispatcher::ReleaseStepWaiters(TableShard& shard, TableShard::Range& range,
+                                    Key begin, Key end, uint64_t n, Clock next,
+                                    bool replicated, size_t first_waiter,
+                                    std::vector<DeferredReply>* released) {
   for (size_t i = first_waiter; i < waiters_.size(); ++i) {
     DeferredReply d;
     d.reply_token = waiters_[i];
-    d.reply.header.set_num_keys(v.n);
+    d.reply.header.set_num_keys(n);
     d.reply.header.set_width(shard.width());
-    // A PushPull waiter gets the values, whatever op completed the step.
+    // A PushPull waiter gets the values, whatever op completed the step
+    // (PushPulls are dense: [begin, end) is the step's part).
     if (pull_waiters_.erase(d.reply_token) > 0) {
       d.reply.header.set_staleness(shard.ObservePull(next));
-      d.reply.values =
-          ReadRange(store, v.begin, v.end, v.floats, 0, !replicated);
+      d.reply.values = ReadRange(*range.store, begin, end,
+                                 (end - begin) * shard.width(), 0, !replicated);
     }
     released->push_back(std::move(d));
   }

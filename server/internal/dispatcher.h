@@ -180,6 +180,30 @@ class Dispatcher {
   void ApplySynced(const Validated& v, const IncomingMessage& request,
                    OutgoingReply* reply, std::vector<DeferredReply>* released,
                    std::vector<ForwardedWrite>* forwards);
+  // A BSP step just applied to the part [begin, end) of `range` (sparse:
+  // to the range's key batches, applied_keys_) at `clock`: what its backups
+  // apply. `applied`: the gradient the handler applied; `own`: the request
+  // whose gradient that is (one rank), sent without a copy, or null.
+  ForwardedWrite StepForward(TableShard& shard, TableShard::Range* range,
+                             Key begin, Key end, Clock clock,
+                             const float* applied, const IncomingMessage* own);
+  // The replies of the requests the step released, waiters_[first_waiter..]
+  // (a PushPull's with the values step `next` reads), appended to
+  // `released`; `replicated`: the replies wait for the backups, so they
+  // copy rather than pin the rows.
+  void ReleaseStepWaiters(TableShard& shard, TableShard::Range& range,
+                          Key begin, Key end, uint64_t n, Clock next,
+                          bool replicated, size_t first_waiter,
+                          std::vector<DeferredReply>* released);
+  // The job went on without `ranks` (ClusterMap.retired_ranks): the BSP
+  // steps of `shard` held for them are applied now, forwarded to the
+  // backups and answered; their own held pushes are answered with
+  // kFailedPrecondition.
+  void RetireRanks(TableShard& shard, absl::Span<const int> ranks,
+                   Epoch epoch);
+  // Sends each of `tokens` the error `why` (nothing without an env).
+  void AnswerWithError(const std::vector<uint64_t>& tokens,
+                       const absl::Status& why);
   // Runs a VECTOR command on the primary ranges it overlaps; their partial
   // dot products, each range's kept in `per_range` (for its client ledger).
   void ApplyVector(const Validated& v, const IncomingMessage& request,

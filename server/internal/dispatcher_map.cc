@@ -152,15 +152,69 @@ void Dispatcher::AbandonSteps(TableShard::Range& range,
     std::vector<uint64_t> w = steps.Abandon();
     waiters.insert(waiters.end(), w.begin(), w.end());
   }
-  for (uint64_t token : waiters) pull_waiters_.erase(token);
+  AnswerWithError(waiters, why);
+}
+
+void Dispatcher::AnswerWithError(const std::vector<uint64_t>& tokens,
+                                 const absl::Status& why) {
+  for (uint64_t token : tokens) pull_waiters_.erase(token);
   if (env_ == nullptr) return;
-  for (uint64_t token : waiters) {
+  for (uint64_t token : tokens) {
     DeferredReply d;
     d.reply_token = token;
     d.reply.header.set_server_id(self_);
     d.reply.header.set_status_code(static_cast<int>(why.code()));
     d.reply.header.set_status_message(std::string(why.message()));
     env_->SendDeferred(std::move(d));
+  }
+}
+
+void Dispatcher::RetireRanks(TableShard& shard, absl::Span<const int> ranks,
+                             Epoch epoch) {
+  std::vector<uint64_t> orphans;
+  std::vector<TableShard::HeldStep> complete;
+  shard.Retire(ranks, &orphans, &complete);
+  AnswerWithError(
+      orphans,
+      absl::FailedPreconditionError(absl::StrCat(
+          "table '", shard.spec().name(), "': the job went on without this "
+          "worker's rank (--on_worker_loss=continue, epoch ", epoch,
+          "); its held push was dropped")));
+  size_t answered = 0;
+  for (const TableShard::HeldStep& step : complete) {
+    const size_t first_waiter = waiters_.size();
+    const TableShard::SyncOutcome outcome =
+        shard.CompleteStep(step, &waiters_, &applied_keys_);
+    const Key begin = step.part.begin, end = step.part.end;
+    const bool replicated =
+        replicator_ != nullptr &&
+        replicator_->HasBackups(shard.spec().id(), step.range->range().begin);
+    std::vector<ForwardedWrite> forwards;
+    if (replicated) {
+      forwards.push_back(StepForward(shard, step.range, begin, end,
+                                     step.clock, outcome.applied, nullptr));
+    }
+    std::vector<DeferredReply> released;
+    ReleaseStepWaiters(shard, *step.range, begin, end,
+                       shard.layout().dense ? end - begin : 0,
+                       step.clock + 1, replicated, first_waiter, &released);
+    answered += released.size();
+    if (env_ == nullptr) continue;
+    for (DeferredReply& d : released) {
+      d.reply.header.set_server_id(self_);
+      d.reply.header.set_server_epoch(epoch);
+    }
+    if (forwards.empty()) {
+      for (DeferredReply& d : released) env_->SendDeferred(std::move(d));
+    } else {
+      replicator_->Hold(std::move(forwards), std::move(released), 0, 0);
+    }
+  }
+  if (!complete.empty() || !orphans.empty()) {
+    DP_LOG(INFO) << "table '" << shard.spec().name() << "': " << complete.size()
+                 << " held step(s) applied without the retired rank(s), "
+                 << answered << " push(es) answered, " << orphans.size()
+                 << " of the retired rank(s) refused (epoch " << epoch << ")";
   }
 }
 
@@ -264,6 +318,9 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       } else {
         replicator_->DropPrimary(id, begin, moved);
       }
+    }
+    if (table.spec().follows_job() && map.retired_ranks_size() > 0) {
+      RetireRanks(*shard, map.retired_ranks(), epoch);
     }
   }
   // Tables gone from the map (a declaration the scheduler rolled back)

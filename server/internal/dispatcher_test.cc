@@ -504,6 +504,135 @@ TEST(DispatcherBspTest, PushPullWaitsForTheRoundAndLatePushesAreDiscarded) {
   EXPECT_EQ(b.released[0].reply.header.staleness(), 0);
 }
 
+// Records the deferred replies the dispatcher sends outside a Handle call
+// (no backups here, so nothing else is used).
+class RecordingEnv : public ReplicationEnv {
+ public:
+  void SendToPeer(const std::string&, OutgoingRequest, PeerDone) override {
+    ADD_FAILURE() << "no backups in this test";
+  }
+  void SendDeferred(DeferredReply reply) override {
+    sent.push_back(std::move(reply));
+  }
+  std::shared_ptr<const RetainedRequest> Retain(
+      const IncomingMessage&) override {
+    ADD_FAILURE() << "no backups in this test";
+    return nullptr;
+  }
+  void PostAfter(absl::Duration, std::function<void()>) override {}
+  void ReplicaReady(TableId, Key, NodeId, Epoch) override {}
+  void ReportUnreachable(NodeId, const std::string&) override {}
+  std::vector<DeferredReply> sent;
+};
+
+// --on_worker_loss=continue under BSP: a map that retires a rank completes
+// the steps held for it with the ranks left, and refuses its pushes.
+TEST(DispatcherBspTest, RetiredRanksNoLongerHoldTheStep) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  RecordingEnv env;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
+  proto::ClusterMap map = BspMap(3, 0);
+  map.mutable_tables(0)->mutable_spec()->set_follows_job(true);
+  ASSERT_OK(d.ApplyMap(map));
+  // Clock 0: rank 2 (about to be lost) and rank 0 push; both wait.
+  BspCall lost = CallBsp(d, proto::PUSH, 2, 0, std::vector<float>(8, 9), 41);
+  BspCall r0 = CallBsp(d, proto::PUSH_PULL, 0, 0, std::vector<float>(8, 1), 42);
+  EXPECT_TRUE(lost.reply.deferred);
+  EXPECT_TRUE(r0.reply.deferred);
+
+  map.set_epoch(6);
+  map.add_retired_ranks(2);
+  ASSERT_OK(d.ApplyMap(map));
+  // Rank 2's held push is answered with an error; the step needs 2 now.
+  ASSERT_EQ(env.sent.size(), 1u);
+  EXPECT_EQ(env.sent[0].reply_token, 41u);
+  EXPECT_EQ(Code(env.sent[0].reply.header),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(env.sent[0].reply.header.status_message(),
+              ::testing::HasSubstr("--on_worker_loss=continue"));
+  // Rank 1 completes clock 0 with rank 0: the mean of 1 and 3, without
+  // rank 2's 9 (SGD with rate 1 from 1).
+  BspCall r1 = CallBsp(d, proto::PUSH_PULL, 1, 0, std::vector<float>(8, 3), 43);
+  EXPECT_FALSE(r1.reply.deferred);
+  EXPECT_EQ(Values(r1.reply), std::vector<float>(8, -1.0f));
+  ASSERT_EQ(r1.released.size(), 1u);
+  EXPECT_EQ(r1.released[0].reply_token, 42u);
+  EXPECT_EQ(r1.released[0].reply.header.staleness(), 0);
+
+  // A retired rank's later push is refused and changes nothing.
+  IncomingMessage late;
+  late.header.set_op(proto::PUSH);
+  late.header.set_table_id(3);
+  late.header.set_width(2);
+  late.header.set_epoch(6);
+  late.header.set_is_range(true);
+  late.header.set_range_begin(0);
+  late.header.set_range_end(4);
+  late.header.set_num_keys(4);
+  late.header.set_worker_rank(2);
+  late.header.set_worker_clock(1);
+  std::vector<float> nines(8, 9);
+  late.values = nines;
+  late.reply_token = 44;
+  OutgoingReply refused;
+  std::vector<DeferredReply> none;
+  d.Handle(late, &refused, &none);
+  EXPECT_EQ(Code(refused.header), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.header.status_message(),
+              ::testing::HasSubstr("worker rank 2 was retired"));
+
+  // Clock 1: rank 0 waits; rank 1 is retired too, so its step is applied
+  // at once with rank 0's gradient alone, and rank 0 gets the values.
+  BspCall alone = CallBsp(d, proto::PUSH_PULL, 0, 1, std::vector<float>(8, 2), 45);
+  EXPECT_TRUE(alone.reply.deferred);
+  map.set_epoch(7);
+  map.add_retired_ranks(1);
+  ASSERT_OK(d.ApplyMap(map));
+  ASSERT_EQ(env.sent.size(), 2u);
+  EXPECT_EQ(env.sent[1].reply_token, 45u);
+  EXPECT_EQ(env.sent[1].reply.header.status_code(), 0);
+  EXPECT_EQ(env.sent[1].reply.header.server_epoch(), 7u);
+  EXPECT_EQ(Values(env.sent[1].reply), std::vector<float>(8, -3.0f));
+  // From now on one rank is a step.
+  BspCall next = CallBsp(d, proto::PUSH_PULL, 0, 2, std::vector<float>(8, 1), 46);
+  EXPECT_FALSE(next.reply.deferred);
+  EXPECT_EQ(Values(next.reply), std::vector<float>(8, -4.0f));
+  EXPECT_EQ(next.reply.header.staleness(), 0);
+}
+
+// The same for a sparse table's key batches: the held step is applied
+// with the ranks left, each key's mean over them.
+TEST(DispatcherBspTest, RetiredRanksCompleteASparseStep) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  RecordingEnv env;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
+  proto::ClusterMap map = SyncedSparseMap();  // 4 ranks, "sum" handler
+  map.mutable_tables(0)->mutable_spec()->set_follows_job(true);
+  ASSERT_OK(d.ApplyMap(map));
+  bool held;
+  EXPECT_EQ(SyncedPush(d, 0, 0, {7}, {1}, false, &held, nullptr, 51)
+                .status_code(), 0);
+  EXPECT_TRUE(held);
+  EXPECT_EQ(SyncedPush(d, 1, 0, {7, 9}, {2, 6}, false, &held, nullptr, 52)
+                .status_code(), 0);
+  EXPECT_TRUE(held);
+  map.set_epoch(6);
+  map.add_retired_ranks(2);
+  map.add_retired_ranks(3);
+  ASSERT_OK(d.ApplyMap(map));
+  ASSERT_EQ(env.sent.size(), 2u);
+  std::vector<uint64_t> tokens = {env.sent[0].reply_token,
+                                  env.sent[1].reply_token};
+  std::sort(tokens.begin(), tokens.end());
+  EXPECT_EQ(tokens, (std::vector<uint64_t>{51, 52}));
+  // Key 7: (1 + 2) / 2; key 9: 6 / 2 (rank 0 pushed no key 9).
+  EXPECT_EQ(GetSynced(d, {7, 9}), (std::vector<float>{1.5f, 3.0f}));
+  EXPECT_EQ(Code(SyncedPush(d, 3, 1, {7}, {1})),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(DispatcherBspTest, SyncedPushPullOfKeyBatchIsRejected) {
   BufferPool pool;
   PluginRegistry plugins;

@@ -211,6 +211,13 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   }
   v.synced = v.clocked && spec.sync_workers() > 0 &&
              (v.op == proto::PUSH || v.op == proto::PUSH_PULL);
+  if (v.synced && shard.retired(h.worker_rank())) {
+    // Counted, it would stand in for a live rank's gradient of the step.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table '", spec.name(), "': worker rank ", h.worker_rank(),
+        " was retired (the job went on without it, --on_worker_loss="
+        "continue); its pushes are refused"));
+  }
   // Dense tables aggregate per key range (push, or push-pull answered once
   // the step is applied); sparse tables per key batch, one per worker and
   // range and clock (see TableShard::PushSyncedKeys), push only.

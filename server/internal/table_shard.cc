@@ -22,6 +22,8 @@ TableShard::TableShard(std::unique_ptr<const TableLayout> layout)
     : layout_(std::move(layout)),
       tracked_ranks_(static_cast<int>(std::max(
           layout_->spec.num_workers(), layout_->spec.sync_workers()))),
+      retired_(tracked_ranks_, false),
+      needed_(static_cast<int>(layout_->spec.sync_workers())),
       staleness_(tracked_ranks_,
                  static_cast<int>(layout_->spec.sync_workers())) {}
 
@@ -48,7 +50,7 @@ TableShard::Range* TableShard::FindExact(KeyRange range) {
 
 std::unique_ptr<TableShard::Range> TableShard::NewRange(KeyRange range) const {
   return std::make_unique<Range>(layout_.get(), range, tracked_ranks_,
-                                 static_cast<int>(spec().sync_workers()));
+                                 needed_);
 }
 
 TableShard::Range* TableShard::AddRange(KeyRange range) {
@@ -115,6 +117,13 @@ TableShard::SyncOutcome TableShard::PushSynced(
     case StepAggregator::kComplete:
       break;
   }
+  return ApplyRangeStep(range, steps, begin, end, clock, waiter, released);
+}
+
+TableShard::SyncOutcome TableShard::ApplyRangeStep(
+    Range& range, StepAggregator& steps, Key begin, Key end, Clock clock,
+    uint64_t completing, std::vector<uint64_t>* released) {
+  const size_t n = (end - begin) * width();
   // Sum in rank order, so the result does not depend on arrival order.
   sum_.assign(n, 0.0f);
   for (const StepAggregator::Push& g : steps.Pushes(clock)) {
@@ -124,7 +133,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
   range.store->PushRange(begin, end, sum_.data());
-  StepApplied(steps, clock, waiter, released);
+  StepApplied(steps, clock, completing, released);
   return {SyncResult::kApplied, sum_.data()};
 }
 
@@ -147,6 +156,12 @@ TableShard::SyncOutcome TableShard::PushSyncedKeys(
     case StepAggregator::kComplete:
       break;
   }
+  return ApplyKeyStep(range, steps, clock, waiter, released, applied_keys);
+}
+
+TableShard::SyncOutcome TableShard::ApplyKeyStep(
+    Range& range, StepAggregator& steps, Clock clock, uint64_t completing,
+    std::vector<uint64_t>* released, std::vector<Key>* applied_keys) {
   const size_t w = width();
   const std::vector<StepAggregator::Push>& pushes = steps.Pushes(clock);
   // The union of the ranks' keys, ascending: rows are then created in the
@@ -175,8 +190,46 @@ TableShard::SyncOutcome TableShard::PushSyncedKeys(
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
   range.store->Push(all, sum_.data());
-  StepApplied(steps, clock, waiter, released);
+  StepApplied(steps, clock, completing, released);
   return {SyncResult::kApplied, sum_.data()};
+}
+
+void TableShard::Retire(absl::Span<const int> ranks,
+                        std::vector<uint64_t>* orphans,
+                        std::vector<HeldStep>* complete) {
+  std::vector<int> fresh;
+  for (int r : ranks) {
+    if (r < 0 || r >= tracked_ranks_ || retired_[r]) continue;
+    retired_[r] = true;
+    staleness_.Retire(r);
+    fresh.push_back(r);
+  }
+  if (fresh.empty() || spec().sync_workers() == 0) return;
+  const int live = static_cast<int>(
+      std::count(retired_.begin(), retired_.end(), false));
+  needed_ = std::max(
+      1, std::min(static_cast<int>(spec().sync_workers()), live));
+  for (const auto& [begin, range] : ranges_) {
+    range->SetNeeded(needed_);
+    for (auto& [part, steps] : range->steps) {
+      std::vector<Clock> done;
+      for (int r : fresh) done = steps.Retire(r, needed_, orphans);
+      for (Clock c : done) {
+        complete->push_back({range.get(), {part.first, part.second}, c});
+      }
+    }
+  }
+}
+
+TableShard::SyncOutcome TableShard::CompleteStep(
+    const HeldStep& step, std::vector<uint64_t>* released,
+    std::vector<Key>* applied_keys) {
+  StepAggregator& steps = step.range->StepsFor(step.part);
+  return layout_->dense ? ApplyRangeStep(*step.range, steps, step.part.begin,
+                                         step.part.end, step.clock, 0,
+                                         released)
+                        : ApplyKeyStep(*step.range, steps, step.clock, 0,
+                                       released, applied_keys);
 }
 
 void TableShard::RecordApplied(int rank, Clock clock) {

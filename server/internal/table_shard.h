@@ -52,6 +52,9 @@ class TableShard {
           ranks_(std::max(1, ranks)),
           needed_(std::max(1, needed)) {}
     KeyRange range() const { return store->range(); }
+    // Distinct ranks that complete a step of the aggregators made from now
+    // on (TableShard::Retire updates the existing ones).
+    void SetNeeded(int needed) { needed_ = std::max(1, needed); }
 
     // BSP steps (tables with sync_workers > 0) aggregate per part: a key
     // range as the workers push it (they cut a large table into parts the
@@ -144,6 +147,32 @@ class TableShard {
                              uint64_t waiter, std::vector<uint64_t>* released,
                              std::vector<Key>* applied_keys);
 
+  // Worker ranks the job went on without (ClusterMap.retired_ranks, all of
+  // them, ascending). For each rank not retired before: its held BSP
+  // pushes are dropped, their waiters appended to `orphans` (to be
+  // answered with an error), it no longer counts for staleness, and a
+  // step needs min(sync_workers, ranks not retired) pushes from now on.
+  // The held steps complete by that count are appended to `complete`, for
+  // CompleteStep, clocks ascending within each part. Ranks outside
+  // tracked_ranks() are ignored.
+  struct HeldStep {
+    Range* range;
+    KeyRange part;
+    Clock clock;
+  };
+  void Retire(absl::Span<const int> ranks, std::vector<uint64_t>* orphans,
+              std::vector<HeldStep>* complete);
+  bool retired(int rank) const {
+    return rank >= 0 && rank < static_cast<int>(retired_.size()) &&
+           retired_[rank];
+  }
+  // Applies a step that Retire found complete, as the push completing it
+  // would have (PushSynced, PushSyncedKeys): every waiter it held is
+  // appended to `released`.
+  SyncOutcome CompleteStep(const HeldStep& step,
+                           std::vector<uint64_t>* released,
+                           std::vector<Key>* applied_keys);
+
   // An asynchronous push by `rank` at `clock` was applied (for staleness).
   void RecordApplied(int rank, Clock clock);
   // Staleness of a pull at `clock` (0 when workers are not tracked).
@@ -182,12 +211,25 @@ class TableShard {
 
  private:
   explicit TableShard(std::unique_ptr<const TableLayout> layout);
+  // Apply the held step `clock` of a range part (dense) or of a range's key
+  // batches (sparse), which is complete: the mean of its pushes, summed in
+  // rank order, then StepApplied.
+  SyncOutcome ApplyRangeStep(Range& range, StepAggregator& steps, Key begin,
+                             Key end, Clock clock, uint64_t completing,
+                             std::vector<uint64_t>* released);
+  SyncOutcome ApplyKeyStep(Range& range, StepAggregator& steps, Clock clock,
+                           uint64_t completing,
+                           std::vector<uint64_t>* released,
+                           std::vector<Key>* applied_keys);
   // Bookkeeping of a step that the handler has just applied.
   void StepApplied(StepAggregator& steps, Clock clock, uint64_t completing,
                    std::vector<uint64_t>* released);
 
   const std::unique_ptr<const TableLayout> layout_;
   const int tracked_ranks_;
+  // Data thread only (and PrepareMap's thread, never at the same time).
+  std::vector<bool> retired_;
+  int needed_;  // distinct ranks that complete a step
   // Changed only by the data thread, which holds stats_mu_ while it adds or
   // removes a range; the data thread reads it without the lock, the stats
   // (any thread) with it.

@@ -95,6 +95,7 @@ class BspLoop final : public TrainingLoop {
       const float lr = BspLearningRate(o.lr, n, o.warmup_steps, clock,
                                        o.steps, o.lr_decay_from);
       const uint64_t discarded_before = client.discarded_pushes();
+      const uint64_t requests_before = client.traffic().requests;
       tickets.clear();
       for (ExchangePart& p : parts) p.ready = 0;
       auto send = [&](ExchangePart& p) {
@@ -143,8 +144,24 @@ class BspLoop final : public TrainingLoop {
       }
       DP_RETURN_IF_ERROR(status);
       exchange_time += absl::Now() - computed;
-      const bool late = client.discarded_pushes() != discarded_before;
+      const uint64_t discarded = client.discarded_pushes() - discarded_before;
+      const bool late = discarded != 0;
       params_clock = late ? -1 : clock + 1;
+      if (late && ctx_.policy().backup_workers == 0 &&
+          discarded < client.traffic().requests - requests_before) {
+        // Without backup workers only a replacement whose predecessor died
+        // between two sends of this step gets here (its clock report may
+        // lag a step behind what it sent): the late parts took the step
+        // with the predecessor's gradient, and this worker's gradient of
+        // the others was computed on parameters in which those parts
+        // already had.
+        DP_LOG(WARNING) << "step " << clock << ": " << discarded << " of "
+                        << client.traffic().requests - requests_before
+                        << " gradient pushes came late (the lost worker had "
+                        << "sent those parts); the others were computed on "
+                        << "partly updated parameters, so this step is not "
+                        << "bit for bit an undisturbed run's";
+      }
 
       DP_ASSIGN_OR_RETURN(
           const double test_accuracy,
