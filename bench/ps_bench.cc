@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "handlers/handler.h"
 #include "common/auth.h"
 #include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
@@ -124,13 +125,16 @@ class RawClient {
     zmq_connect(s_, endpoint.c_str());
   }
   ~RawClient() {
+    zmq_close(s_);
+    zmq_ctx_term(ctx_);
+  }
+  // Tells the peer process to exit (once, at the end of the run).
+  void Quit() {
     zmq_send(s_, "Q", 1, 0);
     zmq_msg_t m;
     zmq_msg_init(&m);
     zmq_msg_recv(&m, s_, 0);
     zmq_msg_close(&m);
-    zmq_close(s_);
-    zmq_ctx_term(ctx_);
   }
   // Bytes per second moving `size` bytes per request (push: request carries
   // them; pull: reply carries them), `depth` in flight.
@@ -445,11 +449,65 @@ double MedianMicros(const std::function<void()>& op) {
   return us[us.size() / 2];
 }
 
+// Requests or rows: what a push of `bytes` of gradient to an adagrad
+// table costs the replication beyond r = 1, by parts, in this process.
+// Forwarding the request (what Downpour does) sends the gradient and has
+// the backup replay the handler; shipping the rows would have the primary
+// gather values and accumulators (twice the bytes), send them, and the
+// backup copy them in. Wire: raw ZeroMQ over loopback; copies and the
+// handler on warm buffers. Row shipping is not built, so this is its cost
+// by parts, not end to end.
+void RequestsOrRows(const std::string& raw_endpoint) {
+  auto handler = CreateHandler([] {
+    proto::HandlerSpec h;
+    h.set_name("adagrad");
+    return h;
+  }(), nullptr);
+  Check(handler.status(), "adagrad");
+  constexpr size_t kWidth = 256;
+  RawClient raw(raw_endpoint);
+  std::printf("\n| requests or rows (adagrad, per push, us) | wire (grad) | "
+              "replay | requests | gather | wire (2x) | copy in | rows | "
+              "rows/requests |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t bytes : {size_t{1} << 20, size_t{4} << 20, size_t{16} << 20}) {
+    const size_t n = bytes / sizeof(float), rows = n / kWidth;
+    const size_t state = rows * (*handler)->StateWidth(kWidth);
+    std::vector<float> values(n, 0.5f), acc(state, 0.1f), grads(n, 0.001f);
+    std::vector<float> shipped(n + state), in(n + state);
+    const int iters = std::max(4, ItersFor(bytes));
+    auto per_op_us = [&](const std::function<void()>& op) {
+      op();  // warm
+      const absl::Time start = absl::Now();
+      for (int i = 0; i < iters; ++i) op();
+      return absl::ToDoubleMicroseconds(absl::Now() - start) / iters;
+    };
+    const double wire1 = 1e6 * bytes / raw.Run(bytes, false, 2, iters);
+    const double wire2 =
+        1e6 * (2.0 * bytes) / raw.Run(2 * bytes, false, 2, iters);
+    const double replay = per_op_us([&] {
+      (*handler)->Apply(values.data(), acc.data(), grads.data(), rows, kWidth);
+    });
+    const double gather = per_op_us([&] {
+      std::memcpy(shipped.data(), values.data(), n * sizeof(float));
+      std::memcpy(shipped.data() + n, acc.data(), state * sizeof(float));
+    });
+    const double copy_in = per_op_us([&] {
+      std::memcpy(in.data(), shipped.data(), shipped.size() * sizeof(float));
+    });
+    const double requests = wire1 + replay, rows_cost = gather + wire2 + copy_in;
+    std::printf("| %zu MiB | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | "
+                "%.2f |\n",
+                bytes >> 20, wire1, replay, requests, gather, wire2, copy_in,
+                rows_cost, rows_cost / requests);
+    std::fflush(stdout);
+  }
+}
+
 // Replication's cost: the same two-server cluster with --replicas=1 and
 // --replicas=2, measured alternately. Writes forward the request itself to
 // the backup (the gradient, not the rows it changed); a catching-up backup
 // gets rows, values and handler state, whose copy speed is measured too.
-void ReplicationSection() {
+void ReplicationSection(const std::string& raw_endpoint) {
   const int depth = absl::GetFlag(FLAGS_depth);
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   constexpr uint32_t kWidth = 256;  // 1 KiB rows
@@ -516,6 +574,7 @@ void ReplicationSection() {
     clients[r].reset();
     Check(clusters[r]->Stop(), "stop cluster");
   }
+  RequestsOrRows(raw_endpoint);
 
   // Catch-up: one server holds a range of every row written (values and
   // adagrad's accumulators); a second joins and copies it while idle.
@@ -620,11 +679,9 @@ int main(int argc, char** argv) {
   if (sections.find("latency") != std::string::npos) downpour::LatencySection();
   if (sections.find("memory") != std::string::npos) downpour::MemorySection();
   if (sections.find("replication") != std::string::npos) {
-    downpour::ReplicationSection();
+    downpour::ReplicationSection(ep);
   }
-  if (sections.find("dense") == std::string::npos) {
-    downpour::RawClient quit(ep);  // its destructor tells the child to quit
-  }
+  downpour::RawClient(ep).Quit();
   int status;
   waitpid(child, &status, 0);
   return 0;
