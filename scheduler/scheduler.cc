@@ -615,27 +615,56 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           "barrier '", req->name(), "': ", barriers_.size(),
           " barriers are open already")));
     }
+    // A barrier of all the job's workers (JobMember::Barrier) does not wait
+    // for ranks the job goes on without: those the backup workers absorb
+    // and those retired (--on_worker_loss=continue). That can change while
+    // it waits.
+    const proto::NodeInfo* caller = FindNode(req->node_id());
+    const bool job_barrier = caller != nullptr &&
+                             caller->role() == proto::WORKER &&
+                             req->count() == static_cast<uint32_t>(clocks_.size());
+    auto complete = [&](const BarrierState& state)
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (!job_barrier) return state.arrived.size() >= req->count();
+      // Arrivals of ranks given up since do not count twice.
+      int arrived = 0;
+      for (NodeId n : state.arrived) {
+        auto r = rank_of_.find(n);
+        arrived += r == rank_of_.end() || !(roster_.lost(r->second) ||
+                                            roster_.retired(r->second));
+      }
+      return arrived >= std::max<int>(1, static_cast<int>(req->count()) -
+                                             roster_.NotWaitedFor());
+    };
     BarrierState& b = barriers_[req->name()];
     const uint64_t generation = b.generation;
     b.arrived.insert(req->node_id());
-    if (b.arrived.size() >= req->count()) {
-      b.arrived.clear();
-      b.generation++;
-      ForgetBarrierIfIdle(req->name());
+    auto release = [&](BarrierState& state)
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      state.arrived.clear();
+      state.generation++;
+      ForgetBarrierIfIdle(req->name());  // `state` may be gone from here on
       RecordPassedBarrier(req->name());
       reply->set_arrived(req->count());
       return grpc::Status::OK;
-    }
+    };
+    if (complete(b)) return release(b);
     ++b.waiters;
     // `b` may move while the lock is released: look it up again.
     auto released = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const BarrierState& now = barriers_[req->name()];
       return stopping_ || !roster_.failure().ok() ||
-             barriers_[req->name()].generation != generation;
+             now.generation != generation || complete(now);
     };
     const bool in_time =
         mu_.AwaitWithTimeout(absl::Condition(&released), *timeout);
     BarrierState& after = barriers_[req->name()];
     --after.waiters;
+    if (!stopping_ && roster_.failure().ok() &&
+        after.generation == generation && complete(after)) {
+      // The ranks still missing were given up while it waited.
+      return release(after);
+    }
     if (!in_time) {
       after.arrived.erase(req->node_id());
       const size_t arrived = after.arrived.size() + 1;

@@ -85,6 +85,15 @@ void WorkerRoster::Import(const proto::WorkerRosterState& state) {
                                      : absl::AbortedError(state.failure());
 }
 
+int WorkerRoster::NotWaitedFor() const {
+  int lost = 0, retired = 0;
+  for (const RankState& s : state_) {
+    lost += s.lost ? 1 : 0;
+    retired += s.retired ? 1 : 0;
+  }
+  return retired + (lost <= policy_.backup_workers ? lost : 0);
+}
+
 std::vector<int> WorkerRoster::Check(absl::Time now) {
   std::vector<int> retire;
   if (!failure_.ok()) return retire;

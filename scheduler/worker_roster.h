@@ -73,6 +73,9 @@ class WorkerRoster {
   const absl::Status& failure() const { return failure_; }
   bool lost(int rank) const { return state_[rank].lost; }
   bool retired(int rank) const { return state_[rank].retired; }
+  // Ranks the job does not wait for: the retired ones, and the lost ones
+  // while the backup workers absorb them.
+  int NotWaitedFor() const;
   bool finished(int rank) const { return state_[rank].finished; }
 
  private:

@@ -18,6 +18,8 @@
 //  - --on_worker_loss=stop (SSP, ASP, and BSP with the survivors blocked on
 //    the data plane): every survivor exits with status 1 soon after the
 //    bound, naming the lost worker.
+//  - A worker lost before the start-up barrier: the others pass it once
+//    the job gives the rank up (a backup absorbs it, or it is retired).
 //  - SIGTERM: the worker logs, leaves the job, the scheduler shows it LEFT
 //    at once (long before heartbeats would expire), and a replacement
 //    finishes the job.
@@ -517,6 +519,74 @@ TEST(WorkerLossTest, BspContinuesWithFewerWorkersBitForBit) {
     }
   }
   EXPECT_EQ(differing, 0u) << "of " << got.size() << " parameters";
+  EXPECT_OK(job->Stop());
+}
+
+// A worker lost before the start-up barrier ('init-params'), which counts
+// every worker of the job: the barrier does not wait for a rank the job
+// goes on without. Worker 2 registers and then fails at start (no data),
+// so it never arrives. With a backup worker the others pass at once once
+// it is lost; without one (BSP, continue) once it is retired, and the run
+// is then the two-worker part of a three-worker job from step 0, bit for
+// bit.
+std::unique_ptr<LocalJob> StartWithAWorkerThatDiesAtStart(
+    const std::string& tag, std::vector<std::string> scheduler_flags,
+    int steps) {
+  LocalJobOptions o = JobOptions(tag, std::move(scheduler_flags));
+  for (int i = 0; i < 3; ++i) {
+    o.workers.push_back(WorkerFlags(steps));
+    o.workers.back().push_back(absl::StrCat("--rank=", i));
+  }
+  o.workers[2].push_back("--data_dir=/nonexistent");
+  auto job = LocalJob::Start(o);
+  EXPECT_OK(job);
+  return job.ok() ? std::move(*job) : nullptr;
+}
+
+void ExpectSurvivorsFinish(LocalJob* job, int steps) {
+  const absl::Time start = absl::Now();
+  ASSERT_OK_AND_ASSIGN(int w2, job->WaitForWorker(2, absl::Seconds(60)));
+  EXPECT_EQ(ExitCode(w2), 1);
+  // The barrier's own timeout is 120 s: well within it.
+  ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Seconds(60)));
+  ASSERT_OK_AND_ASSIGN(int w1, job->WaitForWorker(1, absl::Seconds(60)));
+  EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
+  EXPECT_EQ(ExitCode(w1), 0) << job->worker(1).LogTail();
+  std::cout << "survivors finished " << absl::Now() - start
+            << " after the start\n";
+  SchedulerClient sched(job->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  EXPECT_EQ(status.failure(), "");
+  EXPECT_EQ(status.workers(0).clock(), steps);
+  EXPECT_EQ(status.workers(1).clock(), steps);
+}
+
+TEST(WorkerLossTest, TheStartBarrierDoesNotWaitForAWorkerABackupAbsorbs) {
+  constexpr int kSteps = 200;
+  auto job = StartWithAWorkerThatDiesAtStart(
+      "barrier_backup",
+      {"--consistency=bsp", "--num_workers=2", "--backup_workers=1",
+       "--dead_after_ms=3000", "--worker_replace_timeout_ms=600000"},
+      kSteps);
+  ASSERT_NE(job, nullptr);
+  ExpectSurvivorsFinish(job.get(), kSteps);
+  EXPECT_OK(job->Stop());
+}
+
+TEST(WorkerLossTest, TheStartBarrierDoesNotWaitForARetiredWorker) {
+  constexpr int kSteps = 200;
+  auto job = StartWithAWorkerThatDiesAtStart(
+      "barrier_retired",
+      {"--consistency=bsp", "--num_workers=3", "--dead_after_ms=3000",
+       "--worker_replace_timeout_ms=2000", "--on_worker_loss=continue"},
+      kSteps);
+  ASSERT_NE(job, nullptr);
+  ExpectSurvivorsFinish(job.get(), kSteps);
+  const std::vector<float> got = ReadParams(job->scheduler_address());
+  const std::vector<float> want = SingleProcessBsp(3, kSteps, 2, 0);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
+                                           << " parameters";
   EXPECT_OK(job->Stop());
 }
 
