@@ -15,6 +15,16 @@
 namespace downpour {
 namespace {
 
+proto::TableSpec DenseSpec(const std::string& name, uint64_t keys) {
+  proto::TableSpec s;
+  s.set_name(name);
+  s.set_kind(proto::DENSE);
+  s.set_width(2);
+  s.set_num_keys(keys);
+  s.mutable_handler()->set_name("sgd");
+  return s;
+}
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -37,13 +47,7 @@ class SchedulerTest : public ::testing::Test {
     return reply.ok() ? reply->node_id() : 0;
   }
   proto::TableSpec Dense(const std::string& name, uint64_t keys) {
-    proto::TableSpec s;
-    s.set_name(name);
-    s.set_kind(proto::DENSE);
-    s.set_width(2);
-    s.set_num_keys(keys);
-    s.mutable_handler()->set_name("sgd");
-    return s;
+    return DenseSpec(name, keys);
   }
 
   std::unique_ptr<Scheduler> scheduler_;
@@ -254,12 +258,7 @@ TEST(SchedulerPolicyTest, TablesThatFollowTheJobGetItsEnforcement) {
                          client.Register(r, absl::Seconds(5)));
     Acker acker(scheduler.get(), &client, {reg.node_id()});
 
-    proto::TableSpec spec;
-    spec.set_name("w");
-    spec.set_kind(proto::DENSE);
-    spec.set_width(2);
-    spec.set_num_keys(10);
-    spec.mutable_handler()->set_name("sgd");
+    proto::TableSpec spec = DenseSpec("w", 10);
     spec.set_follows_job(true);
     ASSERT_OK_AND_ASSIGN(proto::CreateTableReply created,
                          client.CreateTable(spec, absl::Seconds(5)));
@@ -457,13 +456,7 @@ TEST(SchedulerStateTest, APendingTableIsStillRolledBackAfterARestart) {
     silent = reg("silent");
     {
       Acker acker(s.get(), &c, {good});
-      proto::TableSpec spec;
-      spec.set_name("w");
-      spec.set_kind(proto::DENSE);
-      spec.set_width(2);
-      spec.set_num_keys(10);
-      spec.mutable_handler()->set_name("sgd");
-      EXPECT_THAT(c.CreateTable(spec, absl::Milliseconds(300)),
+      EXPECT_THAT(c.CreateTable(DenseSpec("w", 10), absl::Milliseconds(300)),
                   StatusIs(absl::StatusCode::kDeadlineExceeded));
     }
     const proto::ClusterMap map = s->CurrentMap();

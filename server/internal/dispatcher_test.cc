@@ -370,9 +370,9 @@ struct BspCall {
   std::vector<DeferredReply> released;
   uint64_t token = 0;
 };
-BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
-                std::vector<float> grads, uint64_t token, Key begin = 0,
-                Key end = 4) {
+BspCall HandleBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
+                  std::vector<float> grads, uint64_t token, Key begin = 0,
+                  Key end = 4) {
   IncomingMessage req;
   req.header.set_op(op);
   req.header.set_table_id(3);
@@ -389,6 +389,13 @@ BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
   BspCall c;
   c.token = token;
   d.Handle(req, &c.reply, &c.released);
+  return c;
+}
+// The same, expecting it to be accepted.
+BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
+                std::vector<float> grads, uint64_t token, Key begin = 0,
+                Key end = 4) {
+  BspCall c = HandleBsp(d, op, rank, clock, std::move(grads), token, begin, end);
   EXPECT_EQ(c.reply.header.status_code(), 0) << c.reply.header.status_message();
   return c;
 }
@@ -560,26 +567,10 @@ TEST(DispatcherBspTest, RetiredRanksNoLongerHoldTheStep) {
   EXPECT_EQ(r1.released[0].reply_token, 42u);
   EXPECT_EQ(r1.released[0].reply.header.staleness(), 0);
 
-  // A retired rank's later push is refused and changes nothing.
-  IncomingMessage late;
-  late.header.set_op(proto::PUSH);
-  late.header.set_table_id(3);
-  late.header.set_width(2);
-  late.header.set_epoch(6);
-  late.header.set_is_range(true);
-  late.header.set_range_begin(0);
-  late.header.set_range_end(4);
-  late.header.set_num_keys(4);
-  late.header.set_worker_rank(2);
-  late.header.set_worker_clock(1);
-  std::vector<float> nines(8, 9);
-  late.values = nines;
-  late.reply_token = 44;
-  OutgoingReply refused;
-  std::vector<DeferredReply> none;
-  d.Handle(late, &refused, &none);
-  EXPECT_EQ(Code(refused.header), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.header.status_message(),
+  // A retired rank's later push is refused.
+  BspCall refused = HandleBsp(d, proto::PUSH, 2, 1, std::vector<float>(8, 9), 44);
+  EXPECT_EQ(Code(refused.reply.header), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.reply.header.status_message(),
               ::testing::HasSubstr("worker rank 2 was retired"));
 
   // Clock 1: rank 0 waits; rank 1 is retired too, so its step is applied
