@@ -259,10 +259,16 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
 
   if (s.job().workers_size() > 0) {
     std::vector<std::vector<std::string>> workers = {
-        {"RANK", "CLOCK", "LOSS", "TEST_ACC", "STALENESS", "DISCARDED", "EXAMPLES"}};
+        {"RANK", "STATE", "CLOCK", "LOSS", "TEST_ACC", "STALENESS", "DISCARDED",
+         "EXAMPLES"}};
     for (const proto::WorkerStatus& w : s.job().workers()) {
       workers.push_back(
-          {absl::StrCat(w.rank()), absl::StrCat(w.clock()),
+          {absl::StrCat(w.rank()),
+           w.retired() ? "retired"
+           : w.lost()  ? "lost"
+           : w.finished() ? "finished"
+                          : "running",
+           absl::StrCat(w.clock()),
            absl::StrFormat("%.4f", w.loss()),
            w.test_accuracy() > 0 ? absl::StrFormat("%.4f", w.test_accuracy()) : "-",
            absl::StrCat(w.max_staleness()), absl::StrCat(w.discarded()),

@@ -118,6 +118,19 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
     w->Counter("downpour_worker_discarded_pushes_total",
                "The worker's pushes dropped as late (backup workers)", l,
                static_cast<double>(s.discarded()));
+    // Every state, 1 for the rank's current one: an alert on a lost or
+    // retired rank needs the series to exist while it is 0.
+    const char* state = s.retired()    ? "retired"
+                        : s.lost()     ? "lost"
+                        : s.finished() ? "finished"
+                                       : "running";
+    for (const char* name : {"running", "finished", "lost", "retired"}) {
+      w->Gauge("downpour_worker_state",
+               "The rank's state: running, finished, lost (waiting for a "
+               "replacement) or retired (the job went on without it)",
+               {{"rank", absl::StrCat(s.rank())}, {"state", name}},
+               std::string(name) == state ? 1 : 0);
+    }
     if (s.test_accuracy() > 0) {
       w->Gauge("downpour_worker_test_accuracy",
                "Test accuracy the worker last evaluated", l, s.test_accuracy());

@@ -255,6 +255,9 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
   EXPECT_EQ(m.Sum("downpour_worker_examples_total", {{"rank", "1"}}), 448);
   EXPECT_EQ(m.Sum("downpour_worker_max_staleness", {{"rank", "1"}}), 2);
   EXPECT_EQ(m.Sum("downpour_worker_clock", {{"rank", "0"}}), 0);
+  EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}, {"state", "running"}}), 1);
+  EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}, {"state", "lost"}}), 0);
+  EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}}), 1);
   EXPECT_EQ(m.Sum("downpour_job_gating_clock"), 0);  // rank 0 is at 0
   EXPECT_EQ(m.Sum("downpour_job_workers"), 2);
   EXPECT_EQ(m.Sum("downpour_job_info", {{"consistency", "asp"}}), 1);
