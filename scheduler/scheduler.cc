@@ -1442,24 +1442,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (NodeId id : rolled_back_) state.add_rolled_back_workers(id);
     for (const std::string& b : passed_barriers_) state.add_passed_barriers(b);
     *state.mutable_roster() = roster_.Export();
-    // In id order, so that equal states write equal bytes.
-    std::vector<const PendingTable*> pending;
-    for (const auto& [id, p] : pending_) pending.push_back(p.get());
-    std::sort(pending.begin(), pending.end(),
-              [](const PendingTable* a, const PendingTable* b) {
-                return a->id < b->id;
-              });
-    for (const PendingTable* p : pending) {
+    for (const auto& [id, p] : pending_) {
       proto::SchedulerState::PendingTable* t = state.add_pending_tables();
       t->set_id(p->id);
       t->set_name(p->name);
       t->set_epoch(p->epoch);
       for (NodeId n : p->waiting) t->add_waiting(n);
     }
-    std::vector<std::pair<NodeId, TableId>> refused(refused_.begin(),
-                                                    refused_.end());
-    std::sort(refused.begin(), refused.end());
-    for (const auto& [node, table] : refused) {
+    for (const auto& [node, table] : refused_) {
       proto::SchedulerState::Refusal* r = state.add_refusals();
       r->set_node(node);
       r->set_table(table);

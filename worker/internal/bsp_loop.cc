@@ -145,10 +145,10 @@ class BspLoop final : public TrainingLoop {
       DP_RETURN_IF_ERROR(status);
       exchange_time += absl::Now() - computed;
       const uint64_t discarded = client.discarded_pushes() - discarded_before;
+      const uint64_t sent = client.traffic().requests - requests_before;
       const bool late = discarded != 0;
       params_clock = late ? -1 : clock + 1;
-      if (late && ctx_.policy().backup_workers == 0 &&
-          discarded < client.traffic().requests - requests_before) {
+      if (late && ctx_.policy().backup_workers == 0 && discarded < sent) {
         // Without backup workers only a replacement whose predecessor died
         // between two sends of this step gets here (its clock report may
         // lag a step behind what it sent): the late parts took the step
@@ -156,11 +156,10 @@ class BspLoop final : public TrainingLoop {
         // the others was computed on parameters in which those parts
         // already had.
         DP_LOG(WARNING) << "step " << clock << ": " << discarded << " of "
-                        << client.traffic().requests - requests_before
-                        << " gradient pushes came late (the lost worker had "
-                        << "sent those parts); the others were computed on "
-                        << "partly updated parameters, so this step is not "
-                        << "bit for bit an undisturbed run's";
+                        << sent << " gradient pushes came late (the lost "
+                        << "worker had sent those parts); the others were "
+                        << "computed on partly updated parameters, so this "
+                        << "step is not bit for bit an undisturbed run's";
       }
 
       DP_ASSIGN_OR_RETURN(
