@@ -42,6 +42,9 @@ ABSL_FLAG(int, threads, 8, "threads driving them");
 ABSL_FLAG(int, window, 4, "adds in flight per client");
 ABSL_FLAG(double, seconds, 30, "length of the run");
 ABSL_FLAG(int, replicas, 2, "ps_scheduler --replicas");
+ABSL_FLAG(bool, balance_primaries, true,
+          "ps_scheduler --balance_primaries (false: the survivor stays the "
+          "primary of every range after the restart)");
 
 namespace downpour {
 namespace {
@@ -88,7 +91,10 @@ int Main() {
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (std::system(("mkdir -p " + o.work_dir).c_str()) != 0) return 1;
   o.num_servers = 2;
-  o.scheduler_flags = {absl::StrCat("--replicas=", absl::GetFlag(FLAGS_replicas))};
+  o.scheduler_flags = {
+      absl::StrCat("--replicas=", absl::GetFlag(FLAGS_replicas)),
+      absl::StrCat("--balance_primaries=",
+                   absl::GetFlag(FLAGS_balance_primaries) ? "true" : "false")};
   auto cluster = LocalCluster::Start(o);
   Check(cluster.status(), "start cluster");
   const std::string scheduler = (*cluster)->scheduler_address();
@@ -240,9 +246,11 @@ int Main() {
     return b > a ? sum / ((b - a) / 10.0) : 0.0;
   };
   std::printf("# soak_bench (%s): %d clients x %d in flight, %d threads, "
-              "--replicas=%d, 2 servers, %.0f s\n\n",
+              "--replicas=%d, --balance_primaries=%s, 2 servers, %.0f s\n\n",
               absl::FormatTime(start).c_str(), n_clients, window, n_threads,
-              absl::GetFlag(FLAGS_replicas), absl::ToDoubleSeconds(run));
+              absl::GetFlag(FLAGS_replicas),
+              absl::GetFlag(FLAGS_balance_primaries) ? "true" : "false",
+              absl::ToDoubleSeconds(run));
   std::printf("| phase | from (s) | to (s) | acknowledged adds/s |\n|---|---|---|---|\n");
   auto row = [&](const char* name, absl::Time a, absl::Time b) {
     std::printf("| %s | %.1f | %.1f | %.0f |\n", name,

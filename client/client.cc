@@ -360,6 +360,30 @@ class ClientImpl final : public Client {
     });
   }
 
+  // Sends `req` to `server` at `endpoint`, routed on the map of
+  // `routed_epoch`. UpdateMap fails what is in flight to a server a new map
+  // calls dead; a request queued just after that (routed on the old map)
+  // would wait for its deadline on a dead endpoint, so it is failed here
+  // (and retried where its range went). DataClient applies a Reset after
+  // the sends queued before it, and UpdateMap publishes the map before it
+  // resets, so one of the two always sees the other.
+  void SendTo(const std::string& endpoint, NodeId server, Epoch routed_epoch,
+              OutgoingRequest req, absl::Time deadline,
+              DataClient::ReplyCallback done) {
+    data_->Send(endpoint, std::move(req), deadline, std::move(done));
+    std::shared_ptr<const ClusterMapView> now = Map();
+    if (now->epoch() == routed_epoch) return;
+    const proto::NodeInfo* n = now->FindNode(server);
+    if (n != nullptr && n->state() == proto::ALIVE &&
+        n->data_endpoint() == endpoint) {
+      return;
+    }
+    data_->Reset(endpoint,
+                 absl::UnavailableError(absl::StrCat(
+                     "server ", server, " (", endpoint,
+                     ") left the cluster map in epoch ", now->epoch())));
+  }
+
   void RefreshMap() {
     auto map = scheduler_.GetClusterMap();
     if (map.ok()) UpdateMap(*std::move(map));
@@ -819,11 +843,12 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   op->Hold();  // for the reply
   CountSent(req);
   std::string endpoint = node->data_endpoint();
-  data_->Send(endpoint, std::move(req), op->deadline,
-              [this, op, part = std::move(part), endpoint](
-                  const absl::Status& s, const IncomingMessage* reply) {
-                OnReply(op, part, endpoint, s, reply);
-              });
+  const NodeId server = part.server;
+  SendTo(endpoint, server, map.epoch(), std::move(req), op->deadline,
+         [this, op, part = std::move(part), endpoint](
+             const absl::Status& s, const IncomingMessage* reply) {
+           OnReply(op, part, endpoint, s, reply);
+         });
 }
 
 void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
@@ -1002,7 +1027,7 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       }
       CountSent(req);
       const std::string endpoint = node->data_endpoint();
-      data_->Send(endpoint, std::move(req), deadline,
+      SendTo(endpoint, server, map->epoch(), std::move(req), deadline,
                   [&, i, server, endpoint](const absl::Status& st,
                                            const IncomingMessage* reply) {
                     Piece& piece = pieces[i];

@@ -27,6 +27,10 @@ ABSL_FLAG(int64_t, suspect_grace_ms, 400,
 ABSL_FLAG(int32_t, replicas, 1,
           "servers holding each key range: a primary and replicas - 1 "
           "backups (writes are acknowledged once every holder has them)");
+ABSL_FLAG(bool, balance_primaries, true,
+          "hand ranges to in-sync backups so that each server is primary of "
+          "as many ranges as the others (after a failover and a server's "
+          "return, the survivor would stay primary of everything)");
 ABSL_FLAG(int32_t, min_servers, 1,
           "table declarations wait until this many servers are alive");
 ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
   options.suspect_grace =
       absl::Milliseconds(absl::GetFlag(FLAGS_suspect_grace_ms));
   options.replicas = absl::GetFlag(FLAGS_replicas);
+  options.balance_primaries = absl::GetFlag(FLAGS_balance_primaries);
   if (options.replicas < 1 || options.replicas > 16) {
     DP_LOG(ERROR) << "--replicas=" << options.replicas << ": must be in [1, 16]";
     return 2;

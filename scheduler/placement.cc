@@ -32,6 +32,22 @@ bool Alive(const proto::ClusterMap& map, NodeId id) {
   return false;
 }
 
+// A handover stands only while its primary is alive and its target is
+// still an in-sync backup.
+bool CancelStaleHandOver(const proto::ClusterMap& map,
+                         proto::RangeAssignment* r) {
+  if (r->handing_to() == kNoNode) return false;
+  const bool target_in_sync =
+      std::find(r->replicas().begin(), r->replicas().end(),
+                r->handing_to()) != r->replicas().end();
+  if (target_in_sync && Alive(map, r->primary()) &&
+      Alive(map, r->handing_to()) && !r->lost()) {
+    return false;
+  }
+  r->clear_handing_to();
+  return true;
+}
+
 }  // namespace
 
 std::vector<NodeId> LiveServers(const proto::ClusterMap& map) {
@@ -75,6 +91,10 @@ bool RemoveServer(proto::ClusterMap* map, NodeId dead) {
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       changed |= Erase(r.mutable_catching_up(), dead);
       changed |= Erase(r.mutable_replicas(), dead);
+      if (r.primary() == dead || r.handing_to() == dead) {
+        changed |= r.handing_to() != kNoNode;
+        r.clear_handing_to();
+      }
       if (r.primary() != dead) continue;
       // The first in-sync backup that is alive takes over.
       NodeId next = kNoNode;
@@ -103,6 +123,11 @@ bool ForgetServerData(proto::ClusterMap* map, NodeId server) {
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       changed |= Erase(r.mutable_catching_up(), server);
       changed |= Erase(r.mutable_replicas(), server);
+      changed |= CancelStaleHandOver(*map, &r);
+      if (r.primary() == server && r.handing_to() != kNoNode) {
+        r.clear_handing_to();
+        changed = true;
+      }
       if (r.primary() == server && !r.lost()) {
         r.set_lost(true);
         changed = true;
@@ -205,6 +230,90 @@ absl::Status MarkInSync(proto::ClusterMap* map, TableId table, Key begin,
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "table ", table, " has no range beginning at key ", begin));
+}
+
+bool BalancePrimaries(proto::ClusterMap* map) {
+  const std::vector<NodeId> live = LiveServers(*map);
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    // Primaries per live server, a handover under way counted at its
+    // target already.
+    absl::flat_hash_map<NodeId, int> count;
+    for (NodeId s : live) count[s] = 0;
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      changed |= CancelStaleHandOver(*map, &r);
+      const NodeId owner =
+          r.handing_to() != kNoNode ? r.handing_to() : r.primary();
+      if (auto c = count.find(owner); c != count.end()) ++c->second;
+    }
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.lost() || r.handing_to() != kNoNode) continue;
+      auto from = count.find(r.primary());
+      if (from == count.end()) continue;  // its primary is not alive
+      NodeId best = kNoNode;
+      for (NodeId b : r.replicas()) {
+        auto c = count.find(b);
+        if (c == count.end()) continue;
+        if (best == kNoNode || c->second < count[best]) best = b;
+      }
+      if (best == kNoNode || from->second - count[best] < 2) continue;
+      r.set_handing_to(best);
+      --from->second;
+      ++count[best];
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+absl::Status HandOver(proto::ClusterMap* map, TableId table, Key begin,
+                      NodeId primary, NodeId to) {
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    if (t.spec().id() != table) continue;
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.begin() != begin) continue;
+      if (r.primary() != primary || r.handing_to() != to || to == kNoNode) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "table ", table, " range from key ", begin, ": no handover from ",
+            primary, " to ", to, " under way (primary ", r.primary(),
+            ", handing to ", r.handing_to(), ")"));
+      }
+      auto it = std::find(r.mutable_replicas()->begin(),
+                          r.mutable_replicas()->end(), to);
+      if (it == r.mutable_replicas()->end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "table ", table, " range from key ", begin, ": node ", to,
+            " is not an in-sync backup of it"));
+      }
+      *it = primary;
+      r.set_primary(to);
+      r.clear_handing_to();
+      return absl::OkStatus();
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "table ", table, " has no range beginning at key ", begin));
+}
+
+bool HandOversUnderWay(const proto::ClusterMap& map) {
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      if (r.handing_to() != kNoNode) return true;
+    }
+  }
+  return false;
+}
+
+bool CancelHandOvers(proto::ClusterMap* map) {
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.handing_to() == kNoNode) continue;
+      r.clear_handing_to();
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 }  // namespace downpour

@@ -22,6 +22,14 @@
 //     only one with room for the range, when Refill is told the room).
 //   - A catching-up backup becomes in sync when its primary reports the
 //     copy done (MarkInSync).
+//   - Primaries are balanced (BalancePrimaries): after a failover the
+//     survivors are primary of every range, and a server that comes back
+//     only replays. A range whose primary is primary of at least two more
+//     ranges of its table than one of its live in-sync backups is handed
+//     to that backup (handing_to); the primary stops writing it and,
+//     once its backups hold everything it applied, reports; HandOver then
+//     swaps the two. A handover whose primary or target leaves the range
+//     is cancelled.
 //
 // Thread-compatible; no I/O.
 #ifndef DOWNPOUR_SCHEDULER_PLACEMENT_H_
@@ -83,6 +91,26 @@ bool HoldsAnyRange(const proto::ClusterMap& map, NodeId server);
 // agrees (another primary, or the backup is not catching up there).
 absl::Status MarkInSync(proto::ClusterMap* map, TableId table, Key begin,
                         NodeId primary, NodeId backup);
+
+// Starts handovers (RangeAssignment.handing_to) that even out, per table,
+// how many ranges each live server is primary of (see the rules above).
+// Ranges lost, already handing over, or whose primary is not alive are
+// left alone. Returns whether anything changed.
+bool BalancePrimaries(proto::ClusterMap* map);
+
+// `primary` reports the range of `table` beginning at `begin` ready to hand
+// to `to`: `to` becomes its primary and `primary` takes `to`'s place among
+// the in-sync backups. kFailedPrecondition if the map no longer names
+// that handover.
+absl::Status HandOver(proto::ClusterMap* map, TableId table, Key begin,
+                      NodeId primary, NodeId to);
+
+// Whether any range is being handed over.
+bool HandOversUnderWay(const proto::ClusterMap& map);
+
+// Cancels every handover under way (a primary that never reported). Returns
+// whether there was any.
+bool CancelHandOvers(proto::ClusterMap* map);
 
 }  // namespace downpour
 

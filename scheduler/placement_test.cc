@@ -1,5 +1,6 @@
 #include "scheduler/placement.h"
 
+#include <map>
 #include <vector>
 
 #include "common/test_util.h"
@@ -149,6 +150,98 @@ TEST(PlacementTest, DropCatchingUpAndHoldsAnyRange) {
   EXPECT_FALSE(DropCatchingUp(&map, id, 3));
   EXPECT_TRUE(HoldsAnyRange(map, 3));  // still the primary of [200, 300)
   EXPECT_TRUE(HoldsAnyRange(map, 1));
+}
+
+void Revive(proto::ClusterMap* map, NodeId id) {
+  for (auto& n : *map->mutable_nodes()) {
+    if (n.id() == id) n.set_state(proto::ALIVE);
+  }
+}
+
+// A server killed and restarted: the survivor is primary of everything,
+// the returned server catches up on both ranges, and once a range's copy
+// is in sync it is handed back, one range each in the end.
+TEST(PlacementTest, PrimariesAreBalancedByHandingRangesToInSyncBackups) {
+  proto::ClusterMap map = MapWithServers(2);
+  proto::TableMap* t = AddTable(&map, 200, 2);
+  const TableId id = t->spec().id();
+  EXPECT_FALSE(BalancePrimaries(&map));  // placed balanced
+  Kill(&map, 2);
+  ASSERT_TRUE(RemoveServer(&map, 2));
+  Revive(&map, 2);
+  ASSERT_TRUE(Refill(&map, 2));
+  EXPECT_EQ(t->ranges(0).primary(), 1u);
+  EXPECT_EQ(t->ranges(1).primary(), 1u);
+  // Catching up is not enough: only an in-sync backup can take a range.
+  EXPECT_FALSE(BalancePrimaries(&map));
+  ASSERT_OK(MarkInSync(&map, id, 100, 1, 2));
+  EXPECT_TRUE(BalancePrimaries(&map));
+  EXPECT_EQ(t->ranges(0).handing_to(), kNoNode);
+  EXPECT_EQ(t->ranges(1).handing_to(), 2u);
+  EXPECT_TRUE(HandOversUnderWay(map));
+  ASSERT_OK(MarkInSync(&map, id, 0, 1, 2));
+  // The handover under way counts at its target already: one each.
+  EXPECT_FALSE(BalancePrimaries(&map));
+  EXPECT_THAT(HandOver(&map, id, 100, 2, 1),  // not the primary
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(HandOver(&map, id, 0, 1, 2),  // no handover there
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(HandOver(&map, id, 100, 1, 2));
+  EXPECT_EQ(t->ranges(1).primary(), 2u);
+  EXPECT_EQ(V(t->ranges(1).replicas()), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(t->ranges(1).handing_to(), kNoNode);
+  EXPECT_FALSE(HandOversUnderWay(map));
+  EXPECT_FALSE(BalancePrimaries(&map));
+  EXPECT_THAT(HandOver(&map, id, 100, 1, 2),  // done already
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// Three servers, six ranges all on server 1 with in-sync backups on the
+// others: two handed to each of them.
+TEST(PlacementTest, BalancingSpreadsPrimariesOverEveryLiveServer) {
+  proto::ClusterMap map = MapWithServers(3);
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_id(1);
+  for (int i = 0; i < 6; ++i) {
+    proto::RangeAssignment* r = t->add_ranges();
+    r->set_begin(10 * i);
+    r->set_end(10 * i + 10);
+    r->set_primary(1);
+    r->add_replicas(2 + i % 2);
+    r->add_replicas(3 - i % 2);
+  }
+  EXPECT_TRUE(BalancePrimaries(&map));
+  std::map<NodeId, int> owners;
+  for (const auto& r : t->ranges()) {
+    ++owners[r.handing_to() != kNoNode ? r.handing_to() : r.primary()];
+  }
+  EXPECT_EQ(owners, (std::map<NodeId, int>{{1, 2}, {2, 2}, {3, 2}}));
+}
+
+// A handover stands only while both ends are alive and the target in
+// sync; the scheduler can also cancel them all (a primary never reported).
+TEST(PlacementTest, AHandoverIsCancelledWhenEitherEndGoes) {
+  proto::ClusterMap map = MapWithServers(3);
+  proto::TableMap* t = AddTable(&map, 300, 3);
+  t->mutable_ranges(0)->set_handing_to(2);
+  t->mutable_ranges(1)->set_handing_to(3);
+  t->mutable_ranges(2)->set_handing_to(1);
+  // Server 2 dies: the handover to it is cancelled, and the one from it
+  // (range 1) ends with its first in-sync backup (3) promoted.
+  Kill(&map, 2);
+  ASSERT_TRUE(RemoveServer(&map, 2));
+  EXPECT_EQ(t->ranges(0).handing_to(), kNoNode);
+  EXPECT_EQ(t->ranges(1).handing_to(), kNoNode);
+  EXPECT_EQ(t->ranges(1).primary(), 3u);
+  EXPECT_EQ(t->ranges(2).handing_to(), 1u);
+  // Server 1 comes back as a new process: its handover target is gone.
+  ASSERT_TRUE(ForgetServerData(&map, 1));
+  EXPECT_EQ(t->ranges(2).handing_to(), kNoNode);
+  t->mutable_ranges(2)->set_handing_to(3);
+  EXPECT_TRUE(HandOversUnderWay(map));
+  EXPECT_TRUE(CancelHandOvers(&map));
+  EXPECT_FALSE(HandOversUnderWay(map));
+  EXPECT_FALSE(CancelHandOvers(&map));
 }
 
 }  // namespace

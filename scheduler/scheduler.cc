@@ -494,9 +494,33 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                             const proto::ReplicaReadyRequest* req,
                             proto::ReplicaReadyReply*) override {
     absl::MutexLock lock(&mu_);
+    if (req->hand_over()) {
+      // The primary stopped writing in that map; any other map may have
+      // made it write again (a retired rank completing a step), so it
+      // reports again on the next one.
+      if (req->epoch() != map_.epoch()) {
+        return Err(absl::FailedPreconditionError(absl::StrCat(
+            "handover report from map epoch ", req->epoch(), ", the map is at ",
+            map_.epoch(), "; report again from the current map")));
+      }
+      absl::Status s = HandOver(&map_, req->table_id(), req->range_begin(),
+                                req->primary(), req->backup());
+      if (!s.ok()) return Err(s);
+      handover_started_ = absl::Now();  // for the handovers left, if any
+      if (options_.balance_primaries) BalancePrimaries(&map_);
+      BumpEpoch();
+      DP_LOG(INFO) << "table " << req->table_id() << " range from key "
+                   << req->range_begin() << ": handed from server "
+                   << req->primary() << " to " << req->backup() << ", epoch "
+                   << map_.epoch();
+      return Err(AwaitDurable(Commit()));
+    }
     absl::Status s = MarkInSync(&map_, req->table_id(), req->range_begin(),
                                 req->primary(), req->backup());
     if (!s.ok()) return Err(s);
+    if (options_.balance_primaries && BalancePrimaries(&map_)) {
+      handover_started_ = absl::Now();
+    }
     BumpEpoch();
     DP_LOG(INFO) << "table " << req->table_id() << " range from key "
                  << req->range_begin() << ": backup " << req->backup()
@@ -1214,13 +1238,33 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         }
       }
       const bool forgot = ForgetSilentNodes(now);
-      if (dead.empty() && !forgot) continue;
+      const bool cancelled = CancelSlowHandOvers(now);
+      if (dead.empty() && !forgot && !cancelled) continue;
       RefillWithinRoom();
       ResolvePending();
       BumpEpoch();
       Commit();
       DP_LOG(INFO) << "cluster map epoch " << map_.epoch();
     }
+  }
+
+  // Handovers (RangeAssignment.handing_to) not reported within
+  // handover_timeout are cancelled: the primary refuses writes to the range
+  // while one stands. The clock starts when a handover begins or completes
+  // (and when a restarted scheduler first sees one in its map).
+  bool CancelSlowHandOvers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!HandOversUnderWay(map_)) {
+      handover_started_ = absl::InfiniteFuture();
+      return false;
+    }
+    if (handover_started_ == absl::InfiniteFuture()) handover_started_ = now;
+    if (now - handover_started_ <= options_.handover_timeout) return false;
+    DP_LOG(WARNING) << "primaries did not hand their ranges over within "
+                    << absl::FormatDuration(options_.handover_timeout)
+                    << "; the handovers are cancelled";
+    CancelHandOvers(&map_);
+    handover_started_ = absl::InfiniteFuture();
+    return true;
   }
 
   // Worker loss (scheduler/worker_roster.h). The worker of node `id`
@@ -1988,6 +2032,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   proto::ClusterMap map_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  // When the handovers under way began (CancelSlowHandOvers).
+  absl::Time handover_started_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Nodes reported unreachable: since when, and why.
   absl::flat_hash_map<NodeId, std::pair<absl::Time, std::string>>
       suspect_since_ ABSL_GUARDED_BY(mu_);

@@ -150,6 +150,12 @@ struct SchedulerOptions {
   // Holders of each key range: a primary and replicas - 1 backups on other
   // servers (fewer while there are fewer live servers).
   int replicas = 1;
+  // Balance primaries across live servers by handing ranges to in-sync
+  // backups (scheduler/placement.h). A primary that has not handed its
+  // range over after handover_timeout keeps it (the handover is
+  // cancelled): its writes are refused meanwhile.
+  bool balance_primaries = true;
+  absl::Duration handover_timeout = absl::Seconds(2);
   // CreateTable waits (up to its timeout) until this many servers are alive
   // (at least one in any case).
   int min_servers = 1;

@@ -156,6 +156,23 @@ class ServerEnv final : public server_internal::ReplicationEnv {
       }
     });
   }
+  void HandedOver(TableId table, Key range_begin, NodeId to,
+                  Epoch epoch) override {
+    proto::ReplicaReadyRequest req;
+    req.set_primary(self_);
+    req.set_table_id(table);
+    req.set_range_begin(range_begin);
+    req.set_backup(to);
+    req.set_epoch(epoch);
+    req.set_hand_over(true);
+    control_.Schedule([this, req] {
+      // Not retried: a scheduler that missed it (or moved its map on)
+      // cancels the handover after its timeout, or the next map's
+      // HandOver reports again.
+      absl::Status s = scheduler_->ReplicaReady(req);
+      if (!s.ok()) DP_LOG(INFO) << "handover report: " << s;
+    });
+  }
   // Ends the retries of scheduler calls (the server is stopping).
   void Stop() { stopping_.store(true); }
 

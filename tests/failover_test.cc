@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -353,6 +354,62 @@ TEST_F(FailoverTest, ARestartedServerCatchesUpAndTakesOver) {
       EXPECT_FALSE(r.lost());
     }
   }
+}
+
+// After a failover the survivor is primary of every range, and the server
+// that comes back only catches up and replays. Once its copies are in sync
+// the scheduler hands it ranges back (the primary stops writing, its
+// backups catch up with everything it applied, then the two swap), while
+// writers keep adding: each server is primary of one range of each table
+// again, and every acknowledged add is there exactly once.
+TEST_F(FailoverTest, PrimariesAreHandedBackToARestartedServer) {
+  Start(2);
+  WaitForFullReplication();
+  const int index = KillPrimaryOfFirstRange();
+  uint64_t at_balance = 0;
+  absl::Duration balance_time;
+  Write(3, 2000, 5, [&] {
+    const absl::Time restart = absl::Now();
+    ASSERT_OK(cluster_->RestartServer(index));
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    bool balanced = false;
+    while (!balanced && absl::Now() < deadline) {
+      proto::ClusterMap map = Map();
+      balanced = map.tables_size() == 2;
+      for (const auto& t : map.tables()) {
+        std::map<int, int> primaries;
+        for (const auto& r : t.ranges()) {
+          balanced &= r.handing_to() == kNoNode && r.replicas_size() == 1;
+          ++primaries[IndexOf(map, r.primary())];
+        }
+        balanced &= primaries == std::map<int, int>{{0, 1}, {1, 1}};
+      }
+      if (!balanced) absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(balanced) << "primaries not balanced in time:\n"
+                          << Map().DebugString();
+    balance_time = absl::Now() - restart;
+    absl::MutexLock lock(&expected_.mu);
+    for (uint32_t n : expected_.dense) at_balance += n;
+    for (uint32_t n : expected_.sparse) at_balance += n;
+  });
+  std::cout << "primaries balanced " << absl::ToDoubleMilliseconds(balance_time)
+            << " ms after the restart" << std::endl;
+  uint64_t total = 0;
+  {
+    absl::MutexLock lock(&expected_.mu);
+    for (uint32_t n : expected_.dense) total += n;
+    for (uint32_t n : expected_.sparse) total += n;
+  }
+  // The writers were still at it when the ranges changed hands.
+  EXPECT_GT(total, at_balance);
+  CheckExact("after the handovers");
+  // The server that took ranges back serves them: kill the other.
+  const int other = 1 - index;
+  cluster_->server(other).Signal(SIGKILL);
+  ASSERT_OK(cluster_->server(other).Wait(absl::Seconds(10)));
+  Write(2, 300, 6, nullptr);
+  CheckExact("after the survivor of the first kill died");
 }
 
 }  // namespace

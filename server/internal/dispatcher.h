@@ -17,7 +17,9 @@
 //                      owner, epoch N"; the client refreshes its map and
 //                      retries (also a held write whose range moved away)
 //   kUnavailable       the request comes from a newer epoch than the server
-//                      has applied; retry shortly
+//                      has applied, or writes to a range being handed to
+//                      another server (RangeAssignment.handing_to); retry
+//                      shortly
 //   kDataLoss          the range was lost (no live server held its data
 //                      when it was assigned here)
 //   kResourceExhausted a reply that would exceed the message limit

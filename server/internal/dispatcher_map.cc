@@ -48,6 +48,16 @@ Part PartOf(const proto::RangeAssignment& r, NodeId self) {
   return Part::kNone;
 }
 
+// A primary the map lists among the range's in-sync backups handed the
+// range over (RangeAssignment.handing_to): it stopped writing, reported
+// that its backups held everything, and only then did the scheduler swap
+// the two, so it holds exactly what the new primary holds. (A primary
+// demoted any other way, by a failover, comes back as catching up.)
+bool HandedOver(const proto::RangeAssignment& r, NodeId self) {
+  return std::find(r.replicas().begin(), r.replicas().end(), self) !=
+         r.replicas().end();
+}
+
 }  // namespace
 
 std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
@@ -89,9 +99,11 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       // InstallMap changes the ranges.
       const TableShard::Range* held = shard->FindExact(range);
       // A demoted primary may hold writes its successor lacks: it starts
-      // over from a copy like any new backup.
+      // over from a copy like any new backup, unless it handed the range
+      // over.
       if (held == nullptr ||
-          (held->role == Role::kPrimary && part == Part::kBackup)) {
+          (held->role == Role::kPrimary && part == Part::kBackup &&
+           !HandedOver(r, self_))) {
         fresh.push_back(range);
         fresh_bytes = SatAdd(fresh_bytes, RangeBytes(shard->layout(), range,
                                                      nullptr));
@@ -266,7 +278,26 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       const KeyRange kr{assignment->begin(), assignment->end()};
       TableShard::Range* range = shard->FindExact(kr);
       if (range != nullptr && range->role == Role::kPrimary &&
-          part == Part::kBackup) {
+          part == Part::kBackup && HandedOver(*assignment, self_)) {
+        if (range->handing_to != assignment->primary()) {
+          DP_LOG(ERROR) << "table '" << shard->spec().name() << "' keys ["
+                        << kr.begin << ", " << kr.end << "): listed in sync "
+                        << "under primary " << assignment->primary()
+                        << " without a handover to it here";
+        }
+        DP_LOG(INFO) << "table '" << shard->spec().name() << "' keys ["
+                     << kr.begin << ", " << kr.end << "): handed to server "
+                     << assignment->primary() << " in epoch " << epoch
+                     << "; an in-sync backup now";
+        // Pushes held for a BSP step the new primary completes: their
+        // workers retry there.
+        AbandonSteps(*range, moved);
+        if (replicator_ != nullptr) {
+          replicator_->DropPrimary(id, begin, moved);
+          replicator_->ForgetStream(id, begin);
+        }
+      } else if (range != nullptr && range->role == Role::kPrimary &&
+                 part == Part::kBackup) {
         DP_LOG(WARNING) << "table '" << shard->spec().name() << "' keys ["
                         << kr.begin << ", " << kr.end
                         << "): demoted to a backup in epoch " << epoch
@@ -303,6 +334,8 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       range->lost = assignment->lost();
       range->backups =
           assignment->replicas_size() + assignment->catching_up_size();
+      range->handing_to =
+          part == Part::kPrimary ? assignment->handing_to() : kNoNode;
       if (replicator_ == nullptr) continue;
       if (part == Part::kPrimary) {
         std::vector<BackupInfo> backups;
@@ -315,6 +348,7 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
         for (NodeId n : assignment->replicas()) add(n, true);
         for (NodeId n : assignment->catching_up()) add(n, false);
         replicator_->SetBackups(id, range, backups, epoch);
+        replicator_->HandOver(id, begin, assignment->handing_to(), epoch);
       } else {
         replicator_->DropPrimary(id, begin, moved);
       }

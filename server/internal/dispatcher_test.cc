@@ -3,6 +3,7 @@
 #include "server/internal/dispatcher.h"
 
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "common/test_util.h"
@@ -528,9 +529,110 @@ class RecordingEnv : public ReplicationEnv {
   }
   void PostAfter(absl::Duration, std::function<void()>) override {}
   void ReplicaReady(TableId, Key, NodeId, Epoch) override {}
+  void HandedOver(TableId table, Key begin, NodeId to, Epoch epoch) override {
+    handed.push_back({table, begin, to, epoch});
+  }
   void ReportUnreachable(NodeId, const std::string&) override {}
   std::vector<DeferredReply> sent;
+  std::vector<std::tuple<TableId, Key, NodeId, Epoch>> handed;
 };
+
+// Balancing primaries: a range being handed to a backup refuses writes
+// (the client retries), still serves reads, and is reported ready at once
+// when nothing is outstanding. Handed over, it stays as an in-sync backup
+// with its rows; a primary demoted into catching up starts over instead.
+TEST(DispatcherHandOverTest, AHandedOverRangeKeepsItsRows) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  RecordingEnv env;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
+  proto::ClusterMap map;
+  map.set_epoch(3);
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_name("dense");
+  t->mutable_spec()->set_id(1);
+  t->mutable_spec()->set_kind(proto::DENSE);
+  t->mutable_spec()->set_width(2);
+  t->mutable_spec()->set_num_keys(4);
+  t->mutable_spec()->mutable_handler()->set_name("sum");
+  proto::RangeAssignment* r = t->add_ranges();
+  r->set_begin(0);
+  r->set_end(4);
+  r->set_primary(kSelf);
+  ASSERT_OK(d.ApplyMap(map));
+  auto run = [&](proto::Op op, std::vector<float> values,
+                 std::vector<float>* out = nullptr) {
+    IncomingMessage req;
+    req.header.set_op(op);
+    req.header.set_table_id(1);
+    req.header.set_width(2);
+    req.header.set_is_range(true);
+    req.header.set_range_begin(0);
+    req.header.set_range_end(4);
+    req.header.set_num_keys(4);
+    req.values = values;
+    OutgoingReply reply;
+    std::vector<DeferredReply> released;
+    d.Handle(req, &reply, &released);
+    if (out != nullptr) {
+      const float* f = static_cast<const float*>(reply.values.data());
+      out->assign(f, f + reply.values.size() / sizeof(float));
+    }
+    return reply.header;
+  };
+  const std::vector<float> put = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_EQ(run(proto::PUT, put).status_code(), 0);
+
+  map.set_epoch(4);
+  r->add_replicas(7);
+  r->set_handing_to(7);
+  ASSERT_OK(d.ApplyMap(map));
+  ASSERT_EQ(env.handed.size(), 1u);
+  EXPECT_EQ(env.handed[0], std::make_tuple(TableId{1}, Key{0}, NodeId{7},
+                                           Epoch{4}));
+  proto::DataHeader refused = run(proto::ADD, std::vector<float>(8, 1));
+  EXPECT_EQ(Code(refused), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.status_message(),
+              ::testing::HasSubstr("being handed to server 7"));
+  std::vector<float> out;
+  ASSERT_EQ(run(proto::GET, {}, &out).status_code(), 0);
+  EXPECT_EQ(out, put);
+  // The same handover in the next map is reported again (for that epoch).
+  map.set_epoch(5);
+  ASSERT_OK(d.ApplyMap(map));
+  ASSERT_EQ(env.handed.size(), 2u);
+  EXPECT_EQ(std::get<3>(env.handed[1]), Epoch{5});
+
+  // Swapped: this server is an in-sync backup and serves nothing.
+  map.set_epoch(6);
+  r->set_primary(7);
+  r->clear_replicas();
+  r->add_replicas(kSelf);
+  r->clear_handing_to();
+  ASSERT_OK(d.ApplyMap(map));
+  EXPECT_EQ(Code(run(proto::GET, {})), absl::StatusCode::kAborted);
+  // Promoted back (server 7 died): the rows it kept are there.
+  map.set_epoch(7);
+  r->set_primary(kSelf);
+  r->clear_replicas();
+  ASSERT_OK(d.ApplyMap(map));
+  ASSERT_EQ(run(proto::GET, {}, &out).status_code(), 0);
+  EXPECT_EQ(out, put);
+  EXPECT_EQ(env.handed.size(), 2u);
+
+  // A primary demoted into catching up (a failover, not a handover) may
+  // hold writes its successor lacks: it starts over.
+  map.set_epoch(8);
+  r->set_primary(7);
+  r->add_catching_up(kSelf);
+  ASSERT_OK(d.ApplyMap(map));
+  map.set_epoch(9);
+  r->set_primary(kSelf);
+  r->clear_catching_up();
+  ASSERT_OK(d.ApplyMap(map));
+  ASSERT_EQ(run(proto::GET, {}, &out).status_code(), 0);
+  EXPECT_EQ(out, std::vector<float>(8, 0.0f));
+}
 
 // --on_worker_loss=continue under BSP: a map that retires a rank completes
 // the steps held for it with the ranks left, and refuses its pushes.

@@ -32,6 +32,16 @@ bool Dedupable(const proto::DataHeader& h, proto::Op op, bool synced) {
   return OpWrites(op) || op == proto::VECTOR;
 }
 
+// A write to a range being handed to another server: the client retries
+// (with backoff, refreshing its map) until the map names the new primary.
+absl::Status HandingOver(const std::string& table,
+                         const TableShard::Range& range, Epoch epoch) {
+  return absl::UnavailableError(absl::StrCat(
+      "table '", table, "' keys [", range.range().begin, ", ",
+      range.range().end, "): being handed to server ", range.handing_to,
+      " (balancing primaries, epoch ", epoch, "); retry"));
+}
+
 }  // namespace
 
 absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
@@ -273,6 +283,10 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
         "table '", spec.name(), "': the range has backups, and this server "
         "was built without replication"));
   }
+  if (v.range != nullptr && v.range->handing_to != kNoNode &&
+      OpWrites(v.op)) {
+    return HandingOver(spec.name(), *v.range, epoch);
+  }
   v.deduped = v.range != nullptr && Dedupable(h, v.op, v.synced);
   return v;
 }
@@ -316,6 +330,7 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::ValidateVector(
           "table '", name, "': the range has backups, and this server was "
           "built without replication"));
     }
+    if (r->handing_to != kNoNode) return HandingOver(name, *r, epoch());
     v.range = r.get();
     ++overlapped;
   }

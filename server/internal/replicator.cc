@@ -64,6 +64,10 @@ struct Replicator::PrimaryRange {
   std::map<NodeId, std::unique_ptr<Link>> links;
   // (client, seq) -> Held id, for retries of writes still held.
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint64_t> dedup;
+  // A handover under way (HandOver), and whether it was reported.
+  NodeId handing_to = kNoNode;
+  Epoch handover_epoch = 0;
+  bool handover_reported = false;
 };
 
 // Replies waiting for acknowledgements.
@@ -88,6 +92,34 @@ Replicator::~Replicator() = default;
 bool Replicator::HasBackups(TableId table, Key begin) const {
   auto it = primaries_.find({table, begin});
   return it != primaries_.end() && !it->second->links.empty();
+}
+
+void Replicator::HandOver(TableId table, Key begin, NodeId to, Epoch epoch) {
+  auto it = primaries_.find({table, begin});
+  if (it == primaries_.end()) return;
+  PrimaryRange& pr = *it->second;
+  if (pr.handing_to != to || pr.handover_epoch != epoch) {
+    pr.handing_to = to;
+    pr.handover_epoch = epoch;
+    pr.handover_reported = false;
+  }
+  CheckHandOver(pr);
+}
+
+void Replicator::CheckHandOver(PrimaryRange& pr) {
+  if (pr.handing_to == kNoNode || pr.handover_reported) return;
+  // Catching-up backups start over from the new primary; writes still held
+  // for them are answered kAborted when this server lets the range go, and
+  // their retries are found in the new primary's client ledger.
+  for (const auto& [node, link] : pr.links) {
+    if (!link->copying && !link->unacked.empty()) return;
+  }
+  pr.handover_reported = true;
+  DP_LOG(INFO) << "table " << pr.table << " keys [" << pr.range->range().begin
+               << ", " << pr.range->range().end << "): ready to hand to "
+               << pr.handing_to << " (epoch " << pr.handover_epoch << ")";
+  env_->HandedOver(pr.table, pr.range->range().begin, pr.handing_to,
+                   pr.handover_epoch);
 }
 
 void Replicator::SetBackups(TableId table, TableShard::Range* range,
@@ -298,6 +330,7 @@ void Replicator::OnReply(TableId table, Key begin, NodeId backup,
     link.reported = false;
     Acknowledge(link, seq);
     if (link.copying) PumpCopy(*pr->second, link);
+    CheckHandOver(*pr->second);
     return;
   }
   // A backup behind on the map, a gap after a lost message, a broken

@@ -86,6 +86,12 @@ class ReplicationEnv {
   // range of `table` beginning at `range_begin`.
   virtual void ReplicaReady(TableId table, Key range_begin, NodeId backup,
                             Epoch epoch) = 0;
+  // Tells the scheduler, without blocking, that this server, in map
+  // `epoch`, writes no more to the range of `table` beginning at
+  // `range_begin` and that its in-sync backups hold every write it applied:
+  // `to` may become its primary (ReplicaReadyRequest.hand_over).
+  virtual void HandedOver(TableId table, Key range_begin, NodeId to,
+                          Epoch epoch) = 0;
   // Tells the scheduler, without blocking, that `peer` does not answer.
   virtual void ReportUnreachable(NodeId peer, const std::string& why) = 0;
 };
@@ -130,6 +136,11 @@ class Replicator {
   void DropPrimary(TableId table, Key begin, const absl::Status& why);
   // Whether writes to the range must be forwarded.
   bool HasBackups(TableId table, Key begin) const;
+  // The map (`epoch`) hands the range beginning at `begin` to its in-sync
+  // backup `to` (kNoNode: no handover). The caller refuses writes to it
+  // from now on; once every in-sync backup acknowledged everything sent to
+  // it, the replicator tells the scheduler (HandedOver), once per epoch.
+  void HandOver(TableId table, Key begin, NodeId to, Epoch epoch);
 
   // Holds `replies` (the request's own reply and any BSP waiters it
   // released) until every backup of every range in `writes` acknowledged
@@ -184,6 +195,8 @@ class Replicator {
   void PumpCopy(PrimaryRange& pr, Link& link);
   void Release(uint64_t held_id);
   std::shared_ptr<Message> CopyBegin(const PrimaryRange& pr);
+  // Reports a handover of `pr` whose in-sync backups are up to date.
+  void CheckHandOver(PrimaryRange& pr);
 
   const NodeId self_;
   ReplicationEnv* const env_;

@@ -77,6 +77,9 @@ class TableShard {
     Role role = Role::kPrimary;
     NodeId primary = kNoNode;  // the range's primary in the applied map
     int backups = 0;           // backups the map lists for it
+    // Being handed to this in-sync backup (RangeAssignment.handing_to):
+    // writes are refused until the next map makes it the primary.
+    NodeId handing_to = kNoNode;
     // No live server held the range's data when it was assigned here: every
     // operation fails with kDataLoss (RangeAssignment.lost).
     bool lost = false;
