@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -145,6 +146,112 @@ TEST_F(SchedulerTest, CreateTableSplitsRangesAndWaitsForAcks) {
   // Nobody acks now: the declaration times out naming the servers.
   EXPECT_THAT(client_->CreateTable(Dense("late", 10), absl::Milliseconds(200)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+// Balancing primaries through the scheduler: a server that died and came
+// back is handed a range once it is in sync. A handover report from an
+// older map is refused (the primary reports again on the current one), one
+// never made is cancelled after --handover_timeout, and a report on the
+// current map swaps primary and backup.
+TEST(SchedulerHandOverTest, ARangeIsHandedBackOnlyOnAReportFromTheCurrentMap) {
+  SchedulerOptions o;
+  o.heartbeat_interval = absl::Milliseconds(50);
+  o.dead_after = absl::Milliseconds(300);
+  o.replicas = 2;
+  o.handover_timeout = absl::Milliseconds(300);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> scheduler,
+                       Scheduler::Create(o));
+  SchedulerClient client(absl::StrCat("127.0.0.1:", scheduler->port()),
+                         absl::Seconds(5));
+  auto register_server = [&](const std::string& name, uint64_t incarnation) {
+    proto::RegisterRequest r;
+    r.set_role(proto::SERVER);
+    r.set_name(name);
+    r.set_data_endpoint("tcp://127.0.0.1:1");
+    r.set_incarnation(incarnation);
+    auto reply = client.Register(r, absl::Seconds(5));
+    EXPECT_OK(reply);
+    return reply.ok() ? reply->node_id() : kNoNode;
+  };
+  const NodeId a = register_server("s0", 1);
+  const NodeId b = register_server("s1", 1);
+  std::atomic<bool> stop{false}, b_alive{true};
+  std::thread acker([&] {
+    while (!stop) {
+      const Epoch e = scheduler->CurrentMap().epoch();
+      (void)client.Heartbeat(a, e);
+      if (b_alive) (void)client.Heartbeat(b, e);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  });
+  auto wait_for = [&](const std::function<bool(const proto::ClusterMap&)>& f) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!f(scheduler->CurrentMap()) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return f(scheduler->CurrentMap());
+  };
+  ASSERT_OK(client.CreateTable(DenseSpec("w", 10), absl::Seconds(5)));
+  const TableId table = scheduler->CurrentMap().tables(0).spec().id();
+  // b dies: a is primary of both ranges; b comes back as a new process and
+  // catches up on both.
+  b_alive = false;
+  ASSERT_TRUE(wait_for([&](const proto::ClusterMap& m) {
+    return m.tables(0).ranges(0).primary() == a &&
+           m.tables(0).ranges(1).primary() == a;
+  }));
+  ASSERT_EQ(register_server("s1", 2), b);
+  b_alive = true;
+  ASSERT_TRUE(wait_for([&](const proto::ClusterMap& m) {
+    return m.tables(0).ranges(0).catching_up_size() == 1 &&
+           m.tables(0).ranges(1).catching_up_size() == 1;
+  }));
+  auto report = [&](Key begin, bool hand_over, Epoch epoch) {
+    proto::ReplicaReadyRequest req;
+    req.set_primary(a);
+    req.set_table_id(table);
+    req.set_range_begin(begin);
+    req.set_backup(b);
+    req.set_epoch(epoch);
+    req.set_hand_over(hand_over);
+    return client.ReplicaReady(req);
+  };
+  const Key second = scheduler->CurrentMap().tables(0).ranges(1).begin();
+  // The first range in sync: it is to be handed to b.
+  ASSERT_OK(report(0, false, scheduler->CurrentMap().epoch()));
+  proto::ClusterMap map = scheduler->CurrentMap();
+  ASSERT_EQ(map.tables(0).ranges(0).handing_to(), b);
+  EXPECT_THAT(report(0, true, map.epoch() - 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // Never reported: cancelled after the timeout, in a new map.
+  ASSERT_TRUE(wait_for([&](const proto::ClusterMap& m) {
+    return m.tables(0).ranges(0).handing_to() == kNoNode;
+  }));
+  EXPECT_GT(scheduler->CurrentMap().epoch(), map.epoch());
+  EXPECT_EQ(scheduler->CurrentMap().tables(0).ranges(0).primary(), a);
+  // The second range in sync starts a handover again; reported on the
+  // current map, it completes.
+  ASSERT_OK(report(second, false, scheduler->CurrentMap().epoch()));
+  map = scheduler->CurrentMap();
+  int handing = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (map.tables(0).ranges(i).handing_to() == b) handing = i;
+  }
+  ASSERT_GE(handing, 0) << map.DebugString();
+  const Key begin = map.tables(0).ranges(handing).begin();
+  ASSERT_OK(report(begin, true, map.epoch()));
+  map = scheduler->CurrentMap();
+  const proto::RangeAssignment& r = map.tables(0).ranges(handing);
+  EXPECT_EQ(r.primary(), b);
+  ASSERT_EQ(r.replicas_size(), 1);
+  EXPECT_EQ(r.replicas(0), a);
+  EXPECT_EQ(r.handing_to(), kNoNode);
+  EXPECT_EQ(map.tables(0).ranges(1 - handing).primary(), a);
+  // Done: a repeat is refused.
+  EXPECT_THAT(report(begin, true, map.epoch()),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  stop = true;
+  acker.join();
 }
 
 TEST_F(SchedulerTest, BarrierReleasesWhenCountArrivesAndIsReusable) {
