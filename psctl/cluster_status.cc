@@ -248,6 +248,9 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
       if (r.lost()) flags.push_back("lost");
       if (!r.lost() && !alive[r.primary()]) flags.push_back("unavailable");
       if (r.catching_up_size() > 0) flags.push_back("catching_up");
+      if (r.handing_to() != 0) {
+        flags.push_back(absl::StrCat("handing_to=", r.handing_to()));
+      }
       ranges.push_back({t.spec().name(),
                         absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
                         absl::StrCat(r.primary()), Ids(r.replicas()),
