@@ -179,5 +179,36 @@ TEST(SandblasterFailoverTest, ARestartedCoordinatorResumesFromItsCheckpoint) {
   for (int code : run.worker_exit_codes) EXPECT_EQ(code, 0);
 }
 
+// The whole job killed -9 mid-run (scheduler, servers, coordinator and
+// workers) and started again on the same state and data directories: the
+// cluster is restored from the last complete checkpoint, the coordinator
+// resumes from the iteration recorded with it, and the job ends as the
+// uninterrupted one does, bit for bit.
+TEST(SandblasterFailoverTest, AWholeJobRestartResumesFromTheLastCheckpoint) {
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult whole,
+                       RunSandblasterJob(OneWorkerJob("whole2")));
+  ASSERT_EQ(whole.f.size(), 17u) << "stop: " << whole.summary["stop"];
+
+  SandblasterJobOptions o = OneWorkerJob("restarted");
+  o.kill_coordinator_after = 8;
+  o.kill_everything = true;
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
+  std::cout << "every process killed after iteration " << run.killed_after
+            << ", resumed at iteration " << run.resumed_at << std::endl;
+  EXPECT_EQ(run.resumed_at % 3, 0);
+  EXPECT_GT(run.resumed_at, 0);
+  EXPECT_LE(run.resumed_at, run.killed_after);
+  EXPECT_GE(run.resumed_at, run.killed_after - 3);
+  ASSERT_EQ(run.f.size(), whole.f.size()) << "stop: " << run.summary["stop"];
+  for (size_t k = 0; k < whole.f.size(); ++k) {
+    EXPECT_EQ(run.f[k], whole.f[k]) << "iteration " << k;
+  }
+  EXPECT_EQ(run.summary["test_accuracy"], whole.summary["test_accuracy"]);
+  // The first worker was killed; the one started after the restart ends
+  // cleanly.
+  ASSERT_EQ(run.worker_exit_codes.size(), 2u);
+  EXPECT_EQ(run.worker_exit_codes[1], 0);
+}
+
 }  // namespace
 }  // namespace downpour

@@ -121,6 +121,26 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
       return absl::InternalError("the coordinator traced nothing before the kill");
     }
     result.killed_after = first_trace.back().iteration;
+    const int first_workers = job->num_workers();
+    if (options.kill_everything) {
+      LocalCluster& cluster = job->cluster();
+      for (int i = 0; i < first_workers; ++i) job->worker(i).Signal(SIGKILL);
+      cluster.scheduler().Signal(SIGKILL);
+      for (int i = 0; i < cluster.num_servers(); ++i) {
+        cluster.server(i).Signal(SIGKILL);
+      }
+      for (int i = 0; i < first_workers; ++i) {
+        DP_RETURN_IF_ERROR(job->WaitForWorker(i, absl::Seconds(10)).status());
+      }
+      DP_RETURN_IF_ERROR(cluster.scheduler().Wait(absl::Seconds(10)).status());
+      for (int i = 0; i < cluster.num_servers(); ++i) {
+        DP_RETURN_IF_ERROR(cluster.server(i).Wait(absl::Seconds(10)).status());
+      }
+      DP_RETURN_IF_ERROR(cluster.RestartScheduler());
+      for (int i = 0; i < cluster.num_servers(); ++i) {
+        DP_RETURN_IF_ERROR(cluster.RestartServer(i));
+      }
+    }
     std::vector<std::string> again = argv;
     for (std::string& a : again) {
       if (absl::StartsWith(a, "--trace_csv=")) a = "--trace_csv=" + dir + "/trace2.csv";
@@ -128,6 +148,13 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
     again.push_back("--listen=" + address);
     coordinator = std::make_unique<Subprocess>(again, dir + "/coordinator2.log");
     DP_RETURN_IF_ERROR(coordinator->Start());
+    if (options.kill_everything) {
+      for (const std::vector<std::string>& flags : options.workers) {
+        std::vector<std::string> w = {"--job=lbfgs", "--coordinator=" + address};
+        w.insert(w.end(), flags.begin(), flags.end());
+        DP_RETURN_IF_ERROR(job->AddWorker(w));
+      }
+    }
   }
   absl::StatusOr<int> status = coordinator->Wait(absl::Minutes(10));
   if (during.joinable()) during.join();

@@ -35,6 +35,11 @@ struct SandblasterJobOptions {
   // start it again with the same flags at the same address (the workers
   // wait for it); the result's f is then both traces joined.
   int kill_coordinator_after = 0;
+  // With kill_coordinator_after (and durable): the scheduler, the servers
+  // and the workers are killed -9 with the coordinator, and all started
+  // again (same state and data dirs, same flags; the workers as new
+  // processes appended to worker_exit_codes) before it.
+  bool kill_everything = false;
   std::vector<std::vector<std::string>> workers;  // flags, one per worker
   // The cluster's security, given to every process (--cluster_secret_file,
   // --tls_*); off by default.
