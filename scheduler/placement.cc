@@ -48,6 +48,16 @@ bool CancelStaleHandOver(const proto::ClusterMap& map,
   return true;
 }
 
+// `server` leaves the range: a handover from or to it is cancelled.
+bool CancelHandOverOf(proto::RangeAssignment* r, NodeId server) {
+  if (r->handing_to() == kNoNode ||
+      (r->primary() != server && r->handing_to() != server)) {
+    return false;
+  }
+  r->clear_handing_to();
+  return true;
+}
+
 }  // namespace
 
 std::vector<NodeId> LiveServers(const proto::ClusterMap& map) {
@@ -91,10 +101,7 @@ bool RemoveServer(proto::ClusterMap* map, NodeId dead) {
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       changed |= Erase(r.mutable_catching_up(), dead);
       changed |= Erase(r.mutable_replicas(), dead);
-      if (r.primary() == dead || r.handing_to() == dead) {
-        changed |= r.handing_to() != kNoNode;
-        r.clear_handing_to();
-      }
+      changed |= CancelHandOverOf(&r, dead);
       if (r.primary() != dead) continue;
       // The first in-sync backup that is alive takes over.
       NodeId next = kNoNode;
@@ -123,11 +130,7 @@ bool ForgetServerData(proto::ClusterMap* map, NodeId server) {
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       changed |= Erase(r.mutable_catching_up(), server);
       changed |= Erase(r.mutable_replicas(), server);
-      changed |= CancelStaleHandOver(*map, &r);
-      if (r.primary() == server && r.handing_to() != kNoNode) {
-        r.clear_handing_to();
-        changed = true;
-      }
+      changed |= CancelHandOverOf(&r, server);
       if (r.primary() == server && !r.lost()) {
         r.set_lost(true);
         changed = true;

@@ -506,7 +506,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       absl::Status s = HandOver(&map_, req->table_id(), req->range_begin(),
                                 req->primary(), req->backup());
       if (!s.ok()) return Err(s);
-      handover_started_ = absl::Now();  // for the handovers left, if any
+      // The handovers left, if any, get a full timeout from the next sweep.
+      handover_started_ = absl::InfiniteFuture();
       if (options_.balance_primaries) BalancePrimaries(&map_);
       BumpEpoch();
       DP_LOG(INFO) << "table " << req->table_id() << " range from key "
@@ -518,9 +519,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     absl::Status s = MarkInSync(&map_, req->table_id(), req->range_begin(),
                                 req->primary(), req->backup());
     if (!s.ok()) return Err(s);
-    if (options_.balance_primaries && BalancePrimaries(&map_)) {
-      handover_started_ = absl::Now();
-    }
+    if (options_.balance_primaries) BalancePrimaries(&map_);
     BumpEpoch();
     DP_LOG(INFO) << "table " << req->table_id() << " range from key "
                  << req->range_begin() << ": backup " << req->backup()
@@ -1250,8 +1249,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   // Handovers (RangeAssignment.handing_to) not reported within
   // handover_timeout are cancelled: the primary refuses writes to the range
-  // while one stands. The clock starts when a handover begins or completes
-  // (and when a restarted scheduler first sees one in its map).
+  // while one stands. The clock starts at the first sweep that sees
+  // handovers under way (again after each one completes, and in a
+  // restarted scheduler).
   bool CancelSlowHandOvers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!HandOversUnderWay(map_)) {
       handover_started_ = absl::InfiniteFuture();

@@ -151,9 +151,32 @@ SandblasterJobOptions OneWorkerJob(const std::string& name) {
   return o;
 }
 
+// The uninterrupted run the restart tests compare with, run once.
+const absl::StatusOr<SandblasterJobResult>& WholeRun() {
+  static const auto* whole = new absl::StatusOr<SandblasterJobResult>(
+      RunSandblasterJob(OneWorkerJob("whole")));
+  return *whole;
+}
+
+// `run` resumed from the last checkpoint before its kill (one every 3
+// iterations), not from the start, and then did what the uninterrupted run
+// did, bit for bit: the state restored is exactly the one saved, and a
+// stale task of the killed coordinator's round never counts.
+void ExpectResumedAsTheWholeRun(SandblasterJobResult run,
+                                SandblasterJobResult whole) {
+  EXPECT_EQ(run.resumed_at % 3, 0);
+  EXPECT_GT(run.resumed_at, 0);
+  EXPECT_LE(run.resumed_at, run.killed_after);
+  EXPECT_GE(run.resumed_at, run.killed_after - 3);
+  ASSERT_EQ(run.f.size(), whole.f.size()) << "stop: " << run.summary["stop"];
+  for (size_t k = 0; k < whole.f.size(); ++k) {
+    EXPECT_EQ(run.f[k], whole.f[k]) << "iteration " << k;
+  }
+  EXPECT_EQ(run.summary["test_accuracy"], whole.summary["test_accuracy"]);
+}
+
 TEST(SandblasterFailoverTest, ARestartedCoordinatorResumesFromItsCheckpoint) {
-  ASSERT_OK_AND_ASSIGN(SandblasterJobResult whole,
-                       RunSandblasterJob(OneWorkerJob("whole")));
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult whole, WholeRun());
   ASSERT_EQ(whole.f.size(), 17u) << "stop: " << whole.summary["stop"];
 
   SandblasterJobOptions o = OneWorkerJob("resumed");
@@ -161,21 +184,8 @@ TEST(SandblasterFailoverTest, ARestartedCoordinatorResumesFromItsCheckpoint) {
   ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
   std::cout << "coordinator killed after iteration " << run.killed_after
             << ", resumed at iteration " << run.resumed_at << std::endl;
-  // It goes on from the last checkpoint it took (every 3 iterations), not
-  // from the start: at most a checkpoint interval is done again.
   EXPECT_GE(run.killed_after, 8);
-  EXPECT_EQ(run.resumed_at % 3, 0);
-  EXPECT_GT(run.resumed_at, 0);
-  EXPECT_LE(run.resumed_at, run.killed_after);
-  EXPECT_GE(run.resumed_at, run.killed_after - 3);
-  // And it does what the uninterrupted run did, bit for bit: the state
-  // restored is exactly the one saved, and a stale task of the killed
-  // coordinator's round never counts.
-  ASSERT_EQ(run.f.size(), whole.f.size()) << "stop: " << run.summary["stop"];
-  for (size_t k = 0; k < whole.f.size(); ++k) {
-    EXPECT_EQ(run.f[k], whole.f[k]) << "iteration " << k;
-  }
-  EXPECT_EQ(run.summary["test_accuracy"], whole.summary["test_accuracy"]);
+  ExpectResumedAsTheWholeRun(run, whole);
   for (int code : run.worker_exit_codes) EXPECT_EQ(code, 0);
 }
 
@@ -185,8 +195,7 @@ TEST(SandblasterFailoverTest, ARestartedCoordinatorResumesFromItsCheckpoint) {
 // resumes from the iteration recorded with it, and the job ends as the
 // uninterrupted one does, bit for bit.
 TEST(SandblasterFailoverTest, AWholeJobRestartResumesFromTheLastCheckpoint) {
-  ASSERT_OK_AND_ASSIGN(SandblasterJobResult whole,
-                       RunSandblasterJob(OneWorkerJob("whole2")));
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult whole, WholeRun());
   ASSERT_EQ(whole.f.size(), 17u) << "stop: " << whole.summary["stop"];
 
   SandblasterJobOptions o = OneWorkerJob("restarted");
@@ -195,15 +204,7 @@ TEST(SandblasterFailoverTest, AWholeJobRestartResumesFromTheLastCheckpoint) {
   ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
   std::cout << "every process killed after iteration " << run.killed_after
             << ", resumed at iteration " << run.resumed_at << std::endl;
-  EXPECT_EQ(run.resumed_at % 3, 0);
-  EXPECT_GT(run.resumed_at, 0);
-  EXPECT_LE(run.resumed_at, run.killed_after);
-  EXPECT_GE(run.resumed_at, run.killed_after - 3);
-  ASSERT_EQ(run.f.size(), whole.f.size()) << "stop: " << run.summary["stop"];
-  for (size_t k = 0; k < whole.f.size(); ++k) {
-    EXPECT_EQ(run.f[k], whole.f[k]) << "iteration " << k;
-  }
-  EXPECT_EQ(run.summary["test_accuracy"], whole.summary["test_accuracy"]);
+  ExpectResumedAsTheWholeRun(run, whole);
   // The first worker was killed; the one started after the restart ends
   // cleanly.
   ASSERT_EQ(run.worker_exit_codes.size(), 2u);

@@ -291,11 +291,9 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
                      << "; an in-sync backup now";
         // Pushes held for a BSP step the new primary completes: their
         // workers retry there.
+        // (The replicator lets the range go below, as for any backup.)
         AbandonSteps(*range, moved);
-        if (replicator_ != nullptr) {
-          replicator_->DropPrimary(id, begin, moved);
-          replicator_->ForgetStream(id, begin);
-        }
+        if (replicator_ != nullptr) replicator_->ForgetStream(id, begin);
       } else if (range != nullptr && range->role == Role::kPrimary &&
                  part == Part::kBackup) {
         DP_LOG(WARNING) << "table '" << shard->spec().name() << "' keys ["
@@ -348,7 +346,7 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
         for (NodeId n : assignment->replicas()) add(n, true);
         for (NodeId n : assignment->catching_up()) add(n, false);
         replicator_->SetBackups(id, range, backups, epoch);
-        replicator_->HandOver(id, begin, assignment->handing_to(), epoch);
+        replicator_->HandOver(id, begin, epoch);
       } else {
         replicator_->DropPrimary(id, begin, moved);
       }

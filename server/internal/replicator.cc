@@ -64,8 +64,8 @@ struct Replicator::PrimaryRange {
   std::map<NodeId, std::unique_ptr<Link>> links;
   // (client, seq) -> Held id, for retries of writes still held.
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint64_t> dedup;
-  // A handover under way (HandOver), and whether it was reported.
-  NodeId handing_to = kNoNode;
+  // The map a handover (range->handing_to) was last reported from, or is
+  // to be.
   Epoch handover_epoch = 0;
   bool handover_reported = false;
 };
@@ -94,12 +94,11 @@ bool Replicator::HasBackups(TableId table, Key begin) const {
   return it != primaries_.end() && !it->second->links.empty();
 }
 
-void Replicator::HandOver(TableId table, Key begin, NodeId to, Epoch epoch) {
+void Replicator::HandOver(TableId table, Key begin, Epoch epoch) {
   auto it = primaries_.find({table, begin});
   if (it == primaries_.end()) return;
   PrimaryRange& pr = *it->second;
-  if (pr.handing_to != to || pr.handover_epoch != epoch) {
-    pr.handing_to = to;
+  if (pr.handover_epoch != epoch) {
     pr.handover_epoch = epoch;
     pr.handover_reported = false;
   }
@@ -107,7 +106,8 @@ void Replicator::HandOver(TableId table, Key begin, NodeId to, Epoch epoch) {
 }
 
 void Replicator::CheckHandOver(PrimaryRange& pr) {
-  if (pr.handing_to == kNoNode || pr.handover_reported) return;
+  const NodeId to = pr.range->handing_to;
+  if (to == kNoNode || pr.handover_reported) return;
   // Catching-up backups start over from the new primary; writes still held
   // for them are answered kAborted when this server lets the range go, and
   // their retries are found in the new primary's client ledger.
@@ -117,9 +117,8 @@ void Replicator::CheckHandOver(PrimaryRange& pr) {
   pr.handover_reported = true;
   DP_LOG(INFO) << "table " << pr.table << " keys [" << pr.range->range().begin
                << ", " << pr.range->range().end << "): ready to hand to "
-               << pr.handing_to << " (epoch " << pr.handover_epoch << ")";
-  env_->HandedOver(pr.table, pr.range->range().begin, pr.handing_to,
-                   pr.handover_epoch);
+               << to << " (epoch " << pr.handover_epoch << ")";
+  env_->HandedOver(pr.table, pr.range->range().begin, to, pr.handover_epoch);
 }
 
 void Replicator::SetBackups(TableId table, TableShard::Range* range,

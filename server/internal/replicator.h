@@ -136,11 +136,12 @@ class Replicator {
   void DropPrimary(TableId table, Key begin, const absl::Status& why);
   // Whether writes to the range must be forwarded.
   bool HasBackups(TableId table, Key begin) const;
-  // The map (`epoch`) hands the range beginning at `begin` to its in-sync
-  // backup `to` (kNoNode: no handover). The caller refuses writes to it
-  // from now on; once every in-sync backup acknowledged everything sent to
-  // it, the replicator tells the scheduler (HandedOver), once per epoch.
-  void HandOver(TableId table, Key begin, NodeId to, Epoch epoch);
+  // Map `epoch` was applied to the range beginning at `begin`: if it hands
+  // the range to an in-sync backup (Range::handing_to, whose writes the
+  // caller refuses), the replicator tells the scheduler (HandedOver) once
+  // every in-sync backup acknowledged everything sent to it, once per
+  // epoch.
+  void HandOver(TableId table, Key begin, Epoch epoch);
 
   // Holds `replies` (the request's own reply and any BSP waiters it
   // released) until every backup of every range in `writes` acknowledged
