@@ -57,11 +57,13 @@ struct Expected {
 
 // One writer: its own client, a window of adds in flight, random batches
 // and ranges of the dense table and batches of the sparse one, each adding
-// 1.0 to every float of its rows. Stops after `ops` adds or at the first
-// error (which the test then reports).
+// 1.0 to every float of its rows. Issues at least `ops` adds, and more
+// while `keep_going` is set; stops at the first error (which the test then
+// reports).
 absl::Status RunWriter(const std::string& scheduler, const Table& dense,
                        const Table& sparse, int ops, uint64_t seed,
-                       Expected* expected, std::atomic<int>* done_ops) {
+                       Expected* expected, std::atomic<int>* done_ops,
+                       const std::atomic<bool>* keep_going) {
   ClientOptions co;
   co.scheduler_address = scheduler;
   co.op_timeout = absl::Seconds(30);
@@ -82,11 +84,12 @@ absl::Status RunWriter(const std::string& scheduler, const Table& dense,
     absl::Status s = client->Wait(f.ticket, absl::Seconds(60));
     if (!s.ok()) return s;
     absl::MutexLock lock(&expected->mu);
-    for (Key k : f.keys) (f.is_sparse ? expected->sparse : expected->dense)[k]++;
+    for (Key k : f.keys)
+      (f.is_sparse ? expected->sparse : expected->dense)[k]++;
     done_ops->fetch_add(1);
     return absl::OkStatus();
   };
-  for (int i = 0; i < ops; ++i) {
+  for (int i = 0; i < ops || keep_going->load(); ++i) {
     InFlight& f = window[i % kWindow];
     if (busy[i % kWindow]) DP_RETURN_IF_ERROR(land(f));
     f.keys.clear();
@@ -118,11 +121,11 @@ absl::Status RunWriter(const std::string& scheduler, const Table& dense,
     }
     f.values.assign(f.keys.size() * kWidth, 1.0f);
     if (f.range) {
-      f.ticket = client->Add(dense, Keys::Range(f.keys.front(), f.keys.back() + 1),
-                             f.values);
+      f.ticket = client->Add(
+          dense, Keys::Range(f.keys.front(), f.keys.back() + 1), f.values);
     } else {
-      f.ticket = client->Add(f.is_sparse ? sparse : dense, f.wire_keys,
-                             f.values);
+      f.ticket =
+          client->Add(f.is_sparse ? sparse : dense, f.wire_keys, f.values);
     }
     busy[i % kWindow] = true;
   }
@@ -180,6 +183,14 @@ class FailoverTest : public ::testing::Test {
     }
     return -1;
   }
+  // Row-adds acknowledged so far, over both tables.
+  uint64_t Acknowledged() {
+    absl::MutexLock lock(&expected_.mu);
+    uint64_t total = 0;
+    for (uint32_t n : expected_.dense) total += n;
+    for (uint32_t n : expected_.sparse) total += n;
+    return total;
+  }
   // Waits until every range of every table has a live primary and one
   // in-sync backup, and nothing is catching up.
   void WaitForFullReplication() {
@@ -189,8 +200,8 @@ class FailoverTest : public ::testing::Test {
       bool full = map.tables_size() == 2;
       for (const auto& t : map.tables()) {
         for (const auto& r : t.ranges()) {
-          full &= r.replicas_size() == 1 && r.catching_up_size() == 0 &&
-                  !r.lost();
+          full &=
+              r.replicas_size() == 1 && r.catching_up_size() == 0 && !r.lost();
         }
       }
       if (full) return;
@@ -200,15 +211,22 @@ class FailoverTest : public ::testing::Test {
   }
   // Runs `writers` writers of `ops` adds each; calls `during` once half of
   // all adds are acknowledged (nullptr: nothing).
+  // Runs `writers` writers of at least `ops` adds each; once half of those
+  // are acknowledged, runs `during` while they go on: the writers keep
+  // writing until `during` returns, however long it takes, so that what it
+  // does always happens under writes (a fixed quota can run out first on a
+  // fast machine, or before a slow cluster acts).
   void Write(int writers, int ops, uint64_t seed,
              const std::function<void()>& during) {
     std::atomic<int> done{0};
+    std::atomic<bool> keep_going{during != nullptr};
     std::vector<absl::Status> status(writers);
     std::vector<std::thread> threads;
     for (int w = 0; w < writers; ++w) {
       threads.emplace_back([&, w] {
-        status[w] = RunWriter(cluster_->scheduler_address(), dense_, sparse_,
-                              ops, seed * 100 + w, &expected_, &done);
+        status[w] =
+            RunWriter(cluster_->scheduler_address(), dense_, sparse_, ops,
+                      seed * 100 + w, &expected_, &done, &keep_going);
       });
     }
     if (during) {
@@ -217,6 +235,7 @@ class FailoverTest : public ::testing::Test {
         absl::SleepFor(absl::Milliseconds(1));
       }
       during();
+      keep_going = false;
     }
     for (auto& t : threads) t.join();
     for (int w = 0; w < writers; ++w) {
@@ -251,9 +270,9 @@ class FailoverTest : public ::testing::Test {
       for (uint32_t j = 0; j < kWidth; ++j) {
         if (sparse[i * kWidth + j] != static_cast<float>(expected_.sparse[i]) &&
             wrong++ < 5) {
-          ADD_FAILURE() << when << ": sparse row " << SparseKey(i)
-                        << " holds " << sparse[i * kWidth + j]
-                        << ", expected " << expected_.sparse[i];
+          ADD_FAILURE() << when << ": sparse row " << SparseKey(i) << " holds "
+                        << sparse[i * kWidth + j] << ", expected "
+                        << expected_.sparse[i];
         }
       }
     }
@@ -389,20 +408,18 @@ TEST_F(FailoverTest, PrimariesAreHandedBackToARestartedServer) {
     ASSERT_TRUE(balanced) << "primaries not balanced in time:\n"
                           << Map().DebugString();
     balance_time = absl::Now() - restart;
-    absl::MutexLock lock(&expected_.mu);
-    for (uint32_t n : expected_.dense) at_balance += n;
-    for (uint32_t n : expected_.sparse) at_balance += n;
+    at_balance = Acknowledged();
+    // Writes go on after the handover: wait until some are acknowledged
+    // on the new map (the writers run until this returns).
+    const absl::Time after = absl::Now() + absl::Seconds(60);
+    while (Acknowledged() <= at_balance && absl::Now() < after) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
   });
   std::cout << "primaries balanced " << absl::ToDoubleMilliseconds(balance_time)
             << " ms after the restart" << std::endl;
-  uint64_t total = 0;
-  {
-    absl::MutexLock lock(&expected_.mu);
-    for (uint32_t n : expected_.dense) total += n;
-    for (uint32_t n : expected_.sparse) total += n;
-  }
-  // The writers were still at it when the ranges changed hands.
-  EXPECT_GT(total, at_balance);
+  // Writes were acknowledged after the ranges changed hands.
+  EXPECT_GT(Acknowledged(), at_balance);
   CheckExact("after the handovers");
   // The server that took ranges back serves them: kill the other.
   const int other = 1 - index;
