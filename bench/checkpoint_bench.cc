@@ -41,9 +41,9 @@ double GBps(uint64_t bytes, double seconds) {
 
 // dd's own figure, from its last line ("..., 1.2 GB/s").
 std::string DdSpeed(const std::string& dir, int64_t mib) {
-  const std::string cmd = absl::StrCat(
-      "dd if=/dev/zero of=", dir, "/dd.bin bs=1M count=", mib,
-      " conv=fdatasync 2>&1 | tail -1; rm -f ", dir, "/dd.bin");
+  const std::string cmd =
+      absl::StrCat("dd if=/dev/zero of=", dir, "/dd.bin bs=1M count=", mib,
+                   " conv=fdatasync 2>&1 | tail -1; rm -f ", dir, "/dd.bin");
   std::string out;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char buf[512];
@@ -159,9 +159,10 @@ int Main() {
   if (std::regex_search(log, match, line)) {
     const uint64_t b = std::stoull(match[1]);
     const double s = std::stod(match[2]) / 1000;
-    std::printf("restore: load %llu bytes in %.2f s = %.2f GB/s; from the "
-                "restart to the table readable: %.2f s\n",
-                static_cast<unsigned long long>(b), s, GBps(b, s), wall);
+    std::printf(
+        "restore: load %llu bytes in %.2f s = %.2f GB/s; from the "
+        "restart to the table readable: %.2f s\n",
+        static_cast<unsigned long long>(b), s, GBps(b, s), wall);
   } else {
     std::printf("restore: from the restart to the table readable: %.2f s\n",
                 wall);

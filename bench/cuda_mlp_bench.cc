@@ -21,10 +21,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/usage.h"
 #include "models/cuda/cuda_mlp.h"
 #include "models/dataset.h"
 #include "models/model.h"
-#include "common/usage.h"
 
 ABSL_FLAG(std::string, layers, "784,256,10", "MLP layer sizes");
 ABSL_FLAG(std::string, batches, "64,256,1024", "batch sizes to time");

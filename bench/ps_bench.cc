@@ -1,8 +1,8 @@
 // ps_bench: throughput and latency of Downpour against raw ZeroMQ, measured
 // in the same run on the same machine.
 //
-//   bazel build -c opt //bench:ps_bench //server:ps_server //scheduler:ps_scheduler
-//   bazel-bin/bench/ps_bench            # all sections
+//   bazel build -c opt //bench:ps_bench //server:ps_server
+//   //scheduler:ps_scheduler bazel-bin/bench/ps_bench            # all sections
 //   bazel-bin/bench/ps_bench --sections=dense --max_mb=16
 //   bazel-bin/bench/ps_bench --sections=dense --servers=1 --min_kb=16384
 //
@@ -35,32 +35,35 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "handlers/handler.h"
-#include "common/auth.h"
 #include "cluster/scheduler_client.h"
+#include "common/auth.h"
 #include "common/malloc_tuning.h"
-#include "tools/local_cluster.h"
 #include "common/usage.h"
+#include "handlers/handler.h"
+#include "tools/local_cluster.h"
 
 // Defined in common/auth.cc: with a secret, the cluster runs with CURVE and
 // the dense figures show what encryption costs (the raw ZeroMQ baseline
 // stays plain); the --tls_* flags put its gRPC calls on TLS.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
 
-ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ binaries "
+ABSL_FLAG(std::string, bin_dir, "",
+          "folder with scheduler/ and server/ binaries "
           "(default: next to this binary's folder)");
 ABSL_FLAG(std::string, work_dir, "/tmp/ps_bench", "logs of the daemons");
 ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory,replication",
           "what to run");
 ABSL_FLAG(int, max_mb, 64, "largest dense message, in MiB");
 ABSL_FLAG(int, min_kb, 4, "smallest dense message, in KiB (sizes grow by 4x)");
-ABSL_FLAG(std::string, servers, "1,2", "dense: server counts to measure (1, 2)");
+ABSL_FLAG(std::string, servers, "1,2",
+          "dense: server counts to measure (1, 2)");
 ABSL_FLAG(std::vector<std::string>, server_flags, {},
           "extra flags for every ps_server, e.g. --zero_copy_min_kb=-1");
 ABSL_FLAG(int, depth, 2, "dense requests in flight");
 ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
 ABSL_FLAG(int, client_max_mb, 128, "ClientOptions::max_message_bytes, in MiB");
-ABSL_FLAG(int, rounds, 1, "dense: raw and Downpour measured alternately this "
+ABSL_FLAG(int, rounds, 1,
+          "dense: raw and Downpour measured alternately this "
           "many times per size and direction");
 
 namespace downpour {
@@ -107,7 +110,8 @@ void NoFree(void*, void*) {}
     if (zmq_msg_size(&body) == 9 && d[0] == 'P') std::memcpy(&reply, d + 1, 8);
     zmq_msg_send(&id, s, ZMQ_SNDMORE);
     zmq_msg_t r;
-    zmq_msg_init_data(&r, big.data(), std::min(reply, big.size()), NoFree, nullptr);
+    zmq_msg_init_data(&r, big.data(), std::min(reply, big.size()), NoFree,
+                      nullptr);
     zmq_msg_send(&r, s, 0);
     zmq_msg_close(&body);
     if (quit) break;
@@ -176,7 +180,8 @@ class RawClient {
         ++sent;
       }
     }
-    return size * static_cast<double>(iters) / absl::ToDoubleSeconds(absl::Now() - start);
+    return size * static_cast<double>(iters) /
+           absl::ToDoubleSeconds(absl::Now() - start);
   }
 
  private:
@@ -186,7 +191,8 @@ class RawClient {
 };
 
 int ItersFor(size_t bytes) {
-  const double budget = absl::GetFlag(FLAGS_seconds) * 1.5e9;  // ~1.5 GB/s guess
+  const double budget =
+      absl::GetFlag(FLAGS_seconds) * 1.5e9;  // ~1.5 GB/s guess
   return static_cast<int>(std::clamp(budget / bytes, 4.0, 20000.0));
 }
 
@@ -227,8 +233,9 @@ std::unique_ptr<LocalCluster> StartCluster(
     const std::vector<std::string>& scheduler_flags = {}) {
   LocalClusterOptions o;
   o.scheduler_flags = scheduler_flags;
-  o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty() ? BinDirOfThisProgram()
-                                                   : absl::GetFlag(FLAGS_bin_dir);
+  o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
+                  ? BinDirOfThisProgram()
+                  : absl::GetFlag(FLAGS_bin_dir);
   o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + tag;
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = servers;
@@ -243,7 +250,8 @@ std::unique_ptr<LocalCluster> StartCluster(
 std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
   ClientOptions co;
   co.scheduler_address = cluster.scheduler_address();
-  co.max_message_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
+  co.max_message_bytes =
+      size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
   co.op_timeout = absl::Seconds(120);
   auto auth = ClusterAuth::FromFlags(kGrpcClient);
   Check(auth.status(), "read --cluster_secret_file and --tls_*");
@@ -255,10 +263,11 @@ std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
 
 void DenseSection(const std::string& raw_endpoint) {
   const int depth = absl::GetFlag(FLAGS_depth);
-  const size_t max_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
+  const size_t max_bytes =
+      size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
   std::vector<size_t> sizes;
-  const size_t min_bytes =
-      std::max<size_t>(4096, size_t{static_cast<size_t>(absl::GetFlag(FLAGS_min_kb))} << 10);
+  const size_t min_bytes = std::max<size_t>(
+      4096, size_t{static_cast<size_t>(absl::GetFlag(FLAGS_min_kb))} << 10);
   for (size_t s = min_bytes; s <= max_bytes; s *= 4) sizes.push_back(s);
   if (sizes.empty() || sizes.back() != max_bytes) sizes.push_back(max_bytes);
   const std::string servers_flag = absl::GetFlag(FLAGS_servers);
@@ -267,7 +276,10 @@ void DenseSection(const std::string& raw_endpoint) {
   };
   RawClient raw(raw_endpoint);
   std::printf("\n## Dense push and pull (GB/s, %d in flight)\n\n", depth);
-  std::printf("| size | raw zmq push | 1 srv push | 2 srv push | raw zmq pull | 1 srv pull | 2 srv pull | push/raw (1 srv, 2 srv) | pull/raw (1 srv, 2 srv) |\n");
+  std::printf(
+      "| size | raw zmq push | 1 srv push | 2 srv push | raw zmq pull | 1 srv "
+      "pull | 2 srv pull | push/raw (1 srv, 2 srv) | pull/raw (1 srv, 2 srv) "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   constexpr uint32_t kWidth = 256;  // 1 KiB rows
   const uint64_t rows_total = max_bytes / (kWidth * 4);
@@ -304,35 +316,42 @@ void DenseSection(const std::string& raw_endpoint) {
         double raw_s = 0, ps_s = 0;
         for (int round = 0; round < rounds; ++round) {
           raw_s += 1 / raw.Run(sizes[i], pull, depth, iters);
-          ps_s += 1 / PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
+          ps_s +=
+              1 / PsRun(client.get(), *t, begin, n, pull, depth, iters, &bufs);
         }
         rows[i].raw[servers - 1][pull] = rounds / raw_s;
         rows[i].ps[servers - 1][pull] = rounds / ps_s;
       }
-      std::fprintf(stderr, "  dense, %d server(s), %zu bytes: done\n", servers, sizes[i]);
+      std::fprintf(stderr, "  dense, %d server(s), %zu bytes: done\n", servers,
+                   sizes[i]);
     }
     client.reset();
     Check(cluster->Stop(), "stop cluster");
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     const Row& r = rows[i];
-    std::string size = sizes[i] >= (1 << 20) ? absl::StrCat(sizes[i] >> 20, " MiB")
-                                             : absl::StrCat(sizes[i] >> 10, " KiB");
+    std::string size = sizes[i] >= (1 << 20)
+                           ? absl::StrCat(sizes[i] >> 20, " MiB")
+                           : absl::StrCat(sizes[i] >> 10, " KiB");
     auto gbs = [](double v) {
-      return std::isnan(v) ? std::string("-") : absl::StrFormat("%.2f", v / 1e9);
+      return std::isnan(v) ? std::string("-")
+                           : absl::StrFormat("%.2f", v / 1e9);
     };
     // The raw columns show the run beside 1 server, else beside 2.
     auto first = [](double a, double b) { return std::isnan(a) ? b : a; };
     auto pct = [](double a, double b) {
-      return std::isnan(a) ? std::string("-") : absl::StrFormat("%.0f%%", 100 * a / b);
+      return std::isnan(a) ? std::string("-")
+                           : absl::StrFormat("%.0f%%", 100 * a / b);
     };
     std::printf("| %s | %s | %s | %s | %s | %s | %s | %s, %s | %s, %s |\n",
                 size.c_str(), gbs(first(r.raw[0][0], r.raw[1][0])).c_str(),
                 gbs(r.ps[0][0]).c_str(), gbs(r.ps[1][0]).c_str(),
                 gbs(first(r.raw[0][1], r.raw[1][1])).c_str(),
                 gbs(r.ps[0][1]).c_str(), gbs(r.ps[1][1]).c_str(),
-                pct(r.ps[0][0], r.raw[0][0]).c_str(), pct(r.ps[1][0], r.raw[1][0]).c_str(),
-                pct(r.ps[0][1], r.raw[0][1]).c_str(), pct(r.ps[1][1], r.raw[1][1]).c_str());
+                pct(r.ps[0][0], r.raw[0][0]).c_str(),
+                pct(r.ps[1][0], r.raw[1][0]).c_str(),
+                pct(r.ps[0][1], r.raw[0][1]).c_str(),
+                pct(r.ps[1][1], r.raw[1][1]).c_str());
   }
   std::fflush(stdout);
 }
@@ -342,12 +361,16 @@ void SparseSection() {
   auto client = Connect(*cluster);
   constexpr uint64_t kDistinct = 1'000'000;
   constexpr size_t kBatch = 100'000;
-  std::printf("\n## Sparse batches (1M distinct keys, power law s=1.1, %zu keys a batch, 2 servers)\n\n", kBatch);
+  std::printf(
+      "\n## Sparse batches (1M distinct keys, power law s=1.1, %zu keys a "
+      "batch, 2 servers)\n\n",
+      kBatch);
   std::printf("| width | push keys/s | pull keys/s |\n|---|---|---|\n");
   // Zipf ranks by inverse transform over a precomputed CDF.
   std::vector<double> cdf(kDistinct);
   double sum = 0;
-  for (uint64_t i = 0; i < kDistinct; ++i) cdf[i] = (sum += 1.0 / std::pow(i + 1.0, 1.1));
+  for (uint64_t i = 0; i < kDistinct; ++i)
+    cdf[i] = (sum += 1.0 / std::pow(i + 1.0, 1.1));
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<double> u(0, sum);
   std::vector<Key> keys(kBatch);
@@ -361,16 +384,19 @@ void SparseSection() {
     Check(t.status(), "create sparse table");
     // Touch every distinct key once so the table holds 1M rows.
     std::vector<Key> all(kDistinct);
-    for (uint64_t i = 0; i < kDistinct; ++i) all[i] = i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
+    for (uint64_t i = 0; i < kDistinct; ++i)
+      all[i] = i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
     std::vector<float> init(kDistinct * width, 0.0f);
     Check(client->PutSync(*t, all, init), "fill");
     std::vector<float> vals(kBatch * width, 0.01f), out(kBatch * width);
     double push_s = 0, pull_s = 0;
     int batches = 0;
-    const absl::Time stop = absl::Now() + absl::Seconds(2 * absl::GetFlag(FLAGS_seconds));
+    const absl::Time stop =
+        absl::Now() + absl::Seconds(2 * absl::GetFlag(FLAGS_seconds));
     while (batches < 50 && absl::Now() < stop) {
       for (Key& k : keys) {
-        const uint64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+        const uint64_t rank =
+            std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
         k = all[std::min(rank, kDistinct - 1)];
       }
       absl::Time a = absl::Now();
@@ -381,7 +407,8 @@ void SparseSection() {
       push_s += absl::ToDoubleSeconds(b - a);
       ++batches;
     }
-    std::printf("| %u | %.2fM | %.2fM |\n", width, batches * kBatch / push_s / 1e6,
+    std::printf("| %u | %.2fM | %.2fM |\n", width,
+                batches * kBatch / push_s / 1e6,
                 batches * kBatch / pull_s / 1e6);
     std::fflush(stdout);
   }
@@ -400,8 +427,10 @@ void LatencySection() {
   std::vector<Key> key = {7};
   std::vector<float> out(1);
   std::vector<double> us;
-  for (int i = 0; i < 200; ++i) Check(client->PullSync(*t, key, absl::MakeSpan(out)), "warm");
-  const absl::Time stop = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  for (int i = 0; i < 200; ++i)
+    Check(client->PullSync(*t, key, absl::MakeSpan(out)), "warm");
+  const absl::Time stop =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
   while (us.size() < 20000 && absl::Now() < stop) {
     absl::Time a = absl::Now();
     Check(client->PullSync(*t, key, absl::MakeSpan(out)), "pull");
@@ -411,7 +440,8 @@ void LatencySection() {
   std::printf("\n## Small operations (4-byte pull, 1 server)\n\n");
   std::printf("| measure | value |\n|---|---|\n");
   std::printf("| latency p50, one at a time | %.0f us |\n", us[us.size() / 2]);
-  std::printf("| latency p99, one at a time | %.0f us |\n", us[us.size() * 99 / 100]);
+  std::printf("| latency p99, one at a time | %.0f us |\n",
+              us[us.size() * 99 / 100]);
   std::printf("| pulls/s, one at a time | %.1fk |\n",
               us.size() / std::accumulate(us.begin(), us.end(), 0.0) * 1e3);
   for (int depth : {8, 64}) {
@@ -420,14 +450,16 @@ void LatencySection() {
     int done = 0;
     const absl::Time start = absl::Now();
     const absl::Time end = start + absl::Seconds(absl::GetFlag(FLAGS_seconds));
-    for (int i = 0; i < depth; ++i) inflight[i] = client->Pull(*t, key, absl::MakeSpan(outs[i]));
+    for (int i = 0; i < depth; ++i)
+      inflight[i] = client->Pull(*t, key, absl::MakeSpan(outs[i]));
     while (absl::Now() < end && done < 2'000'000) {
       const int slot = done % depth;
       Check(client->Wait(inflight[slot]), "pull");
       inflight[slot] = client->Pull(*t, key, absl::MakeSpan(outs[slot]));
       ++done;
     }
-    for (int i = 0; i < depth; ++i) Check(client->Wait(inflight[(done + i) % depth]), "drain");
+    for (int i = 0; i < depth; ++i)
+      Check(client->Wait(inflight[(done + i) % depth]), "drain");
     std::printf("| pulls/s, %d in flight | %.1fk |\n", depth,
                 done / absl::ToDoubleSeconds(absl::Now() - start) / 1e3);
   }
@@ -439,7 +471,8 @@ void LatencySection() {
 double MedianMicros(const std::function<void()>& op) {
   for (int i = 0; i < 200; ++i) op();
   std::vector<double> us;
-  const absl::Time stop = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  const absl::Time stop =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
   while (us.size() < 20000 && absl::Now() < stop) {
     const absl::Time a = absl::Now();
     op();
@@ -458,17 +491,20 @@ double MedianMicros(const std::function<void()>& op) {
 // handler on warm buffers. Row shipping is not built, so this is its cost
 // by parts, not end to end.
 void RequestsOrRows(const std::string& raw_endpoint) {
-  auto handler = CreateHandler([] {
-    proto::HandlerSpec h;
-    h.set_name("adagrad");
-    return h;
-  }(), nullptr);
+  auto handler = CreateHandler(
+      [] {
+        proto::HandlerSpec h;
+        h.set_name("adagrad");
+        return h;
+      }(),
+      nullptr);
   Check(handler.status(), "adagrad");
   constexpr size_t kWidth = 256;
   RawClient raw(raw_endpoint);
-  std::printf("\n| requests or rows (adagrad, per push, us) | wire (grad) | "
-              "replay | requests | gather | wire (2x) | copy in | rows | "
-              "rows/requests |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| requests or rows (adagrad, per push, us) | wire (grad) | "
+      "replay | requests | gather | wire (2x) | copy in | rows | "
+      "rows/requests |\n|---|---|---|---|---|---|---|---|---|\n");
   for (size_t bytes : {size_t{1} << 20, size_t{4} << 20, size_t{16} << 20}) {
     const size_t n = bytes / sizeof(float), rows = n / kWidth;
     const size_t state = rows * (*handler)->StateWidth(kWidth);
@@ -494,11 +530,13 @@ void RequestsOrRows(const std::string& raw_endpoint) {
     const double copy_in = per_op_us([&] {
       std::memcpy(in.data(), shipped.data(), shipped.size() * sizeof(float));
     });
-    const double requests = wire1 + replay, rows_cost = gather + wire2 + copy_in;
-    std::printf("| %zu MiB | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | "
-                "%.2f |\n",
-                bytes >> 20, wire1, replay, requests, gather, wire2, copy_in,
-                rows_cost, rows_cost / requests);
+    const double requests = wire1 + replay,
+                 rows_cost = gather + wire2 + copy_in;
+    std::printf(
+        "| %zu MiB | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | "
+        "%.2f |\n",
+        bytes >> 20, wire1, replay, requests, gather, wire2, copy_in, rows_cost,
+        rows_cost / requests);
     std::fflush(stdout);
   }
 }
@@ -511,7 +549,8 @@ void ReplicationSection(const std::string& raw_endpoint) {
   const int depth = absl::GetFlag(FLAGS_depth);
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   constexpr uint32_t kWidth = 256;  // 1 KiB rows
-  const size_t max_bytes = size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
+  const size_t max_bytes =
+      size_t{static_cast<size_t>(absl::GetFlag(FLAGS_max_mb))} << 20;
   const uint64_t rows_total = 2 * max_bytes / (kWidth * 4);
   std::unique_ptr<LocalCluster> clusters[2];
   std::unique_ptr<Client> clients[2];
@@ -529,9 +568,13 @@ void ReplicationSection(const std::string& raw_endpoint) {
     Check(t.status(), "create table");
     tables[r] = *t;
   }
-  std::printf("\n## Replication (2 servers, adagrad, GB/s with %d in flight; "
-              "r = 2 against r = 1, alternated %d times)\n\n", depth, rounds);
-  std::printf("| size | push r=1 | push r=2 | r=2/r=1 | pull r=1 | pull r=2 | r=2/r=1 |\n");
+  std::printf(
+      "\n## Replication (2 servers, adagrad, GB/s with %d in flight; "
+      "r = 2 against r = 1, alternated %d times)\n\n",
+      depth, rounds);
+  std::printf(
+      "| size | push r=1 | push r=2 | r=2/r=1 | pull r=1 | pull r=2 | r=2/r=1 "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<std::vector<float>> bufs;
   for (size_t size = 256 << 10; size <= max_bytes; size *= 4) {
@@ -557,7 +600,8 @@ void ReplicationSection(const std::string& raw_endpoint) {
     std::fflush(stdout);
     std::fprintf(stderr, "  replication, %zu bytes: done\n", size);
   }
-  std::printf("\n| 4-byte op, one at a time (p50) | r=1 | r=2 |\n|---|---|---|\n");
+  std::printf(
+      "\n| 4-byte op, one at a time (p50) | r=1 | r=2 |\n|---|---|---|\n");
   std::vector<Key> key = {7};
   std::vector<float> one(kWidth), out(kWidth);
   double pull_us[2], add_us[2];
@@ -568,8 +612,10 @@ void ReplicationSection(const std::string& raw_endpoint) {
         [&] { Check(c->PullSync(t, key, absl::MakeSpan(out)), "pull"); });
     add_us[r] = MedianMicros([&] { Check(c->AddSync(t, key, one), "add"); });
   }
-  std::printf("| pull (1 KiB row) | %.0f us | %.0f us |\n", pull_us[0], pull_us[1]);
-  std::printf("| add (1 KiB row) | %.0f us | %.0f us |\n", add_us[0], add_us[1]);
+  std::printf("| pull (1 KiB row) | %.0f us | %.0f us |\n", pull_us[0],
+              pull_us[1]);
+  std::printf("| add (1 KiB row) | %.0f us | %.0f us |\n", add_us[0],
+              add_us[1]);
   for (int r = 0; r < 2; ++r) {
     clients[r].reset();
     Check(clusters[r]->Stop(), "stop cluster");
@@ -607,10 +653,15 @@ void ReplicationSection(const std::string& raw_endpoint) {
   }
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
   const double bytes = 2.0 * rows_total * kWidth * 4;  // values + accumulators
-  std::printf("\n| catch-up copy of one range (values + adagrad state) | %s |\n|---|---|\n",
-              synced ? "" : "(did not finish)");
-  std::printf("| bytes | %.0f MiB |\n| from the new server's start to in sync | %.2f s |\n"
-              "| rate | %.2f GB/s |\n", bytes / 1048576, secs, bytes / secs / 1e9);
+  std::printf(
+      "\n| catch-up copy of one range (values + adagrad state) | %s "
+      "|\n|---|---|\n",
+      synced ? "" : "(did not finish)");
+  std::printf(
+      "| bytes | %.0f MiB |\n| from the new server's start to in sync | %.2f s "
+      "|\n"
+      "| rate | %.2f GB/s |\n",
+      bytes / 1048576, secs, bytes / secs / 1e9);
   client.reset();
   Check(cluster->Stop(), "stop cluster");
 }
@@ -641,8 +692,12 @@ void MemorySection() {
   }
   const uint64_t raw = o.num_keys * o.width * 4;
   const uint64_t after = RssBytes(cluster->server(0).pid());
-  std::printf("\n## Server memory (dense table, width 64, 4M keys, every row pushed)\n\n");
-  std::printf("| raw values | server RSS before | after | (after - before) / raw |\n|---|---|---|---|\n");
+  std::printf(
+      "\n## Server memory (dense table, width 64, 4M keys, every row "
+      "pushed)\n\n");
+  std::printf(
+      "| raw values | server RSS before | after | (after - before) / raw "
+      "|\n|---|---|---|---|\n");
   std::printf("| %.0f MiB | %.0f MiB | %.0f MiB | %.3f |\n", raw / 1048576.0,
               before / 1048576.0, after / 1048576.0,
               static_cast<double>(after - before) / raw);

@@ -1,7 +1,8 @@
 // soak_bench: many clients writing through a server's death and return.
 //
-//   bazel build -c opt //bench:soak_bench //server:ps_server //scheduler:ps_scheduler
-//   bazel-bin/bench/soak_bench --clients=64 --seconds=30
+//   bazel build -c opt //bench:soak_bench //server:ps_server
+//   //scheduler:ps_scheduler bazel-bin/bench/soak_bench --clients=64
+//   --seconds=30
 //
 // A scheduler with --replicas=2 and two servers; `--clients` clients (each
 // its own SDK instance, so its own connections), driven by a few threads,
@@ -9,11 +10,12 @@
 // sparse table, for a fixed time. At 1/3 of the run one server is killed
 // with SIGKILL (the other serves everything, without a backup); at 1/2 it
 // is started again (a new process under the same name: it joins as the
-// backup of every range and catches up while the writes go on). Prints the acknowledged adds
-// per second before, during and after, the failover as the writers saw it
-// (the longest time any window had no acknowledgement), and then checks the
-// final state exactly: every acknowledged add is there once (adds of 1.0
-// sum exactly in float). Exits 1 if anything was lost, doubled, or failed.
+// backup of every range and catches up while the writes go on). Prints the
+// acknowledged adds per second before, during and after, the failover as the
+// writers saw it (the longest time any window had no acknowledgement), and then
+// checks the final state exactly: every acknowledged add is there once (adds
+// of 1.0 sum exactly in float). Exits 1 if anything was lost, doubled, or
+// failed.
 #include <signal.h>
 
 #include <algorithm>
@@ -34,7 +36,8 @@
 #include "common/usage.h"
 #include "tools/local_cluster.h"
 
-ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/ "
+ABSL_FLAG(std::string, bin_dir, "",
+          "folder with scheduler/ and server/ "
           "binaries (default: next to this binary's folder)");
 ABSL_FLAG(std::string, work_dir, "/tmp/soak_bench", "logs of the daemons");
 ABSL_FLAG(int, clients, 64, "client SDK instances (connections)");
@@ -77,8 +80,8 @@ struct Add {
   Ticket ticket = 0;
   bool busy = false;
   bool sparse = false;
-  std::vector<Key> rows;   // dense rows or sparse pool indices
-  std::vector<Key> keys;   // as sent
+  std::vector<Key> rows;  // dense rows or sparse pool indices
+  std::vector<Key> keys;  // as sent
   std::vector<float> values;
 };
 
@@ -120,7 +123,8 @@ int Main() {
   Check(sparse.status(), "create sparse");
 
   const int n_clients = absl::GetFlag(FLAGS_clients);
-  const int n_threads = std::max(1, std::min(absl::GetFlag(FLAGS_threads), n_clients));
+  const int n_threads =
+      std::max(1, std::min(absl::GetFlag(FLAGS_threads), n_clients));
   const int window = std::max(1, absl::GetFlag(FLAGS_window));
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < n_clients; ++i) {
@@ -145,7 +149,8 @@ int Main() {
     std::vector<std::vector<Add>> adds(mine.size(), std::vector<Add>(window));
     std::vector<absl::Time> last_ack(mine.size(), absl::Now());
     auto land = [&](size_t ci, Add& a) {
-      const absl::Status st = clients[mine[ci]]->Wait(a.ticket, absl::Minutes(2));
+      const absl::Status st =
+          clients[mine[ci]]->Wait(a.ticket, absl::Minutes(2));
       a.busy = false;
       if (!st.ok()) {
         if (failures.fetch_add(1) < 5) {
@@ -157,9 +162,11 @@ int Main() {
       const int64_t waited = absl::ToInt64Microseconds(now - last_ack[ci]);
       last_ack[ci] = now;
       for (int64_t seen = longest_wait_us.load();
-           waited > seen && !longest_wait_us.compare_exchange_weak(seen, waited);) {
+           waited > seen &&
+           !longest_wait_us.compare_exchange_weak(seen, waited);) {
       }
-      const int slot = std::min<int>(slots - 1, absl::ToInt64Milliseconds(now - start) / 100);
+      const int slot = std::min<int>(
+          slots - 1, absl::ToInt64Milliseconds(now - start) / 100);
       acked[slot].fetch_add(1, std::memory_order_relaxed);
       absl::MutexLock lock(&expected.mu);
       for (Key r : a.rows) (a.sparse ? expected.sparse : expected.dense)[r]++;
@@ -177,10 +184,11 @@ int Main() {
       }
       std::sort(a.rows.begin(), a.rows.end());
       a.rows.erase(std::unique(a.rows.begin(), a.rows.end()), a.rows.end());
-      for (Key r : a.rows) a.keys.push_back(a.sparse ? SparseKey(static_cast<int>(r)) : r);
+      for (Key r : a.rows)
+        a.keys.push_back(a.sparse ? SparseKey(static_cast<int>(r)) : r);
       a.values.assign(a.rows.size() * kWidth, 1.0f);
-      a.ticket = clients[mine[ci]]->Add(a.sparse ? *sparse : *dense, a.keys,
-                                        a.values);
+      a.ticket =
+          clients[mine[ci]]->Add(a.sparse ? *sparse : *dense, a.keys, a.values);
       a.busy = true;
     }
     for (size_t ci = 0; ci < mine.size(); ++ci) {
@@ -239,32 +247,38 @@ int Main() {
   for (auto& t : threads) t.join();
 
   auto rate = [&](absl::Time from, absl::Time to) {
-    const int a = std::max<int>(0, absl::ToInt64Milliseconds(from - start) / 100);
-    const int b = std::min<int>(slots, absl::ToInt64Milliseconds(to - start) / 100);
+    const int a =
+        std::max<int>(0, absl::ToInt64Milliseconds(from - start) / 100);
+    const int b =
+        std::min<int>(slots, absl::ToInt64Milliseconds(to - start) / 100);
     uint64_t sum = 0;
     for (int i = a; i < b; ++i) sum += acked[i].load();
     return b > a ? sum / ((b - a) / 10.0) : 0.0;
   };
-  std::printf("# soak_bench (%s): %d clients x %d in flight, %d threads, "
-              "--replicas=%d, --balance_primaries=%s, 2 servers, %.0f s\n\n",
-              absl::FormatTime(start).c_str(), n_clients, window, n_threads,
-              absl::GetFlag(FLAGS_replicas),
-              absl::GetFlag(FLAGS_balance_primaries) ? "true" : "false",
-              absl::ToDoubleSeconds(run));
-  std::printf("| phase | from (s) | to (s) | acknowledged adds/s |\n|---|---|---|---|\n");
+  std::printf(
+      "# soak_bench (%s): %d clients x %d in flight, %d threads, "
+      "--replicas=%d, --balance_primaries=%s, 2 servers, %.0f s\n\n",
+      absl::FormatTime(start).c_str(), n_clients, window, n_threads,
+      absl::GetFlag(FLAGS_replicas),
+      absl::GetFlag(FLAGS_balance_primaries) ? "true" : "false",
+      absl::ToDoubleSeconds(run));
+  std::printf(
+      "| phase | from (s) | to (s) | acknowledged adds/s "
+      "|\n|---|---|---|---|\n");
   auto row = [&](const char* name, absl::Time a, absl::Time b) {
     std::printf("| %s | %.1f | %.1f | %.0f |\n", name,
-                absl::ToDoubleSeconds(a - start), absl::ToDoubleSeconds(b - start),
-                rate(a, b));
+                absl::ToDoubleSeconds(a - start),
+                absl::ToDoubleSeconds(b - start), rate(a, b));
   };
   row("before the kill", start + absl::Seconds(1), killed);
   row("one server dead", killed, restarted);
   const absl::Time after = std::min(caught_up, stop);
   row("restarted, catching up", restarted, after);
   if (after < stop) row("after catch-up", after, stop);
-  std::printf("\nlongest wait of a client for an acknowledgement: %.0f ms "
-              "(the failover, as the writers saw it)\n",
-              longest_wait_us.load() / 1000.0);
+  std::printf(
+      "\nlongest wait of a client for an acknowledgement: %.0f ms "
+      "(the failover, as the writers saw it)\n",
+      longest_wait_us.load() / 1000.0);
   std::printf("restarted server in sync %.1f s after its restart\n",
               caught_up == absl::InfiniteFuture()
                   ? -1.0
@@ -272,12 +286,14 @@ int Main() {
 
   // The exact final state.
   std::vector<float> got(kDenseKeys * kWidth);
-  Check((*admin)->GetSync(*dense, Keys::Range(0, kDenseKeys), absl::MakeSpan(got)),
+  Check((*admin)->GetSync(*dense, Keys::Range(0, kDenseKeys),
+                          absl::MakeSpan(got)),
         "read dense");
   std::vector<Key> wire(kSparseKeys);
   for (int i = 0; i < kSparseKeys; ++i) wire[i] = SparseKey(i);
   std::vector<float> got_sparse(kSparseKeys * kWidth);
-  Check((*admin)->GetSync(*sparse, wire, absl::MakeSpan(got_sparse)), "read sparse");
+  Check((*admin)->GetSync(*sparse, wire, absl::MakeSpan(got_sparse)),
+        "read sparse");
   uint64_t wrong = 0, total = 0;
   {
     absl::MutexLock lock(&expected.mu);
@@ -290,14 +306,16 @@ int Main() {
     for (int i = 0; i < kSparseKeys; ++i) {
       total += expected.sparse[i];
       for (uint32_t j = 0; j < kWidth; ++j) {
-        wrong += got_sparse[i * kWidth + j] != static_cast<float>(expected.sparse[i]);
+        wrong += got_sparse[i * kWidth + j] !=
+                 static_cast<float>(expected.sparse[i]);
       }
     }
   }
-  std::printf("final state: %llu acknowledged row adds, %llu floats wrong, "
-              "%d adds failed\n",
-              static_cast<unsigned long long>(total),
-              static_cast<unsigned long long>(wrong), failures.load());
+  std::printf(
+      "final state: %llu acknowledged row adds, %llu floats wrong, "
+      "%d adds failed\n",
+      static_cast<unsigned long long>(total),
+      static_cast<unsigned long long>(wrong), failures.load());
   clients.clear();
   admin->reset();
   Check((*cluster)->Stop(), "stop cluster");

@@ -1,8 +1,8 @@
 #include "client/client.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "cluster/cluster_map.h"
 #include "client/split_by_owner.h"
+#include "cluster/cluster_map.h"
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
 #include "common/logging.h"
@@ -35,14 +35,22 @@ uint64_t RandomId() {
 
 const char* OpName(proto::Op op) {
   switch (op) {
-    case proto::PUT: return "put";
-    case proto::GET: return "get";
-    case proto::ADD: return "add";
-    case proto::PUSH: return "push";
-    case proto::PULL: return "pull";
-    case proto::PUSH_PULL: return "push-pull";
-    case proto::VECTOR: return "vector command";
-    default: return "unknown op";
+    case proto::PUT:
+      return "put";
+    case proto::GET:
+      return "get";
+    case proto::ADD:
+      return "add";
+    case proto::PUSH:
+      return "push";
+    case proto::PULL:
+      return "pull";
+    case proto::PUSH_PULL:
+      return "push-pull";
+    case proto::VECTOR:
+      return "vector command";
+    default:
+      return "unknown op";
   }
 }
 
@@ -68,7 +76,12 @@ struct OpState {
 
   OpState(proto::Op o, const Table& t, Keys k, const float* i, float* ou,
           absl::Time d, Callback cb)
-      : op(o), table(t), keys(k), in(i), out(ou), deadline(d),
+      : op(o),
+        table(t),
+        keys(k),
+        in(i),
+        out(ou),
+        deadline(d),
         callback(std::move(cb)) {}
 
   void Fail(const absl::Status& s) {
@@ -190,8 +203,8 @@ class ClientImpl final : public Client {
  public:
   explicit ClientImpl(const ClientOptions& options)
       : options_(options),
-        scheduler_(options.scheduler_address, absl::Seconds(10),
-                   options.auth) {}
+        scheduler_(options.scheduler_address, absl::Seconds(10), options.auth) {
+  }
 
   ~ClientImpl() override {
     shutting_down_.store(true);
@@ -273,14 +286,14 @@ class ClientImpl final : public Client {
     auto map = Map();
     const proto::TableMap* table = map->FindTable(t.id);
     if (table == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "table '", t.name, "' (id ", t.id, ") is not in the cluster map"));
+      return absl::NotFoundError(absl::StrCat("table '", t.name, "' (id ", t.id,
+                                              ") is not in the cluster map"));
     }
     for (const proto::RangeAssignment& r : table->ranges()) {
       if (r.lost()) {
-        return absl::DataLossError(absl::StrCat(
-            "table '", t.name, "' keys [", r.begin(), ", ", r.end(),
-            ") were lost (epoch ", map->epoch(), ")"));
+        return absl::DataLossError(
+            absl::StrCat("table '", t.name, "' keys [", r.begin(), ", ",
+                         r.end(), ") were lost (epoch ", map->epoch(), ")"));
       }
       const proto::NodeInfo* node = map->FindNode(r.primary());
       if (node == nullptr || node->state() != proto::ALIVE) {
@@ -399,8 +412,8 @@ class ClientImpl final : public Client {
   }
 
   Ticket Submit(proto::Op op, const Table& t, Keys keys,
-                absl::Span<const float> in, absl::Span<float> out,
-                Callback cb, int64_t round = 0, uint64_t task = 0);
+                absl::Span<const float> in, absl::Span<float> out, Callback cb,
+                int64_t round = 0, uint64_t task = 0);
   void CountSent(const OutgoingRequest& req) {
     requests_.fetch_add(1, std::memory_order_relaxed);
     bytes_sent_.fetch_add(
@@ -560,11 +573,10 @@ absl::StatusOr<Table> ClientImpl::OpenTable(const std::string& name) {
 
 std::string ClientImpl::Describe(const OpState& op, const Part& part) const {
   std::string keys =
-      part.is_range
-          ? absl::StrCat("keys [", part.begin, ", ", part.end, ")")
-          : part.size() == 0
-                ? std::string("0 keys")
-                : absl::StrCat(part.size(), " keys from ", part.first_key(op));
+      part.is_range ? absl::StrCat("keys [", part.begin, ", ", part.end, ")")
+      : part.size() == 0
+          ? std::string("0 keys")
+          : absl::StrCat(part.size(), " keys from ", part.first_key(op));
   return absl::StrCat(OpName(op.op), " table '", op.table.name, "' ", keys);
 }
 
@@ -592,9 +604,9 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
     invalid = absl::InvalidArgumentError(absl::StrCat(
         "inverted key range [", keys.begin(), ", ", keys.end(), ")"));
   } else if (OpWrites(op) && floats != in.size()) {
-    invalid = absl::InvalidArgumentError(absl::StrCat(
-        OpName(op), " table '", t.name, "': ", in.size(), " values for ",
-        keys.size(), " keys of width ", t.width));
+    invalid = absl::InvalidArgumentError(
+        absl::StrCat(OpName(op), " table '", t.name, "': ", in.size(),
+                     " values for ", keys.size(), " keys of width ", t.width));
   } else if (OpReads(op) && floats != out.size()) {
     invalid = absl::InvalidArgumentError(absl::StrCat(
         OpName(op), " table '", t.name, "': output holds ", out.size(),
@@ -644,13 +656,13 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
   const size_t max_rows = std::max<size_t>(
       1, (limit > kHeaderAllowance ? limit - kHeaderAllowance : 0) / row_bytes);
   auto outside = [&](Key k) {
-    op->Fail(absl::OutOfRangeError(absl::StrCat(
-        OpName(op->op), " table '", op->table.name, "': key ", k,
-        " is outside the table's key space")));
+    op->Fail(absl::OutOfRangeError(
+        absl::StrCat(OpName(op->op), " table '", op->table.name, "': key ", k,
+                     " is outside the table's key space")));
   };
   auto fail = [&](const absl::Status& s) {
-    op->Fail(Annotate(s, absl::StrCat(OpName(op->op), " table '",
-                                      op->table.name, "'")));
+    op->Fail(Annotate(
+        s, absl::StrCat(OpName(op->op), " table '", op->table.name, "'")));
   };
 
   if (op->keys.is_range()) {
@@ -748,7 +760,8 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
           OpName(op->op), " table '", op->table.name, "': a synced batch of ",
           group.positions.size(), " keys for the range from key ",
           range.begin(), " needs ", bytes, " bytes, over the message limit of ",
-          limit, " bytes (a synced batch is not split; push fewer keys per step)")));
+          limit,
+          " bytes (a synced batch is not split; push fewer keys per step)")));
       return;
     }
   }
@@ -776,10 +789,10 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   if (node == nullptr || node->state() != proto::ALIVE) {
     // No live server holds the range (a failover would have named one).
     CloseSeq(part.seq);
-    op->Fail(absl::UnavailableError(absl::StrCat(
-        Describe(*op, part), ": server ", part.server,
-        node == nullptr ? " is unknown" : " is dead", " (cluster map epoch ",
-        map.epoch(), ")")));
+    op->Fail(absl::UnavailableError(
+        absl::StrCat(Describe(*op, part), ": server ", part.server,
+                     node == nullptr ? " is unknown" : " is dead",
+                     " (cluster map epoch ", map.epoch(), ")")));
     return;
   }
   const size_t width = op->table.width;
@@ -816,8 +829,8 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
     const size_t off = part.offset(*op);
     if (!part.is_range) {
       op->Hold();
-      req.keys = Payload::Borrow(op->keys.batch().data() + off,
-                                 n * sizeof(Key), release);
+      req.keys = Payload::Borrow(op->keys.batch().data() + off, n * sizeof(Key),
+                                 release);
     }
     if (OpWrites(op->op)) {
       op->Hold();
@@ -875,8 +888,7 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
       op->Release();
     });
   };
-  const bool may_retry =
-      absl::Now() < op->deadline && !shutting_down_.load();
+  const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kUnavailable && may_retry) {
       return retry();
@@ -894,7 +906,8 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
                            code == absl::StatusCode::kUnavailable;
     if (retriable && may_retry) return retry();
     CloseSeq(part.seq);
-    op->Fail(absl::Status(code, absl::StrCat(context(), ": ", h.status_message())));
+    op->Fail(
+        absl::Status(code, absl::StrCat(context(), ": ", h.status_message())));
     op->Release();
     return;
   }
@@ -908,9 +921,9 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
     const size_t width = op->table.width;
     const size_t n = part.size();
     if (reply->values.size() != n * width) {
-      op->Fail(absl::DataLossError(absl::StrCat(
-          context(), ": reply holds ", reply->values.size(),
-          " floats, expected ", n * width)));
+      op->Fail(absl::DataLossError(
+          absl::StrCat(context(), ": reply holds ", reply->values.size(),
+                       " floats, expected ", n * width)));
     } else if (part.indices.empty()) {
       std::memcpy(op->out + part.offset(*op) * width, reply->values.data(),
                   n * width * sizeof(float));
@@ -930,8 +943,9 @@ absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
     absl::MutexLock lock(&ops_mu_);
     auto it = ops_.find(ticket);
     if (it == ops_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "ticket ", ticket, " is unknown, already waited on, or has a callback"));
+      return absl::NotFoundError(
+          absl::StrCat("ticket ", ticket,
+                       " is unknown, already waited on, or has a callback"));
     }
     op = it->second;
   }
@@ -968,17 +982,17 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
     auto map = Map();
     const proto::TableMap* table = map->FindTable(t.id);
     if (table == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "vector command: unknown table '", t.name, "' (id ", t.id, ")"));
+      return absl::NotFoundError(absl::StrCat("vector command: unknown table '",
+                                              t.name, "' (id ", t.id, ")"));
     }
     const Key lo = command.begin();
     const Key space_end = t.sparse ? kKeySpaceEnd : t.num_keys;
     const Key hi = command.end() == 0 ? space_end : command.end();
     if (command.end() != 0 && (lo >= hi || hi > space_end)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "vector command range [", lo, ", ", command.end(),
-          ") is empty or outside [0, ", space_end, ") of table '", t.name,
-          "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("vector command range [", lo, ", ", command.end(),
+                       ") is empty or outside [0, ", space_end, ") of table '",
+                       t.name, "'"));
     }
     for (const proto::RangeAssignment& r : table->ranges()) {
       if (r.end() <= lo || r.begin() >= hi) continue;
@@ -1005,10 +1019,10 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       const proto::NodeInfo* node = map->FindNode(server);
       if (node == nullptr || node->state() != proto::ALIVE) {
         absl::MutexLock lock(&mu);
-        piece.status = absl::UnavailableError(absl::StrCat(
-            "vector command on table '", t.name, "' keys [", piece.begin,
-            ", ", piece.end, "): server ", server, " is ",
-            node == nullptr ? "unknown" : "dead"));
+        piece.status = absl::UnavailableError(
+            absl::StrCat("vector command on table '", t.name, "' keys [",
+                         piece.begin, ", ", piece.end, "): server ", server,
+                         " is ", node == nullptr ? "unknown" : "dead"));
         piece.done = true;
         --pending;
         continue;
@@ -1028,37 +1042,37 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       CountSent(req);
       const std::string endpoint = node->data_endpoint();
       SendTo(endpoint, server, map->epoch(), std::move(req), deadline,
-                  [&, i, server, endpoint](const absl::Status& st,
-                                           const IncomingMessage* reply) {
-                    Piece& piece = pieces[i];
-                    absl::Status status;
-                    std::vector<double> scalars;
-                    const std::string where = absl::StrCat(
-                        "vector command on table '", t.name, "' keys [",
-                        piece.begin, ", ", piece.end, "), server ", server,
-                        " (", endpoint, ")");
-                    if (!st.ok()) {
-                      status = Annotate(st, where);
-                    } else {
-                      CountReceived(*reply);
-                      const proto::DataHeader& h = reply->header;
-                      if (h.status_code() != 0) {
-                        status = absl::Status(
-                            static_cast<absl::StatusCode>(h.status_code()),
-                            absl::StrCat(where, ": ", h.status_message()));
-                      }
-                      scalars.assign(h.scalars().begin(), h.scalars().end());
-                    }
-                    absl::MutexLock lock(&mu);
-                    piece.status = std::move(status);
-                    piece.scalars = std::move(scalars);
-                    piece.done = true;
-                    --pending;
-                  });
+             [&, i, server, endpoint](const absl::Status& st,
+                                      const IncomingMessage* reply) {
+               Piece& piece = pieces[i];
+               absl::Status status;
+               std::vector<double> scalars;
+               const std::string where = absl::StrCat(
+                   "vector command on table '", t.name, "' keys [", piece.begin,
+                   ", ", piece.end, "), server ", server, " (", endpoint, ")");
+               if (!st.ok()) {
+                 status = Annotate(st, where);
+               } else {
+                 CountReceived(*reply);
+                 const proto::DataHeader& h = reply->header;
+                 if (h.status_code() != 0) {
+                   status = absl::Status(
+                       static_cast<absl::StatusCode>(h.status_code()),
+                       absl::StrCat(where, ": ", h.status_message()));
+                 }
+                 scalars.assign(h.scalars().begin(), h.scalars().end());
+               }
+               absl::MutexLock lock(&mu);
+               piece.status = std::move(status);
+               piece.scalars = std::move(scalars);
+               piece.done = true;
+               --pending;
+             });
     }
     {
       absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(+[](size_t* p) { return *p == 0; }, &pending));
+      mu.Await(absl::Condition(
+          +[](size_t* p) { return *p == 0; }, &pending));
     }
     // Retried: a moved range (not owner), a server behind the map, a lost
     // connection. A write carries its sequence number, so a range that ran
@@ -1068,10 +1082,9 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
       const absl::StatusCode code = pieces[i].status.code();
       const bool retriable = code == absl::StatusCode::kAborted ||
                              code == absl::StatusCode::kUnavailable;
-      const bool dead = absl::StrContains(pieces[i].status.message(),
-                                          " is dead") ||
-                        absl::StrContains(pieces[i].status.message(),
-                                          " is unknown");
+      const bool dead =
+          absl::StrContains(pieces[i].status.message(), " is dead") ||
+          absl::StrContains(pieces[i].status.message(), " is unknown");
       if (retriable && !dead && absl::Now() < deadline &&
           !shutting_down_.load()) {
         again.push_back(i);
@@ -1079,8 +1092,9 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
     }
     todo = std::move(again);
     if (!todo.empty()) {
-      absl::SleepFor(std::min(absl::Milliseconds(5) * (1 << std::min(++attempt, 7)),
-                              absl::Milliseconds(500)));
+      absl::SleepFor(
+          std::min(absl::Milliseconds(5) * (1 << std::min(++attempt, 7)),
+                   absl::Milliseconds(500)));
       RefreshMap();
     }
   }
@@ -1100,12 +1114,13 @@ absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
 
 }  // namespace
 
-absl::StatusOr<uint32_t> Table::VectorIndex(const std::string& vector_name) const {
+absl::StatusOr<uint32_t> Table::VectorIndex(
+    const std::string& vector_name) const {
   for (size_t i = 0; i < vectors.size(); ++i) {
     if (vectors[i] == vector_name) return static_cast<uint32_t>(i);
   }
-  return absl::NotFoundError(absl::StrCat("table '", name,
-                                          "' has no vector '", vector_name, "'"));
+  return absl::NotFoundError(
+      absl::StrCat("table '", name, "' has no vector '", vector_name, "'"));
 }
 
 absl::StatusOr<Table> Table::WithVector(const std::string& vector_name) const {

@@ -2,10 +2,10 @@
 // and to push gradients and pull parameters.
 //
 //   auto client = Client::Connect({.scheduler_address = "127.0.0.1:7070"});
-//   TableOptions opts; opts.name = "w"; opts.width = 16; opts.num_keys = 1 << 20;
-//   opts.handler = "adagrad"; opts.handler_params = {{"learning_rate", 0.1}};
-//   absl::StatusOr<Table> w = (*client)->CreateTable(opts);
-//   Ticket t = (*client)->Push(*w, keys, grads);     // asynchronous
+//   TableOptions opts; opts.name = "w"; opts.width = 16; opts.num_keys = 1 <<
+//   20; opts.handler = "adagrad"; opts.handler_params = {{"learning_rate",
+//   0.1}}; absl::StatusOr<Table> w = (*client)->CreateTable(opts); Ticket t =
+//   (*client)->Push(*w, keys, grads);     // asynchronous
 //   ... compute ...
 //   absl::Status s = (*client)->Wait(t);             // or pass a callback
 //   s = (*client)->PullSync(*w, keys, absl::MakeSpan(params));
@@ -113,10 +113,10 @@ struct Table {
   std::string name;
   uint32_t width = 0;
   bool sparse = false;
-  uint64_t num_keys = 0;  // dense only
+  uint64_t num_keys = 0;             // dense only
   std::vector<std::string> vectors;  // TableOptions::vectors
   uint32_t vector = 0;
-  bool allow_non_finite = false;     // TableOptions::allow_non_finite
+  bool allow_non_finite = false;  // TableOptions::allow_non_finite
 
   // The same table, addressing the named vector `vector_name` (kNotFound if
   // the table has none of that name).
@@ -136,7 +136,7 @@ struct TrafficStats {
 // half-open range [begin, end).
 class Keys {
  public:
-  Keys(absl::Span<const Key> batch) : batch_(batch) {}  // NOLINT: implicit
+  Keys(absl::Span<const Key> batch) : batch_(batch) {}    // NOLINT: implicit
   Keys(const std::vector<Key>& batch) : batch_(batch) {}  // NOLINT: implicit
   static Keys Range(Key begin, Key end) { return Keys(begin, end); }
 

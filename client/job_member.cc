@@ -108,7 +108,8 @@ class ClockReporter {
       absl::MutexLock lock(&mu_);
       in_flight_ = false;
       if (reply.ok()) {
-        if (retrying_) DP_LOG(INFO) << "clock reports reach the scheduler again";
+        if (retrying_)
+          DP_LOG(INFO) << "clock reports reach the scheduler again";
         retrying_ = false;
         others_ = std::max(others_, reply->others_min_clock());
         continue;
@@ -274,9 +275,7 @@ class JobMemberImpl final : public JobMember {
     // Through a scheduler outage too: a leave it never hears of makes the
     // job wait the full --dead_after_ms for this worker.
     DP_RETURN_IF_ERROR(RetryThroughOutage(
-        [&](absl::Duration) {
-          return scheduler_.Leave(id_, finished, reason);
-        },
+        [&](absl::Duration) { return scheduler_.Leave(id_, finished, reason); },
         timeout));
     return flushed;
   }

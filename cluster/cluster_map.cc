@@ -27,9 +27,8 @@ absl::StatusOr<const proto::TableMap*> ClusterMapView::FindTable(
     const std::string& name) const {
   auto it = table_by_name_.find(name);
   if (it == table_by_name_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown table '", name,
-                                            "' (cluster map epoch ",
-                                            map_.epoch(), ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "unknown table '", name, "' (cluster map epoch ", map_.epoch(), ")"));
   }
   return &map_.tables(it->second);
 }

@@ -21,7 +21,8 @@ class ClusterMapView {
   const proto::ClusterMap& proto() const { return map_; }
 
   // kNotFound when no table of that name exists.
-  absl::StatusOr<const proto::TableMap*> FindTable(const std::string& name) const;
+  absl::StatusOr<const proto::TableMap*> FindTable(
+      const std::string& name) const;
   const proto::TableMap* FindTable(TableId id) const;
   const proto::NodeInfo* FindNode(NodeId id) const;
 

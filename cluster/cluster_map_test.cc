@@ -11,8 +11,8 @@ TEST(ClusterMapViewTest, FindsOwnerOfKeys) {
   proto::TableMap* t = map.add_tables();
   t->mutable_spec()->set_name("w");
   t->mutable_spec()->set_id(3);
-  for (auto [b, e, p] : {std::tuple<Key, Key, NodeId>{0, 10, 1}, {10, 20, 2},
-                         {20, 25, 3}}) {
+  for (auto [b, e, p] :
+       {std::tuple<Key, Key, NodeId>{0, 10, 1}, {10, 20, 2}, {20, 25, 3}}) {
     proto::RangeAssignment* r = t->add_ranges();
     r->set_begin(b);
     r->set_end(e);

@@ -29,7 +29,7 @@ absl::StatusOr<proto::RegisterReply> SchedulerClient::Register(
   while (true) {
     grpc::ClientContext ctx;
     Prepare(&ctx, std::min(rpc_timeout_, std::max(deadline - absl::Now(),
-                                                      absl::Milliseconds(100))));
+                                                  absl::Milliseconds(100))));
     ctx.set_wait_for_ready(true);  // the scheduler may still be starting
     proto::RegisterReply reply;
     grpc::Status s = stub_->Register(&ctx, request, &reply);
@@ -37,8 +37,8 @@ absl::StatusOr<proto::RegisterReply> SchedulerClient::Register(
     const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!retry || absl::Now() >= deadline) {
-      return FromGrpcStatus(s, absl::StrCat("register with scheduler at ",
-                                            address_));
+      return FromGrpcStatus(
+          s, absl::StrCat("register with scheduler at ", address_));
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -53,7 +53,8 @@ absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
   req.set_applied_epoch(applied_epoch);
   proto::HeartbeatReply reply;
   grpc::Status s = stub_->Heartbeat(&ctx, req, &reply);
-  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("heartbeat to ", address_));
+  if (!s.ok())
+    return FromGrpcStatus(s, absl::StrCat("heartbeat to ", address_));
   return reply;
 }
 
@@ -74,7 +75,8 @@ absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);
   proto::ClusterMap map;
-  grpc::Status s = stub_->GetClusterMap(&ctx, proto::GetClusterMapRequest(), &map);
+  grpc::Status s =
+      stub_->GetClusterMap(&ctx, proto::GetClusterMapRequest(), &map);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("get cluster map from ", address_));
   }
@@ -156,7 +158,8 @@ absl::StatusOr<proto::JobStatus> SchedulerClient::GetJobStatus() {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);
   proto::JobStatus status;
-  grpc::Status s = stub_->GetJobStatus(&ctx, proto::JobStatusRequest(), &status);
+  grpc::Status s =
+      stub_->GetJobStatus(&ctx, proto::JobStatusRequest(), &status);
   if (!s.ok()) return FromGrpcStatus(s, "get job status");
   return status;
 }
@@ -180,10 +183,9 @@ absl::Status SchedulerClient::Watch(
   absl::MutexLock lock(&mu_);
   watch_context_ = nullptr;
   if (cancelled_) return absl::OkStatus();
-  return FromGrpcStatus(s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                              "stream ended")
-                               : s,
-                        absl::StrCat("watch cluster map at ", address_));
+  return FromGrpcStatus(
+      s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : s,
+      absl::StrCat("watch cluster map at ", address_));
 }
 
 void SchedulerClient::CancelWatch() {
@@ -199,13 +201,13 @@ absl::Status SchedulerClient::ReplicaReady(
   proto::ReplicaReadyReply reply;
   grpc::Status s = stub_->ReplicaReady(&ctx, req, &reply);
   if (!s.ok()) {
-    return FromGrpcStatus(s, absl::StrCat("report replica ready to ", address_));
+    return FromGrpcStatus(s,
+                          absl::StrCat("report replica ready to ", address_));
   }
   return absl::OkStatus();
 }
 
-absl::Status SchedulerClient::ReportUnreachable(NodeId reporter,
-                                                NodeId suspect,
+absl::Status SchedulerClient::ReportUnreachable(NodeId reporter, NodeId suspect,
                                                 const std::string& reason) {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);
@@ -216,8 +218,8 @@ absl::Status SchedulerClient::ReportUnreachable(NodeId reporter,
   proto::ReportUnreachableReply reply;
   grpc::Status s = stub_->ReportUnreachable(&ctx, req, &reply);
   if (!s.ok()) {
-    return FromGrpcStatus(s, absl::StrCat("report node ", suspect,
-                                          " unreachable to ", address_));
+    return FromGrpcStatus(
+        s, absl::StrCat("report node ", suspect, " unreachable to ", address_));
   }
   return absl::OkStatus();
 }

@@ -84,8 +84,9 @@ class SchedulerClient {
   // Streams cluster maps newer than `known_epoch` to `on_map` until Cancel()
   // or the stream breaks; returns why it ended (OK after Cancel()).
   // Blocks; run it on its own thread. One Watch at a time.
-  absl::Status Watch(NodeId id, Epoch known_epoch,
-                     const std::function<void(const proto::ClusterMap&)>& on_map)
+  absl::Status Watch(
+      NodeId id, Epoch known_epoch,
+      const std::function<void(const proto::ClusterMap&)>& on_map)
       ABSL_LOCKS_EXCLUDED(mu_);
   void CancelWatch() ABSL_LOCKS_EXCLUDED(mu_);
 

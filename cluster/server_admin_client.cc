@@ -22,12 +22,12 @@ ServerAdminClient::ServerAdminClient(const std::string& address,
       stub_(proto::ServerAdmin::NewStub(
           NewGrpcChannel(address, auth_, kMaxMessageBytes))) {}
 
-#define DP_ADMIN_CALL(method, req, reply, what)                          \
-  grpc::ClientContext ctx;                                               \
-  ctx.set_deadline(std::chrono::system_clock::now() +                    \
-                   absl::ToChronoMilliseconds(timeout));                 \
-  grpc::Status s = stub_->method(&ctx, req, &reply);                     \
-  if (!s.ok()) {                                                         \
+#define DP_ADMIN_CALL(method, req, reply, what)                            \
+  grpc::ClientContext ctx;                                                 \
+  ctx.set_deadline(std::chrono::system_clock::now() +                      \
+                   absl::ToChronoMilliseconds(timeout));                   \
+  grpc::Status s = stub_->method(&ctx, req, &reply);                       \
+  if (!s.ok()) {                                                           \
     return FromGrpcStatus(s, absl::StrCat(what, " on server ", address_)); \
   }
 

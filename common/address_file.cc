@@ -17,7 +17,8 @@ absl::Status WriteAddressFile(const std::string& path,
   out << address << "\n";
   out.close();
   if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot write the address to ", path));
+    return absl::InternalError(
+        absl::StrCat("cannot write the address to ", path));
   }
   return absl::OkStatus();
 }
@@ -37,8 +38,9 @@ absl::StatusOr<std::string> WaitForAddressFile(const std::string& path,
       }
     }
     if (writer != nullptr && writer->Wait(absl::ZeroDuration()).ok()) {
-      return absl::InternalError(absl::StrCat(
-          "process exited before writing ", path, "; log:\n", writer->LogTail()));
+      return absl::InternalError(absl::StrCat("process exited before writing ",
+                                              path, "; log:\n",
+                                              writer->LogTail()));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

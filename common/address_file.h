@@ -15,7 +15,8 @@ namespace downpour {
 
 // Writes "<address>\n" to a temporary file and renames it onto `path`.
 // kInternal naming the path if that fails.
-absl::Status WriteAddressFile(const std::string& path, const std::string& address);
+absl::Status WriteAddressFile(const std::string& path,
+                              const std::string& address);
 
 // Waits until `path` holds a complete line and returns it without trailing
 // white space. kDeadlineExceeded after `timeout`; kInternal with its log

@@ -32,8 +32,7 @@ ABSL_FLAG(std::string, tls_ca_file, "",
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM certificate of this node: served by its gRPC services and, "
           "with --tls_mutual, presented to the others");
-ABSL_FLAG(std::string, tls_key_file, "",
-          "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(bool, tls_mutual, false,
           "mutual TLS: gRPC services demand a client certificate signed by "
           "--tls_ca_file, and this node presents --tls_cert_file");
@@ -59,9 +58,9 @@ absl::StatusOr<std::string> DeriveToken(absl::string_view secret) {
            sizeof(kTokenLabel) - 1, mac, &len) == nullptr) {
     return absl::InternalError("HMAC-SHA256 of the control-plane token failed");
   }
-  return absl::StrCat(
-      kTokenPrefix, absl::BytesToHexString(absl::string_view(
-                        reinterpret_cast<const char*>(mac), len)));
+  return absl::StrCat(kTokenPrefix,
+                      absl::BytesToHexString(absl::string_view(
+                          reinterpret_cast<const char*>(mac), len)));
 }
 
 // OpenSSL's reason for the last failure, or `fallback`.
@@ -108,9 +107,9 @@ absl::StatusOr<X509Ptr> FirstCertificate(const std::string& pem,
   auto bio = MemBio(pem);
   X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, " ", path, " holds no PEM certificate: ",
-        OpenSslError("no BEGIN CERTIFICATE block")));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, " holds no PEM certificate: ",
+                     OpenSslError("no BEGIN CERTIFICATE block")));
   }
   return cert;
 }
@@ -141,8 +140,7 @@ absl::Status CheckComplete(const TlsFiles& tls, GrpcEnds ends) {
     missing.push_back(absl::StrCat(
         "--tls_ca_file (the CA that signed the cluster's certificates, to "
         "verify ",
-        connects ? "the servers this node calls" : "client certificates",
-        ")"));
+        connects ? "the servers this node calls" : "client certificates", ")"));
   }
   if (need_cert && tls.cert_file.empty()) {
     missing.push_back(absl::StrCat(
@@ -154,12 +152,12 @@ absl::Status CheckComplete(const TlsFiles& tls, GrpcEnds ends) {
     missing.push_back("--tls_key_file (the private key of --tls_cert_file)");
   }
   if (missing.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "incomplete TLS configuration for a gRPC ",
-      serves && connects ? "server and client"
-      : serves           ? "server"
-                         : "client",
-      ": missing ", absl::StrJoin(missing, "; missing ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("incomplete TLS configuration for a gRPC ",
+                   serves && connects ? "server and client"
+                   : serves           ? "server"
+                                      : "client",
+                   ": missing ", absl::StrJoin(missing, "; missing ")));
 }
 
 absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& tls, GrpcEnds ends) {
@@ -169,8 +167,8 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& tls, GrpcEnds ends) {
   m.server_name = tls.server_name;
   if (!tls.ca_file.empty()) {
     DP_ASSIGN_OR_RETURN(m.ca_pem, ReadFile(tls.ca_file, "--tls_ca_file"));
-    DP_ASSIGN_OR_RETURN(X509Ptr ca,
-                        FirstCertificate(m.ca_pem, tls.ca_file, "--tls_ca_file"));
+    DP_ASSIGN_OR_RETURN(
+        X509Ptr ca, FirstCertificate(m.ca_pem, tls.ca_file, "--tls_ca_file"));
     DP_RETURN_IF_ERROR(CheckNotExpired(ca.get(), tls.ca_file, "--tls_ca_file"));
   }
   if (!tls.cert_file.empty()) {
@@ -235,8 +233,7 @@ absl::StatusOr<ClusterAuth> ClusterAuth::FromSecret(
 }
 
 absl::StatusOr<ClusterAuth> ClusterAuth::FromFile(const std::string& path) {
-  DP_ASSIGN_OR_RETURN(std::string text,
-                      ReadFile(path, "cluster secret file"));
+  DP_ASSIGN_OR_RETURN(std::string text, ReadFile(path, "cluster secret file"));
   auto auth = FromSecret(absl::StripAsciiWhitespace(text));
   if (!auth.ok()) {
     return absl::Status(auth.status().code(),

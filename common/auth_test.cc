@@ -58,8 +58,7 @@ TEST(ClusterAuthTest, ReadsFilesAndNamesThemInErrors) {
   std::ofstream(bad) << "not a key\n";
   auto status = ClusterAuth::FromFile(bad).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("bad.secret"), std::string::npos)
-      << status;
+  EXPECT_NE(status.message().find("bad.secret"), std::string::npos) << status;
 }
 
 // A known answer, computed independently:
@@ -67,7 +66,9 @@ TEST(ClusterAuthTest, ReadsFilesAndNamesThemInErrors) {
 TEST(ClusterAuthTest, TokenIsTheHmacOfALabelKeyedByTheSecret) {
   const std::string secret = "Hec.D8E].w?:Tu/T0Ca*pX9Iq>we?e5j-YPMe*Y^";
   ASSERT_OK_AND_ASSIGN(ClusterAuth auth, ClusterAuth::FromSecret(secret));
-  EXPECT_EQ(auth.token(), "Downpour 4be3f2d4ae89ce86deda24c3f8173bc35fef7210ba9435ffd22486e402570838");
+  EXPECT_EQ(auth.token(),
+            "Downpour "
+            "4be3f2d4ae89ce86deda24c3f8173bc35fef7210ba9435ffd22486e402570838");
   EXPECT_EQ(auth.token().find(secret), std::string::npos);
 }
 
@@ -78,7 +79,8 @@ TEST(ClusterAuthTest, CheckTokenAcceptsOnlyTheToken) {
   EXPECT_OK(auth.CheckToken(auth.token()));
   auto missing = auth.CheckToken("");
   EXPECT_THAT(missing, StatusIs(absl::StatusCode::kUnauthenticated));
-  EXPECT_THAT(std::string(missing.message()), ::testing::HasSubstr("no cluster token"));
+  EXPECT_THAT(std::string(missing.message()),
+              ::testing::HasSubstr("no cluster token"));
   std::string flipped = auth.token();
   flipped.back() ^= 1;
   for (const std::string& wrong :
@@ -86,7 +88,8 @@ TEST(ClusterAuthTest, CheckTokenAcceptsOnlyTheToken) {
         auth.token() + "0", std::string("Downpour ")}) {
     auto s = auth.CheckToken(wrong);
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnauthenticated)) << wrong;
-    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("wrong cluster token"));
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr("wrong cluster token"));
   }
   ASSERT_OK_AND_ASSIGN(std::string other, ClusterAuth::NewSecret());
   ASSERT_OK_AND_ASSIGN(ClusterAuth auth2, ClusterAuth::FromSecret(other));
@@ -135,12 +138,11 @@ TEST_F(TlsLoadTest, ACompleteConfigurationLoadsItsFiles) {
   EXPECT_THAT(auth.tls().key_pem, ::testing::HasSubstr("PRIVATE KEY"));
   EXPECT_TRUE(auth.tls().mutual);
   EXPECT_EQ(auth.tls().server_name, "localhost");
-  EXPECT_EQ(tls.ToFlags(),
-            (std::vector<std::string>{"--tls_ca_file=" + tls.ca_file,
-                                      "--tls_cert_file=" + tls.cert_file,
-                                      "--tls_key_file=" + tls.key_file,
-                                      "--tls_mutual",
-                                      "--tls_server_name=localhost"}));
+  EXPECT_EQ(tls.ToFlags(), (std::vector<std::string>{
+                               "--tls_ca_file=" + tls.ca_file,
+                               "--tls_cert_file=" + tls.cert_file,
+                               "--tls_key_file=" + tls.key_file, "--tls_mutual",
+                               "--tls_server_name=localhost"}));
   // A client needs only the CA; a server only its certificate and key.
   TlsFiles client;
   client.ca_file = tls.ca_file;
@@ -165,38 +167,56 @@ TEST_F(TlsLoadTest, HalfAConfigurationNamesWhatIsMissing) {
   };
   const std::vector<Case> cases = {
       // A client without the CA.
-      {with(full, [](TlsFiles& t) { t.ca_file.clear(); }), kGrpcClient,
-       {"--tls_ca_file"}, {"--tls_cert_file", "--tls_key_file"}},
+      {with(full, [](TlsFiles& t) { t.ca_file.clear(); }),
+       kGrpcClient,
+       {"--tls_ca_file"},
+       {"--tls_cert_file", "--tls_key_file"}},
       // A server without its key, or its certificate.
-      {with(full, [](TlsFiles& t) { t.key_file.clear(); }), kGrpcServer,
-       {"--tls_key_file"}, {"--tls_ca_file", "missing --tls_cert_file"}},
-      {with(full, [](TlsFiles& t) { t.cert_file.clear(); }), kGrpcServer,
-       {"--tls_cert_file"}, {"--tls_ca_file"}},
+      {with(full, [](TlsFiles& t) { t.key_file.clear(); }),
+       kGrpcServer,
+       {"--tls_key_file"},
+       {"--tls_ca_file", "missing --tls_cert_file"}},
+      {with(full, [](TlsFiles& t) { t.cert_file.clear(); }),
+       kGrpcServer,
+       {"--tls_cert_file"},
+       {"--tls_ca_file"}},
       // A server given only the CA.
       {with(TlsFiles(), [&](TlsFiles& t) { t.ca_file = full.ca_file; }),
-       kGrpcClientAndServer, {"--tls_cert_file", "--tls_key_file"}, {}},
+       kGrpcClientAndServer,
+       {"--tls_cert_file", "--tls_key_file"},
+       {}},
       // Mutual TLS: a client needs its certificate, a server the CA.
-      {with(TlsFiles(), [&](TlsFiles& t) {
-         t.ca_file = full.ca_file;
-         t.mutual = true;
-       }),
-       kGrpcClient, {"--tls_cert_file", "--tls_key_file"}, {}},
-      {with(full, [](TlsFiles& t) {
-         t.ca_file.clear();
-         t.mutual = true;
-       }),
-       kGrpcServer, {"--tls_ca_file"}, {}},
+      {with(TlsFiles(),
+            [&](TlsFiles& t) {
+              t.ca_file = full.ca_file;
+              t.mutual = true;
+            }),
+       kGrpcClient,
+       {"--tls_cert_file", "--tls_key_file"},
+       {}},
+      {with(full,
+            [](TlsFiles& t) {
+              t.ca_file.clear();
+              t.mutual = true;
+            }),
+       kGrpcServer,
+       {"--tls_ca_file"},
+       {}},
       // --tls_mutual or --tls_server_name alone.
       {with(TlsFiles(), [](TlsFiles& t) { t.mutual = true; }),
        kGrpcClientAndServer,
-       {"--tls_ca_file", "--tls_cert_file", "--tls_key_file"}, {}},
-      {with(TlsFiles(), [](TlsFiles& t) { t.server_name = "x"; }), kGrpcClient,
-       {"--tls_ca_file"}, {}},
+       {"--tls_ca_file", "--tls_cert_file", "--tls_key_file"},
+       {}},
+      {with(TlsFiles(), [](TlsFiles& t) { t.server_name = "x"; }),
+       kGrpcClient,
+       {"--tls_ca_file"},
+       {}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     auto s = ClusterAuth::Load("", c.tls, c.ends).status();
-    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << "case " << i;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument))
+        << "case " << i;
     EXPECT_THAT(std::string(s.message()),
                 ::testing::HasSubstr("incomplete TLS configuration"))
         << "case " << i;
@@ -226,26 +246,30 @@ TEST_F(TlsLoadTest, BadFilesAreNamed) {
   tls.ca_file = junk;
   s = ClusterAuth::Load("", tls, kGrpcClient).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("--tls_ca_file " + junk));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("--tls_ca_file " + junk));
 
   tls = Node();
   tls.cert_file = junk;
   s = ClusterAuth::Load("", tls, kGrpcServer).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("--tls_cert_file " + junk));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("--tls_cert_file " + junk));
 
   tls = Node();
   tls.key_file = tls.cert_file;  // a certificate is not a key
   s = ClusterAuth::Load("", tls, kGrpcServer).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("no PEM private key"));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("no PEM private key"));
 
   // Another node's key.
   tls = Node();
   tls.key_file = TestCertificate(*dir_, "second").key_file;
   s = ClusterAuth::Load("", tls, kGrpcServer).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("is not the key of"));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("is not the key of"));
 
   // The secret's errors still name its file.
   s = ClusterAuth::Load(*dir_ + "/no-secret", Node(), kGrpcServer).status();

@@ -55,8 +55,8 @@ Buffer BufferPool::Acquire(size_t size) {
     ++allocations_;
   }
   const size_t capacity = size_t{4096} << c;
-  auto* b = new PoolBlock{static_cast<char*>(std::malloc(capacity)), capacity,
-                          this};
+  auto* b =
+      new PoolBlock{static_cast<char*>(std::malloc(capacity)), capacity, this};
   if (b->data == nullptr) std::abort();  // out of memory: nothing sane to do
   return Buffer(b, size);
 }

@@ -1,10 +1,10 @@
 #include "common/buffer_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace downpour {
 namespace {

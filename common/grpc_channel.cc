@@ -33,12 +33,12 @@ class SecurityInterceptor final : public Interceptor {
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::POST_RECV_STATUS)) {
       grpc::Status* status = methods->GetRecvStatus();
-      const std::string hint = SecurityHint(*auth_, status->error_code(),
-                                            status->error_message());
+      const std::string hint =
+          SecurityHint(*auth_, status->error_code(), status->error_message());
       if (!hint.empty()) {
-        *status = grpc::Status(status->error_code(),
-                               status->error_message() + hint,
-                               status->error_details());
+        *status =
+            grpc::Status(status->error_code(), status->error_message() + hint,
+                         status->error_details());
       }
     }
     methods->Proceed();

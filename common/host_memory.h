@@ -29,7 +29,8 @@ struct MemorySources {
 // limit rather than the node's memory. kNotFound if /proc/meminfo cannot
 // be read, kInvalidArgument if it has no MemAvailable line. An unreadable
 // cgroup is ignored.
-absl::StatusOr<uint64_t> AvailableMemoryBytes(const MemorySources& sources = {});
+absl::StatusOr<uint64_t> AvailableMemoryBytes(
+    const MemorySources& sources = {});
 
 }  // namespace downpour
 

@@ -1,7 +1,8 @@
 #include "common/host_memory.h"
 
-#include <fstream>
 #include <sys/stat.h>
+
+#include <fstream>
 
 #include "common/test_util.h"
 

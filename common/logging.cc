@@ -134,9 +134,9 @@ LogMessage::~LogMessage() {
       absl::MutexLock lock(&g_tag_mu);
       if (g_tag != nullptr) tag = *g_tag;
     }
-    std::string line = FormatLogLine(
-        static_cast<LogFormat>(g_format.load()), severity_,
-        absl::ToUnixMicros(absl::Now()), tag, file_, line_, stream_.str());
+    std::string line = FormatLogLine(static_cast<LogFormat>(g_format.load()),
+                                     severity_, absl::ToUnixMicros(absl::Now()),
+                                     tag, file_, line_, stream_.str());
     line.push_back('\n');
     // One write() per line keeps lines from different threads whole.
     ssize_t unused = ::write(STDERR_FILENO, line.data(), line.size());

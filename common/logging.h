@@ -81,23 +81,23 @@ inline bool VlogIsOn(int level) {
 #define DP_LOG_SEVERITY_ERROR ::downpour::LogSeverity::kError
 #define DP_LOG_SEVERITY_FATAL ::downpour::LogSeverity::kFatal
 
-#define DP_LOG(severity)                                               \
+#define DP_LOG(severity)                                                 \
   ::downpour::internal::LogMessage(DP_LOG_SEVERITY_##severity, __FILE__, \
-                                   __LINE__)                           \
+                                   __LINE__)                             \
       .stream()
 
 // An INFO message written only with --v >= level; the message is not even
 // formatted otherwise.
-#define DP_VLOG(level)                                 \
-  !(::downpour::VlogIsOn(level))                       \
-      ? (void)0                                        \
+#define DP_VLOG(level)           \
+  !(::downpour::VlogIsOn(level)) \
+      ? (void)0                  \
       : ::downpour::internal::LogVoidify() & DP_LOG(INFO)
 
 // For programmer errors only: a bad request or a bad peer must never reach a
 // DP_CHECK.
-#define DP_CHECK(condition)                                      \
-  (condition) ? (void)0                                          \
-              : ::downpour::internal::LogVoidify() &             \
+#define DP_CHECK(condition)                          \
+  (condition) ? (void)0                              \
+              : ::downpour::internal::LogVoidify() & \
                     DP_LOG(FATAL) << "Check failed: " #condition " "
 
 #endif  // DOWNPOUR_COMMON_LOGGING_H_

@@ -67,10 +67,10 @@ class LoggingTest : public ::testing::Test {
 constexpr int64_t kMicros = 1700000000123456;  // 2023-11-14T22:13:20.123Z
 
 TEST_F(LoggingTest, JsonLineEscapesAndCarriesEveryField) {
-  const std::string line = internal::FormatLogLine(
-      LogFormat::kJson, LogSeverity::kWarning, kMicros, "server 2",
-      "server/internal/dispatcher.cc", 42,
-      "table \"emb\"\tkeys\n[1, 2) \\ \x01");
+  const std::string line =
+      internal::FormatLogLine(LogFormat::kJson, LogSeverity::kWarning, kMicros,
+                              "server 2", "server/internal/dispatcher.cc", 42,
+                              "table \"emb\"\tkeys\n[1, 2) \\ \x01");
   EXPECT_EQ(line,
             "{\"time\":\"2023-11-14T22:13:20.123Z\",\"severity\":\"WARNING\","
             "\"tag\":\"server 2\",\"file\":\"dispatcher.cc\",\"line\":42,"
@@ -87,9 +87,9 @@ TEST_F(LoggingTest, JsonLineWithoutTagLeavesTheFieldOut) {
 }
 
 TEST_F(LoggingTest, TextLineHasSeverityLetterTagFileAndLine) {
-  const std::string line = internal::FormatLogLine(
-      LogFormat::kText, LogSeverity::kError, kMicros, "scheduler",
-      "scheduler/scheduler.cc", 9, "boom");
+  const std::string line =
+      internal::FormatLogLine(LogFormat::kText, LogSeverity::kError, kMicros,
+                              "scheduler", "scheduler/scheduler.cc", 9, "boom");
   ASSERT_EQ(line.substr(0, 1), "E");
   EXPECT_NE(line.find(" [scheduler] scheduler.cc:9] boom"), std::string::npos)
       << line;
@@ -147,8 +147,7 @@ TEST_F(LoggingTest, BadFlagValuesAreRejectedAndChangeNothing) {
   absl::SetFlag(&FLAGS_log_format, "xml");
   s = ApplyLogFlags();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("--log_format=xml"), absl::string_view::npos)
-      << s;
+  EXPECT_NE(s.message().find("--log_format=xml"), absl::string_view::npos) << s;
   // The text format is still in force.
   CaptureStderr capture;
   DP_LOG(INFO) << "still text";

@@ -3,7 +3,8 @@
 //
 //   DP_RETURN_IF_ERROR(DoThing());
 //   DP_ASSIGN_OR_RETURN(auto value, ComputeValue());
-//   DP_RETURN_IF_ERROR(DoThing(), "while loading table ", name);  // adds context
+//   DP_RETURN_IF_ERROR(DoThing(), "while loading table ", name);  // adds
+//   context
 #ifndef DOWNPOUR_COMMON_STATUS_MACROS_H_
 #define DOWNPOUR_COMMON_STATUS_MACROS_H_
 
@@ -28,23 +29,23 @@ inline absl::Status Annotate(const absl::Status& status,
 #define DP_STATUS_CONCAT_INNER_(a, b) a##b
 #define DP_STATUS_CONCAT_(a, b) DP_STATUS_CONCAT_INNER_(a, b)
 
-#define DP_RETURN_IF_ERROR(expr, ...)                                    \
-  do {                                                                   \
-    ::absl::Status dp_status_ = (expr);                                  \
-    if (!dp_status_.ok()) {                                              \
+#define DP_RETURN_IF_ERROR(expr, ...)                                       \
+  do {                                                                      \
+    ::absl::Status dp_status_ = (expr);                                     \
+    if (!dp_status_.ok()) {                                                 \
       return ::downpour::Annotate(dp_status_, ::absl::StrCat(__VA_ARGS__)); \
-    }                                                                    \
+    }                                                                       \
   } while (false)
 
-#define DP_ASSIGN_OR_RETURN(lhs, expr, ...)                              \
+#define DP_ASSIGN_OR_RETURN(lhs, expr, ...)                                 \
   DP_ASSIGN_OR_RETURN_IMPL_(DP_STATUS_CONCAT_(dp_statusor_, __LINE__), lhs, \
                             expr, __VA_ARGS__)
 
-#define DP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                  \
-  auto tmp = (expr);                                                    \
-  if (!tmp.ok()) {                                                      \
+#define DP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                      \
+  auto tmp = (expr);                                                        \
+  if (!tmp.ok()) {                                                          \
     return ::downpour::Annotate(tmp.status(), ::absl::StrCat(__VA_ARGS__)); \
-  }                                                                     \
+  }                                                                         \
   lhs = std::move(tmp).value()
 
 #endif  // DOWNPOUR_COMMON_STATUS_MACROS_H_

@@ -76,7 +76,8 @@ std::string Subprocess::LogTail(int max_bytes) const {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string s = ss.str();
-  if (static_cast<int>(s.size()) > max_bytes) s = s.substr(s.size() - max_bytes);
+  if (static_cast<int>(s.size()) > max_bytes)
+    s = s.substr(s.size() - max_bytes);
   return s;
 }
 

@@ -22,8 +22,7 @@ uint32_t TestSeed(uint32_t fixed) {
       seed = fixed;
     }
   }
-  std::printf("test seed %u (repeat with DOWNPOUR_TEST_SEED=%u)\n", seed,
-              seed);
+  std::printf("test seed %u (repeat with DOWNPOUR_TEST_SEED=%u)\n", seed, seed);
   std::fflush(stdout);
   return seed;
 }

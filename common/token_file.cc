@@ -18,9 +18,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
   }
   if (token.size() > 512) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": a token of ", token.size(),
-                     " bytes, at most 512"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": a token of ", token.size(), " bytes, at most 512"));
   }
   for (char c : token) {
     if (c < 0x21 || c > 0x7e) {

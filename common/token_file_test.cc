@@ -25,7 +25,10 @@ TEST(TokenFileTest, ReadsAndChecks) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ReadTokenFile(Write("long", std::string(513, 'x'))),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  absl::Status s = ReadTokenFile(Write("binary", "zqxv\x01" "wy")).status();
+  absl::Status s = ReadTokenFile(Write("binary",
+                                       "zqxv\x01"
+                                       "wy"))
+                       .status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(std::string(s.message()).find("zqxv"), std::string::npos)
       << "the message shows the token: " << s;

@@ -7,8 +7,8 @@
 
 namespace downpour {
 
-using Key = uint64_t;      // a row of a table
-using NodeId = uint64_t;   // assigned by the scheduler at registration; 0 = none
+using Key = uint64_t;     // a row of a table
+using NodeId = uint64_t;  // assigned by the scheduler at registration; 0 = none
 using TableId = uint32_t;  // assigned by the scheduler; 0 = none
 using Epoch = uint64_t;    // version of the cluster map
 

@@ -21,7 +21,8 @@ std::string Normalize(absl::string_view file) {
   if (pos != absl::string_view::npos) {
     absl::string_view rest = file.substr(pos + 10);
     const size_t slash = rest.find('/');  // the workspace name
-    if (slash != absl::string_view::npos) return std::string(rest.substr(slash + 1));
+    if (slash != absl::string_view::npos)
+      return std::string(rest.substr(slash + 1));
   }
   if (absl::StartsWith(file, "./")) return std::string(file.substr(2));
   return std::string(file);

@@ -128,8 +128,8 @@ absl::Status ClockTable::Advance(int rank, Clock clock, Clock slack) {
   }
   if (clock < clocks_[rank]) {
     return absl::FailedPreconditionError(
-        absl::StrCat("worker ", rank, " clock moves back from ",
-                     clocks_[rank], " to ", clock));
+        absl::StrCat("worker ", rank, " clock moves back from ", clocks_[rank],
+                     " to ", clock));
   }
   if (!WithinBound(rank, clock, slack)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -159,7 +159,8 @@ bool ClockTable::WithinBound(int rank, Clock clock, Clock slack) const {
   if (policy_.kind == ConsistencyPolicy::Kind::kAsp) return true;
   std::vector<Clock> clocks = clocks_;
   for (int r = 0; r < size(); ++r) {
-    if (!claims_[r].empty()) clocks[r] = std::max(clocks[r], *claims_[r].rbegin());
+    if (!claims_[r].empty())
+      clocks[r] = std::max(clocks[r], *claims_[r].rbegin());
   }
   clocks[rank] = clock;
   const Clock gating = Gating(std::move(clocks));

@@ -46,9 +46,9 @@ using Clock = int64_t;
 struct ConsistencyPolicy {
   enum class Kind { kBsp, kSsp, kAsp };
   Kind kind = Kind::kBsp;
-  Clock staleness = 0;      // SSP's bound s (0 for BSP)
-  int num_workers = 1;      // N: workers whose updates count each step
-  int backup_workers = 0;   // b: extra workers; the slowest b are ignored
+  Clock staleness = 0;     // SSP's bound s (0 for BSP)
+  int num_workers = 1;     // N: workers whose updates count each step
+  int backup_workers = 0;  // b: extra workers; the slowest b are ignored
 
   // "bsp", "ssp" (with `staleness`), "asp". kInvalidArgument otherwise, or
   // for a negative staleness or fewer than 1 worker.
@@ -91,9 +91,12 @@ struct ConsistencyPolicy {
   // for ASP.
   Clock bound() const {
     switch (kind) {
-      case Kind::kBsp: return 0;
-      case Kind::kSsp: return staleness;
-      case Kind::kAsp: return std::numeric_limits<Clock>::max();
+      case Kind::kBsp:
+        return 0;
+      case Kind::kSsp:
+        return staleness;
+      case Kind::kAsp:
+        return std::numeric_limits<Clock>::max();
     }
     return 0;
   }
@@ -183,7 +186,8 @@ class StalenessTracker {
   explicit StalenessTracker(int num_workers, int counted = 0)
       : applied_(num_workers, 0),
         retired_(num_workers, false),
-        counted_(counted > 0 && counted < num_workers ? counted : num_workers) {}
+        counted_(counted > 0 && counted < num_workers ? counted : num_workers) {
+  }
   // An update of iteration `clock` from `rank` was applied. Iterations of
   // one worker are applied in order, so this records clock + 1 completed.
   void Applied(int rank, Clock clock);

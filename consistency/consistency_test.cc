@@ -164,10 +164,8 @@ TEST(ClockTableTest, RestoreSetsRecordedClocks) {
   ASSERT_OK(bsp.Restore(0, 7));  // back too: a rollback
   EXPECT_EQ(bsp.clock(0), 7);
   EXPECT_THAT(bsp.Restore(2, 1), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(bsp.Restore(-1, 1),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(bsp.Restore(0, -3),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bsp.Restore(-1, 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bsp.Restore(0, -3), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(bsp.clock(0), 7);
 }
 
@@ -180,7 +178,8 @@ TEST(ClockTableTest, ClocksFromTheFutureAreRefused) {
   EXPECT_THAT(std::string(far.message()),
               ::testing::HasSubstr("ahead of the gating clock 0"));
   EXPECT_EQ(bsp.clock(0), 0) << "a refused clock changed the table";
-  EXPECT_THAT(bsp.Advance(0, 2), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(bsp.Advance(0, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_OK(bsp.Advance(0, 1));
   // The slowest may always catch up, even in one report of several steps
   // (reports are coalesced): worker 1 at 0 jumps to 1, worker 2 is at 0.
@@ -195,7 +194,8 @@ TEST(ClockTableTest, ClocksFromTheFutureAreRefused) {
 
   ClockTable ssp(Policy("ssp", 2, 2));
   ASSERT_OK(ssp.Advance(0, 3));  // s + 1 ahead of worker 1
-  EXPECT_THAT(ssp.Advance(0, 4), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ssp.Advance(0, 4),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   // Worker 1 catching up far beyond worker 0 is bounded by worker 0 too.
   EXPECT_TRUE(ssp.WithinBound(1, 6));
   EXPECT_FALSE(ssp.WithinBound(1, 7));
@@ -214,7 +214,8 @@ TEST(ClockTableTest, ClocksFromTheFutureAreRefused) {
   ClockTable asp(Policy("asp", 0, 2));
   EXPECT_TRUE(asp.WithinBound(0, Clock{1} << 62));
   ASSERT_OK(asp.Advance(0, Clock{1} << 62));
-  EXPECT_THAT(asp.Advance(0, 5), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(asp.Advance(0, 5),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(ClockTableTest, ClaimsOfWaitingReportsAdmitEachOther) {
@@ -260,7 +261,8 @@ TEST(StalenessTest, SimulatedRunsRespectTheBound) {
     std::vector<int> speed = {1, 2, 5, 13};  // relative chance of a step
     std::vector<Clock> clock(kWorkers, 0);
     for (int step = 0; step < 20000; ++step) {
-      const int w = std::discrete_distribution<int>(speed.begin(), speed.end())(rng);
+      const int w =
+          std::discrete_distribution<int>(speed.begin(), speed.end())(rng);
       if (!table.MayProceed(clock[w])) continue;
       EXPECT_LE(tracker.Observe(clock[w]), s);  // the pull
       tracker.Applied(w, clock[w]);             // push, acknowledged

@@ -27,7 +27,8 @@
 namespace downpour {
 namespace {
 
-[[noreturn]] void Fail(const std::string& what, const proto::HandlerSpec& spec) {
+[[noreturn]] void Fail(const std::string& what,
+                       const proto::HandlerSpec& spec) {
   std::fprintf(stderr, "handler_fuzzer: %s\nspec: %s\n", what.c_str(),
                spec.ShortDebugString().c_str());
   std::abort();
@@ -54,16 +55,30 @@ const PluginRegistry& Plugins() {
 
 proto::HandlerSpec MakeSpec(FuzzInput& in) {
   proto::HandlerSpec spec;
-  static const std::vector<std::string> kNames = {
-      "",        "assign", "sum",  "sgd",
-      "momentum", "adagrad", "adam", "ftrl",
-      "plugin:clipped_sgd", "plugin:missing", "plugin:"};
+  static const std::vector<std::string> kNames = {"",
+                                                  "assign",
+                                                  "sum",
+                                                  "sgd",
+                                                  "momentum",
+                                                  "adagrad",
+                                                  "adam",
+                                                  "ftrl",
+                                                  "plugin:clipped_sgd",
+                                                  "plugin:missing",
+                                                  "plugin:"};
   const size_t pick = in.IntInRange(0, kNames.size());
   spec.set_name(pick < kNames.size() ? kNames[pick] : in.String(24));
-  static const std::vector<std::string> kParams = {
-      "learning_rate", "momentum", "initial_accumulator", "epsilon", "beta1",
-      "beta2",         "alpha",    "beta",                "l1",      "l2",
-      "clip"};
+  static const std::vector<std::string> kParams = {"learning_rate",
+                                                   "momentum",
+                                                   "initial_accumulator",
+                                                   "epsilon",
+                                                   "beta1",
+                                                   "beta2",
+                                                   "alpha",
+                                                   "beta",
+                                                   "l1",
+                                                   "l2",
+                                                   "clip"};
   const int num_params = static_cast<int>(in.IntInRange(0, 5));
   for (int i = 0; i < num_params; ++i) {
     const size_t p = in.IntInRange(0, kParams.size());
@@ -81,14 +96,17 @@ void CheckBatchEqualsRows(const UpdateHandler& handler, FuzzInput& in,
   const size_t rows = in.IntInRange(1, 4);
   const size_t sw = handler.StateWidth(width);
   std::vector<float> values(rows * width), grads(rows * width);
-  for (float& v : values) v = in.Bool() ? in.Raw<float>() : in.IntInRange(0, 8) / 4.0f;
-  for (float& g : grads) g = in.Bool() ? in.Raw<float>() : in.IntInRange(0, 8) / 4.0f - 1;
+  for (float& v : values)
+    v = in.Bool() ? in.Raw<float>() : in.IntInRange(0, 8) / 4.0f;
+  for (float& g : grads)
+    g = in.Bool() ? in.Raw<float>() : in.IntInRange(0, 8) / 4.0f - 1;
   std::vector<float> state(rows * sw);
   handler.InitState(state.data(), rows, width);
   const int steps = static_cast<int>(in.IntInRange(1, 3));
   std::vector<float> v1 = values, s1 = state, v2 = values, s2 = state;
   for (int step = 0; step < steps; ++step) {
-    handler.Apply(v1.data(), sw ? s1.data() : nullptr, grads.data(), rows, width);
+    handler.Apply(v1.data(), sw ? s1.data() : nullptr, grads.data(), rows,
+                  width);
     for (size_t r = 0; r < rows; ++r) {
       handler.Apply(v2.data() + r * width, sw ? s2.data() + r * sw : nullptr,
                     grads.data() + r * width, 1, width);
@@ -97,7 +115,8 @@ void CheckBatchEqualsRows(const UpdateHandler& handler, FuzzInput& in,
   // (Compared as bytes: NaN == NaN here. Empty vectors may have null data,
   // which memcmp must not get.)
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    return a.empty() ||
+           std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
   if (!same(v1, v2) || !same(s1, s2)) {
     Fail("a batch of rows and the same rows one at a time differ", spec);

@@ -42,14 +42,14 @@ absl::StatusOr<VectorKernel> VectorKernel::Create(
   }
   if (!s.ok()) return s;
   if (!std::isfinite(cmd.alpha()) || !std::isfinite(cmd.beta())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vector command: alpha ", cmd.alpha(), " and beta ", cmd.beta(),
-        " must be finite"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vector command: alpha ", cmd.alpha(), " and beta ",
+                     cmd.beta(), " must be finite"));
   }
   if (cmd.dot_x_size() != cmd.dot_y_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vector command: ", cmd.dot_x_size(), " left and ", cmd.dot_y_size(),
-        " right operands of dot products"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vector command: ", cmd.dot_x_size(), " left and ",
+                     cmd.dot_y_size(), " right operands of dot products"));
   }
   if (cmd.dot_x_size() > kMaxVectorDots) {
     return absl::InvalidArgumentError(

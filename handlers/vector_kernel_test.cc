@@ -13,7 +13,8 @@ using proto::VectorCommand;
 
 // Three vectors of n floats drawn from a seeded normal.
 struct Vectors {
-  explicit Vectors(size_t n, uint32_t seed = 7) : data(3, std::vector<float>(n)) {
+  explicit Vectors(size_t n, uint32_t seed = 7)
+      : data(3, std::vector<float>(n)) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist;
     for (auto& v : data) {
@@ -51,21 +52,25 @@ TEST(VectorKernelTest, UpdatesMatchReference) {
       {VectorCommand::SCALE,
        [&](float d, float, float) { return static_cast<float>(alpha * d); }},
       {VectorCommand::AXPY,
-       [&](float d, float a, float) { return static_cast<float>(d + alpha * a); }},
-      {VectorCommand::LINCOMB, [&](float, float a, float b) {
+       [&](float d, float a, float) {
+         return static_cast<float>(d + alpha * a);
+       }},
+      {VectorCommand::LINCOMB,
+       [&](float, float a, float b) {
          return static_cast<float>(alpha * a + beta * b);
        }},
   };
   for (const Case& c : cases) {
     Vectors v(n);
     const Vectors before = v;
-    ASSERT_OK_AND_ASSIGN(VectorKernel k,
-                         VectorKernel::Create(Update(c.u, 0, 1, 2, alpha, beta), 3));
+    ASSERT_OK_AND_ASSIGN(
+        VectorKernel k,
+        VectorKernel::Create(Update(c.u, 0, 1, 2, alpha, beta), 3));
     std::vector<float*> p = v.ptrs();
     k.Apply(p.data(), n, nullptr);
     for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(v.data[0][i], c.ref(before.data[0][i], before.data[1][i],
-                                    before.data[2][i]))
+      ASSERT_EQ(v.data[0][i],
+                c.ref(before.data[0][i], before.data[1][i], before.data[2][i]))
           << VectorCommand::Update_Name(c.u) << " at " << i;
     }
     EXPECT_EQ(v.data[1], before.data[1]);
@@ -107,12 +112,14 @@ TEST(VectorKernelTest, FusedDotsSeeTheUpdateAndSplitRunsAgree) {
 }
 
 TEST(VectorKernelTest, RejectsBadCommands) {
-  EXPECT_THAT(VectorKernel::Create(Update(VectorCommand::AXPY, 0, 3, 0, 1, 0), 3)
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(VectorKernel::Create(Update(VectorCommand::SCALE, 5, 0, 0, 1, 0), 3)
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      VectorKernel::Create(Update(VectorCommand::AXPY, 0, 3, 0, 1, 0), 3)
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      VectorKernel::Create(Update(VectorCommand::SCALE, 5, 0, 0, 1, 0), 3)
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(VectorKernel::Create(
                   Update(VectorCommand::SCALE, 0, 0, 0, std::nan(""), 0), 3)
                   .status(),

@@ -36,7 +36,8 @@ class ServerVectorSpace final : public VectorSpace {
 // The data term, computed by the workers through the task pool.
 class TaskObjective final : public Objective {
  public:
-  TaskObjective(TaskPool* pool, std::vector<std::pair<uint64_t, uint64_t>> tasks,
+  TaskObjective(TaskPool* pool,
+                std::vector<std::pair<uint64_t, uint64_t>> tasks,
                 absl::Duration timeout)
       : pool_(pool), tasks_(std::move(tasks)), timeout_(timeout) {}
   absl::StatusOr<double> Evaluate(int64_t round) override {
@@ -85,12 +86,12 @@ class CoordinatorImpl final : public Coordinator,
     spec_.set_num_examples(problem_->num_examples());
     spec_.set_x_vector(LbfgsVectors::kX);
     spec_.set_g_vector(LbfgsVectors::kG);
-    if (spec_.kind() == "sparse_lr") spec_.set_num_features(problem_->num_keys());
+    if (spec_.kind() == "sparse_lr")
+      spec_.set_num_features(problem_->num_keys());
 
-    DP_ASSIGN_OR_RETURN(
-        StartedGrpcServer started,
-        StartGrpcServer(options_.listen_address, this, "the task service",
-                        options_.auth));
+    DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
+                        StartGrpcServer(options_.listen_address, this,
+                                        "the task service", options_.auth));
     health_ = std::move(started.health);
     server_ = std::move(started.server);
     port_ = started.port;
@@ -108,7 +109,8 @@ class CoordinatorImpl final : public Coordinator,
   std::string address() const override { return address_; }
 
   absl::StatusOr<LbfgsResult> Run(
-      const std::function<void(const IterationRecord&)>& on_iteration) override {
+      const std::function<void(const IterationRecord&)>& on_iteration)
+      override {
     ServerVectorSpace space(client_.get(), table_);
     TaskObjective objective(
         &pool_, SplitTasks(problem_->num_examples(), options_.tasks),
@@ -172,7 +174,8 @@ class CoordinatorImpl final : public Coordinator,
   }
 
   // proto::Sandblaster::Service
-  grpc::Status GetTask(grpc::ServerContext* ctx, const proto::GetTaskRequest* req,
+  grpc::Status GetTask(grpc::ServerContext* ctx,
+                       const proto::GetTaskRequest* req,
                        proto::TaskAssignment* reply) override {
     const absl::Duration wait =
         std::min(absl::Milliseconds(std::max<int64_t>(req->wait_ms(), 0)),
@@ -198,7 +201,8 @@ class CoordinatorImpl final : public Coordinator,
     return grpc::Status::OK;
   }
 
-  grpc::Status FinishTask(grpc::ServerContext* ctx, const proto::TaskResult* req,
+  grpc::Status FinishTask(grpc::ServerContext* ctx,
+                          const proto::TaskResult* req,
                           proto::TaskResultReply* reply) override {
     reply->set_counted(pool_.Finish(req->round(), req->task_id(), req->loss()));
     return grpc::Status::OK;
@@ -242,14 +246,15 @@ class CoordinatorImpl final : public Coordinator,
     if (state.history() != options_.lbfgs.history || spec == nullptr ||
         spec->num_keys() != problem_->num_keys() ||
         spec->width() != problem_->width()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", newest->id(), " holds table '", options_.table,
-          "' of L-BFGS history ", state.history(), " and ",
-          spec == nullptr ? 0 : spec->num_keys(), " keys x ",
-          spec == nullptr ? 0 : spec->width(), "; this run has history ",
-          options_.lbfgs.history, " and ", problem_->num_keys(), " x ",
-          problem_->width(), " (--resume=false, or another --table, starts "
-          "afresh)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", newest->id(), " holds table '",
+                       options_.table, "' of L-BFGS history ", state.history(),
+                       " and ", spec == nullptr ? 0 : spec->num_keys(),
+                       " keys x ", spec == nullptr ? 0 : spec->width(),
+                       "; this run has history ", options_.lbfgs.history,
+                       " and ", problem_->num_keys(), " x ", problem_->width(),
+                       " (--resume=false, or another --table, starts "
+                       "afresh)"));
     }
     absl::StatusOr<proto::RestoreCheckpointReply> restored;
     SchedulerClient slow = Scheduler(absl::Minutes(11));

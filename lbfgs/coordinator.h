@@ -1,8 +1,9 @@
 // The Sandblaster coordinator (binary ps_lbfgs): runs L-BFGS on vectors that
 // stay on the parameter servers, and hands gradient tasks to workers.
 //
-//   CoordinatorOptions o;  o.scheduler_address = ...;  o.problem.set_kind("softmax"); ...
-//   DP_ASSIGN_OR_RETURN(auto c, Coordinator::Start(o));   // table + service
+//   CoordinatorOptions o;  o.scheduler_address = ...;
+//   o.problem.set_kind("softmax"); ... DP_ASSIGN_OR_RETURN(auto c,
+//   Coordinator::Start(o));   // table + service
 //   ... workers: ps_worker --job=lbfgs --coordinator=<c->address()> ...
 //   DP_ASSIGN_OR_RETURN(LbfgsResult r, c->Run(print_progress));
 //
@@ -30,8 +31,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/auth.h"
 #include "client/client.h"
+#include "common/auth.h"
 #include "lbfgs/lbfgs.h"
 #include "lbfgs/task_pool.h"
 #include "proto/downpour.pb.h"

@@ -137,7 +137,8 @@ absl::StatusOr<Point> Driver::EvalAt(double t) {
   p.dphi = r[0];
   p.gg = r[1];
   if (!std::isfinite(p.f)) {
-    return absl::InternalError(absl::StrCat("objective is ", p.f, " at step ", t));
+    return absl::InternalError(
+        absl::StrCat("objective is ", p.f, " at step ", t));
   }
   return p;
 }
@@ -352,7 +353,8 @@ absl::StatusOr<LbfgsResult> Driver::Run(const LbfgsRunControl& control) {
     Dot(c, V::S(slot), V::Y(m, slot));
     DP_ASSIGN_OR_RETURN(r, Exec(Dot(c, V::Y(m, slot), V::Y(m, slot))));
     const double sy = r[0], yy = r[1];
-    if (static_cast<int>(history_.size()) == m) history_.erase(history_.begin());
+    if (static_cast<int>(history_.size()) == m)
+      history_.erase(history_.begin());
     if (sy > 1e-12 * yy && yy > 0) {
       history_.push_back({slot, 1.0 / sy});
       gamma_ = sy / yy;
@@ -368,11 +370,10 @@ absl::StatusOr<LbfgsResult> Driver::Run(const LbfgsRunControl& control) {
       result.stop_reason = "objective change";
       break;
     }
-    if (control.save_every > 0 && k % control.save_every == 0 &&
-        control.save) {
+    if (control.save_every > 0 && k % control.save_every == 0 && control.save) {
       DP_RETURN_IF_ERROR(
-          control.save(Save(k, cur, xx,
-                            absl::ToDoubleSeconds(absl::Now() - start))),
+          control.save(
+              Save(k, cur, xx, absl::ToDoubleSeconds(absl::Now() - start))),
           "save the L-BFGS state after iteration ", k);
     }
   }
@@ -433,9 +434,9 @@ absl::StatusOr<std::vector<double>> LocalVectorSpace::Run(
   const uint64_t lo = command.begin();
   const uint64_t hi = command.end() == 0 ? num_keys_ : command.end();
   if (lo >= hi || hi > num_keys_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("vector command range [", lo, ", ", hi, ") outside [0, ",
-                     num_keys_, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("vector command range [", lo,
+                                                   ", ", hi, ") outside [0, ",
+                                                   num_keys_, ")"));
   }
   std::vector<float*> ptrs(vectors_.size());
   for (size_t v = 0; v < vectors_.size(); ++v) {

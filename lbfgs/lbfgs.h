@@ -65,12 +65,12 @@ struct LbfgsVectors {
 };
 
 struct LbfgsOptions {
-  int history = 10;          // m
+  int history = 10;  // m
   int max_iterations = 100;
-  double lambda = 1e-4;      // L2 weight
+  double lambda = 1e-4;           // L2 weight
   uint64_t regularized_keys = 0;  // keys [0, this) get the L2 term
-  double gtol = 1e-6;        // stop when ||g|| <= gtol * max(1, ||x||)
-  double ftol = 1e-10;       // stop when |f_k - f_{k+1}| <= ftol * max(|f|, 1)
+  double gtol = 1e-6;             // stop when ||g|| <= gtol * max(1, ||x||)
+  double ftol = 1e-10;  // stop when |f_k - f_{k+1}| <= ftol * max(|f|, 1)
   int max_evaluations_per_search = 25;
 };
 
@@ -78,7 +78,7 @@ struct IterationRecord {
   int iteration = 0;  // 0: the starting point
   double f = 0;
   double gnorm = 0;
-  double step = 0;   // accepted step length t (x = x0 + t d)
+  double step = 0;      // accepted step length t (x = x0 + t d)
   int evaluations = 0;  // objective evaluations so far
   double seconds = 0;   // since the start
 };
@@ -148,7 +148,8 @@ class LocalVectorSpace final : public VectorSpace {
 class LocalObjective final : public Objective {
  public:
   // `problem` and `space` must outlive this.
-  LocalObjective(const TaskProblem* problem, LocalVectorSpace* space, int tasks);
+  LocalObjective(const TaskProblem* problem, LocalVectorSpace* space,
+                 int tasks);
   absl::StatusOr<double> Evaluate(int64_t round) override;
 
  private:

@@ -15,7 +15,8 @@ namespace {
 // problem with a known minimizer x* (b = A x*, so f(x*) = 0).
 class LeastSquares final : public TaskProblem {
  public:
-  LeastSquares(int n, int dim) : n_(n), dim_(dim), a_(n * dim), b_(n), xstar_(dim) {
+  LeastSquares(int n, int dim)
+      : n_(n), dim_(dim), a_(n * dim), b_(n), xstar_(dim) {
     std::mt19937 rng(3);
     std::normal_distribution<float> dist;
     for (int j = 0; j < dim; ++j) xstar_[j] = dist(rng);
@@ -67,15 +68,17 @@ TEST(LbfgsTest, ConvergesOnIllConditionedLeastSquares) {
   o.gtol = 1e-5;
   std::vector<float> x;
   double last_f = INFINITY;
-  ASSERT_OK_AND_ASSIGN(
-      LbfgsResult r,
-      RunLocalLbfgs(problem, o, 7,
-                    [&](const IterationRecord& rec) {
-                      // Wolfe steps never increase the objective.
-                      EXPECT_LE(rec.f, last_f) << "iteration " << rec.iteration;
-                      last_f = rec.f;
-                    },
-                    &x));
+  ASSERT_OK_AND_ASSIGN(LbfgsResult r, RunLocalLbfgs(
+                                          problem, o, 7,
+                                          [&](const IterationRecord& rec) {
+                                            // Wolfe steps never increase the
+                                            // objective.
+                                            EXPECT_LE(rec.f, last_f)
+                                                << "iteration "
+                                                << rec.iteration;
+                                            last_f = rec.f;
+                                          },
+                                          &x));
   // Near f = 0 the absolute objective change stops it as often as the
   // gradient norm does; both are convergence.
   EXPECT_THAT(r.stop_reason,
@@ -213,11 +216,12 @@ TEST(LbfgsTest, SparseLogisticRegressionLearns) {
   o.max_iterations = 30;
   o.lambda = 1e-4;
   std::vector<float> x;
-  ASSERT_OK_AND_ASSIGN(LbfgsResult r, RunLocalLbfgs(*problem, o, 8, nullptr, &x));
+  ASSERT_OK_AND_ASSIGN(LbfgsResult r,
+                       RunLocalLbfgs(*problem, o, 8, nullptr, &x));
   EXPECT_NEAR(r.iterations[0].f, std::log(2.0), 1e-9);  // x = 0: p = 1/2
   EXPECT_LT(r.iterations.back().f, 0.6);
   ASSERT_OK_AND_ASSIGN(auto held_out, problem->Evaluate(x));
-  EXPECT_GT(held_out.first, 0.6);           // accuracy
+  EXPECT_GT(held_out.first, 0.6);             // accuracy
   EXPECT_LT(held_out.second, std::log(2.0));  // better than a coin
 }
 
@@ -228,7 +232,8 @@ TEST(LbfgsTest, SparseLogisticRegressionOnALibsvmFile) {
   {
     std::ofstream out(path);
     for (int i = 0; i < 200; ++i) {
-      out << (i % 2 ? "+1 0:1 1:1" : "-1 0:1 2:1") << (i % 7 ? " 3:0.5\n" : "\n");
+      out << (i % 2 ? "+1 0:1 1:1" : "-1 0:1 2:1")
+          << (i % 7 ? " 3:0.5\n" : "\n");
     }
   }
   proto::SandblasterProblem spec;
@@ -241,7 +246,8 @@ TEST(LbfgsTest, SparseLogisticRegressionOnALibsvmFile) {
   o.max_iterations = 20;
   o.lambda = 1e-2;
   std::vector<float> x;
-  ASSERT_OK_AND_ASSIGN(LbfgsResult r, RunLocalLbfgs(*problem, o, 8, nullptr, &x));
+  ASSERT_OK_AND_ASSIGN(LbfgsResult r,
+                       RunLocalLbfgs(*problem, o, 8, nullptr, &x));
   EXPECT_LT(r.iterations.back().f, 0.3);
   EXPECT_GT(x[1], 0.5f);   // the positive feature
   EXPECT_LT(x[2], -0.5f);  // the negative one

@@ -1,7 +1,8 @@
 // ps_lbfgs: the Sandblaster L-BFGS coordinator. See lbfgs/coordinator.h.
 //
 //   ps_lbfgs --scheduler=127.0.0.1:7070 --problem=softmax --address_file=/tmp/c
-//   ps_worker --job=lbfgs --scheduler=127.0.0.1:7070 --coordinator=$(cat /tmp/c)
+//   ps_worker --job=lbfgs --scheduler=127.0.0.1:7070 --coordinator=$(cat
+//   /tmp/c)
 //
 // --reference runs the same algorithm in this process instead (no cluster).
 #include <fstream>
@@ -18,14 +19,16 @@
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
 #include "common/usage.h"
-#include "metrics/metrics_flags.h"
 #include "lbfgs/coordinator.h"
+#include "metrics/metrics_flags.h"
 
-ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
+ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
+          "host:port of ps_scheduler");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address of the task service");
 ABSL_FLAG(std::string, address_file, "",
           "write the task service's host:port here once serving");
-ABSL_FLAG(std::string, problem, "softmax", "softmax (Fashion-MNIST) or sparse_lr");
+ABSL_FLAG(std::string, problem, "softmax",
+          "softmax (Fashion-MNIST) or sparse_lr");
 ABSL_FLAG(std::string, data, "/usr/share/datasets/fashion-mnist",
           "softmax: Fashion-MNIST folder; sparse_lr: libsvm file (empty: "
           "generated click data)");
@@ -37,9 +40,11 @@ ABSL_FLAG(int32_t, history, 10, "L-BFGS history m");
 ABSL_FLAG(int32_t, max_iterations, 100, "iteration limit");
 ABSL_FLAG(double, lambda, 1e-4, "L2 weight (biases are not regularized)");
 ABSL_FLAG(double, gtol, 1e-6, "stop when |g| <= gtol * max(1, |x|)");
-ABSL_FLAG(double, ftol, 1e-10, "stop when the relative objective change is below");
+ABSL_FLAG(double, ftol, 1e-10,
+          "stop when the relative objective change is below");
 ABSL_FLAG(int32_t, tasks, 32, "tasks per objective evaluation");
-ABSL_FLAG(bool, backup_tasks, true, "give idle workers copies of running tasks");
+ABSL_FLAG(bool, backup_tasks, true,
+          "give idle workers copies of running tasks");
 ABSL_FLAG(int64_t, task_lease_ms, 30000,
           "hand a task out again when every copy ran this long");
 ABSL_FLAG(int32_t, checkpoint_every_iterations, 0,
@@ -50,7 +55,8 @@ ABSL_FLAG(bool, resume, true,
           "at start, go on from the newest checkpoint holding this table's "
           "L-BFGS state (rolling the job back to it), if there is one");
 ABSL_FLAG(bool, reference, false, "run single-process, without a cluster");
-ABSL_FLAG(std::string, trace_csv, "", "write iteration,f,gnorm,step,evaluations,seconds");
+ABSL_FLAG(std::string, trace_csv, "",
+          "write iteration,f,gnorm,step,evaluations,seconds");
 ABSL_FLAG(std::string, summary_file, "", "write key=value results here");
 
 namespace downpour {
@@ -175,7 +181,8 @@ int Main() {
     }
     const std::string file = absl::GetFlag(FLAGS_address_file);
     if (!file.empty()) {
-      if (absl::Status s = WriteAddressFile(file, coordinator->address()); !s.ok()) {
+      if (absl::Status s = WriteAddressFile(file, coordinator->address());
+          !s.ok()) {
         DP_LOG(ERROR) << s;
         return 1;
       }

@@ -23,7 +23,8 @@ class SoftmaxProblem final : public TaskProblem {
   SoftmaxProblem(Dataset train, Dataset test)
       : train_(std::move(train)),
         test_(std::move(test)),
-        model_(MakeSoftmaxRegression(train_.dim, train_.num_classes, 0.0f, 1)) {}
+        model_(MakeSoftmaxRegression(train_.dim, train_.num_classes, 0.0f, 1)) {
+  }
 
   uint64_t num_examples() const override { return train_.num_examples; }
   // Key k < dim: the weights of input k for every class; key dim: biases.
@@ -88,7 +89,8 @@ class SparseLrProblem final : public TaskProblem {
       double z = 0;
       for (size_t i = data_.row_offsets[r]; i < data_.row_offsets[r + 1]; ++i) {
         const uint64_t id = data_.feature_ids[i];
-        if (id < features_) z += static_cast<double>(x[id]) * data_.feature_values[i];
+        if (id < features_)
+          z += static_cast<double>(x[id]) * data_.feature_values[i];
       }
       const double y = data_.labels[r];
       // log(1 + e^-|z|) + max(z, 0) - y z: stable for any z.
@@ -110,16 +112,20 @@ class SparseLrProblem final : public TaskProblem {
 absl::StatusOr<std::unique_ptr<TaskProblem>> TaskProblem::Load(
     const proto::SandblasterProblem& spec) {
   if (spec.kind() == "softmax") {
-    DP_ASSIGN_OR_RETURN(Dataset train, LoadFashionMnist(spec.data_path(), true));
-    DP_ASSIGN_OR_RETURN(Dataset test, LoadFashionMnist(spec.data_path(), false));
+    DP_ASSIGN_OR_RETURN(Dataset train,
+                        LoadFashionMnist(spec.data_path(), true));
+    DP_ASSIGN_OR_RETURN(Dataset test,
+                        LoadFashionMnist(spec.data_path(), false));
     return std::unique_ptr<TaskProblem>(
         new SoftmaxProblem(std::move(train), std::move(test)));
   }
   if (spec.kind() == "sparse_lr") {
     if (spec.data_path().empty()) {
-      const uint64_t features = spec.num_features() ? spec.num_features() : 1 << 18;
+      const uint64_t features =
+          spec.num_features() ? spec.num_features() : 1 << 18;
       const size_t rows = spec.generate_rows() ? spec.generate_rows() : 100000;
-      SparseDataset data = GenerateClickData(rows, 20, features, 1.1, spec.seed());
+      SparseDataset data =
+          GenerateClickData(rows, 20, features, 1.1, spec.seed());
       const size_t train = rows - rows / 10;
       return std::unique_ptr<TaskProblem>(
           new SparseLrProblem(std::move(data), train, features));
@@ -129,8 +135,8 @@ absl::StatusOr<std::unique_ptr<TaskProblem>> TaskProblem::Load(
       return absl::NotFoundError(
           absl::StrCat("cannot open libsvm file '", spec.data_path(), "'"));
     }
-    DP_ASSIGN_OR_RETURN(SparseDataset data, ParseLibsvm(in),
-                        "libsvm file '", spec.data_path(), "'");
+    DP_ASSIGN_OR_RETURN(SparseDataset data, ParseLibsvm(in), "libsvm file '",
+                        spec.data_path(), "'");
     if (data.NumRows() == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("libsvm file '", spec.data_path(), "' has no rows"));
@@ -146,8 +152,8 @@ absl::StatusOr<std::unique_ptr<TaskProblem>> TaskProblem::Load(
       features = spec.num_features();
     }
     const size_t rows = data.NumRows();
-    return std::unique_ptr<TaskProblem>(
-        new SparseLrProblem(std::move(data), rows, std::max<uint64_t>(features, 1)));
+    return std::unique_ptr<TaskProblem>(new SparseLrProblem(
+        std::move(data), rows, std::max<uint64_t>(features, 1)));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown problem kind '", spec.kind(), "' (softmax, sparse_lr)"));

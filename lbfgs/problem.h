@@ -49,7 +49,8 @@ class TaskProblem {
   // and its gradient written (not added) into `grad`. `x` and `grad` hold
   // the keys TaskKeys gave (all keys when it was empty), width() floats
   // each. REQUIRES: begin < end <= num_examples().
-  virtual double Compute(uint64_t begin, uint64_t end, absl::Span<const float> x,
+  virtual double Compute(uint64_t begin, uint64_t end,
+                         absl::Span<const float> x,
                          absl::Span<float> grad) const = 0;
 
   // (accuracy, mean loss without L2) of parameters `x` (all keys) on the

@@ -30,10 +30,10 @@ absl::StatusOr<std::vector<double>> TaskPool::RunRound(
   if (!aborted_.ok()) return aborted_;
   if (closed_) return absl::CancelledError("task pool closed");
   if (!in_time) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "round ", round, ": ", remaining_, " of ", tasks_.size(),
-        " tasks unfinished after ", absl::FormatDuration(timeout),
-        " (are workers running?)"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("round ", round, ": ", remaining_, " of ", tasks_.size(),
+                     " tasks unfinished after ", absl::FormatDuration(timeout),
+                     " (are workers running?)"));
   }
   std::vector<double> results(tasks_.size());
   for (size_t i = 0; i < tasks_.size(); ++i) results[i] = tasks_[i].result;
@@ -95,7 +95,8 @@ bool TaskPool::TryAssign(const std::string& worker, Assignment* out,
       *retry_at = std::min(*retry_at, t.first_start + backup_delay);
       continue;
     }
-    if (best < 0 || t.first_start < tasks_[best].first_start) best = static_cast<int>(i);
+    if (best < 0 || t.first_start < tasks_[best].first_start)
+      best = static_cast<int>(i);
   }
   if (best < 0) return false;
   ++stats_.backups;
@@ -168,7 +169,8 @@ void TaskPool::WaitForWorkersToLeave(absl::Duration silence,
       if (!w.told_done && now - w.last_contact < silence) all_left = false;
     }
     if (all_left) return;
-    changed_.WaitWithDeadline(&mu_, std::min(deadline, now + absl::Milliseconds(100)));
+    changed_.WaitWithDeadline(
+        &mu_, std::min(deadline, now + absl::Milliseconds(100)));
   }
 }
 

@@ -9,7 +9,8 @@ namespace downpour {
 namespace {
 
 using Assignment = TaskPool::Assignment;
-const std::vector<std::pair<uint64_t, uint64_t>> kThree = {{0, 10}, {10, 20}, {20, 30}};
+const std::vector<std::pair<uint64_t, uint64_t>> kThree = {
+    {0, 10}, {10, 20}, {20, 30}};
 
 TEST(TaskPoolTest, HandsOutEachTaskAndCountsFirstResultsOnly) {
   TaskPool pool(/*backups=*/false, absl::Seconds(60));
@@ -68,7 +69,7 @@ TEST(TaskPoolTest, IdleWorkersGetBackupCopiesOfRunningTasks) {
   // At most two copies at once, and never to the worker running it.
   EXPECT_EQ(pool.Next("third", absl::Milliseconds(50)).kind, Assignment::kWait);
   EXPECT_EQ(pool.Next("slow", absl::Milliseconds(50)).kind, Assignment::kWait);
-  EXPECT_TRUE(pool.Finish(5, 0, 3.0));   // the backup wins
+  EXPECT_TRUE(pool.Finish(5, 0, 3.0));  // the backup wins
   coordinator.join();
   EXPECT_FALSE(pool.Finish(5, 0, 3.0));  // the slow original is dropped
   EXPECT_EQ(pool.stats().backups, 1u);
@@ -96,7 +97,9 @@ TEST(TaskPoolTest, WaitsForWorkersToHearTheJobIsDone) {
   EXPECT_EQ(pool.Next("a", absl::Milliseconds(1)).kind, Assignment::kWait);
   EXPECT_EQ(pool.Next("b", absl::Milliseconds(1)).kind, Assignment::kWait);
   pool.Close();
-  std::thread a([&] { EXPECT_EQ(pool.Next("a", absl::Seconds(1)).kind, Assignment::kDone); });
+  std::thread a([&] {
+    EXPECT_EQ(pool.Next("a", absl::Seconds(1)).kind, Assignment::kDone);
+  });
   // "b" never asks again: presumed gone after 300 ms of silence.
   const absl::Time start = absl::Now();
   pool.WaitForWorkersToLeave(absl::Milliseconds(300), absl::Seconds(20));

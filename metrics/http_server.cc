@@ -8,10 +8,10 @@
 #include <exception>
 #include <sstream>
 
+#include "CivetServer.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "CivetServer.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
@@ -29,8 +29,8 @@ extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr,
                                          size_t stacksize) {
   constexpr size_t kMinThreadStack = size_t{1} << 20;
   using Fn = int (*)(pthread_attr_t*, size_t);
-  static const Fn real = reinterpret_cast<Fn>(
-      dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  static const Fn real =
+      reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
   if (real == nullptr) return ENOSYS;
   return real(attr, std::max(stacksize, kMinThreadStack));
 }
@@ -158,8 +158,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
       c->log_message = CivetLog;
       return c;
     }();
-    exposer = std::make_unique<prometheus::Exposer>(listen_address, 2,
-                                                     callbacks);
+    exposer =
+        std::make_unique<prometheus::Exposer>(listen_address, 2, callbacks);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ",
                                                listen_address, ": ", e.what(),

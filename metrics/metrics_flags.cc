@@ -19,7 +19,8 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsFromFlags(
   const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
   if (listen.empty()) return nullptr;
   auto endpoint = std::make_unique<MetricsEndpoint>();
-  DP_ASSIGN_OR_RETURN(endpoint->http, MetricsHttpServer::Start(listen, registry),
+  DP_ASSIGN_OR_RETURN(endpoint->http,
+                      MetricsHttpServer::Start(listen, registry),
                       "--metrics_listen");
   endpoint->process = AddProcessMetrics(registry);
   DP_LOG(INFO) << "metrics on http://" << listen.substr(0, listen.rfind(':'))

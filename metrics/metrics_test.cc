@@ -24,12 +24,12 @@ const RequestStats::Cell* FindCell(const std::vector<RequestStats::Cell>& cells,
 
 TEST(RequestStatsTest, CountsErrorsAndBucketsPerOpAndTable) {
   RequestStats stats;
-  stats.Record(4, 1, false, 5'000);        // 5 us: first bucket (<= 10 us)
-  stats.Record(4, 1, true, 10'000);        // exactly 10 us: first bucket
-  stats.Record(4, 1, false, 10'001);       // second bucket (<= 25 us)
+  stats.Record(4, 1, false, 5'000);           // 5 us: first bucket (<= 10 us)
+  stats.Record(4, 1, true, 10'000);           // exactly 10 us: first bucket
+  stats.Record(4, 1, false, 10'001);          // second bucket (<= 25 us)
   stats.Record(4, 1, false, 20'000'000'000);  // 20 s: beyond the last bound
-  stats.Record(5, 1, false, 1'000'000);    // another op
-  stats.Record(4, 2, false, 1'000'000);    // another table
+  stats.Record(5, 1, false, 1'000'000);       // another op
+  stats.Record(4, 2, false, 1'000'000);       // another table
   const std::vector<RequestStats::Cell> cells = stats.Snapshot();
   ASSERT_EQ(cells.size(), 3u);  // no overflow cell when it is empty
   const RequestStats::Cell* push = FindCell(cells, 4, 1);
@@ -106,7 +106,8 @@ TEST(RegistryTest, CollectorsRunUntilTheirRegistrationGoes) {
   });
   {
     MetricsRegistry::Registration b = registry.Add([](MetricWriter* w) {
-      w->Counter("a_total", "ignored: the family's help is the first", {{"x", "1"}}, 1);
+      w->Counter("a_total", "ignored: the family's help is the first",
+                 {{"x", "1"}}, 1);
     });
     std::vector<MetricFamilyData> f = registry.Collect();
     ASSERT_EQ(f.size(), 2u);
@@ -156,9 +157,11 @@ TEST(HttpServerTest, ServesTheRegistryInPrometheusTextFormat) {
     ASSERT_TRUE(m.ok()) << m.status() << "\n" << *body;
     EXPECT_EQ(m->types.at("downpour_test_requests_total"), "counter");
     EXPECT_EQ(m->types.at("downpour_test_seconds"), "histogram");
-    EXPECT_EQ(m->Sum("downpour_test_requests_total", {{"op", "PUSH"}}), round * 10);
-    EXPECT_EQ(m->Sum("downpour_test_label_escape", {{"table", "a \"quoted\" name"}}),
-              -1.5);
+    EXPECT_EQ(m->Sum("downpour_test_requests_total", {{"op", "PUSH"}}),
+              round * 10);
+    EXPECT_EQ(
+        m->Sum("downpour_test_label_escape", {{"table", "a \"quoted\" name"}}),
+        -1.5);
     EXPECT_EQ(m->Sum("downpour_test_seconds_bucket", {{"le", "0.1"}}), 1);
     EXPECT_EQ(m->Sum("downpour_test_seconds_bucket", {{"le", "1"}}), 3);
     EXPECT_EQ(m->Sum("downpour_test_seconds_bucket", {{"le", "+Inf"}}), 4);
@@ -172,7 +175,8 @@ TEST(HttpServerTest, ServesTheRegistryInPrometheusTextFormat) {
 
   // Another path is not served.
   auto other = HttpGet(address, "/other", absl::Seconds(10));
-  EXPECT_EQ(other.status().code(), absl::StatusCode::kInternal) << other.status();
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInternal)
+      << other.status();
 }
 
 // Static TLS larger than the 100 KiB stacks civetweb asks for (as cuBLAS
@@ -195,8 +199,9 @@ TEST(HttpServerTest, BadOrTakenAddressesAreRefused) {
   MetricsRegistry registry;
   EXPECT_EQ(MetricsHttpServer::Start("127.0.0.1", &registry).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MetricsHttpServer::Start("127.0.0.1:http", &registry).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      MetricsHttpServer::Start("127.0.0.1:http", &registry).status().code(),
+      absl::StatusCode::kInvalidArgument);
   auto first = MetricsHttpServer::Start("127.0.0.1:0", &registry);
   ASSERT_TRUE(first.ok()) << first.status();
   auto second = MetricsHttpServer::Start(
@@ -205,8 +210,10 @@ TEST(HttpServerTest, BadOrTakenAddressesAreRefused) {
   // Nothing listens on the port any more once the server is gone.
   const int port = (*first)->port();
   first->reset();
-  auto gone = HttpGet(absl::StrCat("127.0.0.1:", port), "/metrics", absl::Seconds(5));
-  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
+  auto gone =
+      HttpGet(absl::StrCat("127.0.0.1:", port), "/metrics", absl::Seconds(5));
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable)
+      << gone.status();
 }
 
 TEST(ProcessMetricsTest, ReportsThisProcess) {

@@ -5,10 +5,10 @@ namespace {
 
 // Upper bounds in nanoseconds, matching LatencyBounds().
 constexpr int64_t kBoundNanos[] = {
-    10'000,      25'000,      50'000,      100'000,       250'000,
-    500'000,     1'000'000,   2'500'000,   5'000'000,     10'000'000,
-    25'000'000,  50'000'000,  100'000'000, 250'000'000,   1'000'000'000,
-    10'000'000'000};
+    10'000,      25'000,      50'000,        100'000,
+    250'000,     500'000,     1'000'000,     2'500'000,
+    5'000'000,   10'000'000,  25'000'000,    50'000'000,
+    100'000'000, 250'000'000, 1'000'000'000, 10'000'000'000};
 
 uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
@@ -91,7 +91,8 @@ std::vector<RequestStats::Cell> RequestStats::Snapshot() const {
     out.push_back(std::move(c));
   };
   for (int i = 0; i < kMaxCells; ++i) {
-    if (slots_[i].key.load(std::memory_order_acquire) != 0) read(slots_[i], false);
+    if (slots_[i].key.load(std::memory_order_acquire) != 0)
+      read(slots_[i], false);
   }
   read(overflow_, true);
   return out;

@@ -23,12 +23,14 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline,
                     const std::string& what) {
   while (true) {
     const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (ms <= 0) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
+    if (ms <= 0)
+      return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     pollfd p{fd, events, 0};
     const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1000)));
     if (n > 0) return absl::OkStatus();
     if (n < 0 && errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": ", std::strerror(errno)));
     }
   }
 }
@@ -53,10 +55,12 @@ absl::StatusOr<std::string> HttpGet(const std::string& address,
   if (int e = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); e != 0) {
     return absl::UnavailableError(absl::StrCat(what, ": ", gai_strerror(e)));
   }
-  int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd =
+      ::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     ::freeaddrinfo(res);
-    return absl::UnavailableError(absl::StrCat(what, ": socket: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat(what, ": socket: ", std::strerror(errno)));
   }
   const int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
   ::freeaddrinfo(res);
@@ -65,35 +69,44 @@ absl::StatusOr<std::string> HttpGet(const std::string& address,
     return s;
   };
   if (rc != 0 && errno != EINPROGRESS) {
-    return fail(absl::UnavailableError(absl::StrCat(what, ": connect: ", std::strerror(errno))));
+    return fail(absl::UnavailableError(
+        absl::StrCat(what, ": connect: ", std::strerror(errno))));
   }
-  if (absl::Status s = WaitFd(fd, POLLOUT, deadline, what); !s.ok()) return fail(s);
+  if (absl::Status s = WaitFd(fd, POLLOUT, deadline, what); !s.ok())
+    return fail(s);
   int err = 0;
   socklen_t len = sizeof(err);
   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) {
-    return fail(absl::UnavailableError(absl::StrCat(what, ": connect: ", std::strerror(err))));
+    return fail(absl::UnavailableError(
+        absl::StrCat(what, ": connect: ", std::strerror(err))));
   }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address,
-                                           "\r\nConnection: close\r\n\r\n");
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address,
+                   "\r\nConnection: close\r\n\r\n");
   size_t sent = 0;
   while (sent < request.size()) {
-    if (absl::Status s = WaitFd(fd, POLLOUT, deadline, what); !s.ok()) return fail(s);
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (absl::Status s = WaitFd(fd, POLLOUT, deadline, what); !s.ok())
+      return fail(s);
+    const ssize_t n =
+        ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      return fail(absl::UnavailableError(absl::StrCat(what, ": send: ", std::strerror(errno))));
+      return fail(absl::UnavailableError(
+          absl::StrCat(what, ": send: ", std::strerror(errno))));
     }
     if (n > 0) sent += static_cast<size_t>(n);
   }
   std::string response;
   char buf[16384];
   while (true) {
-    if (absl::Status s = WaitFd(fd, POLLIN, deadline, what); !s.ok()) return fail(s);
+    if (absl::Status s = WaitFd(fd, POLLIN, deadline, what); !s.ok())
+      return fail(s);
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n == 0) break;
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
-      return fail(absl::UnavailableError(absl::StrCat(what, ": recv: ", std::strerror(errno))));
+      return fail(absl::UnavailableError(
+          absl::StrCat(what, ": recv: ", std::strerror(errno))));
     }
     response.append(buf, static_cast<size_t>(n));
   }
@@ -106,8 +119,9 @@ absl::StatusOr<std::string> HttpGet(const std::string& address,
   return response.substr(body + 4);
 }
 
-double ScrapedMetrics::Sum(const std::string& name,
-                           const std::map<std::string, std::string>& match) const {
+double ScrapedMetrics::Sum(
+    const std::string& name,
+    const std::map<std::string, std::string>& match) const {
   double sum = 0;
   for (const ScrapedSample& s : samples) {
     if (s.name != name) continue;
@@ -121,8 +135,9 @@ double ScrapedMetrics::Sum(const std::string& name,
   return sum;
 }
 
-int ScrapedMetrics::Count(const std::string& name,
-                          const std::map<std::string, std::string>& match) const {
+int ScrapedMetrics::Count(
+    const std::string& name,
+    const std::map<std::string, std::string>& match) const {
   int n = 0;
   for (const ScrapedSample& s : samples) {
     if (s.name != name) continue;
@@ -161,7 +176,8 @@ absl::StatusOr<ScrapedMetrics> ParseMetricsText(const std::string& text) {
     if (brace != absl::string_view::npos && brace < space) {
       s.name = std::string(line.substr(0, brace));
       const size_t close = line.rfind('}');
-      if (close == absl::string_view::npos || close < brace) return bad("unclosed labels");
+      if (close == absl::string_view::npos || close < brace)
+        return bad("unclosed labels");
       absl::string_view labels = line.substr(brace + 1, close - brace - 1);
       // name="value" pairs; values may hold escaped quotes and commas.
       size_t i = 0;

@@ -78,9 +78,9 @@ absl::StatusOr<Dataset> ParseIdx(absl::string_view images,
   const uint64_t cols = BigEndian32(images, 12);
   const uint64_t dim = rows * cols;  // < 2^64: both factors are < 2^32
   if (BigEndian32(labels, 4) != n) {
-    return absl::DataLossError(
-        absl::StrCat(ipath, " has ", n, " images but ", lpath, " has ",
-                     BigEndian32(labels, 4), " labels"));
+    return absl::DataLossError(absl::StrCat(ipath, " has ", n, " images but ",
+                                            lpath, " has ",
+                                            BigEndian32(labels, 4), " labels"));
   }
   // The size check comes before any allocation, so a corrupt header cannot
   // make us allocate more than the file holds. The dim bound keeps n * dim

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include "absl/strings/string_view.h"
 
+#include "absl/strings/string_view.h"
 #include "models/dataset.h"
 
 namespace {
@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint32_t images_size;
   std::memcpy(&images_size, data, 4);
   const absl::string_view rest(reinterpret_cast<const char*>(data) + 4,
-                              size - 4);
+                               size - 4);
   const size_t split = std::min<size_t>(images_size, rest.size());
   auto parsed = downpour::ParseIdx(rest.substr(0, split), rest.substr(split),
                                    "images", "labels");

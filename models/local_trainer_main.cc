@@ -10,8 +10,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "models/local_trainer.h"
 #include "common/usage.h"
+#include "models/local_trainer.h"
 
 ABSL_FLAG(std::string, model, "softmax", "softmax or mlp");
 ABSL_FLAG(std::vector<std::string>, hidden, {"128"},

@@ -201,7 +201,8 @@ TEST(FloatModel, StreamedGradientIsExactAndReleasesReportedRanges) {
       std::vector<float> p(m->NumParams());
       m->Init(5, p.data());
       std::vector<float> want(p.size()), got(p.size(), -7.0f);
-      const double want_loss = m->LossAndGradient(p.data(), d, batch, want.data());
+      const double want_loss =
+          m->LossAndGradient(p.data(), d, batch, want.data());
       std::vector<int> seen(p.size(), 0);
       std::vector<float> mutable_p = p;
       const std::vector<ParamBlock> blocks = m->Blocks();

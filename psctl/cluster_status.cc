@@ -29,7 +29,8 @@ std::string Health(const std::string& address, const ClusterAuth& auth,
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   const grpc::Status s =
-      grpc::health::v1::Health::NewStub(NewGrpcChannel(address, auth))->Check(&ctx, req, &resp);
+      grpc::health::v1::Health::NewStub(NewGrpcChannel(address, auth))
+          ->Check(&ctx, req, &resp);
   if (!s.ok()) return "UNREACHABLE";
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING
              ? "SERVING"
@@ -42,8 +43,9 @@ absl::StatusOr<proto::ServerStats> GetStats(const std::string& address,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   proto::ServerStats stats;
-  const grpc::Status s = proto::ServerAdmin::NewStub(NewGrpcChannel(address, auth))
-                             ->GetStats(&ctx, proto::StatsRequest(), &stats);
+  const grpc::Status s =
+      proto::ServerAdmin::NewStub(NewGrpcChannel(address, auth))
+          ->GetStats(&ctx, proto::StatsRequest(), &stats);
   if (!s.ok()) {
     return FromGrpcStatus(s, absl::StrCat("stats of the server at ", address));
   }
@@ -80,7 +82,8 @@ std::string Ids(const google::protobuf::RepeatedField<uint64_t>& ids) {
 
 }  // namespace
 
-absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options) {
+absl::StatusOr<psctl::ClusterStatus> GatherStatus(
+    const StatusOptions& options) {
   SchedulerClient scheduler(options.scheduler_address, options.rpc_timeout,
                             options.auth);
   psctl::ClusterStatus out;
@@ -89,7 +92,8 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options) 
                       "psctl: the scheduler at ", options.scheduler_address);
   DP_ASSIGN_OR_RETURN(*out.mutable_job(), scheduler.GetJobStatus(),
                       "psctl: the scheduler at ", options.scheduler_address);
-  out.set_scheduler_health(Health(options.scheduler_address, options.auth, options.rpc_timeout));
+  out.set_scheduler_health(
+      Health(options.scheduler_address, options.auth, options.rpc_timeout));
 
   // First sample; the second after the interval.
   std::vector<const proto::NodeInfo*> servers;
@@ -100,10 +104,10 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options) 
   const absl::Time t0 = absl::Now();
   if (options.interval > absl::ZeroDuration()) {
     for (const proto::NodeInfo* n : servers) {
-      first.push_back(n->state() == proto::ALIVE
-                          ? GetStats(n->admin_address(), options.auth,
-                                     options.rpc_timeout)
-                          : absl::UnavailableError("declared dead"));
+      first.push_back(
+          n->state() == proto::ALIVE
+              ? GetStats(n->admin_address(), options.auth, options.rpc_timeout)
+              : absl::UnavailableError("declared dead"));
     }
     absl::SleepFor(options.interval - (absl::Now() - t0));
   }
@@ -190,7 +194,8 @@ std::string TextTable(const std::vector<std::vector<std::string>>& rows) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+      if (c + 1 < row.size())
+        line += std::string(width[c] - row[c].size() + 2, ' ');
     }
     out += line + "\n";
   }
@@ -202,9 +207,11 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
   const proto::JobConfig& job = s.job().job();
   absl::StrAppend(&out, "scheduler ", s.scheduler(), "  ", s.scheduler_health(),
                   "  epoch ", s.map().epoch(), "\n");
-  absl::StrAppend(&out, "job ",
-                  absl::AsciiStrToLower(proto::Consistency_Name(job.consistency())));
-  if (job.consistency() == proto::SSP) absl::StrAppend(&out, "(s=", job.staleness(), ")");
+  absl::StrAppend(
+      &out, "job ",
+      absl::AsciiStrToLower(proto::Consistency_Name(job.consistency())));
+  if (job.consistency() == proto::SSP)
+    absl::StrAppend(&out, "(s=", job.staleness(), ")");
   absl::StrAppend(&out, "  workers ", job.num_workers(), " + ",
                   job.backup_workers(), " backup  gating clock ",
                   s.job().gating_clock(), "\n\n");
@@ -214,11 +221,12 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
       {"NODE", "ROLE", "NAME", "STATE", "HEALTH", "PUSH/s", "PULL/s", "IN B/s",
        "OUT B/s", "ADDRESS"}};
   absl::flat_hash_map<uint64_t, const psctl::ServerStatus*> by_id;
-  for (const psctl::ServerStatus& srv : s.servers()) by_id[srv.node_id()] = &srv;
+  for (const psctl::ServerStatus& srv : s.servers())
+    by_id[srv.node_id()] = &srv;
   for (const proto::NodeInfo& n : s.map().nodes()) {
-    std::vector<std::string> row = {
-        absl::StrCat(n.id()), proto::NodeRole_Name(n.role()), n.name(),
-        proto::NodeState_Name(n.state())};
+    std::vector<std::string> row = {absl::StrCat(n.id()),
+                                    proto::NodeRole_Name(n.role()), n.name(),
+                                    proto::NodeState_Name(n.state())};
     auto it = by_id.find(n.id());
     if (it != by_id.end()) {
       const psctl::ServerStatus& srv = *it->second;
@@ -251,11 +259,10 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
       if (r.handing_to() != 0) {
         flags.push_back(absl::StrCat("handing_to=", r.handing_to()));
       }
-      ranges.push_back({t.spec().name(),
-                        absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
-                        absl::StrCat(r.primary()), Ids(r.replicas()),
-                        Ids(r.catching_up()),
-                        flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
+      ranges.push_back(
+          {t.spec().name(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
+           absl::StrCat(r.primary()), Ids(r.replicas()), Ids(r.catching_up()),
+           flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
     }
   }
   if (ranges.size() > 1) out += "\n" + TextTable(ranges);
@@ -267,13 +274,13 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
     for (const proto::WorkerStatus& w : s.job().workers()) {
       workers.push_back(
           {absl::StrCat(w.rank()),
-           w.retired() ? "retired"
-           : w.lost()  ? "lost"
+           w.retired()    ? "retired"
+           : w.lost()     ? "lost"
            : w.finished() ? "finished"
                           : "running",
-           absl::StrCat(w.clock()),
-           absl::StrFormat("%.4f", w.loss()),
-           w.test_accuracy() > 0 ? absl::StrFormat("%.4f", w.test_accuracy()) : "-",
+           absl::StrCat(w.clock()), absl::StrFormat("%.4f", w.loss()),
+           w.test_accuracy() > 0 ? absl::StrFormat("%.4f", w.test_accuracy())
+                                 : "-",
            absl::StrCat(w.max_staleness()), absl::StrCat(w.discarded()),
            absl::StrCat(w.examples())});
     }
@@ -295,7 +302,8 @@ std::string FormatTables(const psctl::ClusterStatus& s) {
   for (const psctl::TableSummary& t : s.tables()) {
     const proto::TableSpec& spec = t.spec();
     std::vector<std::string> flags;
-    if (t.ranges_lost() > 0) flags.push_back(absl::StrCat(t.ranges_lost(), " lost"));
+    if (t.ranges_lost() > 0)
+      flags.push_back(absl::StrCat(t.ranges_lost(), " lost"));
     if (t.ranges_unavailable() > 0) {
       flags.push_back(absl::StrCat(t.ranges_unavailable(), " unavailable"));
     }
@@ -303,8 +311,8 @@ std::string FormatTables(const psctl::ClusterStatus& s) {
       flags.push_back(absl::StrCat(t.ranges_catching_up(), " catching up"));
     }
     rows.push_back(
-        {spec.name(), absl::StrCat(spec.id()), proto::TableKind_Name(spec.kind()),
-         absl::StrCat(spec.width()),
+        {spec.name(), absl::StrCat(spec.id()),
+         proto::TableKind_Name(spec.kind()), absl::StrCat(spec.width()),
          spec.kind() == proto::DENSE ? absl::StrCat(spec.num_keys()) : "-",
          spec.handler().name().empty() ? "sgd" : spec.handler().name(),
          absl::StrCat(spec.sync_workers()), absl::StrCat(t.ranges()),

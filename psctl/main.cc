@@ -429,11 +429,12 @@ int Restore(const ClusterAuth& auth) {
       sched.RestoreCheckpoint(id, timeout);
   if (!r.ok()) return Fail(r.status());
   if (absl::GetFlag(FLAGS_json)) return PrintJson(*r);
-  std::printf("restored checkpoint %llu: the job resumes at clock %lld "
-              "(epoch %llu)\n",
-              static_cast<unsigned long long>(r->manifest().id()),
-              static_cast<long long>(r->manifest().clock()),
-              static_cast<unsigned long long>(r->epoch()));
+  std::printf(
+      "restored checkpoint %llu: the job resumes at clock %lld "
+      "(epoch %llu)\n",
+      static_cast<unsigned long long>(r->manifest().id()),
+      static_cast<long long>(r->manifest().clock()),
+      static_cast<unsigned long long>(r->epoch()));
   return 0;
 }
 

@@ -39,8 +39,8 @@ const proto::NodeInfo* FindNode(const proto::ClusterMap& map, NodeId id) {
 
 std::string HumanBytes(uint64_t bytes) {
   if (bytes == kMax) return "over 16 EiB";
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB",
-                                           "PiB", "EiB"};
+  static constexpr const char* kUnits[] = {"B",   "KiB", "MiB", "GiB",
+                                           "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
   int unit = 0;
   while (v >= 1024 && unit < 6) {
@@ -91,9 +91,8 @@ absl::flat_hash_map<NodeId, uint64_t> RoomLeft(const proto::ClusterMap& map) {
     }
     auto c = committed.find(n.id());
     const uint64_t used = c == committed.end() ? 0 : c->second;
-    out[n.id()] = used >= n.memory_limit_bytes()
-                      ? 0
-                      : n.memory_limit_bytes() - used;
+    out[n.id()] =
+        used >= n.memory_limit_bytes() ? 0 : n.memory_limit_bytes() - used;
   }
   return out;
 }
@@ -118,10 +117,9 @@ absl::Status CheckTableFits(const proto::ClusterMap& map,
     if (left == room.end() || share[n] <= left->second) continue;
     const proto::NodeInfo* node = FindNode(map, n);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "table '", placed.spec().name(), "' would need ",
-        HumanBytes(share[n]), " (", share[n], " bytes: ",
-        HumanBytes(row), " per row) on server ", n, " ('",
-        node == nullptr ? "" : node->name(), "'), which has ",
+        "table '", placed.spec().name(), "' would need ", HumanBytes(share[n]),
+        " (", share[n], " bytes: ", HumanBytes(row), " per row) on server ", n,
+        " ('", node == nullptr ? "" : node->name(), "'), which has ",
         HumanBytes(left->second), " left of its table memory limit of ",
         HumanBytes(node == nullptr ? 0 : node->memory_limit_bytes()),
         " (ps_server --max_table_bytes)"));

@@ -81,7 +81,8 @@ TEST(CapacityTest, RefusesATableAServerCannotHold) {
   EXPECT_EQ(CommittedBytes(map)[1], uint64_t{1} << 29);
   EXPECT_EQ(RoomLeft(map)[2], uint64_t{1} << 29);
   // The same again fits once more, a third time not.
-  EXPECT_OK(CheckTableFits(map, Placed(map, Dense("b", uint64_t{1} << 28, 1), 1)));
+  EXPECT_OK(
+      CheckTableFits(map, Placed(map, Dense("b", uint64_t{1} << 28, 1), 1)));
   *map.add_tables() = Placed(map, Dense("b", uint64_t{1} << 28, 1), 1);
   EXPECT_THAT(CheckTableFits(map, Placed(map, Dense("c", 2, 1), 1)),
               StatusIs(absl::StatusCode::kResourceExhausted));

@@ -31,8 +31,7 @@ absl::Duration Left(absl::Time deadline) {
 // Checks that `ranges` (sorted by begin) tile [0, end) of `spec`.
 absl::Status CheckTiling(const proto::TableSpec& spec,
                          const std::vector<proto::CheckpointRange>& ranges) {
-  const Key end =
-      spec.kind() == proto::DENSE ? spec.num_keys() : kKeySpaceEnd;
+  const Key end = spec.kind() == proto::DENSE ? spec.num_keys() : kKeySpaceEnd;
   Key at = 0;
   for (const proto::CheckpointRange& r : ranges) {
     if (r.begin() != at) {
@@ -73,8 +72,8 @@ absl::StatusOr<proto::CheckpointManifest> RunCheckpoint(
           ->CheckpointPart(req, Left(plan.deadline));
     });
     for (size_t i = 0; i < n; ++i) {
-      DP_RETURN_IF_ERROR(probes[i].status(), "server '",
-                         plan.servers[i].name, "'");
+      DP_RETURN_IF_ERROR(probes[i].status(), "server '", plan.servers[i].name,
+                         "'");
       clock = std::max(clock, probes[i]->max_clock());
     }
     if (clock >= 0) clock += plan.clock_offset;
@@ -112,8 +111,9 @@ absl::StatusOr<proto::CheckpointManifest> RunCheckpoint(
   }
   for (const proto::TableSpec& spec : plan.tables) {
     std::vector<proto::CheckpointRange>& ranges = by_table[spec.id()];
-    std::sort(ranges.begin(), ranges.end(),
-              [](const auto& a, const auto& b) { return a.begin() < b.begin(); });
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) {
+      return a.begin() < b.begin();
+    });
     DP_RETURN_IF_ERROR(CheckTiling(spec, ranges), "checkpoint ", plan.id);
     proto::CheckpointManifest::Table* t = manifest.add_tables();
     *t->mutable_spec() = spec;
@@ -125,12 +125,12 @@ absl::StatusOr<proto::CheckpointManifest> RunCheckpoint(
 void DropCheckpoints(const std::vector<CheckpointServer>& servers,
                      const proto::DropCheckpointsRequest& req,
                      AdminClients* clients) {
-  auto done = ForAll<bool>(servers.size(), [&](size_t i)
-                                                -> absl::StatusOr<bool> {
-    DP_RETURN_IF_ERROR(clients->Get(servers[i].admin_address)
-                           ->DropCheckpoints(req, absl::Seconds(30)));
-    return true;
-  });
+  auto done =
+      ForAll<bool>(servers.size(), [&](size_t i) -> absl::StatusOr<bool> {
+        DP_RETURN_IF_ERROR(clients->Get(servers[i].admin_address)
+                               ->DropCheckpoints(req, absl::Seconds(30)));
+        return true;
+      });
   for (size_t i = 0; i < servers.size(); ++i) {
     if (!done[i].ok()) {
       DP_LOG(WARNING) << "server '" << servers[i].name

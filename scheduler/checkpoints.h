@@ -32,11 +32,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "cluster/server_admin_client.h"
-
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "cluster/server_admin_client.h"
 #include "common/auth.h"
 #include "common/types.h"
 #include "proto/downpour.pb.h"
@@ -54,7 +53,7 @@ struct CheckpointPlan {
   uint64_t id = 0;
   std::vector<CheckpointServer> servers;
   std::vector<proto::TableSpec> tables;  // what the manifest must cover
-  bool bsp = false;  // probe, and cut synced tables at one clock
+  bool bsp = false;      // probe, and cut synced tables at one clock
   int clock_offset = 0;  // BSP: cut at the largest clock + this
   absl::Time deadline;
   ClusterAuth auth;

@@ -44,8 +44,7 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
     w->Gauge("downpour_cluster_nodes", "Registered nodes by role and state",
              {{"role", key.first}, {"state", key.second}}, count);
   }
-  w->Gauge("downpour_cluster_tables", "Declared tables", {},
-           map.tables_size());
+  w->Gauge("downpour_cluster_tables", "Declared tables", {}, map.tables_size());
   for (const proto::TableMap& t : map.tables()) {
     int ranges = 0, lost = 0, unavailable = 0, under = 0, catching_up = 0;
     int replicas = 0;

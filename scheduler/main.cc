@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.balance_primaries = absl::GetFlag(FLAGS_balance_primaries);
   if (options.replicas < 1 || options.replicas > 16) {
-    DP_LOG(ERROR) << "--replicas=" << options.replicas << ": must be in [1, 16]";
+    DP_LOG(ERROR) << "--replicas=" << options.replicas
+                  << ": must be in [1, 16]";
     return 2;
   }
   auto policy = downpour::ConsistencyPolicy::Parse(
@@ -139,7 +140,8 @@ int main(int argc, char** argv) {
   options.forget_dead_after =
       absl::Milliseconds(absl::GetFlag(FLAGS_forget_dead_after_ms));
   options.max_nodes = absl::GetFlag(FLAGS_max_nodes);
-  options.max_map_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_map_bytes));
+  options.max_map_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_map_bytes));
   if (options.max_nodes < 1 || options.max_map_bytes < (64u << 10) ||
       options.max_map_bytes > (3u << 20)) {
     DP_LOG(ERROR) << "--max_nodes must be >= 1 and --max_map_bytes in "
@@ -153,7 +155,8 @@ int main(int argc, char** argv) {
   }
   options.auth = *auth;
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
-  options.checkpoint_every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
+  options.checkpoint_every_clocks =
+      absl::GetFlag(FLAGS_checkpoint_every_clocks);
   options.checkpoint_every =
       absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
   options.checkpoint_timeout =
@@ -185,14 +188,15 @@ int main(int argc, char** argv) {
   }
   const std::string file = absl::GetFlag(FLAGS_address_file);
   if (!file.empty()) {
-    if (absl::Status s = downpour::WriteAddressFile(file, (*scheduler)->address());
+    if (absl::Status s =
+            downpour::WriteAddressFile(file, (*scheduler)->address());
         !s.ok()) {
       DP_LOG(ERROR) << s;
       return 1;
     }
   }
-  DP_LOG(INFO) << "serving on " << (*scheduler)->address()
-               << " (listen " << options.listen_address << ")";
+  DP_LOG(INFO) << "serving on " << (*scheduler)->address() << " (listen "
+               << options.listen_address << ")";
   downpour::OnTerminationSignal([s = scheduler->get(), last_checkpoint] {
     if (last_checkpoint > absl::ZeroDuration()) {
       // Kubernetes stops every pod of the job at once: the servers wait

@@ -38,8 +38,8 @@ bool CancelStaleHandOver(const proto::ClusterMap& map,
                          proto::RangeAssignment* r) {
   if (r->handing_to() == kNoNode) return false;
   const bool target_in_sync =
-      std::find(r->replicas().begin(), r->replicas().end(),
-                r->handing_to()) != r->replicas().end();
+      std::find(r->replicas().begin(), r->replicas().end(), r->handing_to()) !=
+      r->replicas().end();
   if (target_in_sync && Alive(map, r->primary()) &&
       Alive(map, r->handing_to()) && !r->lost()) {
     return false;
@@ -82,8 +82,8 @@ void PlaceTable(proto::TableMap* table, const std::vector<NodeId>& servers,
   const size_t holders = std::min<size_t>(n, std::max(1, replicas));
   Key begin = 0;
   for (size_t i = 0; i < parts; ++i) {
-    const Key next = static_cast<Key>(static_cast<unsigned __int128>(end) *
-                                      (i + 1) / parts);
+    const Key next =
+        static_cast<Key>(static_cast<unsigned __int128>(end) * (i + 1) / parts);
     proto::RangeAssignment* r = table->add_ranges();
     r->set_begin(begin);
     r->set_end(next);
@@ -223,16 +223,16 @@ absl::Status MarkInSync(proto::ClusterMap* map, TableId table, Key begin,
             " is not its primary (", r.primary(), " is)"));
       }
       if (!Erase(r.mutable_catching_up(), backup)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "table ", table, " range from key ", begin, ": node ", backup,
-            " is not catching up on it"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("table ", table, " range from key ", begin, ": node ",
+                         backup, " is not catching up on it"));
       }
       r.add_replicas(backup);
       return absl::OkStatus();
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "table ", table, " has no range beginning at key ", begin));
+  return absl::FailedPreconditionError(
+      absl::StrCat("table ", table, " has no range beginning at key ", begin));
 }
 
 bool BalancePrimaries(proto::ClusterMap* map) {
@@ -284,9 +284,9 @@ absl::Status HandOver(proto::ClusterMap* map, TableId table, Key begin,
       auto it = std::find(r.mutable_replicas()->begin(),
                           r.mutable_replicas()->end(), to);
       if (it == r.mutable_replicas()->end()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "table ", table, " range from key ", begin, ": node ", to,
-            " is not an in-sync backup of it"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("table ", table, " range from key ", begin, ": node ",
+                         to, " is not an in-sync backup of it"));
       }
       *it = primary;
       r.set_primary(to);
@@ -294,8 +294,8 @@ absl::Status HandOver(proto::ClusterMap* map, TableId table, Key begin,
       return absl::OkStatus();
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "table ", table, " has no range beginning at key ", begin));
+  return absl::FailedPreconditionError(
+      absl::StrCat("table ", table, " has no range beginning at key ", begin));
 }
 
 bool HandOversUnderWay(const proto::ClusterMap& map) {

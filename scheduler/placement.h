@@ -73,10 +73,10 @@ bool ForgetServerData(proto::ClusterMap* map, NodeId server);
 // range nobody has room for stays short of backups. Servers in
 // `excluded` (server, table) pairs are never chosen for that table.
 // Returns whether anything changed.
-bool Refill(proto::ClusterMap* map, int replicas,
-            absl::flat_hash_map<NodeId, uint64_t>* room = nullptr,
-            const absl::flat_hash_set<std::pair<NodeId, TableId>>* excluded =
-                nullptr);
+bool Refill(
+    proto::ClusterMap* map, int replicas,
+    absl::flat_hash_map<NodeId, uint64_t>* room = nullptr,
+    const absl::flat_hash_set<std::pair<NodeId, TableId>>* excluded = nullptr);
 
 // Takes `server` off the catching-up backups of every range of `table`
 // (it reported that it cannot hold the table). Returns whether anything

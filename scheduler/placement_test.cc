@@ -108,10 +108,12 @@ TEST(PlacementTest, ACatchingUpBackupIsInSyncOnlyWhenItsPrimarySaysSo) {
   proto::TableMap* t = AddTable(&map, 10, 1);
   ASSERT_TRUE(Refill(&map, 2));
   const TableId id = t->spec().id();
-  EXPECT_THAT(MarkInSync(&map, id, 0, 2, 1),
-              StatusIs(absl::StatusCode::kFailedPrecondition));  // wrong primary
-  EXPECT_THAT(MarkInSync(&map, id, 5, 1, 2),
-              StatusIs(absl::StatusCode::kFailedPrecondition));  // no such range
+  EXPECT_THAT(
+      MarkInSync(&map, id, 0, 2, 1),
+      StatusIs(absl::StatusCode::kFailedPrecondition));  // wrong primary
+  EXPECT_THAT(
+      MarkInSync(&map, id, 5, 1, 2),
+      StatusIs(absl::StatusCode::kFailedPrecondition));  // no such range
   const auto& r = t->ranges(0);
   ASSERT_EQ(r.primary(), 1u);
   const NodeId backup = r.catching_up(0);

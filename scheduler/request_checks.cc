@@ -34,9 +34,9 @@ absl::Status CheckString(absl::string_view what, absl::string_view s,
     return absl::InvalidArgumentError(absl::StrCat("empty ", what));
   }
   if (s.size() > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " of ", Bytes(s.size()), ", at most ", max_bytes, " ('",
-        Printable(s, 40), "...')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of ", Bytes(s.size()), ", at most ", max_bytes,
+                     " ('", Printable(s, 40), "...')"));
   }
   for (size_t i = 0; i < s.size(); ++i) {
     if (!allowed(s[i])) {
@@ -85,16 +85,16 @@ absl::Status CheckRegisterRequest(const proto::RegisterRequest& req) {
     return absl::InvalidArgumentError("register: no role");
   }
   if (!proto::NodeRole_IsValid(role)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register: unknown role ", role, " (SERVER = 1, WORKER = 2, CLIENT = 3)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: unknown role ", role,
+                     " (SERVER = 1, WORKER = 2, CLIENT = 3)"));
   }
   // A nameless node is allowed: it gets a fresh id every time it registers.
   DP_RETURN_IF_ERROR(CheckName("node name", req.name(), kMaxNodeNameBytes,
                                /*may_be_empty=*/true),
                      "register");
-  const std::string who =
-      absl::StrCat("register ", proto::NodeRole_Name(req.role()), " '",
-                   req.name(), "'");
+  const std::string who = absl::StrCat(
+      "register ", proto::NodeRole_Name(req.role()), " '", req.name(), "'");
   if (req.role() == proto::SERVER && req.data_endpoint().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": a server needs a data endpoint"));
@@ -112,18 +112,18 @@ absl::Status CheckRegisterRequest(const proto::RegisterRequest& req) {
   }
   for (const std::string& p : req.plugin_handlers()) {
     if (!absl::StartsWith(p, "plugin:")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, ": plugin handler '", Printable(p, 64),
-          "' is not named plugin:<name>"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": plugin handler '", Printable(p, 64),
+                       "' is not named plugin:<name>"));
     }
     DP_RETURN_IF_ERROR(
         CheckName("plugin handler name", p, kMaxHandlerNameBytes), who);
   }
   if (req.max_message_bytes() != 0 &&
       req.max_message_bytes() < kMinMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": a request limit of ", req.max_message_bytes(),
-        " bytes; 0 (unknown) or at least ", kMinMessageBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": a request limit of ", req.max_message_bytes(),
+                     " bytes; 0 (unknown) or at least ", kMinMessageBytes));
   }
   if (req.job_token().size() > kMaxNameBytes * 4) {
     return absl::InvalidArgumentError(
@@ -164,16 +164,17 @@ absl::Status CheckBarrierRequest(const proto::BarrierRequest& req,
         absl::StrCat("barrier '", req.name(), "': count 0"));
   }
   if (req.count() > static_cast<uint32_t>(max_nodes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("barrier '", req.name(), "': count ", req.count(),
-                     ", more than the ", max_nodes, " nodes a cluster may have"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "barrier '", req.name(), "': count ", req.count(), ", more than the ",
+        max_nodes, " nodes a cluster may have"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckLbfgsState(const proto::LbfgsState& state) {
   if (state.table().empty()) return absl::OkStatus();
-  DP_RETURN_IF_ERROR(CheckName("L-BFGS table name", state.table(), kMaxNameBytes));
+  DP_RETURN_IF_ERROR(
+      CheckName("L-BFGS table name", state.table(), kMaxNameBytes));
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(
         absl::StrCat("L-BFGS state of table '", state.table(), "': ", what));
@@ -183,8 +184,8 @@ absl::Status CheckLbfgsState(const proto::LbfgsState& state) {
                             kMaxLbfgsHistory, "]"));
   }
   if (state.pairs_size() > state.history()) {
-    return bad(absl::StrCat(state.pairs_size(), " pairs, more than the history ",
-                            state.history()));
+    return bad(absl::StrCat(state.pairs_size(),
+                            " pairs, more than the history ", state.history()));
   }
   if (state.iteration() < 0 || state.round() < 0 || state.evaluations() < 0) {
     return bad("negative iteration, round or evaluations");
@@ -193,8 +194,8 @@ absl::Status CheckLbfgsState(const proto::LbfgsState& state) {
   for (const proto::LbfgsState::Pair& p : state.pairs()) {
     if (p.slot() < 0 || p.slot() >= state.history() ||
         (used & (1u << p.slot())) != 0) {
-      return bad(absl::StrCat("pair slot ", p.slot(),
-                              " out of range or repeated"));
+      return bad(
+          absl::StrCat("pair slot ", p.slot(), " out of range or repeated"));
     }
     used |= 1u << p.slot();
     if (!std::isfinite(p.rho())) return bad("a pair's rho is not finite");
@@ -225,7 +226,8 @@ absl::Status CheckTableFailures(const proto::AckEpochRequest& req) {
                      " table failures, at most ", kMaxTableFailures));
   }
   for (const proto::TableFailure& f : req.failed_tables()) {
-    if (f.code() <= 0 || f.code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    if (f.code() <= 0 ||
+        f.code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
       return absl::InvalidArgumentError(
           absl::StrCat("ack epoch: table ", f.table_id(),
                        " reported with error code ", f.code()));

@@ -166,7 +166,8 @@ TEST(CheckLbfgsStateTest, RefusesWhatADriverCouldNotResumeFrom) {
   EXPECT_THAT(Message(CheckLbfgsState(bad)), HasSubstr("slot 2"));
   bad = s;
   bad.mutable_pairs(0)->set_slot(3);  // beyond the history
-  EXPECT_THAT(CheckLbfgsState(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckLbfgsState(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   bad = s;
   bad.add_pairs()->set_slot(1);
   bad.add_pairs()->set_slot(1);  // more pairs than the history
@@ -176,10 +177,12 @@ TEST(CheckLbfgsStateTest, RefusesWhatADriverCouldNotResumeFrom) {
   EXPECT_THAT(Message(CheckLbfgsState(bad)), HasSubstr("not finite"));
   bad = s;
   bad.set_round(-1);
-  EXPECT_THAT(CheckLbfgsState(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckLbfgsState(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   bad = s;
   bad.set_table(std::string(1 << 20, 't'));
-  EXPECT_THAT(CheckLbfgsState(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckLbfgsState(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(CheckBarrierAndWaitTest, Bounds) {

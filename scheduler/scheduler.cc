@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "cluster/server_admin_client.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -22,7 +23,6 @@
 #include "grpcpp/grpcpp.h"
 #include "handlers/handler.h"
 #include "proto/downpour.grpc.pb.h"
-#include "cluster/server_admin_client.h"
 #include "scheduler/capacity.h"
 #include "scheduler/checkpoints.h"
 #include "scheduler/job_metrics.h"
@@ -53,10 +53,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       DP_ASSIGN_OR_RETURN(store_, StateStore::Open(options_.state_dir));
       DP_RETURN_IF_ERROR(Recover());
     }
-    DP_ASSIGN_OR_RETURN(
-        StartedGrpcServer started,
-        StartGrpcServer(options_.listen_address, this, "the scheduler",
-                        options_.auth));
+    DP_ASSIGN_OR_RETURN(StartedGrpcServer started,
+                        StartGrpcServer(options_.listen_address, this,
+                                        "the scheduler", options_.auth));
     health_ = std::move(started.health);
     server_ = std::move(started.server);
     port_ = started.port;
@@ -135,9 +134,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       return waiter->done || stopped_;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "checkpoint not complete after ", absl::FormatDuration(timeout),
-          " (it goes on)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("checkpoint not complete after ",
+                       absl::FormatDuration(timeout), " (it goes on)"));
     }
     if (!waiter->done) return absl::UnavailableError("scheduler stopped");
     return waiter->result;
@@ -145,7 +144,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   // --- gRPC service ---
 
-  grpc::Status Register(grpc::ServerContext* ctx, const proto::RegisterRequest* req,
+  grpc::Status Register(grpc::ServerContext* ctx,
+                        const proto::RegisterRequest* req,
                         proto::RegisterReply* reply) override {
     if (absl::Status s = CheckRegisterRequest(*req); !s.ok()) return Err(s);
     if (req->role() == proto::WORKER && !options_.job_token.empty() &&
@@ -183,9 +183,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (node != nullptr && node->state() == proto::ALIVE) {
       if (req->incarnation() == 0 ||
           req->incarnation() == node->incarnation()) {
-        return Err(absl::AlreadyExistsError(
-            absl::StrCat("register: node '", req->name(),
-                         "' is alive as id ", node->id())));
+        return Err(absl::AlreadyExistsError(absl::StrCat(
+            "register: node '", req->name(), "' is alive as id ", node->id())));
       }
       // The same name from a new process: the old one is gone (a pod
       // restarted faster than its heartbeats expired). Fail it over now.
@@ -196,9 +195,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       if (node->role() == proto::SERVER) RemoveDeadServer(node->id());
     }
     // A server registering again as a new process has lost its memory.
-    const bool new_incarnation =
-        node != nullptr && node->role() == proto::SERVER &&
-        req->incarnation() != node->incarnation();
+    const bool new_incarnation = node != nullptr &&
+                                 node->role() == proto::SERVER &&
+                                 req->incarnation() != node->incarnation();
     int rank = -1;
     if (req->role() == proto::WORKER) {
       absl::StatusOr<int> granted = GrantRank(*req, node);
@@ -254,14 +253,13 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         // Its data is gone and no other server holds it: the job goes back
         // to the newest checkpoint (DurabilityLoop).
         restoring_ = manifests_.back().id();
-        DP_LOG(WARNING) << "server '" << req->name() << "' (id "
-                        << node->id() << ") restarted without the data of "
+        DP_LOG(WARNING) << "server '" << req->name() << "' (id " << node->id()
+                        << ") restarted without the data of "
                         << "ranges only it held: the job rolls back to "
                         << "checkpoint " << restoring_ << " (clock "
                         << manifests_.back().clock() << ")";
       } else if (restoring_ == 0) {
-        DP_LOG(WARNING) << "server '" << req->name() << "' (id "
-                        << node->id()
+        DP_LOG(WARNING) << "server '" << req->name() << "' (id " << node->id()
                         << ") restarted: ranges only it held are lost";
       }
     }
@@ -274,12 +272,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return Err(FinishRegister(*node, rank, Commit(), reply));
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* ctx,
+                         const proto::HeartbeatRequest* req,
                          proto::HeartbeatReply* reply) override {
     absl::MutexLock lock(&mu_);
     proto::NodeInfo* node = FindNode(req->node_id());
     if (node == nullptr) {
-      return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
+      return Err(
+          absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
     }
     if (node->state() == proto::DEAD || node->state() == proto::LEFT) {
       return Err(absl::FailedPreconditionError(absl::StrCat(
@@ -326,12 +326,14 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return Err(AwaitDurable(Commit()));
   }
 
-  grpc::Status AckEpoch(grpc::ServerContext* ctx, const proto::AckEpochRequest* req,
+  grpc::Status AckEpoch(grpc::ServerContext* ctx,
+                        const proto::AckEpochRequest* req,
                         proto::AckEpochReply*) override {
     if (absl::Status s = CheckTableFailures(*req); !s.ok()) return Err(s);
     absl::MutexLock lock(&mu_);
     if (FindNode(req->node_id()) == nullptr) {
-      return Err(absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
+      return Err(
+          absl::NotFoundError(absl::StrCat("unknown node ", req->node_id())));
     }
     // Failures first: the epoch they come with must not count as applied
     // for a table this server could not create.
@@ -343,16 +345,17 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetClusterMap(grpc::ServerContext* ctx, const proto::GetClusterMapRequest*,
+  grpc::Status GetClusterMap(grpc::ServerContext* ctx,
+                             const proto::GetClusterMapRequest*,
                              proto::ClusterMap* map) override {
     absl::MutexLock lock(&mu_);
     *map = published_;
     return grpc::Status::OK;
   }
 
-  grpc::Status WatchClusterMap(grpc::ServerContext* ctx,
-                               const proto::WatchClusterMapRequest* req,
-                               grpc::ServerWriter<proto::ClusterMap>* writer) override {
+  grpc::Status WatchClusterMap(
+      grpc::ServerContext* ctx, const proto::WatchClusterMapRequest* req,
+      grpc::ServerWriter<proto::ClusterMap>* writer) override {
     Epoch known = req->known_epoch();
     bool broken = false;
     while (!(broken = ctx->IsCancelled())) {
@@ -382,7 +385,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status CreateTable(grpc::ServerContext* ctx, const proto::CreateTableRequest* req,
+  grpc::Status CreateTable(grpc::ServerContext* ctx,
+                           const proto::CreateTableRequest* req,
                            proto::CreateTableReply* reply) override {
     if (absl::Status s = CheckTableStrings(req->spec()); !s.ok()) return Err(s);
     return Err(DoCreateTable(*req, reply));
@@ -406,8 +410,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
           " at clock ", restored_clock_,
           "; this worker must register again (restart it) to resume there")));
     }
-    if (absl::Status s = CheckRankHolder("advance clock", req->node_id(),
-                                         req->rank());
+    if (absl::Status s =
+            CheckRankHolder("advance clock", req->node_id(), req->rank());
         !s.ok()) {
       return Err(s);
     }
@@ -427,15 +431,15 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                            std::min(options_.clock_report_grace,
                                     TimeLeft(ctx) - absl::Milliseconds(100)));
       clocks_.Unclaim(req->rank(), req->clock());
-      if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+      if (stopping_)
+        return Err(absl::UnavailableError("scheduler shutting down"));
       // The job failed meanwhile: that, not the bound, is the answer.
       if (!roster_.failure().ok()) return Err(roster_.failure());
     }
     absl::Status s = clocks_.Advance(req->rank(), req->clock(), slack);
     if (!s.ok()) {
-      return Err(Annotate(s, absl::StrCat("advance clock of rank ",
-                                          req->rank(), " from node ",
-                                          req->node_id())));
+      return Err(Annotate(s, absl::StrCat("advance clock of rank ", req->rank(),
+                                          " from node ", req->node_id())));
     }
     clocks_dirty_ = true;
     proto::WorkerStatus& w = workers_[req->rank()];
@@ -456,7 +460,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status WaitClock(grpc::ServerContext* ctx, const proto::WaitClockRequest* req,
+  grpc::Status WaitClock(grpc::ServerContext* ctx,
+                         const proto::WaitClockRequest* req,
                          proto::WaitClockReply* reply) override {
     absl::StatusOr<absl::Duration> timeout =
         CheckWait("wait clock", req->timeout_ms(), absl::Seconds(60));
@@ -472,18 +477,20 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
              clocks_.MayProceed(req->clock());
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&may), *timeout)) {
-      return Err(absl::DeadlineExceededError(absl::StrCat(
-          "worker ", req->rank(), " at clock ", req->clock(),
-          " still blocked by gating clock ", clocks_.GatingClock(), " (",
-          clocks_.policy().ToString(), ")")));
+      return Err(absl::DeadlineExceededError(
+          absl::StrCat("worker ", req->rank(), " at clock ", req->clock(),
+                       " still blocked by gating clock ", clocks_.GatingClock(),
+                       " (", clocks_.policy().ToString(), ")")));
     }
-    if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    if (stopping_)
+      return Err(absl::UnavailableError("scheduler shutting down"));
     if (!roster_.failure().ok()) return Err(roster_.failure());
     reply->set_gating_clock(clocks_.GatingClock());
     return grpc::Status::OK;
   }
 
-  grpc::Status GetJobStatus(grpc::ServerContext* ctx, const proto::JobStatusRequest*,
+  grpc::Status GetJobStatus(grpc::ServerContext* ctx,
+                            const proto::JobStatusRequest*,
                             proto::JobStatus* status) override {
     absl::MutexLock lock(&mu_);
     FillJobStatus(status);
@@ -535,7 +542,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms())
                               : options_.checkpoint_timeout + absl::Seconds(5);
     if (absl::Status s = CheckLbfgsState(req->lbfgs()); !s.ok()) return Err(s);
-    absl::StatusOr<proto::CheckpointManifest> m = Checkpoint(timeout, req->lbfgs());
+    absl::StatusOr<proto::CheckpointManifest> m =
+        Checkpoint(timeout, req->lbfgs());
     if (!m.ok()) return Err(m.status());
     *reply->mutable_manifest() = *std::move(m);
     return grpc::Status::OK;
@@ -551,9 +559,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   // The operator's rollback (psctl restore): the same restore as after a
   // lost range (RunRestore), of the checkpoint asked for.
-  grpc::Status RestoreCheckpoint(grpc::ServerContext*,
-                                 const proto::RestoreCheckpointRequest* req,
-                                 proto::RestoreCheckpointReply* reply) override {
+  grpc::Status RestoreCheckpoint(
+      grpc::ServerContext*, const proto::RestoreCheckpointRequest* req,
+      proto::RestoreCheckpointReply* reply) override {
     absl::StatusOr<absl::Duration> timeout =
         CheckWait("restore", req->timeout_ms(), absl::Minutes(10));
     if (!timeout.ok()) return Err(timeout.status());
@@ -569,9 +577,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       for (const auto& m : manifests_) kept.push_back(m.id());
       return Err(absl::NotFoundError(absl::StrCat(
           "restore: no complete checkpoint ", id, " (",
-          kept.empty() ? "there is none"
-                       : absl::StrCat("the scheduler keeps ",
-                                      absl::StrJoin(kept, ", ")),
+          kept.empty()
+              ? "there is none"
+              : absl::StrCat("the scheduler keeps ", absl::StrJoin(kept, ", ")),
           ")")));
     }
     if (restoring_ != 0) {
@@ -622,7 +630,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Barrier(grpc::ServerContext* ctx, const proto::BarrierRequest* req,
+  grpc::Status Barrier(grpc::ServerContext* ctx,
+                       const proto::BarrierRequest* req,
                        proto::BarrierReply* reply) override {
     if (absl::Status s = CheckBarrierRequest(*req, options_.max_nodes);
         !s.ok()) {
@@ -634,36 +643,35 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     absl::MutexLock lock(&mu_);
     if (!barriers_.contains(req->name()) &&
         static_cast<int>(barriers_.size()) >= options_.max_nodes) {
-      return Err(absl::ResourceExhaustedError(absl::StrCat(
-          "barrier '", req->name(), "': ", barriers_.size(),
-          " barriers are open already")));
+      return Err(absl::ResourceExhaustedError(
+          absl::StrCat("barrier '", req->name(), "': ", barriers_.size(),
+                       " barriers are open already")));
     }
     // A barrier of all the job's workers (JobMember::Barrier) does not wait
     // for ranks the job goes on without: those the backup workers absorb
     // and those retired (--on_worker_loss=continue). That can change while
     // it waits.
     const proto::NodeInfo* caller = FindNode(req->node_id());
-    const bool job_barrier = caller != nullptr &&
-                             caller->role() == proto::WORKER &&
-                             req->count() == static_cast<uint32_t>(clocks_.size());
-    auto complete = [&](const BarrierState& state)
-                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (!job_barrier) return state.arrived.size() >= req->count();
-      // Arrivals of ranks given up since do not count twice.
-      int arrived = 0;
-      for (NodeId n : state.arrived) {
-        auto r = rank_of_.find(n);
-        arrived += r == rank_of_.end() || !(roster_.lost(r->second) ||
-                                            roster_.retired(r->second));
-      }
-      return arrived >= std::max<int>(1, static_cast<int>(req->count()) -
-                                             roster_.NotWaitedFor());
-    };
+    const bool job_barrier =
+        caller != nullptr && caller->role() == proto::WORKER &&
+        req->count() == static_cast<uint32_t>(clocks_.size());
+    auto complete =
+        [&](const BarrierState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          if (!job_barrier) return state.arrived.size() >= req->count();
+          // Arrivals of ranks given up since do not count twice.
+          int arrived = 0;
+          for (NodeId n : state.arrived) {
+            auto r = rank_of_.find(n);
+            arrived += r == rank_of_.end() ||
+                       !(roster_.lost(r->second) || roster_.retired(r->second));
+          }
+          return arrived >= std::max<int>(1, static_cast<int>(req->count()) -
+                                                 roster_.NotWaitedFor());
+        };
     BarrierState& b = barriers_[req->name()];
     const uint64_t generation = b.generation;
     b.arrived.insert(req->node_id());
-    auto release = [&](BarrierState& state)
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto release = [&](BarrierState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       state.arrived.clear();
       state.generation++;
       ForgetBarrierIfIdle(req->name());  // `state` may be gone from here on
@@ -692,15 +700,16 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       after.arrived.erase(req->node_id());
       const size_t arrived = after.arrived.size() + 1;
       ForgetBarrierIfIdle(req->name());
-      return Err(absl::DeadlineExceededError(absl::StrCat(
-          "barrier '", req->name(), "': ", arrived, " of ", req->count(),
-          " arrived in time")));
+      return Err(absl::DeadlineExceededError(
+          absl::StrCat("barrier '", req->name(), "': ", arrived, " of ",
+                       req->count(), " arrived in time")));
     }
     // Woken without the barrier released: the job failed (or stops).
     const bool released_now = after.generation != generation;
     if (!released_now) after.arrived.erase(req->node_id());
     ForgetBarrierIfIdle(req->name());  // `after` may be gone from here on
-    if (stopping_) return Err(absl::UnavailableError("scheduler shutting down"));
+    if (stopping_)
+      return Err(absl::UnavailableError("scheduler shutting down"));
     if (!released_now) return Err(roster_.failure());
     reply->set_arrived(req->count());
     return grpc::Status::OK;
@@ -734,15 +743,16 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                 const proto::NodeInfo* node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int size = clocks_.size();
-    const auto old = node == nullptr ? rank_of_.end() : rank_of_.find(node->id());
+    const auto old =
+        node == nullptr ? rank_of_.end() : rank_of_.find(node->id());
     int want = -1;
     if (req.has_requested_rank()) {
       want = req.requested_rank();
       if (want < 0 || want >= size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "register: worker '", req.name(), "' asks for rank ", want,
-            ", outside the job's ranks [0, ", size,
-            ") (num_workers + backup_workers)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("register: worker '", req.name(), "' asks for rank ",
+                         want, ", outside the job's ranks [0, ", size,
+                         ") (num_workers + backup_workers)"));
       }
       if (old != rank_of_.end() && old->second != want) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -753,16 +763,16 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       want = old->second;
     } else if (node != nullptr) {
       // Its rank went to another worker meanwhile.
-      return absl::AlreadyExistsError(absl::StrCat(
-          "register: worker '", req.name(),
-          "' lost its rank to another worker while it was dead"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("register: worker '", req.name(),
+                       "' lost its rank to another worker while it was dead"));
     } else {
       for (int r = 0; r < size && want < 0; ++r) {
         if (!rank_holder_.contains(r)) want = r;
       }
       if (want < 0) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "register: the job has ", size, " workers already"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("register: the job has ", size, " workers already"));
       }
     }
     const auto held = rank_holder_.find(want);
@@ -795,11 +805,13 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<const proto::NodeInfo*> out;
     for (const auto& n : map_.nodes()) {
-      if (n.role() == proto::SERVER && n.state() == proto::ALIVE) out.push_back(&n);
+      if (n.role() == proto::SERVER && n.state() == proto::ALIVE)
+        out.push_back(&n);
     }
     return out;
   }
-  void RecordApplied(NodeId id, Epoch epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void RecordApplied(NodeId id, Epoch epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     applied_[id] = std::max(applied_[id], epoch);
   }
   void BumpEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -836,10 +848,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (spec->sync_workers() != 0 || spec->num_workers() != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("table '", spec->name(), "': follows the job's policy (",
-                       options_.policy.ToString(),
-                       ") but sets sync_workers ", spec->sync_workers(),
-                       " and num_workers ", spec->num_workers(),
-                       " itself; leave both 0"));
+                       options_.policy.ToString(), ") but sets sync_workers ",
+                       spec->sync_workers(), " and num_workers ",
+                       spec->num_workers(), " itself; leave both 0"));
     }
     spec->set_sync_workers(options_.policy.sync_workers());
     spec->set_num_workers(options_.policy.tracked_workers());
@@ -848,8 +859,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
 
   // The existing table named like `spec` (nullptr if none); kAlreadyExists
   // if its spec differs (ids aside).
-  absl::StatusOr<const proto::TableMap*> FindTable(const proto::TableSpec& spec)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::StatusOr<const proto::TableMap*> FindTable(
+      const proto::TableSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const auto& t : map_.tables()) {
       if (t.spec().name() != spec.name()) continue;
       proto::TableSpec existing = t.spec();
@@ -883,23 +894,23 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
     // An existing table: OK once every server has it (an identical
     // declaration still pending waits for its outcome).
-    auto existing_reply = [&](const proto::TableMap* t)
-                              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      const TableId id = t->spec().id();
-      if (auto p = pending_.find(id); p != pending_.end()) {
-        std::shared_ptr<PendingTable> pending = p->second;
-        DP_RETURN_IF_ERROR(AwaitDeclared(*pending, deadline));
-      }
-      const proto::TableMap* now = FindTableById(id);
-      if (now == nullptr) {
-        return absl::AbortedError(absl::StrCat(
-            "create table '", spec.name(), "': removed meanwhile; retry"));
-      }
-      *reply->mutable_spec() = now->spec();
-      reply->set_epoch(published_.epoch());
-      reply->set_created(false);
-      return absl::OkStatus();
-    };
+    auto existing_reply =
+        [&](const proto::TableMap* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          const TableId id = t->spec().id();
+          if (auto p = pending_.find(id); p != pending_.end()) {
+            std::shared_ptr<PendingTable> pending = p->second;
+            DP_RETURN_IF_ERROR(AwaitDeclared(*pending, deadline));
+          }
+          const proto::TableMap* now = FindTableById(id);
+          if (now == nullptr) {
+            return absl::AbortedError(absl::StrCat(
+                "create table '", spec.name(), "': removed meanwhile; retry"));
+          }
+          *reply->mutable_spec() = now->spec();
+          reply->set_epoch(published_.epoch());
+          reply->set_created(false);
+          return absl::OkStatus();
+        };
     {
       DP_ASSIGN_OR_RETURN(const proto::TableMap* t, FindTable(spec));
       if (t != nullptr) return existing_reply(t);
@@ -913,10 +924,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     if (stopping_) return absl::UnavailableError("scheduler shutting down");
     std::vector<const proto::NodeInfo*> servers = AliveServers();
     if (static_cast<int>(servers.size()) < need) {
-      return absl::UnavailableError(absl::StrCat(
-          "create table '", spec.name(), "': ", servers.size(),
-          " live servers after ", absl::FormatDuration(timeout), ", need ",
-          need));
+      return absl::UnavailableError(
+          absl::StrCat("create table '", spec.name(), "': ", servers.size(),
+                       " live servers after ", absl::FormatDuration(timeout),
+                       ", need ", need));
     }
     // The lock was released while waiting: someone may have declared it.
     {
@@ -929,8 +940,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     for (const auto* s : servers) {
       absl::flat_hash_set<std::string> has(s->plugin_handlers().begin(),
                                            s->plugin_handlers().end());
-      plugins.erase(std::remove_if(plugins.begin(), plugins.end(),
-                                   [&](const std::string& p) { return !has.contains(p); }),
+      plugins.erase(std::remove_if(
+                        plugins.begin(), plugins.end(),
+                        [&](const std::string& p) { return !has.contains(p); }),
                     plugins.end());
     }
     DP_RETURN_IF_ERROR(ValidateTableSpec(spec, plugins));
@@ -960,9 +972,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     pending->epoch = epoch;
     pending->waiting = ring;
     pending_[spec.id()] = pending;
-    DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
-                 << table->ranges_size() << " ranges, " << options_.replicas
-                 << " holders each, epoch " << epoch;
+    DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id()
+                 << ") over " << table->ranges_size() << " ranges, "
+                 << options_.replicas << " holders each, epoch " << epoch;
     // Servers see the table once it is on disk here: a restarted scheduler
     // never gives its id to another table. (`table` may move meanwhile.)
     DP_RETURN_IF_ERROR(AwaitDurable(Commit()), "create table '", spec.name(),
@@ -1001,7 +1013,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     std::vector<NodeId> out;
     for (NodeId id : p.waiting) {
       const proto::NodeInfo* n = FindNode(id);
-      if (n != nullptr && n->state() == proto::ALIVE && applied_[id] < p.epoch) {
+      if (n != nullptr && n->state() == proto::ALIVE &&
+          applied_[id] < p.epoch) {
         out.push_back(id);
       }
     }
@@ -1032,16 +1045,15 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   void TableFailed(NodeId node, const proto::TableFailure& f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const proto::NodeInfo* n = FindNode(node);
-    const std::string server =
-        absl::StrCat("server ", node, " ('", n == nullptr ? "" : n->name(),
-                     "')");
+    const std::string server = absl::StrCat(
+        "server ", node, " ('", n == nullptr ? "" : n->name(), "')");
     const absl::Status why(static_cast<absl::StatusCode>(f.code()),
                            Printable(f.message(), kMaxFailureMessageBytes));
     if (auto p = pending_.find(f.table_id()); p != pending_.end()) {
       std::shared_ptr<PendingTable> pending = p->second;
       pending->failure = Annotate(
-          why, absl::StrCat("table '", pending->name, "' not created: ",
-                            server, " cannot create it"));
+          why, absl::StrCat("table '", pending->name, "' not created: ", server,
+                            " cannot create it"));
       Resolve(*pending);
       RemoveTable(f.table_id());
       BumpEpoch();
@@ -1052,8 +1064,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
     if (FindTableById(f.table_id()) == nullptr) return;  // removed already
     if (!refused_.insert({node, f.table_id()}).second) return;
-    DP_LOG(WARNING) << server << " cannot hold table " << f.table_id()
-                    << ": " << why;
+    DP_LOG(WARNING) << server << " cannot hold table " << f.table_id() << ": "
+                    << why;
     if (DropCatchingUp(&map_, f.table_id(), node)) {
       RefillWithinRoom();
       BumpEpoch();
@@ -1111,11 +1123,11 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                 const proto::NodeInfo* same) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (same == nullptr && map_.nodes_size() >= options_.max_nodes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "register '", req.name(), "': the cluster lists ",
-          map_.nodes_size(), " nodes, at most ", options_.max_nodes,
-          " (dead ones are forgotten after ",
-          absl::FormatDuration(options_.forget_dead_after), ")"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("register '", req.name(), "': the cluster lists ",
+                       map_.nodes_size(), " nodes, at most ",
+                       options_.max_nodes, " (dead ones are forgotten after ",
+                       absl::FormatDuration(options_.forget_dead_after), ")"));
     }
     proto::NodeInfo entry;
     entry.set_id(next_node_id_);
@@ -1131,8 +1143,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     const size_t now = map_.ByteSizeLong();
     const size_t old = same == nullptr ? 0 : same->ByteSizeLong();
     return CheckMapGrowth(absl::StrCat("register '", req.name(), "'"),
-                          now - std::min(now, old),
-                          entry.ByteSizeLong() + 16, options_.max_map_bytes);
+                          now - std::min(now, old), entry.ByteSizeLong() + 16,
+                          options_.max_map_bytes);
   }
 
   // A clock call for `rank` from `node`: the rank exists and `node` holds
@@ -1141,9 +1153,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
                                int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (rank < 0 || rank >= clocks_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": rank ", rank, " outside the job's ranks [0, ",
-          clocks_.size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": rank ", rank, " outside the job's ranks [0, ",
+                       clocks_.size(), ")"));
     }
     const auto holder = rank_holder_.find(rank);
     if (holder != rank_holder_.end() && holder->second == node &&
@@ -1156,9 +1168,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       held = absl::StrCat("node ", holder->second, " ('",
                           h == nullptr ? "" : h->name(), "') holds it");
     }
-    return absl::PermissionDeniedError(absl::StrCat(
-        what, ": node ", node, " does not hold rank ", rank, " (", held,
-        "); a worker reports only its own clock"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, ": node ", node, " does not hold rank ", rank, " (",
+                     held, "); a worker reports only its own clock"));
   }
 
   // What is left of a call's deadline (long when it has none).
@@ -1282,9 +1294,10 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       roster_.Lost(rank, name, how, absl::Now());
       if (roster_.lost(rank)) {
         DP_LOG(WARNING) << "worker '" << name << "' (rank " << rank
-                        << ", clock " << clocks_.clock(rank) << ") lost: "
-                        << how << "; waiting up to "
-                        << absl::FormatDuration(options_.worker_loss.replace_timeout)
+                        << ", clock " << clocks_.clock(rank)
+                        << ") lost: " << how << "; waiting up to "
+                        << absl::FormatDuration(
+                               options_.worker_loss.replace_timeout)
                         << " for a replacement";
       }
     }
@@ -1349,8 +1362,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       auto* nodes = map_.mutable_nodes();
       for (int i = 0; i < nodes->size(); ++i) {
         if (nodes->Get(i).id() != id) continue;
-        DP_LOG(INFO) << proto::NodeRole_Name(nodes->Get(i).role()) << " "
-                     << id << " ('" << nodes->Get(i).name()
+        DP_LOG(INFO) << proto::NodeRole_Name(nodes->Get(i).role()) << " " << id
+                     << " ('" << nodes->Get(i).name()
                      << "') silent for long: forgotten";
         nodes->erase(nodes->begin() + i);
         break;
@@ -1462,9 +1475,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10));
     if (durable_version_ >= v) return absl::OkStatus();
     if (stopping_) return absl::UnavailableError("scheduler shutting down");
-    return absl::UnavailableError(absl::StrCat(
-        "the scheduler cannot write its state to ", options_.state_dir, ": ",
-        store_error_.ToString()));
+    return absl::UnavailableError(
+        absl::StrCat("the scheduler cannot write its state to ",
+                     options_.state_dir, ": ", store_error_.ToString()));
   }
 
   proto::SchedulerState Snapshot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -1547,7 +1560,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     rolled_back_.insert(state->rolled_back_workers().begin(),
                         state->rolled_back_workers().end());
     for (const std::string& b : state->passed_barriers()) {
-      if (passed_barriers_.size() < kMaxPassedBarriers) passed_barriers_.insert(b);
+      if (passed_barriers_.size() < kMaxPassedBarriers)
+        passed_barriers_.insert(b);
     }
     roster_.Import(state->roster());
     for (const auto& t : state->pending_tables()) {
@@ -1598,15 +1612,15 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     }
     version_ = durable_version_ = 1;
     published_ = map_;
-    DP_LOG(INFO) << "recovered state from " << options_.state_dir
-                 << ": epoch " << map_.epoch() << ", " << map_.nodes_size()
-                 << " nodes, " << map_.tables_size() << " tables, "
-                 << manifests_.size() << " checkpoints"
+    DP_LOG(INFO) << "recovered state from " << options_.state_dir << ": epoch "
+                 << map_.epoch() << ", " << map_.nodes_size() << " nodes, "
+                 << map_.tables_size() << " tables, " << manifests_.size()
+                 << " checkpoints"
                  << (manifests_.empty()
                          ? std::string()
                          : absl::StrCat(" (newest ", manifests_.back().id(),
-                                        " at clock ",
-                                        manifests_.back().clock(), ")"))
+                                        " at clock ", manifests_.back().clock(),
+                                        ")"))
                  << ", gating clock " << clocks_.GatingClock()
                  << (restoring_ != 0
                          ? absl::StrCat("; resuming the restore of checkpoint ",
@@ -1902,9 +1916,9 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       }
       BumpEpoch();
       restore_epoch_ = map_.epoch();
-      DP_LOG(INFO) << "restore of checkpoint " << id << " (clock "
-                   << m.clock() << ") over " << names.size()
-                   << " servers, epoch " << restore_epoch_;
+      DP_LOG(INFO) << "restore of checkpoint " << id << " (clock " << m.clock()
+                   << ") over " << names.size() << " servers, epoch "
+                   << restore_epoch_;
       if (!AwaitDurable(Commit()).ok()) return;  // tried again next round
     }
     // 3. Each server loads its ranges, in parallel.
@@ -1930,8 +1944,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
         return;
       }
       if (results[i].ok()) continue;
-      DP_LOG(ERROR) << "restore of checkpoint " << id << " failed: "
-                    << results[i];
+      DP_LOG(ERROR) << "restore of checkpoint " << id
+                    << " failed: " << results[i];
       const proto::CheckpointManifest* older = nullptr;
       for (const auto& other : manifests_) {
         if (other.id() < id) older = &other;
@@ -1977,8 +1991,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
     proto::RestoreRequest req;
     req.set_checkpoint_id(m.id());
     for (const auto& r : RangesOf(m, name)) *req.add_ranges() = r;
-    const absl::Duration timeout = std::max(absl::Minutes(10),
-                                            options_.checkpoint_timeout);
+    const absl::Duration timeout =
+        std::max(absl::Minutes(10), options_.checkpoint_timeout);
     req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
     while (true) {
       std::string address;
@@ -2035,8 +2049,8 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
   // When the handovers under way began (CancelSlowHandOvers).
   absl::Time handover_started_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Nodes reported unreachable: since when, and why.
-  absl::flat_hash_map<NodeId, std::pair<absl::Time, std::string>>
-      suspect_since_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<NodeId, std::pair<absl::Time, std::string>> suspect_since_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NodeId, Epoch> applied_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
   static constexpr size_t kMaxPassedBarriers = 64;
@@ -2086,8 +2100,7 @@ class SchedulerImpl final : public Scheduler, public proto::Scheduler::Service {
       ABSL_GUARDED_BY(mu_);
   // (server, table) pairs the server reported it cannot hold: never chosen
   // as a backup for that table (until the server registers again).
-  absl::flat_hash_set<std::pair<NodeId, TableId>> refused_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::pair<NodeId, TableId>> refused_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -84,12 +84,12 @@
 // heartbeat from a DEAD node, a worker name that asks for a rank other than
 // its own, a rank given up (--on_worker_loss=continue), or a clock moving
 // back or beyond the policy's bound; kAborted once the job failed for a
-// lost worker (above); kUnavailable when CreateTable finds fewer than min_servers alive servers
-// within its timeout, or the scheduler is shutting down; kDeadlineExceeded
-// when CreateTable's servers do not all acknowledge the new epoch in time
-// (the table stays declared, pending: a server's later failure report still
-// removes it) or a Barrier times out; a server's own code (e.g.
-// kInvalidArgument, kResourceExhausted) when it could not create the
+// lost worker (above); kUnavailable when CreateTable finds fewer than
+// min_servers alive servers within its timeout, or the scheduler is shutting
+// down; kDeadlineExceeded when CreateTable's servers do not all acknowledge the
+// new epoch in time (the table stays declared, pending: a server's later
+// failure report still removes it) or a Barrier times out; a server's own code
+// (e.g. kInvalidArgument, kResourceExhausted) when it could not create the
 // table.
 //
 // State (scheduler/state_store.h): with `state_dir`, nodes, tables, the

@@ -59,10 +59,10 @@ INSTANTIATE_TEST_SUITE_P(Signals, SchedulerProcessTest,
 TEST(SchedulerLogLevelTest, MinLogLevelFiltersAndIsChecked) {
   const std::string dir = TestTmpDir();
   const std::string address_file = dir + "/scheduler_address_quiet";
-  Subprocess quiet({RunfilePath("scheduler/ps_scheduler"),
-                    "--listen=127.0.0.1:0", "--address_file=" + address_file,
-                    "--minloglevel=2"},
-                   dir + "/ps_scheduler_quiet.log");
+  Subprocess quiet(
+      {RunfilePath("scheduler/ps_scheduler"), "--listen=127.0.0.1:0",
+       "--address_file=" + address_file, "--minloglevel=2"},
+      dir + "/ps_scheduler_quiet.log");
   ASSERT_OK(quiet.Start());
   ASSERT_OK(WaitForFile(address_file, absl::Seconds(10)));
   quiet.Signal(SIGTERM);
@@ -76,10 +76,10 @@ TEST(SchedulerLogLevelTest, MinLogLevelFiltersAndIsChecked) {
   EXPECT_FALSE(absl::StrContains(quiet.LogTail(), "stopped"))
       << quiet.LogTail();
 
-  Subprocess loud({RunfilePath("scheduler/ps_scheduler"),
-                   "--listen=127.0.0.1:0", "--minloglevel=0",
-                   "--address_file=" + address_file + "_loud"},
-                  dir + "/ps_scheduler_loud.log");
+  Subprocess loud(
+      {RunfilePath("scheduler/ps_scheduler"), "--listen=127.0.0.1:0",
+       "--minloglevel=0", "--address_file=" + address_file + "_loud"},
+      dir + "/ps_scheduler_loud.log");
   ASSERT_OK(loud.Start());
   ASSERT_OK(WaitForFile(address_file + "_loud", absl::Seconds(10)));
   loud.Signal(SIGTERM);
@@ -87,8 +87,8 @@ TEST(SchedulerLogLevelTest, MinLogLevelFiltersAndIsChecked) {
   EXPECT_TRUE(absl::StrContains(loud.LogTail(), "serving on"))
       << loud.LogTail();
 
-  Subprocess bad({RunfilePath("scheduler/ps_scheduler"),
-                  "--listen=127.0.0.1:0", "--minloglevel=7"},
+  Subprocess bad({RunfilePath("scheduler/ps_scheduler"), "--listen=127.0.0.1:0",
+                  "--minloglevel=7"},
                  dir + "/ps_scheduler_bad_level.log");
   ASSERT_OK(bad.Start());
   auto bad_status = bad.Wait(absl::Seconds(10));

@@ -62,7 +62,8 @@ TEST_F(SchedulerTest, MembershipEpochsAndDeath) {
   auto map = client_->GetClusterMap();
   ASSERT_OK(map);
   EXPECT_EQ(map->epoch(), 2u);
-  EXPECT_THAT(client_->Heartbeat(999, 0), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(client_->Heartbeat(999, 0),
+              StatusIs(absl::StatusCode::kNotFound));
   proto::RegisterRequest dup;
   dup.set_role(proto::SERVER);
   dup.set_name("a");
@@ -275,11 +276,13 @@ TEST_F(SchedulerTest, BarrierReleasesWhenCountArrivesAndIsReusable) {
 TEST_F(SchedulerTest, WatchDeliversNewMaps) {
   std::atomic<Epoch> seen{0};
   std::thread watcher([&] {
-    (void)client_->Watch(0, 0, [&](const proto::ClusterMap& m) { seen = m.epoch(); });
+    (void)client_->Watch(0, 0,
+                         [&](const proto::ClusterMap& m) { seen = m.epoch(); });
   });
   RegisterServer("w1");
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (seen.load() < 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  while (seen.load() < 1 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(10));
   EXPECT_GE(seen.load(), 1u);
   client_->CancelWatch();
   watcher.join();
@@ -673,9 +676,8 @@ TEST_F(SchedulerTest, BarrierTimeoutRemovesTheNode) {
   EXPECT_THAT(client_->Barrier("t", 2, 2, absl::Milliseconds(100)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
   // The same node arriving twice counts once.
-  std::thread first([&] {
-    EXPECT_OK(client_->Barrier("t", 1, 2, absl::Seconds(5)));
-  });
+  std::thread first(
+      [&] { EXPECT_OK(client_->Barrier("t", 1, 2, absl::Seconds(5))); });
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_OK(client_->Barrier("t", 2, 2, absl::Seconds(5)));
   first.join();
@@ -718,9 +720,8 @@ TEST_F(SchedulerTest, WatchStartsAfterKnownEpoch) {
 }
 
 TEST_F(SchedulerTest, ShutdownEndsWaitsPromptly) {
-  std::thread watcher([&] {
-    (void)client_->Watch(0, 0, [](const proto::ClusterMap&) {});
-  });
+  std::thread watcher(
+      [&] { (void)client_->Watch(0, 0, [](const proto::ClusterMap&) {}); });
   absl::Status barrier;
   std::thread waiter(
       [&] { barrier = client_->Barrier("never", 1, 2, absl::Seconds(30)); });
@@ -793,7 +794,8 @@ TEST_F(SchedulerRankTest, GrantsExactlyTheRequestedRank) {
   EXPECT_EQ(picked.rank(), 1);
   EXPECT_THAT(Worker("one-too-many", {}),
               StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(Worker("job-3-a", 3), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Worker("job-3-a", 3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Worker("job-minus", -1),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // Rank 2's holder is alive: a second pod of index 2 is refused.

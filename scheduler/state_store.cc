@@ -23,10 +23,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   auto db = storage::Database::Open(dir, {});
   if (!db.ok()) {
     if (db.status().code() == absl::StatusCode::kFailedPrecondition) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state dir ", dir,
-          " is in use: another ps_scheduler is running on it (",
-          db.status().message(), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("state dir ", dir,
+                       " is in use: another ps_scheduler is running on it (",
+                       db.status().message(), ")"));
     }
     return Annotate(db.status(), absl::StrCat("open state dir ", dir));
   }
@@ -67,18 +67,18 @@ absl::StatusOr<std::vector<proto::CheckpointManifest>>
 StateStore::LoadManifests() {
   std::vector<proto::CheckpointManifest> out;
   absl::Status bad;
-  DP_RETURN_IF_ERROR(db_->Scan(kManifest, [&](absl::string_view k,
-                                              absl::string_view v) {
-    proto::CheckpointManifest m;
-    if (!m.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-      bad = absl::DataLossError(absl::StrCat(
-          "state dir ", dir(), ": unreadable checkpoint manifest ",
-          storage::ReadBigEndian64(k.substr(sizeof(kManifest) - 1))));
-      return false;
-    }
-    out.push_back(std::move(m));
-    return true;
-  }));
+  DP_RETURN_IF_ERROR(
+      db_->Scan(kManifest, [&](absl::string_view k, absl::string_view v) {
+        proto::CheckpointManifest m;
+        if (!m.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+          bad = absl::DataLossError(absl::StrCat(
+              "state dir ", dir(), ": unreadable checkpoint manifest ",
+              storage::ReadBigEndian64(k.substr(sizeof(kManifest) - 1))));
+          return false;
+        }
+        out.push_back(std::move(m));
+        return true;
+      }));
   DP_RETURN_IF_ERROR(bad);
   return out;
 }

@@ -29,8 +29,8 @@ absl::Status ValidateTableShape(const proto::TableSpec& spec) {
     return BadSpec(spec, "a dense table needs num_keys >= 1");
   }
   if (spec.kind() == proto::SPARSE && spec.num_keys() != 0) {
-    return BadSpec(spec,
-                   "a sparse table spans the whole key space; leave num_keys 0");
+    return BadSpec(
+        spec, "a sparse table spans the whole key space; leave num_keys 0");
   }
   if (spec.vectors_size() > 0) {
     // Named vectors exist for server-side algebra over contiguous ranges.
@@ -38,9 +38,9 @@ absl::Status ValidateTableShape(const proto::TableSpec& spec) {
       return BadSpec(spec, "named vectors need a dense table");
     }
     if (spec.vectors_size() > kMaxTableVectors) {
-      return BadSpec(spec, absl::StrCat(spec.vectors_size(),
-                                        " named vectors, at most ",
-                                        kMaxTableVectors));
+      return BadSpec(
+          spec, absl::StrCat(spec.vectors_size(), " named vectors, at most ",
+                             kMaxTableVectors));
     }
     absl::flat_hash_set<std::string> names;
     for (const std::string& v : spec.vectors()) {

@@ -45,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::Status shape = ValidateTableShape(spec);
   const absl::Status full = ValidateTableSpec(spec, plugins);
   // The full check starts with the shape.
-  if (!shape.ok() && full != shape) Fail("shape and full checks disagree", full, spec);
+  if (!shape.ok() && full != shape)
+    Fail("shape and full checks disagree", full, spec);
   if (!full.ok()) {
     if (full.code() != absl::StatusCode::kInvalidArgument &&
         full.code() != absl::StatusCode::kNotFound) {
@@ -53,8 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  if (spec.name().empty() || spec.width() < 1 || spec.width() > kMaxTableWidth ||
-      spec.vectors_size() > kMaxTableVectors) {
+  if (spec.name().empty() || spec.width() < 1 ||
+      spec.width() > kMaxTableWidth || spec.vectors_size() > kMaxTableVectors) {
     Fail("accepted a spec out of bounds", full, spec);
   }
   // What the servers will build (server/internal/table_shard.cc).

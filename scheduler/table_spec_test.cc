@@ -63,9 +63,8 @@ TEST(TableSpecTest, BadShapesAreNamed) {
       [](proto::TableSpec& s) { s.set_width(kMaxTableWidth + 1); });
   add("a dense table needs num_keys >= 1",
       [](proto::TableSpec& s) { s.set_num_keys(0); });
-  add("a sparse table spans the whole key space", [](proto::TableSpec& s) {
-    s.set_kind(proto::SPARSE);
-  });
+  add("a sparse table spans the whole key space",
+      [](proto::TableSpec& s) { s.set_kind(proto::SPARSE); });
   add("named vectors need a dense table", [](proto::TableSpec& s) {
     s.set_kind(proto::SPARSE);
     s.set_num_keys(0);
@@ -109,7 +108,8 @@ TEST(TableSpecTest, BadShapesAreNamed) {
   for (const Case& c : cases) {
     const absl::Status s = ValidateTableShape(c.spec);
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << c.why;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("table '" + c.spec.name() + "'"))
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("table '" + c.spec.name() + "'"))
         << c.why;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.why));
     // The full check fails the same way.

@@ -9,8 +9,8 @@ absl::StatusOr<WorkerLossOptions::OnLoss> WorkerLossOptions::ParseOnLoss(
     const std::string& name) {
   if (name == "stop") return OnLoss::kStop;
   if (name != "continue") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--on_worker_loss=", name, ": must be stop or continue"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--on_worker_loss=", name, ": must be stop or continue"));
   }
   return OnLoss::kContinue;
 }

@@ -47,9 +47,9 @@ TEST(WorkerRosterTest, StopFailsTheJobNamingTheWorkerAfterTheBound) {
   EXPECT_OK(roster.failure());
   EXPECT_TRUE(roster.Check(kT0 + absl::Seconds(10)).empty());
   EXPECT_THAT(roster.failure(), StatusIs(absl::StatusCode::kAborted));
-  EXPECT_THAT(std::string((roster.failure()).message()), AllOf(HasSubstr("'w1' (rank 1)"),
-                             HasSubstr("missed heartbeats"),
-                             HasSubstr("--on_worker_loss=stop")));
+  EXPECT_THAT(std::string((roster.failure()).message()),
+              AllOf(HasSubstr("'w1' (rank 1)"), HasSubstr("missed heartbeats"),
+                    HasSubstr("--on_worker_loss=stop")));
 }
 
 TEST(WorkerRosterTest, ReplacementWithinTheBoundKeepsTheJob) {
@@ -72,8 +72,10 @@ TEST(WorkerRosterTest, ContinueRetiresTheRankForGood) {
   EXPECT_FALSE(roster.lost(2));
   EXPECT_OK(roster.failure());
   EXPECT_TRUE(roster.Check(kT0 + absl::Seconds(20)).empty());  // once
-  EXPECT_THAT(roster.Replaced(2), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(std::string(absl::Status(roster.Replaced(2)).message()), HasSubstr("went on without it"));
+  EXPECT_THAT(roster.Replaced(2),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(absl::Status(roster.Replaced(2)).message()),
+              HasSubstr("went on without it"));
   roster.Lost(2, "w2", "again", kT0);  // retired: no longer tracked
   EXPECT_FALSE(roster.lost(2));
 }
@@ -89,7 +91,8 @@ TEST(WorkerRosterTest, BackupWorkersAbsorbLossesUpToB) {
   roster.Lost(2, "w2", "missed heartbeats", kT0 + absl::Hours(1));
   roster.Check(kT0 + absl::Hours(1) + absl::Seconds(1));
   EXPECT_THAT(roster.failure(), StatusIs(absl::StatusCode::kAborted));
-  EXPECT_THAT(std::string((roster.failure()).message()), HasSubstr("'w0' (rank 0)"));
+  EXPECT_THAT(std::string((roster.failure()).message()),
+              HasSubstr("'w0' (rank 0)"));
 }
 
 TEST(WorkerRosterTest, FinishedWorkersAreNotLost) {
@@ -122,7 +125,8 @@ TEST(WorkerRosterTest, ExportedAndImportedItGoesOnWhereItWas) {
   EXPECT_TRUE(again.lost(2));
   EXPECT_TRUE(again.finished(3));
   EXPECT_FALSE(again.lost(0));
-  EXPECT_THAT(again.Replaced(1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(again.Replaced(1),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(again.Check(kT0 + absl::Seconds(13)).empty());
   EXPECT_THAT(again.Check(kT0 + absl::Seconds(14)), ElementsAre(2));
 

@@ -11,9 +11,9 @@ namespace sdk_internal {
 
 extern void* const kKeepInLibrary[];
 void* const kKeepInLibrary[] = {
-    reinterpret_cast<void*>(&Client::Connect),      // client/client.cc
-    reinterpret_cast<void*>(&ClusterAuth::FromFile),  // common/auth.cc
-    reinterpret_cast<void*>(&JobMember::Join),        // client/job_member.cc
+    reinterpret_cast<void*>(&Client::Connect),           // client/client.cc
+    reinterpret_cast<void*>(&ClusterAuth::FromFile),     // common/auth.cc
+    reinterpret_cast<void*>(&JobMember::Join),           // client/job_member.cc
     reinterpret_cast<void*>(&ConsistencyPolicy::Parse),  // consistency/
 };
 

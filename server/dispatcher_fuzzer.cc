@@ -116,7 +116,8 @@ proto::ClusterMap BaseMap() {
   AddRange(t, 0, 50, kOther);
   AddRange(t, 50, 100, kSelf);
   t = AddTable(&map, kTables[1], "sparse", "sgd");
-  (*t->mutable_spec()->mutable_handler()->mutable_params())["learning_rate"] = 0.5;
+  (*t->mutable_spec()->mutable_handler()->mutable_params())["learning_rate"] =
+      0.5;
   t->mutable_spec()->mutable_init()->set_kind(proto::InitializerSpec::NORMAL);
   t->mutable_spec()->mutable_init()->set_stddev(0.1f);
   AddRange(t, 0, kKeySpaceEnd, kSelf);
@@ -162,8 +163,7 @@ proto::ClusterMap NextMap(const proto::ClusterMap& current, FuzzInput& in) {
                                 current.epoch() - 1}));
   const int edits = static_cast<int>(in.IntInRange(0, 3));
   for (int i = 0; i < edits && map.tables_size() > 0; ++i) {
-    const int index =
-        static_cast<int>(in.IntInRange(0, map.tables_size() - 1));
+    const int index = static_cast<int>(in.IntInRange(0, map.tables_size() - 1));
     proto::TableMap* t = map.mutable_tables(index);
     switch (in.IntInRange(0, 4)) {
       case 0:  // flip an owner
@@ -189,7 +189,8 @@ proto::ClusterMap NextMap(const proto::ClusterMap& current, FuzzInput& in) {
         map.mutable_tables()->DeleteSubrange(index, 1);
         break;
       default:  // change its shape under the same id
-        t->mutable_spec()->set_width(static_cast<uint32_t>(in.IntInRange(0, 5)));
+        t->mutable_spec()->set_width(
+            static_cast<uint32_t>(in.IntInRange(0, 5)));
         break;
     }
   }
@@ -216,11 +217,13 @@ Request MakeRequest(FuzzInput& in, Epoch epoch, uint64_t id) {
   h.set_request_id(id);
   h.set_op(static_cast<proto::Op>(in.IntInRange(0, 8)));
   const size_t t = in.IntInRange(0, std::size(kTables));
-  const TableDef def = t < std::size(kTables) ? kTables[t]
-                                              : TableDef{in.Raw<TableId>(), 1, false, 1};
+  const TableDef def = t < std::size(kTables)
+                           ? kTables[t]
+                           : TableDef{in.Raw<TableId>(), 1, false, 1};
   h.set_table_id(def.id);
   h.set_epoch(in.Pick<Epoch>({epoch, epoch, epoch + 1, epoch - 1, 0}));
-  h.set_width(in.Bool() ? def.width : static_cast<uint32_t>(in.IntInRange(0, 5)));
+  h.set_width(in.Bool() ? def.width
+                        : static_cast<uint32_t>(in.IntInRange(0, 5)));
   h.set_vector_id(in.Bool() ? 0 : static_cast<uint32_t>(in.IntInRange(0, 4)));
   if (in.Bool()) {
     h.set_worker_clock(in.Pick<int64_t>({-1, 0, 1, 2, 3}));
@@ -244,7 +247,8 @@ Request MakeRequest(FuzzInput& in, Epoch epoch, uint64_t id) {
   h.set_num_keys(in.Bool() ? rows : in.IntInRange(0, 100));
   if (h.op() == proto::VECTOR) {
     proto::VectorCommand* c = h.mutable_vector_command();
-    c->set_update(static_cast<proto::VectorCommand::Update>(in.IntInRange(0, 6)));
+    c->set_update(
+        static_cast<proto::VectorCommand::Update>(in.IntInRange(0, 6)));
     c->set_dst(static_cast<uint32_t>(in.IntInRange(0, 4)));
     c->set_a(static_cast<uint32_t>(in.IntInRange(0, 4)));
     c->set_b(static_cast<uint32_t>(in.IntInRange(0, 4)));
@@ -309,11 +313,10 @@ void Deliver(Dispatcher& dispatcher, BufferPool& pool,
     if (reply.values.size() != 0) Fail("a write replied with values", h);
     return;
   }
-  const uint64_t rows = h.is_range()
-                            ? (h.range_end() > h.range_begin()
-                                   ? h.range_end() - h.range_begin()
-                                   : 0)
-                            : request.keys.size();
+  const uint64_t rows = h.is_range() ? (h.range_end() > h.range_begin()
+                                            ? h.range_end() - h.range_begin()
+                                            : 0)
+                                     : request.keys.size();
   if (reply.values.size() != rows * h.width() * sizeof(float)) {
     Fail("a read replied " + std::to_string(reply.values.size()) +
              " bytes for " + std::to_string(rows) + " rows of width " +
@@ -350,7 +353,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<std::string> bytes;
         std::vector<transport_internal::Frame> frames;
         for (size_t i = 0; i < count; ++i) bytes.push_back(in.String(512));
-        for (const std::string& b : bytes) frames.push_back({b.data(), b.size()});
+        for (const std::string& b : bytes)
+          frames.push_back({b.data(), b.size()});
         Deliver(dispatcher, pool, frames);
         break;
       }

@@ -79,9 +79,8 @@ int main(int argc, char** argv) {
       static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mb)) << 20;
   options.plugin_paths = absl::GetFlag(FLAGS_handler_plugins);
   const int64_t zero_copy_kb = absl::GetFlag(FLAGS_zero_copy_min_kb);
-  options.zero_copy_min_bytes = zero_copy_kb < 0
-                                    ? SIZE_MAX
-                                    : static_cast<size_t>(zero_copy_kb) << 10;
+  options.zero_copy_min_bytes =
+      zero_copy_kb < 0 ? SIZE_MAX : static_cast<size_t>(zero_copy_kb) << 10;
   options.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   const int64_t max_table_bytes = absl::GetFlag(FLAGS_max_table_bytes);
@@ -113,7 +112,8 @@ int main(int argc, char** argv) {
       static_cast<uint64_t>(
           std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_disk_full_after_mb)))
       << 20;
-  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  const absl::Duration grace =
+      absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   const absl::Duration start_wait =
       absl::Seconds(absl::GetFlag(FLAGS_shutdown_checkpoint_wait_s));
   downpour::MetricsRegistry metrics;

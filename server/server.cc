@@ -67,8 +67,7 @@ class AdminService final : public proto::ServerAdmin::Service {
     if (c == nullptr) return NotRegistered();
     return ToGrpcStatus(c->DropCheckpoints(*req));
   }
-  grpc::Status Restore(grpc::ServerContext*,
-                       const proto::RestoreRequest* req,
+  grpc::Status Restore(grpc::ServerContext*, const proto::RestoreRequest* req,
                        proto::RestoreReply* reply) override {
     Checkpointer* c = checkpointer_.load();
     if (c == nullptr) return NotRegistered();
@@ -110,8 +109,7 @@ class ServerEnv final : public server_internal::ReplicationEnv {
                   PeerDone done) override {
     // The reply arrives on the peer client's I/O thread; the replicator
     // wants it on the data thread.
-    peers_->Send(endpoint, std::move(request),
-                 absl::Now() + absl::Seconds(10),
+    peers_->Send(endpoint, std::move(request), absl::Now() + absl::Seconds(10),
                  [data = data_, done = std::move(done)](
                      const absl::Status& s, const IncomingMessage* reply) {
                    auto header = std::make_shared<proto::DataHeader>();
@@ -208,8 +206,7 @@ class ServerImpl final : public Server {
  public:
   explicit ServerImpl(const ServerOptions& options)
       : options_(options),
-        scheduler_(options.scheduler_address, absl::Seconds(10),
-                   options.auth),
+        scheduler_(options.scheduler_address, absl::Seconds(10), options.auth),
         incarnation_(RandomIncarnation()) {}
   ~ServerImpl() override { Shutdown(); }
 
@@ -218,9 +215,9 @@ class ServerImpl final : public Server {
   NodeId id() const override { return id_; }
   const std::string& data_endpoint() const override { return endpoint_; }
   std::string admin_address() const override {
-    return absl::StrCat(options_.advertise_host.empty() ? "127.0.0.1"
-                                                        : options_.advertise_host,
-                        ":", admin_port_);
+    return absl::StrCat(
+        options_.advertise_host.empty() ? "127.0.0.1" : options_.advertise_host,
+        ":", admin_port_);
   }
 
   absl::Status Wait() override {
@@ -259,11 +256,10 @@ class ServerImpl final : public Server {
     // Not ready: Kubernetes stops sending it new clients, while the job's
     // own keep working until the checkpoint is written.
     if (admin_health_ != nullptr) admin_health_->SetReady(false);
-    DP_LOG(INFO) << "stopping: waiting up to "
-                 << absl::FormatDuration(grace)
+    DP_LOG(INFO) << "stopping: waiting up to " << absl::FormatDuration(grace)
                  << " for the scheduler's last checkpoint";
-    const bool done = checkpointer_->AwaitCheckpointAfter(since, start_wait,
-                                                          grace);
+    const bool done =
+        checkpointer_->AwaitCheckpointAfter(since, start_wait, grace);
     DP_LOG(INFO) << (done ? "last checkpoint complete"
                           : "no last checkpoint came");
     return done;
@@ -385,9 +381,9 @@ absl::Status ServerImpl::Init() {
   admin_ = std::move(started.server);
   admin_port_ = started.port;
 
-  DP_ASSIGN_OR_RETURN(proto::RegisterReply reply,
-                      scheduler_.Register(RegisterRequest(),
-                                          options_.connect_timeout));
+  DP_ASSIGN_OR_RETURN(
+      proto::RegisterReply reply,
+      scheduler_.Register(RegisterRequest(), options_.connect_timeout));
   id_ = reply.node_id();
   SetLogTag(absl::StrCat("server ", id_));
   if (reply.heartbeat_interval_ms() > 0) {
@@ -399,12 +395,11 @@ absl::Status ServerImpl::Init() {
   peer_options.max_message_bytes = options_.max_message_bytes;
   peer_options.auth = options_.auth;
   DP_ASSIGN_OR_RETURN(peers_, DataClient::Create(peer_options, &pool_));
-  env_ = std::make_unique<ServerEnv>(data_.get(), peers_.get(), &scheduler_,
-                                     id_);
-  dispatcher_ = std::make_unique<Dispatcher>(id_, options_.max_message_bytes,
-                                             &pool_, &plugins_, pins,
-                                             env_.get(),
-                                             options_.max_table_bytes);
+  env_ =
+      std::make_unique<ServerEnv>(data_.get(), peers_.get(), &scheduler_, id_);
+  dispatcher_ = std::make_unique<Dispatcher>(
+      id_, options_.max_message_bytes, &pool_, &plugins_, pins, env_.get(),
+      options_.max_table_bytes);
   server_internal::DataThread thread;
   thread.post = [data = data_.get()](std::function<void()> fn) {
     data->Post(std::move(fn));
@@ -421,8 +416,8 @@ absl::Status ServerImpl::Init() {
                << ", admin 127.0.0.1:" << admin_port_;
 
   data_->Start([d = dispatcher_.get(), c = checkpointer_.get(),
-                 data = data_.get(), stats = request_stats_.get()](
-                    const IncomingMessage& req, OutgoingReply* rep) {
+                data = data_.get(), stats = request_stats_.get()](
+                   const IncomingMessage& req, OutgoingReply* rep) {
     // Two clock reads and a few relaxed atomic adds, only with metrics on.
     const int64_t start = stats != nullptr ? absl::GetCurrentTimeNanos() : 0;
     // Empty (no allocation) unless a BSP step answers PushPulls that were
@@ -435,11 +430,9 @@ absl::Status ServerImpl::Init() {
     for (DeferredReply& r : released) data->SendDeferred(std::move(r));
     if (stats != nullptr) {
       const proto::DataHeader& h = req.header;
-      const bool replica =
-          h.replication().kind() != proto::Replication::NONE;
+      const bool replica = h.replication().kind() != proto::Replication::NONE;
       stats->Record(replica ? kReplicationOp : static_cast<uint32_t>(h.op()),
-                    replica ? 0 : h.table_id(),
-                    rep->header.status_code() != 0,
+                    replica ? 0 : h.table_id(), rep->header.status_code() != 0,
                     absl::GetCurrentTimeNanos() - start);
     }
   });
@@ -511,7 +504,8 @@ void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {
   while (!installed->WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
     if (stop_.HasBeenNotified()) return;
   }
-  if (!status->ok()) DP_LOG(ERROR) << "epoch " << map.epoch() << ": " << *status;
+  if (!status->ok())
+    DP_LOG(ERROR) << "epoch " << map.epoch() << ": " << *status;
   // Heartbeats report an epoch as applied too, which the scheduler takes as
   // "every table created": with failures, only once the scheduler has
   // heard of them.

@@ -152,9 +152,8 @@ void WriteServerMetrics(bool ready, const proto::ServerStats& stats,
     w->Counter("downpour_table_pin_copies_total",
                "Writes that copied a range because a reply stayed unsent", l,
                static_cast<double>(t.pin_copies()));
-    w->Gauge("downpour_table_pinned_replies",
-             "Zero-copy replies not yet sent", l,
-             static_cast<double>(t.pinned_replies()));
+    w->Gauge("downpour_table_pinned_replies", "Zero-copy replies not yet sent",
+             l, static_cast<double>(t.pinned_replies()));
   }
 }
 

@@ -64,8 +64,8 @@ absl::StatusOr<proto::CheckpointPart> CheckpointStore::ReadPart(uint64_t id) {
   absl::StatusOr<std::string> bytes = db_->Get(PartKey(id));
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint ", id, " is not complete in ", db_->path()));
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", id, " is not complete in ", db_->path()));
     }
     return bytes.status();
   }
@@ -79,19 +79,18 @@ absl::StatusOr<proto::CheckpointPart> CheckpointStore::ReadPart(uint64_t id) {
 
 absl::StatusOr<std::vector<uint64_t>> CheckpointStore::FinishedParts() {
   std::vector<uint64_t> ids;
-  DP_RETURN_IF_ERROR(db_->Scan(kPart, [&](absl::string_view k,
-                                          absl::string_view) {
-    if (k.size() == sizeof(kPart) - 1 + 8) {
-      ids.push_back(ReadBigEndian64(k.substr(sizeof(kPart) - 1)));
-    }
-    return true;
-  }));
+  DP_RETURN_IF_ERROR(
+      db_->Scan(kPart, [&](absl::string_view k, absl::string_view) {
+        if (k.size() == sizeof(kPart) - 1 + 8) {
+          ids.push_back(ReadBigEndian64(k.substr(sizeof(kPart) - 1)));
+        }
+        return true;
+      }));
   return ids;
 }
 
 absl::Status CheckpointStore::ReadChunks(
-    uint64_t id, uint32_t table, uint64_t range_begin,
-    uint64_t expected_chunks,
+    uint64_t id, uint32_t table, uint64_t range_begin, uint64_t expected_chunks,
     const std::function<absl::Status(const StoredChunk&)>& fn) {
   const std::string prefix = RangePrefix(id, table, range_begin);
   const std::string where =
@@ -102,8 +101,8 @@ absl::Status CheckpointStore::ReadChunks(
   DP_RETURN_IF_ERROR(db_->Scan(prefix, [&](absl::string_view k,
                                            absl::string_view v) {
     auto bad = [&](absl::string_view why) {
-      status = absl::DataLossError(
-          absl::StrCat(where, ", chunk ", next, ": ", why));
+      status =
+          absl::DataLossError(absl::StrCat(where, ", chunk ", next, ": ", why));
       return false;
     };
     if (k.size() != prefix.size() + 8 ||

@@ -60,7 +60,8 @@ std::vector<float> ReadRange(CheckpointStore& store, uint64_t id,
   std::vector<float> out;
   EXPECT_OK(store.ReadChunks(id, table, 0, chunks, [&](const StoredChunk& c) {
     out.insert(out.end(), c.data.begin(), c.data.end());
-    if (keys != nullptr) keys->insert(keys->end(), c.keys.begin(), c.keys.end());
+    if (keys != nullptr)
+      keys->insert(keys->end(), c.keys.begin(), c.keys.end());
     return absl::OkStatus();
   }));
   return out;
@@ -84,11 +85,10 @@ TEST(CheckpointStoreTest, APartReadsBackExactly) {
   EXPECT_EQ(ReadRange(store, 5, 4, 1, &keys), (std::vector<float>{99, 98}));
   EXPECT_EQ(keys, (std::vector<uint64_t>{uint64_t{1} << 60, 7}));
   // A chunk count that disagrees with what is stored is data loss.
-  EXPECT_THAT(store.ReadChunks(5, 3, 0, 3,
-                               [](const StoredChunk&) {
-                                 return absl::OkStatus();
-                               }),
-              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(
+      store.ReadChunks(5, 3, 0, 3,
+                       [](const StoredChunk&) { return absl::OkStatus(); }),
+      StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(CheckpointStoreTest, AnUnfinishedPartIsAbsentAndDropsRemoveParts) {
@@ -98,7 +98,8 @@ TEST(CheckpointStoreTest, AnUnfinishedPartIsAbsentAndDropsRemoveParts) {
   ASSERT_OK(WritePart(store, 1, 0));
   ASSERT_OK(WritePart(store, 2, 10));
   // Rows of a third checkpoint whose part record was never written.
-  ASSERT_OK(store.WriteChunk(3, 3, 0, 0, Info(0, 1), {}, std::vector<float>{1}));
+  ASSERT_OK(
+      store.WriteChunk(3, 3, 0, 0, Info(0, 1), {}, std::vector<float>{1}));
   EXPECT_THAT(store.ReadPart(3), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_OK_AND_ASSIGN(std::vector<uint64_t> ids, store.FinishedParts());
   EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2}));
@@ -118,9 +119,9 @@ TEST(CheckpointStoreTest, AnUnfinishedPartIsAbsentAndDropsRemoveParts) {
 TEST(CheckpointStoreTest, AFullDiskFailsThePartAndKeepsThePreviousOne) {
   const std::string dir = FreshDir("full");
   {
-    ASSERT_OK_AND_ASSIGN(auto db,
-                         Database::Open(dir, {.bulk = true,
-                                              .fail_after_bytes = 2 << 20}));
+    ASSERT_OK_AND_ASSIGN(
+        auto db,
+        Database::Open(dir, {.bulk = true, .fail_after_bytes = 2 << 20}));
     CheckpointStore store(db.get());
     ASSERT_OK(WritePart(store, 1, 0));
     std::vector<float> big(1 << 18, 1.5f);  // 1 MiB per chunk

@@ -5,8 +5,8 @@
 #include <system_error>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
@@ -52,8 +52,7 @@ class BudgetFileSystem final : public rocksdb::FileSystemWrapper {
  private:
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> f,
-         std::atomic<int64_t>* left)
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<int64_t>* left)
         : FSWritableFileOwnerWrapper(std::move(f)), left_(left) {}
     rocksdb::IOStatus Append(const rocksdb::Slice& data,
                              const rocksdb::IOOptions& o,
@@ -109,9 +108,9 @@ void WriteBatch::Put(absl::string_view key,
   slices.reserve(parts.size());
   for (absl::string_view p : parts) slices.push_back(S(p));
   rocksdb::Slice k = S(key);
-  rep_->batch.Put(rocksdb::SliceParts(&k, 1),
-                  rocksdb::SliceParts(slices.data(),
-                                      static_cast<int>(slices.size())));
+  rep_->batch.Put(
+      rocksdb::SliceParts(&k, 1),
+      rocksdb::SliceParts(slices.data(), static_cast<int>(slices.size())));
 }
 
 void WriteBatch::Delete(absl::string_view key) { rep_->batch.Delete(S(key)); }
@@ -196,14 +195,14 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
     if (ec) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot create the folder ", path, ": ", ec.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create the folder ", path, ": ", ec.message()));
     }
   }
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s =
-      o.read_only ? rocksdb::DB::OpenForReadOnly(options, path, &db)
-                  : rocksdb::DB::Open(options, path, &db);
+  rocksdb::Status s = o.read_only
+                          ? rocksdb::DB::OpenForReadOnly(options, path, &db)
+                          : rocksdb::DB::Open(options, path, &db);
   if (!s.ok()) {
     const std::string text = s.ToString();
     if (absl::StrContains(text, "lock") || absl::StrContains(text, "LOCK")) {
@@ -293,8 +292,7 @@ absl::Status Database::Flush() {
   return Convert(&s, "sync log");
 }
 
-absl::Status Database::Reclaim(absl::string_view begin,
-                               absl::string_view end) {
+absl::Status Database::Reclaim(absl::string_view begin, absl::string_view end) {
   rocksdb::Slice b = S(begin), e = S(end);
   // Whole files inside the range go at once.
   rocksdb::Status s = rocksdb::DeleteFilesInRange(

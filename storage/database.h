@@ -122,7 +122,8 @@ class Database {
  private:
   struct Rep;
   Database(std::string path, std::unique_ptr<Rep> rep);
-  absl::Status Convert(const void* rocksdb_status, absl::string_view what) const;
+  absl::Status Convert(const void* rocksdb_status,
+                       absl::string_view what) const;
 
   const std::string path_;
   std::unique_ptr<Rep> rep_;

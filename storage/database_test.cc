@@ -75,9 +75,9 @@ TEST(DatabaseTest, ReadOnlyOpenOfAMissingDatabaseFails) {
 TEST(DatabaseTest, AFullDiskFailsWritesWithResourceExhausted) {
   const std::string dir = FreshDir("full");
   // Room for the database's own files and a little more.
-  ASSERT_OK_AND_ASSIGN(auto db,
-                       Database::Open(dir, {.bulk = true,
-                                            .fail_after_bytes = 256 << 10}));
+  ASSERT_OK_AND_ASSIGN(
+      auto db,
+      Database::Open(dir, {.bulk = true, .fail_after_bytes = 256 << 10}));
   ASSERT_OK(db->Put("small", "kept", {.sync = true}));
   const std::string big(64 << 10, 'x');
   absl::Status s;
@@ -94,8 +94,8 @@ TEST(DatabaseTest, AFullDiskFailsWritesWithResourceExhausted) {
 }
 
 TEST(DatabaseTest, ReclaimDeletesTheRange) {
-  ASSERT_OK_AND_ASSIGN(auto db, Database::Open(FreshDir("reclaim"),
-                                               {.bulk = true}));
+  ASSERT_OK_AND_ASSIGN(auto db,
+                       Database::Open(FreshDir("reclaim"), {.bulk = true}));
   for (int i = 0; i < 10; ++i) {
     ASSERT_OK(db->Put(absl::StrCat("r/", i), std::string(1000, 'a' + i),
                       {.wal = false}));

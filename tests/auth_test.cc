@@ -3,6 +3,8 @@
 // refuse, with a clear error and without any change of state, a client
 // without it, one with another secret, a raw data-plane peer, unauthenticated
 // admin calls and a worker daemon given the wrong secret.
+#include "common/auth.h"
+
 #include <sys/wait.h>
 
 #include <fstream>
@@ -12,7 +14,6 @@
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
-#include "common/auth.h"
 #include "common/buffer_pool.h"
 #include "common/grpc_channel.h"
 #include "common/subprocess.h"
@@ -229,21 +230,21 @@ TEST_F(AuthTest, ControlPlaneCallsNeedTheToken) {
     hctx.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(5));
     grpc::health::v1::HealthCheckResponse health;
-    EXPECT_TRUE(grpc::health::v1::Health::NewStub(channel)
-                    ->Check(&hctx, grpc::health::v1::HealthCheckRequest(),
-                            &health)
-                    .ok());
+    EXPECT_TRUE(
+        grpc::health::v1::Health::NewStub(channel)
+            ->Check(&hctx, grpc::health::v1::HealthCheckRequest(), &health)
+            .ok());
   }
 }
 
 TEST_F(AuthTest, WorkerDaemonWithAWrongSecretExitsWithTheReason) {
   const std::string dir = TestTmpDir() + "/auth";
   const std::string wrong = WriteSecret(dir + "/wrong.secret");
-  Subprocess worker({RunfilePath("worker/ps_worker"),
-                     "--scheduler=" + cluster_->scheduler_address(),
-                     "--name=intruder", "--model=softmax", "--steps=5",
-                     "--cluster_secret_file=" + wrong},
-                    dir + "/intruder.log");
+  Subprocess worker(
+      {RunfilePath("worker/ps_worker"),
+       "--scheduler=" + cluster_->scheduler_address(), "--name=intruder",
+       "--model=softmax", "--steps=5", "--cluster_secret_file=" + wrong},
+      dir + "/intruder.log");
   ASSERT_OK(worker.Start());
   ASSERT_OK_AND_ASSIGN(int status, worker.Wait(absl::Seconds(60)));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;

@@ -13,8 +13,8 @@
 
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/status_macros.h"
@@ -43,11 +43,16 @@ std::vector<std::unique_ptr<Subprocess>> StartWorkers(
     const std::string& log_tag) {
   std::vector<std::unique_ptr<Subprocess>> procs;
   for (int i = 0; i < kWorkers; ++i) {
-    std::vector<std::string> argv = {
-        RunfilePath("worker/ps_worker"), "--scheduler=" + scheduler,
-        absl::StrCat("--name=w", i), "--model=mlp",
-        absl::StrCat("--steps=", steps), "--batch=32", "--seed=7",
-        "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"};
+    std::vector<std::string> argv = {RunfilePath("worker/ps_worker"),
+                                     "--scheduler=" + scheduler,
+                                     absl::StrCat("--name=w", i),
+                                     "--model=mlp",
+                                     absl::StrCat("--steps=", steps),
+                                     "--batch=32",
+                                     "--seed=7",
+                                     "--eval_every=100000",
+                                     "--lr=0.05",
+                                     "--warmup_steps=5"};
     procs.push_back(std::make_unique<Subprocess>(
         argv, absl::StrCat(dir, "/worker-", i, log_tag, ".log")));
     EXPECT_OK(procs.back()->Start());
@@ -264,7 +269,8 @@ TEST(CheckpointTest, AServerThatComesBackRollsTheJobBackToTheCheckpoint) {
 // Values of the small dense table.
 std::vector<float> Values(uint64_t rows, uint32_t width, float scale) {
   std::vector<float> v(rows * width);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(i) - 3;
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = scale * static_cast<float>(i) - 3;
   return v;
 }
 
@@ -308,8 +314,8 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
     ASSERT_OK(client->PushSync(x, Keys::Range(0, 1000), g1));
   }
   std::vector<float> at_checkpoint(4000);
-  ASSERT_OK(client->GetSync(t, Keys::Range(0, 1000),
-                            absl::MakeSpan(at_checkpoint)));
+  ASSERT_OK(
+      client->GetSync(t, Keys::Range(0, 1000), absl::MakeSpan(at_checkpoint)));
   TableOptions sparse;
   sparse.name = "sparse";
   sparse.width = 3;
@@ -317,7 +323,7 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
   sparse.handler = "sum";
   ASSERT_OK_AND_ASSIGN(Table sp, client->CreateTable(sparse));
   const std::vector<Key> keys = {uint64_t{1} << 63, 5, uint64_t{1} << 40, 77};
-  const std::vector<float> sparse_values = {1, 2, 3, 4, 5, 6,
+  const std::vector<float> sparse_values = {1, 2, 3, 4,  5,  6,
                                             7, 8, 9, 10, 11, 12};
   ASSERT_OK(client->PutSync(sp, keys, sparse_values));
   ASSERT_OK_AND_ASSIGN(proto::CheckpointManifest first,
@@ -335,8 +341,8 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
   // Adam's second step, on the twin, after the checkpoint.
   ASSERT_OK(client->PushSync(twin, Keys::Range(0, 1000), g2));
   std::vector<float> second_step(4000);
-  ASSERT_OK(client->GetSync(twin, Keys::Range(0, 1000),
-                            absl::MakeSpan(second_step)));
+  ASSERT_OK(
+      client->GetSync(twin, Keys::Range(0, 1000), absl::MakeSpan(second_step)));
   auto failed = sched.Checkpoint(absl::Seconds(60));
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_TRUE(absl::StrContains(failed.status().message(), "disk is full"))
@@ -368,8 +374,8 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
   std::memcpy(got_keys.data(), sk.data.data(), sk.data.size());
   EXPECT_EQ(got_keys,
             (std::vector<Key>{5, 77, uint64_t{1} << 40, uint64_t{1} << 63}));
-  EXPECT_EQ(FloatsOf(sv), (std::vector<float>{4, 5, 6, 10, 11, 12, 7, 8, 9,
-                                              1, 2, 3}));
+  EXPECT_EQ(FloatsOf(sv),
+            (std::vector<float>{4, 5, 6, 10, 11, 12, 7, 8, 9, 1, 2, 3}));
   client.reset();
 
   // Everything dies; the restart restores the first checkpoint.
@@ -398,8 +404,8 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
   ASSERT_OK_AND_ASSIGN(Table t2, client->OpenTable("small"));
   ASSERT_OK(client->PushSync(t2, Keys::Range(0, 1000), g2));
   std::vector<float> second_again(4000);
-  ASSERT_OK(client->GetSync(t2, Keys::Range(0, 1000),
-                            absl::MakeSpan(second_again)));
+  ASSERT_OK(
+      client->GetSync(t2, Keys::Range(0, 1000), absl::MakeSpan(second_again)));
   EXPECT_EQ(CountDiffering(second_again, second_step), 0u);
   ASSERT_OK(client->PutSync(t2, Keys::Range(0, 1000), at_checkpoint));
   std::vector<float> sparse_back(12);
@@ -415,16 +421,16 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
   // through the ps_export binary the newest (the last one, at SIGTERM).
   const std::vector<std::string> dirs = {cluster->data_dir(0),
                                          cluster->data_dir(1)};
-  ASSERT_OK_AND_ASSIGN(ExportResult off,
-                       ExportFromCheckpoint(dirs, first.id(),
-                                            {"small", dir + "/off-small"}));
+  ASSERT_OK_AND_ASSIGN(
+      ExportResult off,
+      ExportFromCheckpoint(dirs, first.id(), {"small", dir + "/off-small"}));
   EXPECT_EQ(off.checkpoint, first.id());
   ASSERT_OK_AND_ASSIGN(NpyArray off_small, ReadNpy(off.files[0]));
   EXPECT_EQ(CountDiffering(FloatsOf(off_small), at_checkpoint), 0u);
-  Subprocess tool({RunfilePath("tools/ps_export"),
-                   "--data_dirs=" + dirs[0] + "," + dirs[1], "--table=sparse",
-                   "--out=" + dir + "/tool-sparse"},
-                  dir + "/ps_export.log");
+  Subprocess tool(
+      {RunfilePath("tools/ps_export"), "--data_dirs=" + dirs[0] + "," + dirs[1],
+       "--table=sparse", "--out=" + dir + "/tool-sparse"},
+      dir + "/ps_export.log");
   ASSERT_OK(tool.Start());
   ASSERT_OK_AND_ASSIGN(int st, tool.Wait(absl::Seconds(30)));
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << tool.LogTail();

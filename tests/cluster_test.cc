@@ -10,8 +10,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
-#include "common/test_util.h"
 #include "common/grpc_channel.h"
+#include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
@@ -26,8 +26,9 @@ LocalClusterOptions ClusterOptions(int servers, const std::string& dir) {
   o.work_dir = dir;
   o.num_servers = servers;
   o.scheduler_flags = {"--heartbeat_interval_ms=100", "--dead_after_ms=1000"};
-  o.server_flags = {"--max_message_mb=8", "--handler_plugins=" +
-                                              RunfilePath("handlers/libclipped_sgd.so")};
+  o.server_flags = {
+      "--max_message_mb=8",
+      "--handler_plugins=" + RunfilePath("handlers/libclipped_sgd.so")};
   return o;
 }
 
@@ -100,7 +101,8 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
   }
 
   // Phase 2: random adds and pushes (commutative), with pulls in between.
-  std::vector<std::vector<std::pair<Key, std::vector<float>>>> dense_log(kThreads),
+  std::vector<std::vector<std::pair<Key, std::vector<float>>>> dense_log(
+      kThreads),
       sparse_log(kThreads);
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -118,11 +120,13 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
                        : (rng() % 500) * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
         }
         std::vector<float> vals(n * w);
-        for (float& v : vals) v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+        for (float& v : vals)
+          v = static_cast<float>(static_cast<int>(rng() % 9) - 4);
         for (int j = 0; j < n; ++j) {
           auto& log = on_dense ? dense_log[t] : sparse_log[t];
-          log.emplace_back(keys[j], std::vector<float>(vals.begin() + j * w,
-                                                       vals.begin() + (j + 1) * w));
+          log.emplace_back(keys[j],
+                           std::vector<float>(vals.begin() + j * w,
+                                              vals.begin() + (j + 1) * w));
         }
         const Table& table = on_dense ? *d : *s;
         absl::Status st;
@@ -170,7 +174,8 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
     }
   }
   std::vector<float> got(kDenseKeys * kWidth);
-  ASSERT_OK(client_->GetSync(*d, Keys::Range(0, kDenseKeys), absl::MakeSpan(got)));
+  ASSERT_OK(
+      client_->GetSync(*d, Keys::Range(0, kDenseKeys), absl::MakeSpan(got)));
   EXPECT_EQ(got, ref_dense);
   std::vector<Key> skeys;
   std::vector<float> sref;
@@ -243,7 +248,8 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
       Table tv = t;
       tv.vector = v;
       std::vector<float> got(kN);
-      ASSERT_OK(client_->GetSync(tv, Keys::Range(0, kKeys), absl::MakeSpan(got)));
+      ASSERT_OK(
+          client_->GetSync(tv, Keys::Range(0, kKeys), absl::MakeSpan(got)));
       ASSERT_EQ(got, ref[v]) << what << ", vector " << v;
     }
   };
@@ -359,8 +365,8 @@ TEST_F(ClusterTest, BspPushPullWaitsForTheRound) {
     g1[i] = static_cast<float>(i % 5) + 0.5f;
   }
   std::vector<float> out0(n, -1), out1(n, -1), out2(n, -1);
-  const Ticket waiting = ranks[0]->PushPull(table, Keys::Range(0, 30), g0,
-                                            absl::MakeSpan(out0));
+  const Ticket waiting =
+      ranks[0]->PushPull(table, Keys::Range(0, 30), g0, absl::MakeSpan(out0));
   // Rank 1 has not pushed: the round is open and rank 0's reply waits.
   EXPECT_EQ(ranks[0]->Wait(waiting, absl::Milliseconds(300)).code(),
             absl::StatusCode::kDeadlineExceeded);
@@ -404,14 +410,18 @@ TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
     return out;
   };
   // A round not yet opened is an error, not a silent add.
-  EXPECT_THAT(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 0)),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(
+      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 0)),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_OK(open(1));
   const uint64_t dropped_before = client_->discarded_pushes();
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
+  ASSERT_OK(
+      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
   // A backup copy of task 7, and task 8 once.
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), twos, 1, 8)));
+  ASSERT_OK(
+      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
+  ASSERT_OK(
+      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), twos, 1, 8)));
   EXPECT_EQ(read(), std::vector<float>(1200, 3.0f));
   EXPECT_EQ(client_->discarded_pushes() - dropped_before, 3u);  // 3 servers
   // Sparse batches (a sparse gradient) are deduplicated the same way.
@@ -424,9 +434,11 @@ TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
   EXPECT_EQ(read(), expect);
   // The next round zeroes; a late add of round 1 is dropped.
   ASSERT_OK(open(2));
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 10)));
+  ASSERT_OK(
+      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 10)));
   EXPECT_EQ(read(), std::vector<float>(1200, 0.0f));
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 2, 7)));
+  ASSERT_OK(
+      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 2, 7)));
   EXPECT_EQ(read(), std::vector<float>(1200, 1.0f));
 }
 
@@ -448,7 +460,8 @@ TEST_F(ClusterTest, VectorErrorsAreClear) {
   c.set_a(0);
   c.set_begin(50);
   c.set_end(200);  // beyond the key space
-  EXPECT_THAT(client_->VectorOp(t, c), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client_->VectorOp(t, c),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Push applies the handler to the parameters only.
   ASSERT_OK_AND_ASSIGN(Table g, t.WithVector("g"));
   std::vector<float> v(10, 1.0f);
@@ -492,7 +505,8 @@ TEST_F(ClusterTest, ClientRejectsBadArgumentsWithClearErrors) {
               StatusIs(absl::StatusCode::kNotFound));
   // Same name, different spec.
   o.width = 3;
-  EXPECT_THAT(client_->CreateTable(o), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(client_->CreateTable(o),
+              StatusIs(absl::StatusCode::kAlreadyExists));
   o.width = 2;
   EXPECT_OK(client_->CreateTable(o));  // identical: fine
   o.name = "bad_handler";
@@ -556,7 +570,8 @@ TEST_F(ClusterTest, ServerRejectsBadRequestsOverTheWire) {
     std::vector<std::string> parts = {hb, keys, values};
     parts.resize(frames);
     for (int i = 0; i < frames; ++i) {
-      zmq_send(sock, parts[i].data(), parts[i].size(), i + 1 < frames ? ZMQ_SNDMORE : 0);
+      zmq_send(sock, parts[i].data(), parts[i].size(),
+               i + 1 < frames ? ZMQ_SNDMORE : 0);
     }
     proto::DataHeader reply;
     zmq_msg_t m;
@@ -593,22 +608,32 @@ TEST_F(ClusterTest, ServerRejectsBadRequestsOverTheWire) {
   };
   proto::DataHeader h = good;
   h.set_table_id(9999);
-  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))), absl::StatusCode::kNotFound);
-  EXPECT_EQ(code(request(good, keys_of({3}), floats_of({1, 1}))), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(code(request(good, keys_of({1}), floats_of({1, 1}))), absl::StatusCode::kAborted);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(code(request(good, keys_of({3}), floats_of({1, 1}))),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(code(request(good, keys_of({1}), floats_of({1, 1}))),
+            absl::StatusCode::kAborted);
   h = good;
   h.set_width(3);
-  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1, 1}))), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(request(good, keys_of({0}), floats_of({1}))), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1, 1}))),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, keys_of({0}), floats_of({1}))),
+            absl::StatusCode::kInvalidArgument);
   h = good;
   h.set_num_keys(2);
-  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))),
+            absl::StatusCode::kInvalidArgument);
   h = good;
   h.set_op(static_cast<proto::Op>(77));
-  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(request(good, keys_of({0}), "", 2)), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(request(good, "abc", floats_of({1, 1}))), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(request(good, keys_of({0}), "abcdef")), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(h, keys_of({0}), floats_of({1, 1}))),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, keys_of({0}), "", 2)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, "abc", floats_of({1, 1}))),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(request(good, keys_of({0}), "abcdef")),
+            absl::StatusCode::kInvalidArgument);
   // Over the server's 8 MiB limit (--max_message_mb=8).
   EXPECT_EQ(code(request(good, keys_of({0}), std::string(9 << 20, '\0'))),
             absl::StatusCode::kResourceExhausted);
@@ -640,13 +665,17 @@ TEST_F(ClusterTest, AdminStatsAndHealthService) {
     if (n.role() != proto::SERVER) continue;
     auto channel = NewGrpcChannel(n.admin_address(), ClusterAuth());
     grpc::ClientContext hctx;
-    hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    hctx.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
     grpc::health::v1::HealthCheckRequest hreq;
     grpc::health::v1::HealthCheckResponse hresp;
-    ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)->Check(&hctx, hreq, &hresp).ok());
+    ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)
+                    ->Check(&hctx, hreq, &hresp)
+                    .ok());
     EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
     grpc::ClientContext sctx;
-    sctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    sctx.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
     proto::ServerStats stats;
     ASSERT_TRUE(proto::ServerAdmin::NewStub(channel)
                     ->GetStats(&sctx, proto::StatsRequest(), &stats)
@@ -708,7 +737,8 @@ TEST(ClusterFailureTest, KilledServerIsDeclaredDead) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   std::vector<float> out(100);
-  absl::Status s = (*client)->GetSync(*t, Keys::Range(0, 100), absl::MakeSpan(out));
+  absl::Status s =
+      (*client)->GetSync(*t, Keys::Range(0, 100), absl::MakeSpan(out));
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("dead"));
   ASSERT_EQ(live_end - live_begin, 50u);

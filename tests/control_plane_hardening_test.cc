@@ -83,9 +83,9 @@ class ControlPlaneHardeningTest : public ::testing::Test {
     auto client = Client::Connect(co);
     ASSERT_OK(client);
     client_ = client->release();
-    stub_ = proto::Scheduler::NewStub(grpc::CreateChannel(
-                cluster_->scheduler_address(),
-                grpc::InsecureChannelCredentials()))
+    stub_ = proto::Scheduler::NewStub(
+                grpc::CreateChannel(cluster_->scheduler_address(),
+                                    grpc::InsecureChannelCredentials()))
                 .release();
   }
   static void TearDownTestSuite() {
@@ -300,9 +300,9 @@ TEST_F(ControlPlaneHardeningTest, RanksGoToTheJobAndClocksToTheirHolders) {
   // Another node's rank: refused, whatever the clock.
   absl::Status s = advance(b.node_id(), 0, future);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr(absl::StrCat("node ", b.node_id(),
-                                     " does not hold rank 0")));
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr(absl::StrCat("node ", b.node_id(), " does not hold rank 0")));
   EXPECT_THAT(advance(999999, 0, 1),
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(wait(b.node_id(), 0, 0),

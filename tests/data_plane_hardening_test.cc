@@ -146,7 +146,8 @@ TEST_F(DataPlaneHardeningTest, APutResetsTheRowsHandlerState) {
   }
   std::vector<float> healed(1), expected(1);
   ASSERT_OK(client_->GetSync(t, Keys::Range(0, 1), absl::MakeSpan(healed)));
-  ASSERT_OK(client_->GetSync(fresh, Keys::Range(0, 1), absl::MakeSpan(expected)));
+  ASSERT_OK(
+      client_->GetSync(fresh, Keys::Range(0, 1), absl::MakeSpan(expected)));
   EXPECT_FALSE(std::isnan(healed[0]));
   EXPECT_EQ(healed, expected);
   EXPECT_LT(healed[0], 2.0f);
@@ -199,7 +200,8 @@ TEST_F(DataPlaneHardeningTest, OversizeRequestsAreCutOrRefusedAtOnce) {
   std::vector<float> big(4096 * 256, 1.0f);
   ASSERT_OK(client_->PushSync(dense, Keys::Range(0, 4096), big));
   std::vector<float> row(256);
-  ASSERT_OK(client_->GetSync(dense, Keys::Range(4095, 4096), absl::MakeSpan(row)));
+  ASSERT_OK(
+      client_->GetSync(dense, Keys::Range(4095, 4096), absl::MakeSpan(row)));
   EXPECT_EQ(row, std::vector<float>(256, 1.0f));
   // A synced sparse batch is one message per range and clock: too large,
   // it fails at once instead of being dropped by the transport.
@@ -235,16 +237,18 @@ TEST_F(DataPlaneHardeningTest, AClockFromTheFutureIsRefusedAndBlocksNothing) {
   const std::vector<float> one(8, 1.0f);
   std::vector<float> out(8);
   client_->SetWorkerClock(0, int64_t{1} << 62);
-  absl::Status s = client_->PushPullSync(t, Keys::Range(0, 8), one,
-                                         absl::MakeSpan(out));
+  absl::Status s =
+      client_->PushPullSync(t, Keys::Range(0, 8), one, absl::MakeSpan(out));
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("ahead"));
   // The honest step 0 of both ranks completes and is applied once.
   client_->SetWorkerClock(0, 0);
-  Ticket first = client_->PushPull(t, Keys::Range(0, 8), one, absl::MakeSpan(out));
+  Ticket first =
+      client_->PushPull(t, Keys::Range(0, 8), one, absl::MakeSpan(out));
   std::vector<float> out1(8);
   client_->SetWorkerClock(1, 0);
-  ASSERT_OK(client_->PushPullSync(t, Keys::Range(0, 8), one, absl::MakeSpan(out1)));
+  ASSERT_OK(
+      client_->PushPullSync(t, Keys::Range(0, 8), one, absl::MakeSpan(out1)));
   ASSERT_OK(client_->Wait(first));
   client_->SetWorkerClock(0, -1);
   EXPECT_EQ(out, std::vector<float>(8, 1.0f));  // the mean of 1 and 1

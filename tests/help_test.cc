@@ -16,7 +16,7 @@ namespace downpour {
 namespace {
 
 struct Binary {
-  std::string path;  // in the runfiles
+  std::string path;                // in the runfiles
   std::vector<std::string> flags;  // each must be listed
 };
 
@@ -54,7 +54,8 @@ TEST_P(HelpTest, ListsItsOwnAndSharedFlags) {
   EXPECT_FALSE(absl::StrContains(out, "SetProgramUsageMessage")) << out;
   EXPECT_FALSE(absl::StrContains(out, "--flagfile")) << out;
   for (const std::string& flag : b.flags) {
-    EXPECT_TRUE(absl::StrContains(out, "    " + flag + " (")) << flag << " in\n" << out;
+    EXPECT_TRUE(absl::StrContains(out, "    " + flag + " (")) << flag << " in\n"
+                                                              << out;
   }
 }
 
@@ -81,8 +82,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "--worker_flags", "--servers", "--cluster_secret_file",
                 "--minloglevel", "--log_format"}},
         Binary{"tools/ps_demo",
-               {"--mode", "--compare", "--steps", "--momentum", "--lr_decay_from",
-                "--targets"}},
+               {"--mode", "--compare", "--steps", "--momentum",
+                "--lr_decay_from", "--targets"}},
         Binary{"tools/ps_keygen", {"--out"}},
         Binary{"bench/ps_bench", {"--bin_dir", "--depth", "--max_mb"}},
         Binary{"bench/lbfgs_bench", {"--iterations", "--tasks"}},

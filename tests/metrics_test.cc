@@ -103,7 +103,8 @@ class MetricsTest : public ::testing::Test {
                          "--dead_after_ms=1500"};
     o.server_flags = {"--metrics_listen=127.0.0.1:0"};
     ASSERT_OK_AND_ASSIGN(cluster_, LocalCluster::Start(o));
-    ASSERT_OK_AND_ASSIGN(scheduler_metrics_, MetricsAddress(cluster_->scheduler()));
+    ASSERT_OK_AND_ASSIGN(scheduler_metrics_,
+                         MetricsAddress(cluster_->scheduler()));
     for (int i = 0; i < 2; ++i) {
       ASSERT_OK_AND_ASSIGN(std::string a, MetricsAddress(cluster_->server(i)));
       server_metrics_.push_back(a);
@@ -133,8 +134,9 @@ class MetricsTest : public ::testing::Test {
 };
 
 TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
-  ASSERT_OK_AND_ASSIGN(auto client,
-                       Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
   TableOptions t;
   t.name = "w";
   t.width = 4;
@@ -151,8 +153,10 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
   EXPECT_EQ(SumOver(before, "downpour_server_requests_total",
                     {{"op", "PUSH"}, {"table", "w"}}),
             0);
-  const double bytes_in_before = SumOver(before, "downpour_server_received_bytes_total");
-  const double bytes_out_before = SumOver(before, "downpour_server_sent_bytes_total");
+  const double bytes_in_before =
+      SumOver(before, "downpour_server_received_bytes_total");
+  const double bytes_out_before =
+      SumOver(before, "downpour_server_sent_bytes_total");
   EXPECT_GT(SumOver(before, "process_resident_memory_bytes"), 0);
 
   constexpr int kPushes = 25, kPulls = 15;
@@ -161,12 +165,14 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
     ASSERT_OK(client->PushSync(table, Keys::Range(0, 1000), grads));
   }
   for (int i = 0; i < kPulls; ++i) {
-    ASSERT_OK(client->PullSync(table, Keys::Range(0, 1000), absl::MakeSpan(params)));
+    ASSERT_OK(
+        client->PullSync(table, Keys::Range(0, 1000), absl::MakeSpan(params)));
   }
   // A request the server refuses (a key outside the table), sent raw: the
   // SDK would refuse it itself.
-  ASSERT_OK_AND_ASSIGN(proto::ClusterMap map,
-                       SchedulerClient(cluster_->scheduler_address()).GetClusterMap());
+  ASSERT_OK_AND_ASSIGN(
+      proto::ClusterMap map,
+      SchedulerClient(cluster_->scheduler_address()).GetClusterMap());
   proto::DataHeader bad;
   bad.set_op(proto::PULL);
   bad.set_table_id(table.id);
@@ -180,46 +186,57 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
   ASSERT_EQ(after.size(), 2u);
   // Every operation on the whole key space is one request per server (one
   // range each).
-  const std::map<std::string, std::string> push = {{"op", "PUSH"}, {"table", "w"}};
-  const std::map<std::string, std::string> pull = {{"op", "PULL"}, {"table", "w"}};
-  EXPECT_EQ(SumOver(after, "downpour_server_requests_total", push), 2 * kPushes);
-  EXPECT_EQ(SumOver(after, "downpour_server_requests_total", pull), 2 * kPulls + 1);
+  const std::map<std::string, std::string> push = {{"op", "PUSH"},
+                                                   {"table", "w"}};
+  const std::map<std::string, std::string> pull = {{"op", "PULL"},
+                                                   {"table", "w"}};
+  EXPECT_EQ(SumOver(after, "downpour_server_requests_total", push),
+            2 * kPushes);
+  EXPECT_EQ(SumOver(after, "downpour_server_requests_total", pull),
+            2 * kPulls + 1);
   EXPECT_EQ(SumOver(after, "downpour_server_request_errors_total", pull), 1);
   EXPECT_EQ(SumOver(after, "downpour_server_request_errors_total", push), 0);
   // Every request is in its latency histogram, with some time on it.
-  EXPECT_EQ(SumOver(after, "downpour_server_request_duration_seconds_count", push),
-            2 * kPushes);
+  EXPECT_EQ(
+      SumOver(after, "downpour_server_request_duration_seconds_count", push),
+      2 * kPushes);
   EXPECT_EQ(SumOver(after, "downpour_server_request_duration_seconds_bucket",
                     {{"op", "PUSH"}, {"table", "w"}, {"le", "+Inf"}}),
             2 * kPushes);
-  EXPECT_GT(SumOver(after, "downpour_server_request_duration_seconds_sum", push), 0);
+  EXPECT_GT(
+      SumOver(after, "downpour_server_request_duration_seconds_sum", push), 0);
   EXPECT_LE(SumOver(after, "downpour_server_request_duration_seconds_bucket",
                     {{"op", "PUSH"}, {"table", "w"}, {"le", "1e-05"}}),
             2 * kPushes);
   // Bytes: at least the values pushed in and pulled out.
   const double value_bytes = 4000.0 * sizeof(float);
-  EXPECT_GE(SumOver(after, "downpour_server_received_bytes_total") - bytes_in_before,
-            kPushes * value_bytes);
-  EXPECT_GE(SumOver(after, "downpour_server_sent_bytes_total") - bytes_out_before,
-            kPulls * value_bytes);
+  EXPECT_GE(
+      SumOver(after, "downpour_server_received_bytes_total") - bytes_in_before,
+      kPushes * value_bytes);
+  EXPECT_GE(
+      SumOver(after, "downpour_server_sent_bytes_total") - bytes_out_before,
+      kPulls * value_bytes);
   // Replication: each primary forwarded each push to the other server,
   // which applied it as a backup, and nothing waits any more.
-  EXPECT_EQ(SumOver(after, "downpour_server_replication_forwarded_total"), 2 * kPushes);
+  EXPECT_EQ(SumOver(after, "downpour_server_replication_forwarded_total"),
+            2 * kPushes);
   EXPECT_EQ(SumOver(after, "downpour_server_replica_messages_applied_total"),
             2 * kPushes);
-  EXPECT_EQ(SumOver(after, "downpour_server_requests_total",
-                    {{"op", "REPLICATION"}}),
-            2 * kPushes);
+  EXPECT_EQ(
+      SumOver(after, "downpour_server_requests_total", {{"op", "REPLICATION"}}),
+      2 * kPushes);
   EXPECT_EQ(SumOver(after, "downpour_server_replication_held_writes"), 0);
   EXPECT_EQ(SumOver(after, "downpour_server_deferred_replies"), 0);
   EXPECT_EQ(after[0].types.at("downpour_server_requests_total"), "counter");
-  EXPECT_EQ(after[0].types.at("downpour_server_request_duration_seconds"), "histogram");
+  EXPECT_EQ(after[0].types.at("downpour_server_request_duration_seconds"),
+            "histogram");
   EXPECT_EQ(after[0].types.at("downpour_table_rows"), "gauge");
 }
 
 TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
-  ASSERT_OK_AND_ASSIGN(auto client,
-                       Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
   TableOptions t;
   t.name = "emb";
   t.width = 2;
@@ -232,7 +249,8 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
   reg.set_role(proto::WORKER);
   reg.set_name("w1");
   reg.set_requested_rank(1);
-  ASSERT_OK_AND_ASSIGN(proto::RegisterReply r, sched.Register(reg, absl::Seconds(10)));
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply r,
+                       sched.Register(reg, absl::Seconds(10)));
   proto::AdvanceClockRequest adv;
   adv.set_node_id(r.node_id());
   adv.set_rank(1);
@@ -244,9 +262,15 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
   ASSERT_OK(sched.AdvanceClock(adv).status());
 
   ASSERT_OK_AND_ASSIGN(ScrapedMetrics m, Scrape(scheduler_metrics_));
-  EXPECT_EQ(m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "ALIVE"}}), 2);
-  EXPECT_EQ(m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "DEAD"}}), 0);
-  EXPECT_EQ(m.Sum("downpour_cluster_nodes", {{"role", "WORKER"}, {"state", "ALIVE"}}), 1);
+  EXPECT_EQ(
+      m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "ALIVE"}}),
+      2);
+  EXPECT_EQ(
+      m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "DEAD"}}),
+      0);
+  EXPECT_EQ(
+      m.Sum("downpour_cluster_nodes", {{"role", "WORKER"}, {"state", "ALIVE"}}),
+      1);
   EXPECT_EQ(m.Sum("downpour_table_ranges", {{"table", "emb"}}), 2);
   EXPECT_EQ(m.Sum("downpour_table_backups", {{"table", "emb"}}), 2);
   EXPECT_EQ(m.Sum("downpour_table_ranges_lost", {{"table", "emb"}}), 0);
@@ -255,8 +279,10 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
   EXPECT_EQ(m.Sum("downpour_worker_examples_total", {{"rank", "1"}}), 448);
   EXPECT_EQ(m.Sum("downpour_worker_max_staleness", {{"rank", "1"}}), 2);
   EXPECT_EQ(m.Sum("downpour_worker_clock", {{"rank", "0"}}), 0);
-  EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}, {"state", "running"}}), 1);
-  EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}, {"state", "lost"}}), 0);
+  EXPECT_EQ(
+      m.Sum("downpour_worker_state", {{"rank", "1"}, {"state", "running"}}), 1);
+  EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}, {"state", "lost"}}),
+            0);
   EXPECT_EQ(m.Sum("downpour_worker_state", {{"rank", "1"}}), 1);
   EXPECT_EQ(m.Sum("downpour_job_gating_clock"), 0);  // rank 0 is at 0
   EXPECT_EQ(m.Sum("downpour_job_workers"), 2);
@@ -275,8 +301,12 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(m.Sum("downpour_cluster_promotions_total"), 1);
-  EXPECT_EQ(m.Sum("downpour_cluster_nodes_declared_dead_total", {{"role", "SERVER"}}), 1);
-  EXPECT_EQ(m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "DEAD"}}), 1);
+  EXPECT_EQ(
+      m.Sum("downpour_cluster_nodes_declared_dead_total", {{"role", "SERVER"}}),
+      1);
+  EXPECT_EQ(
+      m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "DEAD"}}),
+      1);
   EXPECT_EQ(m.Sum("downpour_table_ranges_unavailable", {{"table", "emb"}}), 0);
   EXPECT_EQ(m.Sum("downpour_table_backups", {{"table", "emb"}}), 0);
   EXPECT_GT(m.Sum("downpour_cluster_epoch"), epoch);

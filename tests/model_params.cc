@@ -20,13 +20,14 @@ absl::StatusOr<std::vector<float>> ReadModelParams(Client& client,
   return params;
 }
 
-size_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b) {
+size_t CountDiffering(const std::vector<float>& a,
+                      const std::vector<float>& b) {
   size_t differ = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
   }
-  return differ + (a.size() > b.size() ? a.size() - b.size()
-                                       : b.size() - a.size());
+  return differ +
+         (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
 }
 
 }  // namespace downpour

@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <deque>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -69,7 +69,8 @@ struct TableModel {
 
   std::vector<float>& Row(Key k) {
     auto it = rows.find(k);
-    if (it == rows.end()) it = rows.emplace(k, std::vector<float>(width, init)).first;
+    if (it == rows.end())
+      it = rows.emplace(k, std::vector<float>(width, init)).first;
     return it->second;
   }
   std::vector<float> Read(const std::vector<Key>& keys) const {
@@ -124,8 +125,8 @@ struct Shared {
   std::mutex mu;
 };
 
-std::string Describe(const char* op, const Table& t, const std::vector<Key>& keys,
-                     bool range) {
+std::string Describe(const char* op, const Table& t,
+                     const std::vector<Key>& keys, bool range) {
   if (range) {
     return absl::StrCat(op, " '", t.name, "' [", keys.front(), ", ",
                         keys.back() + 1, ")");
@@ -196,14 +197,16 @@ class Walker {
       std::vector<Key> keys(n);
       for (Key& k : keys) k = space.Pick(rng_, shared ? kClients : id_);
       std::vector<float> values(keys.size() * t.width);
-      for (float& v : values) v = static_cast<float>(static_cast<int>(rng_() % 9) - 4);
+      for (float& v : values)
+        v = static_cast<float>(static_cast<int>(rng_() % 9) - 4);
 
       if (shared) {
         // Commutative only, several in flight; folded into the shared model.
         const bool push = rng_() % 2 == 0;
         held.emplace_back(keys, values);
         const auto& [k, v] = held.back();
-        in_flight.push_back(push ? client_->Push(t, k, v) : client_->Add(t, k, v));
+        in_flight.push_back(push ? client_->Push(t, k, v)
+                                 : client_->Add(t, k, v));
         {
           std::lock_guard<std::mutex> lock(shared_[ti]->mu);
           shared_[ti]->model.Add(keys, values, push ? m.push_scale : 1.0);
@@ -265,8 +268,8 @@ class Walker {
           break;
       }
       if (!s.ok()) {
-        return Annotate(s, absl::StrCat("step ", step, ": ",
-                                        Describe(op, t, keys, false)));
+        return Annotate(
+            s, absl::StrCat("step ", step, ": ", Describe(op, t, keys, false)));
       }
       if (!expected.empty() && out != expected) {
         return absl::InternalError(absl::StrCat(
@@ -317,7 +320,8 @@ absl::Status VectorWalk(Client* client, const Table& table, uint64_t num_keys,
     switch (rng() % 4) {
       case 0: {  // put a range of one vector
         std::vector<float> vals(n);
-        for (float& x : vals) x = static_cast<float>(static_cast<int>(rng() % 9) - 4);
+        for (float& x : vals)
+          x = static_cast<float>(static_cast<int>(rng() % 9) - 4);
         what = Describe("put", view(v), bounds, true);
         s = client->PutSync(view(v), Keys::Range(begin, end), vals);
         std::copy(vals.begin(), vals.end(), ref[v].begin() + begin * w);
@@ -326,7 +330,8 @@ absl::Status VectorWalk(Client* client, const Table& table, uint64_t num_keys,
       case 1: {  // read it back
         std::vector<float> got(n);
         what = Describe("get", view(v), bounds, true);
-        s = client->GetSync(view(v), Keys::Range(begin, end), absl::MakeSpan(got));
+        s = client->GetSync(view(v), Keys::Range(begin, end),
+                            absl::MakeSpan(got));
         const std::vector<float> want(ref[v].begin() + begin * w,
                                       ref[v].begin() + end * w);
         if (s.ok() && got != want) {
@@ -362,8 +367,12 @@ absl::Status VectorWalk(Client* client, const Table& table, uint64_t num_keys,
         // rounded to float once, so the vectors match bit for bit.
         for (size_t i = begin * w; i < end * w; ++i) {
           switch (update) {
-            case VectorCommand::ZERO: dst[i] = 0; break;
-            case VectorCommand::COPY: dst[i] = a[i]; break;
+            case VectorCommand::ZERO:
+              dst[i] = 0;
+              break;
+            case VectorCommand::COPY:
+              dst[i] = a[i];
+              break;
             case VectorCommand::SCALE:
               dst[i] = static_cast<float>(c.alpha() * dst[i]);
               break;
@@ -389,7 +398,8 @@ absl::Status VectorWalk(Client* client, const Table& table, uint64_t num_keys,
         break;
       }
     }
-    if (!s.ok()) return Annotate(s, absl::StrCat("vector step ", step, ": ", what));
+    if (!s.ok())
+      return Annotate(s, absl::StrCat("vector step ", step, ": ", what));
   }
   // Every vector, whole.
   for (uint32_t v = 0; v < nv; ++v) {
@@ -397,7 +407,8 @@ absl::Status VectorWalk(Client* client, const Table& table, uint64_t num_keys,
     DP_RETURN_IF_ERROR(client->GetSync(view(v), Keys::Range(0, num_keys),
                                        absl::MakeSpan(got)));
     if (got != ref[v]) {
-      return absl::InternalError(absl::StrCat("vector ", v, " differs at the end"));
+      return absl::InternalError(
+          absl::StrCat("vector ", v, " differs at the end"));
     }
   }
   return absl::OkStatus();
@@ -461,7 +472,8 @@ TEST_F(ModelTest, RandomOperationsFromSeveralClientsMatchTheModel) {
     threads.emplace_back([&, c] { results[c] = walkers[c]->Run(kSteps); });
   }
   threads.emplace_back([&] {
-    results[kClients] = VectorWalk(admin.get(), v, vectors.num_keys, seed, kSteps);
+    results[kClients] =
+        VectorWalk(admin.get(), v, vectors.num_keys, seed, kSteps);
   });
   for (auto& t : threads) t.join();
   for (int c = 0; c <= kClients; ++c) {
@@ -479,7 +491,8 @@ TEST_F(ModelTest, RandomOperationsFromSeveralClientsMatchTheModel) {
   std::vector<Key> all_keys(dense.num_keys);
   for (Key k = 0; k < dense.num_keys; ++k) all_keys[k] = k;
   std::vector<float> got(dense.num_keys * 3);
-  ASSERT_OK(admin->GetSync(d, Keys::Range(0, dense.num_keys), absl::MakeSpan(got)));
+  ASSERT_OK(
+      admin->GetSync(d, Keys::Range(0, dense.num_keys), absl::MakeSpan(got)));
   EXPECT_EQ(got, all_dense.Read(all_keys)) << "dense table at the end";
   std::vector<Key> sparse_keys;
   for (const auto& [k, row] : all_sparse.rows) sparse_keys.push_back(k);

@@ -28,7 +28,9 @@ namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-int Run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+int Run(const std::string& cmd) {
+  return std::system((cmd + " >/dev/null 2>&1").c_str());
+}
 
 // A bridge and `hosts` namespaces, host i at 10.213.<net>.<i + 2>; the
 // test's own namespace is on the bridge at .1. Removed on destruction.
@@ -38,8 +40,8 @@ class Hosts {
     if (geteuid() != 0) return absl::PermissionDeniedError("not root");
     if (Run("ip -V") != 0) return absl::UnavailableError("no iproute2 (ip)");
     const int id = getpid() % 10000;
-    auto h = std::unique_ptr<Hosts>(new Hosts(absl::StrCat("dpn", id), hosts,
-                                              getpid() % 200 + 20));
+    auto h = std::unique_ptr<Hosts>(
+        new Hosts(absl::StrCat("dpn", id), hosts, getpid() % 200 + 20));
     h->Cleanup();
     const std::string br = h->prefix_ + "b";
     std::vector<std::string> cmds = {
@@ -48,15 +50,18 @@ class Hosts {
         absl::StrCat("ip link set ", br, " up")};
     for (int i = 0; i < hosts; ++i) {
       const std::string ns = h->Namespace(i);
-      const std::string v = h->HostSide(i), p = absl::StrCat(h->prefix_, "p", i);
+      const std::string v = h->HostSide(i),
+                        p = absl::StrCat(h->prefix_, "p", i);
       cmds.push_back("ip netns add " + ns);
-      cmds.push_back(absl::StrCat("ip link add ", v, " type veth peer name ", p));
+      cmds.push_back(
+          absl::StrCat("ip link add ", v, " type veth peer name ", p));
       cmds.push_back(absl::StrCat("ip link set ", p, " netns ", ns));
       cmds.push_back(absl::StrCat("ip link set ", v, " master ", br));
       cmds.push_back(absl::StrCat("ip link set ", v, " up"));
       cmds.push_back(absl::StrCat("ip netns exec ", ns, " ip addr add ",
                                   h->Address(i), "/24 dev ", p));
-      cmds.push_back(absl::StrCat("ip netns exec ", ns, " ip link set ", p, " up"));
+      cmds.push_back(
+          absl::StrCat("ip netns exec ", ns, " ip link set ", p, " up"));
       cmds.push_back(absl::StrCat("ip netns exec ", ns, " ip link set lo up"));
     }
     for (const std::string& c : cmds) {
@@ -75,7 +80,9 @@ class Hosts {
   std::string Namespace(int i) const { return absl::StrCat(prefix_, "n", i); }
   // Takes host i's link down (or up) on the bridge's side.
   void SetLink(int i, bool up) {
-    EXPECT_EQ(Run(absl::StrCat("ip link set ", HostSide(i), up ? " up" : " down")), 0);
+    EXPECT_EQ(
+        Run(absl::StrCat("ip link set ", HostSide(i), up ? " up" : " down")),
+        0);
   }
   // argv to run `argv` inside host i.
   std::vector<std::string> In(int i, std::vector<std::string> argv) const {
@@ -105,8 +112,7 @@ TEST(NetnsFailoverTest, ALinkDownFailsOverAndTheServerRejoinsAsABackup) {
   auto hosts_or = Hosts::Create(4);
   if (!hosts_or.ok()) {
     GTEST_SKIP() << "cannot create network namespaces here ("
-                 << hosts_or.status()
-                 << "); this test needs root and iproute2";
+                 << hosts_or.status() << "); this test needs root and iproute2";
   }
   Hosts& hosts = **hosts_or;
   const std::string dir = TestTmpDir() + "/netns";
@@ -121,26 +127,29 @@ TEST(NetnsFailoverTest, ALinkDownFailsOverAndTheServerRejoinsAsABackup) {
     EXPECT_OK(daemons.back()->Start());
     return daemons.back().get();
   };
-  start(0, {RunfilePath("scheduler/ps_scheduler"), "--listen=" + scheduler,
-            "--replicas=2", "--consistency=bsp", "--num_workers=2",
-            "--min_servers=2"},
+  start(0,
+        {RunfilePath("scheduler/ps_scheduler"), "--listen=" + scheduler,
+         "--replicas=2", "--consistency=bsp", "--num_workers=2",
+         "--min_servers=2"},
         "scheduler");
   for (int s = 1; s <= 2; ++s) {
-    start(s, {RunfilePath("server/ps_server"), "--scheduler=" + scheduler,
-              absl::StrCat("--name=server-", s),
-              absl::StrCat("--data_listen=tcp://", hosts.Address(s), ":7100"),
-              absl::StrCat("--admin_listen=", hosts.Address(s), ":7101")},
+    start(s,
+          {RunfilePath("server/ps_server"), "--scheduler=" + scheduler,
+           absl::StrCat("--name=server-", s),
+           absl::StrCat("--data_listen=tcp://", hosts.Address(s), ":7100"),
+           absl::StrCat("--admin_listen=", hosts.Address(s), ":7101")},
           absl::StrCat("server-", s));
   }
   constexpr int kSteps = 2500;
   std::vector<Subprocess*> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(start(
-        3, {RunfilePath("worker/ps_worker"), "--scheduler=" + scheduler,
-            absl::StrCat("--name=w", w), "--model=softmax",
-            absl::StrCat("--steps=", kSteps), "--batch=32", "--seed=3",
-            "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"},
-        absl::StrCat("worker-", w)));
+    workers.push_back(
+        start(3,
+              {RunfilePath("worker/ps_worker"), "--scheduler=" + scheduler,
+               absl::StrCat("--name=w", w), "--model=softmax",
+               absl::StrCat("--steps=", kSteps), "--batch=32", "--seed=3",
+               "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"},
+              absl::StrCat("worker-", w)));
   }
   SchedulerClient sched(scheduler, absl::Seconds(5));
   // Once training is under way, cut the primary of the first range off.

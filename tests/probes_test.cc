@@ -40,7 +40,8 @@ int FreePort() {
 }
 
 // The status `port` reports for `service`; UNKNOWN if it does not answer.
-HealthCheckResponse::ServingStatus Health(int port, const std::string& service) {
+HealthCheckResponse::ServingStatus Health(int port,
+                                          const std::string& service) {
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                      grpc::InsecureChannelCredentials());
   grpc::ClientContext ctx;
@@ -88,11 +89,11 @@ TEST(ProbesTest, ReadyOnlyOnceRegisteredAndRanksAsAsked) {
                      absl::StrCat("--admin_listen=127.0.0.1:", admin_port)},
                     dir + "/server.log");
   ASSERT_OK(server.Start());
-  Subprocess worker({RunfilePath("worker/ps_worker"),
-                     absl::StrCat("--scheduler=", scheduler), "--name=worker-1",
-                     "--rank=1", "--model=softmax", "--steps=5",
-                     absl::StrCat("--health_listen=127.0.0.1:", health_port)},
-                    dir + "/worker.log");
+  Subprocess worker(
+      {RunfilePath("worker/ps_worker"), absl::StrCat("--scheduler=", scheduler),
+       "--name=worker-1", "--rank=1", "--model=softmax", "--steps=5",
+       absl::StrCat("--health_listen=127.0.0.1:", health_port)},
+      dir + "/worker.log");
   ASSERT_OK(worker.Start());
 
   // Alive but not ready while the scheduler is away.
@@ -130,10 +131,10 @@ TEST(ProbesTest, ReadyOnlyOnceRegisteredAndRanksAsAsked) {
       << worker.LogTail();
 
   // A second pod of index 1 while the first is alive is refused.
-  Subprocess twin({RunfilePath("worker/ps_worker"),
-                   absl::StrCat("--scheduler=", scheduler), "--name=worker-1b",
-                   "--rank=1", "--model=softmax", "--steps=5"},
-                  dir + "/twin.log");
+  Subprocess twin(
+      {RunfilePath("worker/ps_worker"), absl::StrCat("--scheduler=", scheduler),
+       "--name=worker-1b", "--rank=1", "--model=softmax", "--steps=5"},
+      dir + "/twin.log");
   ASSERT_OK(twin.Start());
   EXPECT_EQ(ExitCode(twin, absl::Seconds(30)), 1) << twin.LogTail();
   EXPECT_TRUE(absl::StrContains(twin.LogTail(), "ALREADY_EXISTS") ||
@@ -141,10 +142,10 @@ TEST(ProbesTest, ReadyOnlyOnceRegisteredAndRanksAsAsked) {
               absl::StrContains(twin.LogTail(), "is held by worker 'worker-1'"))
       << twin.LogTail();
   // Outside the job's ranks.
-  Subprocess stray({RunfilePath("worker/ps_worker"),
-                    absl::StrCat("--scheduler=", scheduler), "--name=worker-7",
-                    "--rank=7", "--model=softmax", "--steps=5"},
-                   dir + "/stray.log");
+  Subprocess stray(
+      {RunfilePath("worker/ps_worker"), absl::StrCat("--scheduler=", scheduler),
+       "--name=worker-7", "--rank=7", "--model=softmax", "--steps=5"},
+      dir + "/stray.log");
   ASSERT_OK(stray.Start());
   EXPECT_EQ(ExitCode(stray, absl::Seconds(30)), 1) << stray.LogTail();
   EXPECT_TRUE(absl::StrContains(stray.LogTail(), "rank 7")) << stray.LogTail();

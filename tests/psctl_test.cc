@@ -288,8 +288,9 @@ absl::StatusOr<DurableCluster> StartDurableCluster(const std::string& name) {
   DurableCluster d;
   DP_ASSIGN_OR_RETURN(d.cluster, LocalCluster::Start(o));
   d.sched = "--scheduler=" + d.cluster->scheduler_address();
-  DP_ASSIGN_OR_RETURN(d.client, Client::Connect({.scheduler_address =
-                                                     d.cluster->scheduler_address()}));
+  DP_ASSIGN_OR_RETURN(
+      d.client,
+      Client::Connect({.scheduler_address = d.cluster->scheduler_address()}));
   TableOptions t;
   t.name = "w";
   t.width = 3;

@@ -43,7 +43,8 @@ std::set<std::string> ListServices(const std::string& address) {
   EXPECT_OK(resp);
   std::set<std::string> out;
   if (resp.ok()) {
-    for (const auto& s : resp->list_services_response().service()) out.insert(s.name());
+    for (const auto& s : resp->list_services_response().service())
+      out.insert(s.name());
   }
   return out;
 }
@@ -55,7 +56,8 @@ TEST(ReflectionTest, DaemonsListTheirServicesAndDescribeThem) {
   o.num_servers = 1;
   ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
 
-  const std::set<std::string> scheduler = ListServices(cluster->scheduler_address());
+  const std::set<std::string> scheduler =
+      ListServices(cluster->scheduler_address());
   EXPECT_EQ(scheduler.count("downpour.proto.Scheduler"), 1u);
   EXPECT_EQ(scheduler.count("grpc.health.v1.Health"), 1u);
   EXPECT_EQ(scheduler.count("grpc.reflection.v1alpha.ServerReflection"), 1u);
@@ -64,7 +66,8 @@ TEST(ReflectionTest, DaemonsListTheirServicesAndDescribeThem) {
   SchedulerClient sched(cluster->scheduler_address());
   ASSERT_OK_AND_ASSIGN(proto::ClusterMap map, sched.GetClusterMap());
   ASSERT_EQ(map.nodes_size(), 1);
-  const std::set<std::string> server = ListServices(map.nodes(0).admin_address());
+  const std::set<std::string> server =
+      ListServices(map.nodes(0).admin_address());
   EXPECT_EQ(server.count("downpour.proto.ServerAdmin"), 1u);
   EXPECT_EQ(server.count("grpc.health.v1.Health"), 1u);
   EXPECT_EQ(server.count("downpour.proto.Scheduler"), 0u);
@@ -77,7 +80,8 @@ TEST(ReflectionTest, DaemonsListTheirServicesAndDescribeThem) {
   ASSERT_GT(resp.file_descriptor_response().file_descriptor_proto_size(), 0)
       << resp.DebugString();
   bool found = false;
-  for (const std::string& bytes : resp.file_descriptor_response().file_descriptor_proto()) {
+  for (const std::string& bytes :
+       resp.file_descriptor_response().file_descriptor_proto()) {
     google::protobuf::FileDescriptorProto file;
     ASSERT_TRUE(file.ParseFromString(bytes));
     for (const auto& service : file.service()) {

@@ -38,8 +38,9 @@ std::vector<double> Reference(int iterations) {
   LbfgsOptions o;
   o.max_iterations = iterations;
   std::vector<double> f;
-  auto r = RunLocalLbfgs(**problem, o, 32,
-                         [&](const IterationRecord& rec) { f.push_back(rec.f); });
+  auto r = RunLocalLbfgs(**problem, o, 32, [&](const IterationRecord& rec) {
+    f.push_back(rec.f);
+  });
   EXPECT_OK(r);
   return f;
 }
@@ -127,10 +128,9 @@ TEST(SandblasterFailoverTest, WithoutReplicasALostServerStopsTheJobAtOnce) {
   std::cout << "the job stopped "
             << absl::ToDoubleSeconds(ended - killer.killed)
             << " s after the kill; coordinator's last words:\n"
-            << run.coordinator_log.substr(
-                   run.coordinator_log.size() > 600
-                       ? run.coordinator_log.size() - 600
-                       : 0)
+            << run.coordinator_log.substr(run.coordinator_log.size() > 600
+                                              ? run.coordinator_log.size() - 600
+                                              : 0)
             << std::endl;
 }
 
@@ -142,11 +142,17 @@ SandblasterJobOptions OneWorkerJob(const std::string& name) {
   o.work_dir = TestTmpDir() + "/" + name;
   o.num_servers = 2;
   o.durable = true;
-  o.coordinator_flags = {"--problem=sparse_lr", "--data=", "--rows=20000",
-                         "--num_features=10000", "--seed=5",
-                         "--max_iterations=16", "--tasks=8",
-                         "--checkpoint_every_iterations=3", "--table=" + name,
-                         "--ftol=0", "--gtol=0"};
+  o.coordinator_flags = {"--problem=sparse_lr",
+                         "--data=",
+                         "--rows=20000",
+                         "--num_features=10000",
+                         "--seed=5",
+                         "--max_iterations=16",
+                         "--tasks=8",
+                         "--checkpoint_every_iterations=3",
+                         "--table=" + name,
+                         "--ftol=0",
+                         "--gtol=0"};
   o.workers = {{}};
   return o;
 }

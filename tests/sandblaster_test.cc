@@ -32,8 +32,9 @@ std::vector<double> Reference(const proto::SandblasterProblem& spec,
   o.max_iterations = iterations;
   std::vector<double> f;
   std::vector<float> x;
-  auto r = RunLocalLbfgs(**problem, o, 32,
-                         [&](const IterationRecord& rec) { f.push_back(rec.f); }, &x);
+  auto r = RunLocalLbfgs(
+      **problem, o, 32, [&](const IterationRecord& rec) { f.push_back(rec.f); },
+      &x);
   EXPECT_OK(r);
   if (accuracy != nullptr) *accuracy = (*problem)->Evaluate(x)->first;
   return f;
@@ -53,9 +54,9 @@ TEST(SandblasterTest, FollowsSingleProcessRunDespiteAWorkerDying) {
   double ref_accuracy = 0;
   const std::vector<double> ref = Reference(Softmax(), 100, &ref_accuracy);
   ASSERT_EQ(ref.size(), 101u);
-  ASSERT_OK_AND_ASSIGN(
-      SandblasterJobResult run, RunDistributed("softmax", {"--max_iterations=100"},
-                              {{}, {}, {"--crash_at_task=5"}}));
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult run,
+                       RunDistributed("softmax", {"--max_iterations=100"},
+                                      {{}, {}, {"--crash_at_task=5"}}));
   ASSERT_EQ(run.f.size(), 101u) << "stop: " << run.summary.at("stop");
   for (int k = 0; k <= 10; ++k) {
     EXPECT_NEAR(run.f[k], ref[k], 1e-5 * ref[k]) << "iteration " << k;
@@ -81,10 +82,11 @@ TEST(SandblasterTest, FollowsSingleProcessRunDespiteAWorkerDying) {
 TEST(SandblasterTest, WithoutBackupsAnExpiredLeaseHandsTheTaskOn) {
   const std::vector<double> ref = Reference(Softmax(), 5);
   ASSERT_OK_AND_ASSIGN(
-      SandblasterJobResult run, RunDistributed("lease",
-                              {"--max_iterations=5", "--backup_tasks=false",
-                               "--task_lease_ms=1500"},
-                              {{}, {"--crash_at_task=3"}}));
+      SandblasterJobResult run,
+      RunDistributed("lease",
+                     {"--max_iterations=5", "--backup_tasks=false",
+                      "--task_lease_ms=1500"},
+                     {{}, {"--crash_at_task=3"}}));
   ASSERT_EQ(run.f.size(), 6u);
   for (int k = 0; k <= 5; ++k) {
     EXPECT_NEAR(run.f[k], ref[k], 1e-5 * ref[k]) << "iteration " << k;
@@ -101,12 +103,12 @@ TEST(SandblasterTest, SparseLogisticRegression) {
   spec.set_num_features(20000);
   spec.set_seed(3);
   const std::vector<double> ref = Reference(spec, 15);
-  ASSERT_OK_AND_ASSIGN(
-      SandblasterJobResult run,
-      RunDistributed("sparse", {"--problem=sparse_lr", "--data=", "--rows=40000",
-                                "--num_features=20000", "--seed=3",
-                                "--max_iterations=15"},
-                     {{}, {}}));
+  ASSERT_OK_AND_ASSIGN(SandblasterJobResult run,
+                       RunDistributed("sparse",
+                                      {"--problem=sparse_lr", "--data=",
+                                       "--rows=40000", "--num_features=20000",
+                                       "--seed=3", "--max_iterations=15"},
+                                      {{}, {}}));
   ASSERT_EQ(run.f.size(), ref.size());
   for (size_t k = 0; k < ref.size(); ++k) {
     EXPECT_NEAR(run.f[k], ref[k], 1e-5 * ref[k]) << "iteration " << k;

@@ -9,8 +9,8 @@
 
 #include <map>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
@@ -104,11 +104,11 @@ JobRun Train(const std::string& tag, bool restart_scheduler) {
     EXPECT_OK(cluster.RestartScheduler());
 
     // A second scheduler on the same state dir refuses, naming the reason.
-    Subprocess twin({RunfilePath("scheduler/ps_scheduler"),
-                     "--listen=127.0.0.1:0", "--state_dir=" + cluster.state_dir(),
-                     "--consistency=bsp",
-                     absl::StrCat("--num_workers=", kWorkers)},
-                    dir + "/twin-scheduler.log");
+    Subprocess twin(
+        {RunfilePath("scheduler/ps_scheduler"), "--listen=127.0.0.1:0",
+         "--state_dir=" + cluster.state_dir(), "--consistency=bsp",
+         absl::StrCat("--num_workers=", kWorkers)},
+        dir + "/twin-scheduler.log");
     EXPECT_OK(twin.Start());
     auto st = twin.Wait(absl::Seconds(20));
     EXPECT_OK(st);
@@ -161,8 +161,8 @@ JobRun Train(const std::string& tag, bool restart_scheduler) {
       if (t.ok()) {
         EXPECT_GT(t->id, max_table);
         std::vector<float> v(2560);
-        EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, 256),
-                                     absl::MakeSpan(v)));
+        EXPECT_OK(
+            (*client)->GetSync(*t, Keys::Range(0, 256), absl::MakeSpan(v)));
         EXPECT_EQ(v, std::vector<float>(2560, 3.25f));
       }
     }
@@ -189,8 +189,8 @@ TEST(SchedulerRestartTest, BspJobGoesThroughAKilledSchedulerBitForBit) {
   ASSERT_FALSE(clean.params.empty());
   ASSERT_EQ(restarted.params.size(), clean.params.size());
   std::cout << "scheduler killed at clock " << restarted.killed_at
-            << ", back at clock " << restarted.restarted_at << " of "
-            << kSteps << std::endl;
+            << ", back at clock " << restarted.restarted_at << " of " << kSteps
+            << std::endl;
   EXPECT_EQ(CountDiffering(clean.params, restarted.params), 0u)
       << "of " << clean.params.size() << " parameters";
 }

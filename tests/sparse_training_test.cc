@@ -132,8 +132,9 @@ TEST(SparseTrainingTest, LibsvmFileUnderBspBeatsConstantAndRepeatsBitForBit) {
   for (uint64_t id : ids) keys.push_back(SparseFeatureKey(id));
 
   const std::vector<std::string> flags = {
-      "--libsvm=" + path, absl::StrCat("--holdout=", kHoldout), "--seed=3",
-      "--steps=300",      "--batch=100",  "--eval_every=100",
+      "--libsvm=" + path, absl::StrCat("--holdout=", kHoldout),
+      "--seed=3",         "--steps=300",
+      "--batch=100",      "--eval_every=100",
       "--async_lr=0.5"};
   const std::vector<float> a = RunSparseJob("libsvm-a", "bsp", 2, flags, keys);
   const std::vector<float> b = RunSparseJob("libsvm-b", "bsp", 2, flags, keys);
@@ -145,13 +146,14 @@ TEST(SparseTrainingTest, LibsvmFileUnderBspBeatsConstantAndRepeatsBitForBit) {
       BatchFeatureIds(held, 0, held.NumRows());
   std::vector<float> w(held_ids.size());
   for (size_t i = 0; i < held_ids.size(); ++i) {
-    w[i] = a[std::lower_bound(ids.begin(), ids.end(), held_ids[i]) -
-             ids.begin()];
+    w[i] =
+        a[std::lower_bound(ids.begin(), ids.end(), held_ids[i]) - ids.begin()];
   }
   const SparseEval e = EvaluateSparseLogReg(held, held_ids, w);
-  std::printf("sparse_lr on %s, BSP: held-out log-loss %.4f (constant %.4f), "
-              "accuracy %.3f, AUC %.3f\n",
-              path.c_str(), e.log_loss, constant_loss, e.accuracy, e.auc);
+  std::printf(
+      "sparse_lr on %s, BSP: held-out log-loss %.4f (constant %.4f), "
+      "accuracy %.3f, AUC %.3f\n",
+      path.c_str(), e.log_loss, constant_loss, e.accuracy, e.auc);
   EXPECT_LT(e.log_loss, constant_loss - 0.05);
   EXPECT_GT(e.auc, 0.7);
   size_t nonzero = 0;
@@ -200,7 +202,8 @@ TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
   auto get = [&](Key k) {
     client->SetWorkerClock(0, -1);
     float v = -1;
-    EXPECT_OK(client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
+    EXPECT_OK(
+        client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
     return v;
   };
   // A held push is answered only once its step is applied (so that an
@@ -260,8 +263,8 @@ TEST(SparseTrainingTest, MalformedLibsvmFileIsAClearErrorNamingFileAndLine) {
     if (!cases[i].text.empty()) {
       std::ofstream(path) << cases[i].text;
     }
-    ASSERT_OK(job->AddWorker(
-        {"--model=sparse_lr", "--libsvm=" + path, "--steps=5"}));
+    ASSERT_OK(
+        job->AddWorker({"--model=sparse_lr", "--libsvm=" + path, "--steps=5"}));
     auto st = job->WaitForWorker(i, absl::Seconds(60));
     ASSERT_OK(st);
     Subprocess& w = job->worker(i);

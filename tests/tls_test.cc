@@ -79,15 +79,17 @@ class TlsTest : public ::testing::Test {
   static TlsFiles Pki(const std::string& name) {
     return TestCertificate(*dir_ + "/pki", name);
   }
-  static TlsFiles OtherPki() { return TestCertificate(*dir_ + "/other", "node"); }
+  static TlsFiles OtherPki() {
+    return TestCertificate(*dir_ + "/other", "node");
+  }
   static TlsFiles CaOnly(const TlsFiles& from) {
     TlsFiles tls;
     tls.ca_file = from.ca_file;
     return tls;
   }
   static ClusterAuth Auth(const TlsFiles& tls, bool with_secret = false) {
-    auto auth = ClusterAuth::Load(with_secret ? *secret_file_ : "", tls,
-                                  kGrpcClient);
+    auto auth =
+        ClusterAuth::Load(with_secret ? *secret_file_ : "", tls, kGrpcClient);
     EXPECT_OK(auth);
     return auth.ok() ? *auth : ClusterAuth();
   }
@@ -133,7 +135,8 @@ class TlsTest : public ::testing::Test {
   static grpc::Status GetStats(const std::string& address,
                                const ClusterAuth& auth) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
     proto::ServerStats stats;
     return proto::ServerAdmin::NewStub(NewGrpcChannel(address, auth))
         ->GetStats(&ctx, proto::StatsRequest(), &stats);
@@ -141,13 +144,15 @@ class TlsTest : public ::testing::Test {
   static grpc::Status Health(const std::string& address,
                              const ClusterAuth& auth) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
     grpc::health::v1::HealthCheckResponse health;
     grpc::Status s =
         grpc::health::v1::Health::NewStub(NewGrpcChannel(address, auth))
             ->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &health);
     if (s.ok()) {
-      EXPECT_EQ(health.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+      EXPECT_EQ(health.status(),
+                grpc::health::v1::HealthCheckResponse::SERVING);
     }
     return s;
   }
@@ -189,13 +194,17 @@ TEST_F(TlsTest, MutualTlsRefusesClientsWithoutTheRightCredentials) {
   other_client.cert_file = OtherPki().cert_file;  // a certificate of another
   other_client.key_file = OtherPki().key_file;    // CA to present
   const std::vector<Case> cases = {
-      {"plaintext (no CA)", ClusterAuth(),
+      {"plaintext (no CA)",
+       ClusterAuth(),
        {"closed a plaintext connection", "--tls_ca_file"}},
-      {"another CA", Auth(OtherPki()),
+      {"another CA",
+       Auth(OtherPki()),
        {"certificate verify failed", "signed by the CA in --tls_ca_file"}},
-      {"no client certificate", Auth(CaOnly(Pki("client"))),
+      {"no client certificate",
+       Auth(CaOnly(Pki("client"))),
        {"demands client certificates", "--tls_cert_file and --tls_key_file"}},
-      {"a client certificate of another CA", Auth(other_client),
+      {"a client certificate of another CA",
+       Auth(other_client),
        {"did not accept this node's --tls_cert_file"}},
   };
   const std::vector<std::string> admins =
@@ -229,16 +238,16 @@ TEST_F(TlsTest, ServerNameOverrideIsChecked) {
   tls.server_name = "elsewhere.example";  // not in them
   auto refused = Connect(*mutual_, Auth(tls), absl::Seconds(1));
   EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(std::string(refused.status().message()),
-              AllOf(HasSubstr("elsewhere.example"),
-                    HasSubstr("--tls_server_name")));
+  EXPECT_THAT(
+      std::string(refused.status().message()),
+      AllOf(HasSubstr("elsewhere.example"), HasSubstr("--tls_server_name")));
 }
 
 TEST_F(TlsTest, TlsWithTheTokenNeedsBoth) {
   const TlsFiles ca_only = CaOnly(Pki("node"));
   // Server-only TLS: a client needs no certificate, but the token.
-  ASSERT_OK_AND_ASSIGN(auto client,
-                       Connect(*tls_token_, Auth(ca_only, /*with_secret=*/true)));
+  ASSERT_OK_AND_ASSIGN(
+      auto client, Connect(*tls_token_, Auth(ca_only, /*with_secret=*/true)));
   RoundTrip(client.get(), "tls_token_ok");
 
   auto no_token = Connect(*tls_token_, Auth(ca_only));
@@ -249,7 +258,8 @@ TEST_F(TlsTest, TlsWithTheTokenNeedsBoth) {
   ASSERT_OK_AND_ASSIGN(ClusterAuth plain, ClusterAuth::FromFile(*secret_file_));
   auto no_tls = Connect(*tls_token_, plain, absl::Seconds(1));
   EXPECT_THAT(no_tls.status(), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(std::string(no_tls.status().message()), HasSubstr("--tls_ca_file"));
+  EXPECT_THAT(std::string(no_tls.status().message()),
+              HasSubstr("--tls_ca_file"));
 
   // Admin: stats need the token, health does not (Kubernetes probes).
   const std::vector<std::string> admins =
@@ -327,9 +337,9 @@ TEST_F(TlsTest, SandblasterJobRunsUnderMutualTls) {
   o.tls = Pki("node");
   o.tls.mutual = true;
   o.cluster_secret_file = *secret_file_;
-  o.coordinator_flags = {"--problem=sparse_lr", "--data=", "--rows=5000",
-                         "--tasks=8", "--max_iterations=3",
-                         "--table=tls_lbfgs"};
+  o.coordinator_flags = {
+      "--problem=sparse_lr", "--data=",          "--rows=5000", "--tasks=8",
+      "--max_iterations=3",  "--table=tls_lbfgs"};
   o.workers = {{}, {}};
   ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
   EXPECT_EQ(run.f.size(), 4u) << "stop: " << run.summary["stop"];

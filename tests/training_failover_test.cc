@@ -27,13 +27,14 @@ namespace {
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
 std::unique_ptr<Model> MakeModel(const std::string& name) {
-  return name == "mlp" ? MakeMlp({784, 256, 10}) : MakeSoftmaxRegression(784, 10);
+  return name == "mlp" ? MakeMlp({784, 256, 10})
+                       : MakeSoftmaxRegression(784, 10);
 }
 
 struct JobRun {
   std::vector<float> params;
-  int killed = -1;          // server index, or -1
-  int64_t killed_at = -1;   // the gating clock when it was killed
+  int killed = -1;         // server index, or -1
+  int64_t killed_at = -1;  // the gating clock when it was killed
   // With a restart: the gating clock when every table's primaries were
   // spread over both servers again (-1: they were not).
   int64_t balanced_at = -1;
@@ -81,10 +82,10 @@ JobRun TrainJob(const std::string& tag, const std::string& model,
   o.cluster.num_servers = servers;
   o.cluster.scheduler_flags = {"--consistency=" + consistency, "--replicas=2",
                                absl::StrCat("--num_workers=", workers)};
-  o.workers.assign(workers, {"--model=" + model,
-                             absl::StrCat("--steps=", steps), "--batch=32",
-                             "--seed=7", "--eval_every=100000", "--lr=0.05",
-                             "--warmup_steps=5"});
+  o.workers.assign(
+      workers,
+      {"--model=" + model, absl::StrCat("--steps=", steps), "--batch=32",
+       "--seed=7", "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"});
   auto job = LocalJob::Start(o);
   EXPECT_OK(job);
   if (!job.ok()) return run;
@@ -141,7 +142,8 @@ JobRun TrainJob(const std::string& tag, const std::string& model,
     EXPECT_OK(t);
     if (!t.ok()) return run;
     std::vector<float> v(b.rows * b.width);
-    EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
+    EXPECT_OK(
+        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
     run.params.insert(run.params.end(), v.begin(), v.end());
   }
   client->reset();
@@ -209,8 +211,7 @@ TEST(TrainingFailoverTest, AspGoesOnThroughAKilledServer) {
   ASSERT_FALSE(killed.params.empty());
   const double accuracy = TestAccuracy("softmax", killed.params);
   std::cout << "ASP: killed server-" << killed.killed << " at clock "
-            << killed.killed_at << "; test accuracy " << accuracy
-            << std::endl;
+            << killed.killed_at << "; test accuracy " << accuracy << std::endl;
   EXPECT_GT(accuracy, 0.75);
 }
 

@@ -16,15 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
-#include "common/test_util.h"
 #include "common/grpc_channel.h"
+#include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
-#include "models/dataset.h"
-#include "models/model.h"
-#include "proto/downpour.grpc.pb.h"
 #include "models/batcher.h"
+#include "models/dataset.h"
 #include "models/learning_rate.h"
+#include "models/model.h"
 #include "models/sparse_lr.h"
+#include "proto/downpour.grpc.pb.h"
 #include "tools/local_job.h"
 #include "worker/worker.h"
 
@@ -63,9 +63,8 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
                                absl::StrCat("--num_workers=", workers)};
   for (int i = 0; i < workers; ++i) {
     std::vector<std::string> flags = {
-        "--model=softmax",     absl::StrCat("--steps=", steps),
-        "--batch=32",          "--seed=7",
-        "--eval_every=100000", "--lr=0.05",
+        "--model=softmax", absl::StrCat("--steps=", steps), "--batch=32",
+        "--seed=7",        "--eval_every=100000",           "--lr=0.05",
         "--warmup_steps=5"};
     if (i == slow_rank) flags.push_back("--slow_factor=5");
     flags.insert(flags.end(), extra.begin(), extra.end());
@@ -87,7 +86,8 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
     EXPECT_OK(t);
     if (!t.ok()) return result;
     std::vector<float> v(b.rows * b.width);
-    EXPECT_OK((*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
+    EXPECT_OK(
+        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
     result.params.insert(result.params.end(), v.begin(), v.end());
   }
   // Staleness as the servers measured it for every pull.
@@ -98,7 +98,8 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
   for (const auto& t : map->tables()) {
     if (t.spec().name().rfind("softmax/", 0) != 0) continue;
     for (const auto& r : t.ranges()) {
-      if (r.end() > r.begin() && r.begin() < t.spec().num_keys()) ++result.parts_per_pull;
+      if (r.end() > r.begin() && r.begin() < t.spec().num_keys())
+        ++result.parts_per_pull;
     }
   }
   for (const auto& n : map->nodes()) {
@@ -106,7 +107,8 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
     auto stub = proto::ServerAdmin::NewStub(
         NewGrpcChannel(n.admin_address(), ClusterAuth()));
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
     proto::ServerStats stats;
     EXPECT_TRUE(stub->GetStats(&ctx, proto::StatsRequest(), &stats).ok());
     for (const auto& t : stats.tables()) {
@@ -142,7 +144,8 @@ std::vector<float> SingleProcessBsp(int workers, int steps) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     const float lr = BspLearningRate(0.05, workers, 5, step);
     for (int r = 0; r < workers; ++r) {
-      model->LossAndGradient(params.data(), shards[r], batchers[r].Next(32), grad.data());
+      model->LossAndGradient(params.data(), shards[r], batchers[r].Next(32),
+                             grad.data());
       for (size_t j = 0; j < grad.size(); ++j) sum[j] += grad[j] * lr;
     }
     for (size_t j = 0; j < params.size(); ++j) {
@@ -158,11 +161,13 @@ TEST(TrainingTest, BspIsBitForBitRepeatableAndMatchesSingleProcess) {
   JobResult b = RunJob("bsp-b", "bsp", 0, kWorkers, kSteps, /*slow_rank=*/-1);
   ASSERT_FALSE(a.params.empty());
   ASSERT_EQ(a.params.size(), b.params.size());
-  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4),
+            0);
   std::vector<float> ref = SingleProcessBsp(kWorkers, kSteps);
   ASSERT_EQ(ref.size(), a.params.size());
   size_t differ = 0;
-  for (size_t i = 0; i < ref.size(); ++i) differ += std::memcmp(&ref[i], &a.params[i], 4) != 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    differ += std::memcmp(&ref[i], &a.params[i], 4) != 0;
   EXPECT_EQ(differ, 0u) << "of " << ref.size() << " parameters";
   // Under BSP every pull sees every update of the previous iteration.
   EXPECT_EQ(a.max_staleness, 0);
@@ -171,7 +176,8 @@ TEST(TrainingTest, BspIsBitForBitRepeatableAndMatchesSingleProcess) {
 
 TEST(TrainingTest, SspStalenessNeverExceedsTheBound) {
   for (int s : {1, 3}) {
-    JobResult r = RunJob(absl::StrCat("ssp", s), "ssp", s, 3, 40, /*slow_rank=*/0);
+    JobResult r =
+        RunJob(absl::StrCat("ssp", s), "ssp", s, 3, 40, /*slow_rank=*/0);
     EXPECT_GT(r.tracked_pulls, 0u);
     EXPECT_GE(r.max_staleness, 0);
     EXPECT_LE(r.max_staleness, s) << "SSP bound " << s;
@@ -209,11 +215,13 @@ TEST(TrainingTest, DownpourFetchAndPushEveryNSteps) {
   EXPECT_GE(r.push_requests, want_pushes);
   EXPECT_LE(r.push_requests, want_pushes + r.errors);
   EXPECT_LE(r.errors, 4u);
-  std::printf("n_fetch %d, n_push %d: %llu pull and %llu push requests (%llu parts each), %llu errors\n",
-              kFetch, kPush, static_cast<unsigned long long>(r.pull_requests),
-              static_cast<unsigned long long>(r.push_requests),
-              static_cast<unsigned long long>(r.parts_per_pull),
-              static_cast<unsigned long long>(r.errors));
+  std::printf(
+      "n_fetch %d, n_push %d: %llu pull and %llu push requests (%llu parts "
+      "each), %llu errors\n",
+      kFetch, kPush, static_cast<unsigned long long>(r.pull_requests),
+      static_cast<unsigned long long>(r.push_requests),
+      static_cast<unsigned long long>(r.parts_per_pull),
+      static_cast<unsigned long long>(r.errors));
 
   // Training reduced the loss: the zero parameters score ln(10) = 2.30 on
   // the test set and 10% accuracy.
@@ -221,7 +229,8 @@ TEST(TrainingTest, DownpourFetchAndPushEveryNSteps) {
   ASSERT_OK(test);
   auto model = MakeSoftmaxRegression(784, 10);
   auto [accuracy, loss] = model->Evaluate(r.params.data(), *test);
-  std::printf("after %d steps: test accuracy %.3f, test loss %.3f\n", kSteps, accuracy, loss);
+  std::printf("after %d steps: test accuracy %.3f, test loss %.3f\n", kSteps,
+              accuracy, loss);
   EXPECT_LT(loss, 1.9);
   EXPECT_GT(accuracy, 0.55);
 }
@@ -245,7 +254,8 @@ TEST(TrainingTest, AspOnlyFlagsRejectedUnderBsp) {
     ASSERT_OK(st);
     Subprocess& w = job->worker(i);
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << w.LogTail();
-    EXPECT_NE(w.LogTail().find(cases[i].second), std::string::npos) << w.LogTail();
+    EXPECT_NE(w.LogTail().find(cases[i].second), std::string::npos)
+        << w.LogTail();
   }
   EXPECT_OK(job->Stop());
 }
@@ -286,8 +296,9 @@ TEST(TrainingTest, HogwildThreadsTrain) {
   // run to run (the last Adagrad steps of a racing ASP run); at 800 it has
   // settled well above the bar.
   constexpr int kSteps = 800;
-  JobResult r = RunJob("hogwild", "asp", 0, /*workers=*/1, kSteps, /*slow_rank=*/-1,
-                       {"--hogwild_threads=4", "--async_lr=0.05"});
+  JobResult r =
+      RunJob("hogwild", "asp", 0, /*workers=*/1, kSteps, /*slow_rank=*/-1,
+             {"--hogwild_threads=4", "--async_lr=0.05"});
   ASSERT_FALSE(r.params.empty());
   ASSERT_GT(r.parts_per_pull, 0u);
   // Every step pulls and pushes once, whichever thread takes it.
@@ -297,8 +308,9 @@ TEST(TrainingTest, HogwildThreadsTrain) {
   ASSERT_OK(test);
   auto model = MakeSoftmaxRegression(784, 10);
   auto [accuracy, loss] = model->Evaluate(r.params.data(), *test);
-  std::printf("hogwild, 4 threads, %d steps: test accuracy %.3f, test loss %.3f\n", kSteps,
-              accuracy, loss);
+  std::printf(
+      "hogwild, 4 threads, %d steps: test accuracy %.3f, test loss %.3f\n",
+      kSteps, accuracy, loss);
   EXPECT_GT(accuracy, 0.75);
 }
 
@@ -324,7 +336,8 @@ TEST(TrainingTest, SparseLogisticRegressionBeatsConstantPredictor) {
     held.labels.push_back(all.labels[r]);
   }
   double constant_loss = 0;
-  for (float y : held.labels) constant_loss -= y > 0.5 ? std::log(p) : std::log(1 - p);
+  for (float y : held.labels)
+    constant_loss -= y > 0.5 ? std::log(p) : std::log(1 - p);
   constant_loss /= held.NumRows();
   const std::vector<uint64_t> ids = BatchFeatureIds(held, 0, held.NumRows());
   std::vector<Key> keys;
@@ -365,12 +378,13 @@ TEST(TrainingTest, SparseLogisticRegressionBeatsConstantPredictor) {
     EXPECT_EQ(table->width, 1u);
     std::vector<float> w(ids.size()), grad(ids.size());
     ASSERT_OK((*client)->GetSync(*table, keys, absl::MakeSpan(w)));
-    const double loss = SparseLogRegLossAndGradient(held, 0, held.NumRows(), ids, w,
-                                                    absl::MakeSpan(grad));
+    const double loss = SparseLogRegLossAndGradient(
+        held, 0, held.NumRows(), ids, w, absl::MakeSpan(grad));
     const SparseEval e = EvaluateSparseLogReg(held, ids, w);
-    std::printf("sparse_lr %s: held-out log-loss %.4f (constant predictor %.4f), "
-                "accuracy %.3f, AUC %.3f\n",
-                consistency.c_str(), loss, constant_loss, e.accuracy, e.auc);
+    std::printf(
+        "sparse_lr %s: held-out log-loss %.4f (constant predictor %.4f), "
+        "accuracy %.3f, AUC %.3f\n",
+        consistency.c_str(), loss, constant_loss, e.accuracy, e.auc);
     EXPECT_NEAR(e.log_loss, loss, 1e-6);
     EXPECT_LT(loss, constant_loss - 0.05);
     EXPECT_GT(e.auc, 0.7);

@@ -157,8 +157,8 @@ std::vector<float> SingleProcessBsp(int workers, int steps, int retired = -1,
     const bool without = retired >= 0 && step >= retired_from;
     for (int r = 0; r < workers; ++r) {
       if (without && r == retired) continue;
-      model->LossAndGradient(params.data(), shards[r],
-                             batchers[r].Next(kBatch), grad.data());
+      model->LossAndGradient(params.data(), shards[r], batchers[r].Next(kBatch),
+                             grad.data());
       for (size_t j = 0; j < grad.size(); ++j) sum[j] += grad[j] * lr;
     }
     const float pushed = static_cast<float>(without ? workers - 1 : workers);
@@ -206,8 +206,8 @@ void ReplaceWorker1AndCompare(LocalJob* job, int steps, absl::Duration wait,
   const std::vector<float> want = SingleProcessBsp(2, steps);
   ASSERT_EQ(got.size(), want.size());
   if (log->find("not bit for bit") == std::string::npos) {
-    EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
-                                             << " parameters";
+    EXPECT_EQ(CountDiffering(got, want), 0u)
+        << "of " << got.size() << " parameters";
     return;
   }
   // The lost worker died between two sends of one step (the replacement
@@ -251,9 +251,9 @@ TEST(WorkerLossTest, BspReplacementTakesOverBitForBit) {
 // (and, as rank 0, write the initial values over trained ones).
 TEST(WorkerLossTest, BspReplacementOfAWorkerLostBeforeItsFirstClock) {
   constexpr int kSteps = 300;
-  LocalJobOptions o = JobOptions(
-      "bsp_first_clock", {"--consistency=bsp", "--num_workers=2",
-                          "--worker_replace_timeout_ms=120000"});
+  LocalJobOptions o =
+      JobOptions("bsp_first_clock", {"--consistency=bsp", "--num_workers=2",
+                                     "--worker_replace_timeout_ms=120000"});
   o.workers = {WorkerFlags(kSteps), WorkerFlags(kSteps)};
   o.workers[0].push_back("--rank=0");
   o.workers[1].push_back("--rank=1");
@@ -281,11 +281,11 @@ TEST(WorkerLossTest, BspBackupWorkerAbsorbsAKillWithoutWaiting) {
   constexpr int kSteps = 1500;
   // A ten-minute bound: finishing within the test's timeout shows that
   // nobody waited for a replacement.
-  auto job = StartJob("bsp_backup",
-                      {"--consistency=bsp", "--num_workers=2",
-                       "--backup_workers=1", "--dead_after_ms=3000",
-                       "--worker_replace_timeout_ms=600000"},
-                      3, kSteps);
+  auto job =
+      StartJob("bsp_backup",
+               {"--consistency=bsp", "--num_workers=2", "--backup_workers=1",
+                "--dead_after_ms=3000", "--worker_replace_timeout_ms=600000"},
+               3, kSteps);
   ASSERT_NE(job, nullptr);
   ASSERT_OK(WaitForClock(job->scheduler_address(), 2, 50, absl::Minutes(2)));
   job->worker(2).Signal(SIGKILL);
@@ -311,12 +311,12 @@ std::unique_ptr<LocalJob> KillOneOfThree(const std::string& tag,
                                          const std::string& policy,
                                          const std::string& on_loss,
                                          int steps) {
-  auto job = StartJob(tag,
-                      {"--consistency=" + policy, "--staleness=2",
-                       "--num_workers=3", "--dead_after_ms=3000",
-                       "--worker_replace_timeout_ms=2000",
-                       "--on_worker_loss=" + on_loss},
-                      3, steps);
+  auto job =
+      StartJob(tag,
+               {"--consistency=" + policy, "--staleness=2", "--num_workers=3",
+                "--dead_after_ms=3000", "--worker_replace_timeout_ms=2000",
+                "--on_worker_loss=" + on_loss},
+               3, steps);
   if (job == nullptr) return nullptr;
   EXPECT_OK(WaitForClock(job->scheduler_address(), 2, 20, absl::Minutes(2)));
   job->worker(2).Signal(SIGKILL);
@@ -369,11 +369,11 @@ TEST(WorkerLossTest, AspContinuesWithFewerWorkers) { ExpectContinues("asp"); }
 // again.)
 TEST(WorkerLossTest, ARestartedSchedulerKeepsWaitingForTheLostWorker) {
   constexpr int kSteps = 1500;
-  LocalJobOptions o = JobOptions(
-      "restart_while_lost",
-      {"--consistency=ssp", "--staleness=2", "--num_workers=3",
-       "--dead_after_ms=2000", "--worker_replace_timeout_ms=8000",
-       "--on_worker_loss=continue"});
+  LocalJobOptions o =
+      JobOptions("restart_while_lost",
+                 {"--consistency=ssp", "--staleness=2", "--num_workers=3",
+                  "--dead_after_ms=2000", "--worker_replace_timeout_ms=8000",
+                  "--on_worker_loss=continue"});
   o.cluster.durable = true;
   for (int i = 0; i < 3; ++i) {
     o.workers.push_back(WorkerFlags(kSteps));
@@ -403,7 +403,8 @@ TEST(WorkerLossTest, ARestartedSchedulerKeepsWaitingForTheLostWorker) {
   }
   ASSERT_OK_AND_ASSIGN(status, std::move(first));
   EXPECT_TRUE(status.workers(2).lost() || status.workers(2).retired())
-      << "after the restart, rank 2 is " << status.workers(2).ShortDebugString();
+      << "after the restart, rank 2 is "
+      << status.workers(2).ShortDebugString();
   ASSERT_OK_AND_ASSIGN(int w0, job->WaitForWorker(0, absl::Minutes(3)));
   ASSERT_OK_AND_ASSIGN(int w1, job->WaitForWorker(1, absl::Minutes(3)));
   EXPECT_EQ(ExitCode(w0), 0) << job->worker(0).LogTail();
@@ -452,11 +453,11 @@ TEST(WorkerLossTest, AspStopsNamingTheLostWorker) {
 // BSP survivors wait on the data plane (their PushPull is held until every
 // rank pushed): they learn of the failure through their heartbeats.
 TEST(WorkerLossTest, BspStopsSurvivorsBlockedOnTheDataPlane) {
-  auto job = StartJob("bsp_stop",
-                      {"--consistency=bsp", "--num_workers=2",
-                       "--dead_after_ms=3000",
-                       "--worker_replace_timeout_ms=2000"},
-                      2, 100000);
+  auto job =
+      StartJob("bsp_stop",
+               {"--consistency=bsp", "--num_workers=2", "--dead_after_ms=3000",
+                "--worker_replace_timeout_ms=2000"},
+               2, 100000);
   ASSERT_NE(job, nullptr);
   ASSERT_OK(WaitForClock(job->scheduler_address(), 1, 20, absl::Minutes(2)));
   job->worker(1).Signal(SIGKILL);
@@ -473,9 +474,9 @@ TEST(WorkerLossTest, BspStopsSurvivorsBlockedOnTheDataPlane) {
 TEST(WorkerLossTest, BspContinuesWithFewerWorkersBitForBit) {
   constexpr int kSteps = 300;
   LocalJobOptions o = JobOptions(
-      "bsp_continue", {"--consistency=bsp", "--num_workers=3",
-                       "--dead_after_ms=3000", "--worker_replace_timeout_ms=2000",
-                       "--on_worker_loss=continue"});
+      "bsp_continue",
+      {"--consistency=bsp", "--num_workers=3", "--dead_after_ms=3000",
+       "--worker_replace_timeout_ms=2000", "--on_worker_loss=continue"});
   for (int i = 0; i < 3; ++i) {
     o.workers.push_back(WorkerFlags(kSteps));
     o.workers.back().push_back(absl::StrCat("--rank=", i));
@@ -585,19 +586,19 @@ TEST(WorkerLossTest, TheStartBarrierDoesNotWaitForARetiredWorker) {
   const std::vector<float> got = ReadParams(job->scheduler_address());
   const std::vector<float> want = SingleProcessBsp(3, kSteps, 2, 0);
   ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
-                                           << " parameters";
+  EXPECT_EQ(CountDiffering(got, want), 0u)
+      << "of " << got.size() << " parameters";
   EXPECT_OK(job->Stop());
 }
 
 TEST(WorkerLossTest, SigtermLeavesAtOnceAndAReplacementFinishes) {
   constexpr int kSteps = 3000;
   // Heartbeats would take 60 s to expire: LEFT can only come from Leave.
-  auto job = StartJob("sigterm",
-                      {"--consistency=bsp", "--num_workers=2",
-                       "--dead_after_ms=60000",
-                       "--worker_replace_timeout_ms=120000"},
-                      2, kSteps);
+  auto job =
+      StartJob("sigterm",
+               {"--consistency=bsp", "--num_workers=2", "--dead_after_ms=60000",
+                "--worker_replace_timeout_ms=120000"},
+               2, kSteps);
   ASSERT_NE(job, nullptr);
   ASSERT_OK(WaitForClock(job->scheduler_address(), 1, 100, absl::Minutes(2)));
   job->worker(1).Signal(SIGTERM);
@@ -630,8 +631,8 @@ TEST(WorkerLossTest, SigtermLeavesAtOnceAndAReplacementFinishes) {
   const std::vector<float> got = ReadParams(job->scheduler_address());
   const std::vector<float> want = SingleProcessBsp(2, kSteps);
   ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(CountDiffering(got, want), 0u) << "of " << got.size()
-                                           << " parameters";
+  EXPECT_EQ(CountDiffering(got, want), 0u)
+      << "of " << got.size() << " parameters";
   EXPECT_OK(job->Stop());
 }
 

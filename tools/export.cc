@@ -38,9 +38,9 @@ class Sink {
     result_.rows += count;
     if (spec_.kind() == proto::DENSE) {
       if (first_key != next_key_) {
-        return absl::DataLossError(absl::StrCat(
-            "table '", spec_.name(), "': rows from key ", first_key,
-            " where key ", next_key_, " was expected"));
+        return absl::DataLossError(
+            absl::StrCat("table '", spec_.name(), "': rows from key ",
+                         first_key, " where key ", next_key_, " was expected"));
       }
       next_key_ += count;
       return dense_.Write(values, count * width_ * sizeof(float));
@@ -66,8 +66,7 @@ class Sink {
         v.Open(out_ + ".values.npy", "<f4", {keys_.size(), width_}));
     for (size_t i : order) {
       DP_RETURN_IF_ERROR(k.Write(&keys_[i], sizeof(Key)));
-      DP_RETURN_IF_ERROR(
-          v.Write(&values_[i * width_], width_ * sizeof(float)));
+      DP_RETURN_IF_ERROR(v.Write(&values_[i * width_], width_ * sizeof(float)));
     }
     DP_RETURN_IF_ERROR(k.Close());
     DP_RETURN_IF_ERROR(v.Close());
@@ -110,9 +109,9 @@ absl::StatusOr<ExportResult> ExportFromCluster(
   std::vector<float> values;
   for (const proto::RangeAssignment& r : table->ranges()) {
     if (r.lost()) {
-      return absl::DataLossError(absl::StrCat(
-          "table '", options.table, "' keys [", r.begin(), ", ", r.end(),
-          ") are lost"));
+      return absl::DataLossError(absl::StrCat("table '", options.table,
+                                              "' keys [", r.begin(), ", ",
+                                              r.end(), ") are lost"));
     }
     const std::string& address = admin[r.primary()];
     auto& client = clients[address];
@@ -135,7 +134,8 @@ absl::StatusOr<ExportResult> ExportFromCluster(
       // data() of an empty vector, which UBSan reports.)
       keys.resize(chunk.keys().size() / sizeof(Key));
       if (!keys.empty()) {
-        std::memcpy(keys.data(), chunk.keys().data(), keys.size() * sizeof(Key));
+        std::memcpy(keys.data(), chunk.keys().data(),
+                    keys.size() * sizeof(Key));
       }
       values.resize(chunk.values().size() / sizeof(float));
       if (!values.empty()) {
@@ -145,8 +145,8 @@ absl::StatusOr<ExportResult> ExportFromCluster(
       if (values.size() != chunk.count() * table->spec().width()) {
         return absl::DataLossError("export: a chunk of the wrong size");
       }
-      DP_RETURN_IF_ERROR(sink.Add(chunk.first_key(), chunk.count(),
-                                  keys.data(), values.data()));
+      DP_RETURN_IF_ERROR(sink.Add(chunk.first_key(), chunk.count(), keys.data(),
+                                  values.data()));
       done = chunk.done();
       req.set_cursor(chunk.next_cursor());
     }
@@ -208,8 +208,8 @@ absl::StatusOr<ExportResult> ExportFromCheckpoint(
     }
     if (at != end) {
       return absl::NotFoundError(absl::StrCat(
-          "checkpoint ", id, " of table '", options.table, "': keys from ",
-          at, " are in none of the data dirs given"));
+          "checkpoint ", id, " of table '", options.table, "': keys from ", at,
+          " are in none of the data dirs given"));
     }
     return absl::OkStatus();
   };

@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     argv.push_back("--cluster_secret_file=" + options.cluster_secret_file);
   }
   for (const std::string& flag : options.tls.ToFlags()) argv.push_back(flag);
-  c->scheduler_ = std::make_unique<Subprocess>(
-      argv, options.work_dir + "/scheduler.log");
+  c->scheduler_ =
+      std::make_unique<Subprocess>(argv, options.work_dir + "/scheduler.log");
   DP_RETURN_IF_ERROR(c->scheduler_->Start());
   DP_ASSIGN_OR_RETURN(c->scheduler_address_,
                       WaitForAddressFile(address_file, options.start_timeout,
@@ -107,9 +107,9 @@ absl::Status LocalCluster::RestartScheduler() {
 }
 
 absl::Status LocalCluster::WaitForAliveServers(int count) {
-  DP_ASSIGN_OR_RETURN(
-      ClusterAuth auth,
-      ClusterAuth::Load(options_.cluster_secret_file, options_.tls, kGrpcClient));
+  DP_ASSIGN_OR_RETURN(ClusterAuth auth,
+                      ClusterAuth::Load(options_.cluster_secret_file,
+                                        options_.tls, kGrpcClient));
   SchedulerClient scheduler(scheduler_address_, absl::Seconds(10), auth);
   const absl::Time deadline = absl::Now() + options_.start_timeout;
   while (absl::Now() < deadline) {
@@ -123,8 +123,8 @@ absl::Status LocalCluster::WaitForAliveServers(int count) {
     }
     for (auto& s : servers_) {
       if (s->running() && s->Wait(absl::ZeroDuration()).ok()) {
-        return absl::InternalError(
-            absl::StrCat("a server exited during start-up; log:\n", s->LogTail()));
+        return absl::InternalError(absl::StrCat(
+            "a server exited during start-up; log:\n", s->LogTail()));
       }
     }
     absl::SleepFor(absl::Milliseconds(20));
@@ -146,7 +146,8 @@ absl::Status LocalCluster::Stop() {
     auto status = p.Wait(absl::Seconds(30));
     if (!status.ok()) {
       p.Signal(SIGKILL);
-      if (result.ok()) result = absl::InternalError(absl::StrCat(what, " hung on SIGTERM"));
+      if (result.ok())
+        result = absl::InternalError(absl::StrCat(what, " hung on SIGTERM"));
       return;
     }
     if (!(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) && result.ok()) {

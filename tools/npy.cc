@@ -27,9 +27,9 @@ std::string NpyHeader(const std::string& descr,
   // Python's tuples: (n,) and (n, w).
   std::string dims = absl::StrJoin(shape, ", ");
   if (shape.size() == 1) dims.push_back(',');
-  std::string dict = absl::StrCat("{'descr': '", descr,
-                                  "', 'fortran_order': False, 'shape': (",
-                                  dims, "), }");
+  std::string dict =
+      absl::StrCat("{'descr': '", descr,
+                   "', 'fortran_order': False, 'shape': (", dims, "), }");
   // magic (6) + version (2) + length (2) + dict + padding + '\n' = k * 64
   const size_t unpadded = 10 + dict.size() + 1;
   dict.append((64 - unpadded % 64) % 64, ' ');
@@ -83,10 +83,11 @@ absl::Status NpyWriter::Close() {
   if (file_ == nullptr) return absl::FailedPreconditionError("not open");
   const bool flushed = std::fclose(file_) == 0;
   file_ = nullptr;
-  if (!flushed) return absl::UnavailableError(absl::StrCat("cannot write ", path_));
+  if (!flushed)
+    return absl::UnavailableError(absl::StrCat("cannot write ", path_));
   if (written_ != expected_) {
-    return absl::DataLossError(absl::StrCat(path_, ": ", written_,
-                                            " bytes written of ", expected_));
+    return absl::DataLossError(
+        absl::StrCat(path_, ": ", written_, " bytes written of ", expected_));
   }
   return absl::OkStatus();
 }
@@ -100,8 +101,8 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, ": not a .npy file: ", why));
   };
-  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0 ||
-      all[6] != 1 || all[7] != 0) {
+  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0 || all[6] != 1 ||
+      all[7] != 0) {
     return bad("magic or version");
   }
   const size_t len = static_cast<uint8_t>(all[8]) |

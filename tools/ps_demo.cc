@@ -3,8 +3,9 @@
 // metrics as CSV and a plot of loss and accuracy against time.
 //
 //   bazel-bin/tools/ps_demo                       # BSP, 4 workers, MLP
-//   bazel-bin/tools/ps_demo --compare             # BSP, SSP(3), ASP on one plot
-//   bazel-bin/tools/ps_demo --mode=ssp --staleness=1 --slow_worker=0 --slow_factor=3
+//   bazel-bin/tools/ps_demo --compare             # BSP, SSP(3), ASP on one
+//   plot bazel-bin/tools/ps_demo --mode=ssp --staleness=1 --slow_worker=0
+//   --slow_factor=3
 //
 // --cluster_secret_file and the --tls_* flags (common/auth.h) go to every
 // daemon it starts and to its own scheduler calls.
@@ -43,7 +44,8 @@ ABSL_FLAG(int32_t, backup, 0, "backup workers (b)");
 ABSL_FLAG(int32_t, servers, 2, "servers");
 ABSL_FLAG(int64_t, staleness, 3, "SSP bound");
 ABSL_FLAG(std::string, model, "mlp", "softmax or mlp");
-ABSL_FLAG(std::string, device, "cpu", "workers' device: cpu, or cuda (mlp only)");
+ABSL_FLAG(std::string, device, "cpu",
+          "workers' device: cpu, or cuda (mlp only)");
 ABSL_FLAG(int64_t, steps, 1000, "iterations per worker");
 ABSL_FLAG(int32_t, batch, 64, "mini-batch per worker");
 ABSL_FLAG(double, lr, 0.03, "BSP per-worker learning rate (scaled by N)");
@@ -61,7 +63,8 @@ ABSL_FLAG(std::vector<std::string>, targets,
           "test accuracies whose time to reach is reported");
 ABSL_FLAG(int32_t, eval_every, 50, "evaluate every n steps");
 ABSL_FLAG(std::string, out_dir, "out/demo", "CSV, plot and logs go here");
-ABSL_FLAG(std::string, bin_dir, "", "folder holding the daemons (default: ours)");
+ABSL_FLAG(std::string, bin_dir, "",
+          "folder holding the daemons (default: ours)");
 ABSL_FLAG(int64_t, timeout_s, 1200, "give up after this long per run");
 ABSL_FLAG(std::string, data_listen, "",
           "servers' data-plane endpoint (ps_server --data_listen), e.g. "
@@ -107,8 +110,9 @@ std::vector<double> Targets() {
 RunResult RunOnce(const std::string& mode, const Security& security,
                   std::ofstream& csv) {
   RunResult r;
-  r.label = mode == "ssp" ? absl::StrCat("ssp(s=", absl::GetFlag(FLAGS_staleness), ")")
-                          : mode;
+  r.label = mode == "ssp"
+                ? absl::StrCat("ssp(s=", absl::GetFlag(FLAGS_staleness), ")")
+                : mode;
   if (absl::GetFlag(FLAGS_backup) > 0) absl::StrAppend(&r.label, "+backup");
   if (absl::GetFlag(FLAGS_slow_worker) >= 0) absl::StrAppend(&r.label, "+slow");
   const std::string bin = absl::GetFlag(FLAGS_bin_dir).empty()
@@ -117,7 +121,8 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   const int n = absl::GetFlag(FLAGS_workers), b = absl::GetFlag(FLAGS_backup);
   LocalJobOptions o;
   o.cluster.bin_dir = bin;
-  o.cluster.work_dir = absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
+  o.cluster.work_dir =
+      absl::StrCat(absl::GetFlag(FLAGS_out_dir), "/logs-", mode);
   std::system(("mkdir -p " + o.cluster.work_dir).c_str());
   o.cluster.num_servers = absl::GetFlag(FLAGS_servers);
   // LocalJob gives them to the workers too.
@@ -145,13 +150,15 @@ RunResult RunOnce(const std::string& mode, const Security& security,
         absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
         "--device=" + absl::GetFlag(FLAGS_device)};
     if (i == absl::GetFlag(FLAGS_slow_worker)) {
-      flags.push_back(absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
+      flags.push_back(
+          absl::StrCat("--slow_factor=", absl::GetFlag(FLAGS_slow_factor)));
     }
     o.workers.push_back(flags);
   }
   auto job = LocalJob::Start(o);
   if (!job.ok()) {
-    std::fprintf(stderr, "cannot start the job: %s\n", job.status().ToString().c_str());
+    std::fprintf(stderr, "cannot start the job: %s\n",
+                 job.status().ToString().c_str());
     return r;
   }
   const std::vector<double> targets = Targets();
@@ -159,7 +166,8 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   SchedulerClient sched((*job)->scheduler_address(), absl::Seconds(10),
                         security.auth);
   const absl::Time start = absl::Now();
-  const absl::Time deadline = start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  const absl::Time deadline =
+      start + absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   int64_t last_clock = -1;
   int64_t first_clock = -1;
   double first_time = 0;
@@ -171,8 +179,9 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   double last_seen_time = 0;
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   // --overhead polls often: the clock samples bound the timing error.
-  const absl::Duration poll =
-      absl::GetFlag(FLAGS_overhead) ? absl::Milliseconds(10) : absl::Milliseconds(200);
+  const absl::Duration poll = absl::GetFlag(FLAGS_overhead)
+                                  ? absl::Milliseconds(10)
+                                  : absl::Milliseconds(200);
   double last_acc = 0;
   int running = n + b;
   bool failed = false;
@@ -201,19 +210,23 @@ RunResult RunOnce(const std::string& mode, const Security& security,
     r.discarded = discarded;
     if (w0.test_accuracy() > 0) last_acc = w0.test_accuracy();
     for (size_t i = 0; i < targets.size(); ++i) {
-      if (last_acc >= targets[i] && r.time_to_target[i] < 0) r.time_to_target[i] = t;
+      if (last_acc >= targets[i] && r.time_to_target[i] < 0)
+        r.time_to_target[i] = t;
     }
-    std::printf("\r[%s] %5.1fs  clock %4lld/%lld  loss %.4f  test acc %.4f  %6.0f ex/s  staleness<=%lld  discarded %llu   ",
-                r.label.c_str(), t, static_cast<long long>(status->gating_clock()),
-                static_cast<long long>(absl::GetFlag(FLAGS_steps)), w0.loss(), last_acc,
-                examples / std::max(t, 1e-3), static_cast<long long>(stale),
-                static_cast<unsigned long long>(discarded));
+    std::printf(
+        "\r[%s] %5.1fs  clock %4lld/%lld  loss %.4f  test acc %.4f  %6.0f ex/s "
+        " staleness<=%lld  discarded %llu   ",
+        r.label.c_str(), t, static_cast<long long>(status->gating_clock()),
+        static_cast<long long>(absl::GetFlag(FLAGS_steps)), w0.loss(), last_acc,
+        examples / std::max(t, 1e-3), static_cast<long long>(stale),
+        static_cast<unsigned long long>(discarded));
     std::fflush(stdout);
     if (first_clock < 0 && status->gating_clock() > 0) {
       first_clock = status->gating_clock();
       first_time = t;
     }
-    if (status->gating_clock() > last_seen_clock && status->gating_clock() < steps) {
+    if (status->gating_clock() > last_seen_clock &&
+        status->gating_clock() < steps) {
       last_seen_clock = status->gating_clock();
       last_seen_time = t;
     }
@@ -238,19 +251,24 @@ RunResult RunOnce(const std::string& mode, const Security& security,
 void Plot(const std::string& dir, const std::vector<std::string>& labels) {
   const std::string script = dir + "/plot.gp";
   std::ofstream gp(script);
-  gp << "set terminal pngcairo size 1200,500\nset output '" << dir << "/training.png'\n"
-     << "set datafile separator ','\nset multiplot layout 1,2 title 'Downpour on Fashion-MNIST'\n"
-     << "set xlabel 'seconds'\nset ylabel 'train loss (worker 0)'\nset key top right\nset grid\n";
+  gp << "set terminal pngcairo size 1200,500\nset output '" << dir
+     << "/training.png'\n"
+     << "set datafile separator ','\nset multiplot layout 1,2 title 'Downpour "
+        "on Fashion-MNIST'\n"
+     << "set xlabel 'seconds'\nset ylabel 'train loss (worker 0)'\nset key top "
+        "right\nset grid\n";
   auto series = [&](int col) {
     std::vector<std::string> parts;
     for (const auto& l : labels) {
-      parts.push_back(absl::StrCat("'< grep \"^", l, ",\" ", dir, "/metrics.csv' using 2:", col,
+      parts.push_back(absl::StrCat("'< grep \"^", l, ",\" ", dir,
+                                   "/metrics.csv' using 2:", col,
                                    " with lines lw 2 title '", l, "'"));
     }
     return absl::StrJoin(parts, ", ");
   };
   gp << "plot " << series(4) << "\n";
-  gp << "set ylabel 'test accuracy'\nset yrange [0.6:0.92]\nset key bottom right\n";
+  gp << "set ylabel 'test accuracy'\nset yrange [0.6:0.92]\nset key bottom "
+        "right\n";
   gp << "plot " << series(5) << "\nunset multiplot\n";
   gp.close();
   if (std::system(("gnuplot " + script + " 2>/dev/null").c_str()) == 0) {
@@ -265,14 +283,16 @@ void Plot(const std::string& dir, const std::vector<std::string>& labels) {
 double InProcessEpochSeconds(int steps) {
   auto data = LoadFashionMnist("/usr/share/datasets/fashion-mnist", true);
   if (!data.ok()) return -1;
-  auto model = absl::GetFlag(FLAGS_model) == "mlp" ? MakeMlp({784, 256, 10})
-                                                   : MakeSoftmaxRegression(784, 10);
+  auto model = absl::GetFlag(FLAGS_model) == "mlp"
+                   ? MakeMlp({784, 256, 10})
+                   : MakeSoftmaxRegression(784, 10);
   std::vector<float> params(model->NumParams()), grad(params.size());
   model->Init(1, params.data());
   Batcher batcher(data->num_examples, 1, 0);
   const absl::Time start = absl::Now();
   for (int s = 0; s < steps; ++s) {
-    model->LossAndGradient(params.data(), *data, batcher.Next(absl::GetFlag(FLAGS_batch)),
+    model->LossAndGradient(params.data(), *data,
+                           batcher.Next(absl::GetFlag(FLAGS_batch)),
                            grad.data());
     for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.05f * grad[i];
   }
@@ -309,13 +329,15 @@ int main(int argc, char** argv) {
     std::ofstream csv(dir + "/overhead.csv");
     downpour::RunResult r =
         downpour::RunOnce(absl::GetFlag(FLAGS_mode), security, csv);
-    std::printf("\n| setup | seconds per epoch (%d steps of %d) |\n|---|---|\n", steps,
-                absl::GetFlag(FLAGS_batch));
-    std::printf("| in-process trainer | %.2f |\n| 1 server + 1 worker, %s | %.2f |\n", local,
-                absl::GetFlag(FLAGS_mode).c_str(), r.train_seconds);
-    std::printf("overhead ratio: %.2f (start-up and the final evaluation excluded; "
-                "%.2f s with them)\n",
-                r.train_seconds / local, r.seconds);
+    std::printf("\n| setup | seconds per epoch (%d steps of %d) |\n|---|---|\n",
+                steps, absl::GetFlag(FLAGS_batch));
+    std::printf(
+        "| in-process trainer | %.2f |\n| 1 server + 1 worker, %s | %.2f |\n",
+        local, absl::GetFlag(FLAGS_mode).c_str(), r.train_seconds);
+    std::printf(
+        "overhead ratio: %.2f (start-up and the final evaluation excluded; "
+        "%.2f s with them)\n",
+        r.train_seconds / local, r.seconds);
     return r.ok ? 0 : 1;
   }
   const std::string dir = absl::GetFlag(FLAGS_out_dir);
@@ -331,26 +353,29 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> labels;
   const std::vector<double> targets = downpour::Targets();
-  std::string header = "\n| run | seconds | training seconds | final test accuracy |";
+  std::string header =
+      "\n| run | seconds | training seconds | final test accuracy |";
   std::string rule = "|---|---|---|---|";
   for (double t : targets) {
     absl::StrAppend(&header, " seconds to ", t * 100, "% |");
     rule += "---|";
   }
-  std::printf("%s max staleness | discarded pushes |\n%s---|---|\n", header.c_str(),
-              rule.c_str());
+  std::printf("%s max staleness | discarded pushes |\n%s---|---|\n",
+              header.c_str(), rule.c_str());
   bool ok = true;
   for (const auto& r : results) {
     labels.push_back(r.label);
     ok = ok && r.ok;
     std::string reached;
     for (double t : r.time_to_target) {
-      absl::StrAppend(&reached, " ", t < 0 ? "not reached" : absl::StrFormat("%.1f", t), " |");
+      absl::StrAppend(&reached, " ",
+                      t < 0 ? "not reached" : absl::StrFormat("%.1f", t), " |");
     }
-    std::printf("| %s | %.1f | %.1f | %.4f |%s %lld | %llu |%s\n", r.label.c_str(), r.seconds,
-                r.train_seconds, r.final_accuracy, reached.c_str(),
-                static_cast<long long>(r.max_staleness),
-                static_cast<unsigned long long>(r.discarded), r.ok ? "" : " FAILED");
+    std::printf("| %s | %.1f | %.1f | %.4f |%s %lld | %llu |%s\n",
+                r.label.c_str(), r.seconds, r.train_seconds, r.final_accuracy,
+                reached.c_str(), static_cast<long long>(r.max_staleness),
+                static_cast<unsigned long long>(r.discarded),
+                r.ok ? "" : " FAILED");
   }
   std::printf("metrics: %s/metrics.csv\n", dir.c_str());
   downpour::Plot(dir, labels);

@@ -40,7 +40,7 @@ absl::StatusOr<std::vector<TraceLine>> ReadTrace(const std::string& path) {
                    std::istreambuf_iterator<char>());
   std::vector<TraceLine> out;
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  lines.pop_back();  // after the last newline
+  lines.pop_back();                            // after the last newline
   for (size_t i = 1; i < lines.size(); ++i) {  // 0: the header
     std::vector<absl::string_view> cols = absl::StrSplit(lines[i], ',');
     TraceLine t;
@@ -78,11 +78,11 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   if (!options.cluster_secret_file.empty()) {
     security.push_back("--cluster_secret_file=" + options.cluster_secret_file);
   }
-  std::vector<std::string> argv = {
-      options.bin_dir + "/lbfgs/ps_lbfgs",
-      "--scheduler=" + job->scheduler_address(),
-      "--address_file=" + dir + "/coordinator",
-      "--trace_csv=" + dir + "/trace.csv", "--summary_file=" + dir + "/summary"};
+  std::vector<std::string> argv = {options.bin_dir + "/lbfgs/ps_lbfgs",
+                                   "--scheduler=" + job->scheduler_address(),
+                                   "--address_file=" + dir + "/coordinator",
+                                   "--trace_csv=" + dir + "/trace.csv",
+                                   "--summary_file=" + dir + "/summary"};
   argv.insert(argv.end(), security.begin(), security.end());
   argv.insert(argv.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
@@ -90,8 +90,8 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
       std::make_unique<Subprocess>(argv, dir + "/coordinator.log");
   DP_RETURN_IF_ERROR(coordinator->Start());
   DP_ASSIGN_OR_RETURN(std::string address,
-                      WaitForAddressFile(dir + "/coordinator", absl::Seconds(60),
-                                         coordinator.get()));
+                      WaitForAddressFile(dir + "/coordinator",
+                                         absl::Seconds(60), coordinator.get()));
   for (const std::vector<std::string>& flags : options.workers) {
     std::vector<std::string> w = {"--job=lbfgs", "--coordinator=" + address};
     w.insert(w.end(), flags.begin(), flags.end());
@@ -118,7 +118,8 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
     // What it traced before it died (a line is written whole per flush).
     DP_ASSIGN_OR_RETURN(first_trace, ReadTrace(dir + "/trace.csv"));
     if (first_trace.empty()) {
-      return absl::InternalError("the coordinator traced nothing before the kill");
+      return absl::InternalError(
+          "the coordinator traced nothing before the kill");
     }
     result.killed_after = first_trace.back().iteration;
     const int first_workers = job->num_workers();
@@ -143,14 +144,17 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
     }
     std::vector<std::string> again = argv;
     for (std::string& a : again) {
-      if (absl::StartsWith(a, "--trace_csv=")) a = "--trace_csv=" + dir + "/trace2.csv";
+      if (absl::StartsWith(a, "--trace_csv="))
+        a = "--trace_csv=" + dir + "/trace2.csv";
     }
     again.push_back("--listen=" + address);
-    coordinator = std::make_unique<Subprocess>(again, dir + "/coordinator2.log");
+    coordinator =
+        std::make_unique<Subprocess>(again, dir + "/coordinator2.log");
     DP_RETURN_IF_ERROR(coordinator->Start());
     if (options.kill_everything) {
       for (const std::vector<std::string>& flags : options.workers) {
-        std::vector<std::string> w = {"--job=lbfgs", "--coordinator=" + address};
+        std::vector<std::string> w = {"--job=lbfgs",
+                                      "--coordinator=" + address};
         w.insert(w.end(), flags.begin(), flags.end());
         DP_RETURN_IF_ERROR(job->AddWorker(w));
       }
@@ -163,7 +167,8 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   if (result.coordinator_exit_code != 0) {
     result.coordinator_log = coordinator->LogTail();
     if (!options.allow_failure) {
-      return absl::InternalError("coordinator failed: " + result.coordinator_log);
+      return absl::InternalError("coordinator failed: " +
+                                 result.coordinator_log);
     }
   }
   // Some exit on purpose (crash_at_task): their codes are the result.

@@ -27,7 +27,7 @@ struct SandblasterJobOptions {
   // A failing coordinator is reported in the result (coordinator_exit_code,
   // coordinator_log) instead of as an error.
   bool allow_failure = false;
-  std::vector<std::string> coordinator_flags;     // to ps_lbfgs
+  std::vector<std::string> coordinator_flags;  // to ps_lbfgs
   // The scheduler keeps a --state_dir and the servers a --data_dir, so
   // that checkpoints can be taken.
   bool durable = false;
@@ -58,7 +58,7 @@ struct SandblasterJobResult {
   // traced, and the first the restarted one did (where it resumed).
   int killed_after = -1;
   int resumed_at = -1;
-  double Num(const std::string& key) const;    // NaN when absent
+  double Num(const std::string& key) const;  // NaN when absent
 };
 
 // kInternal with the coordinator's log tail if it fails.

@@ -9,17 +9,17 @@ namespace downpour {
 
 absl::StatusOr<TlsFiles> MakeTestCertificates(
     const std::string& dir, const std::vector<std::string>& names) {
-  std::vector<std::string> argv = {"/bin/bash",
-                                   RunfilePath("tools/make_test_certs.sh"), dir};
+  std::vector<std::string> argv = {
+      "/bin/bash", RunfilePath("tools/make_test_certs.sh"), dir};
   argv.insert(argv.end(), names.begin(), names.end());
   Subprocess script(argv, dir + ".log");
   DP_RETURN_IF_ERROR(script.Start());
   DP_ASSIGN_OR_RETURN(int status, script.Wait(absl::Seconds(60)),
                       "tools/make_test_certs.sh");
   if (status != 0) {
-    return absl::InternalError(
-        absl::StrCat("tools/make_test_certs.sh ", dir, " failed (wait status ",
-                     status, "):\n", script.LogTail()));
+    return absl::InternalError(absl::StrCat("tools/make_test_certs.sh ", dir,
+                                            " failed (wait status ", status,
+                                            "):\n", script.LogTail()));
   }
   return TestCertificate(dir, names.empty() ? "node" : names[0]);
 }

@@ -56,7 +56,8 @@ class DataClient::Loop {
   // Per socket: reports failed security handshakes, so that a request to a
   // server that refuses us fails at once with a reason instead of waiting
   // out its deadline.
-  std::unordered_map<void*, std::unique_ptr<transport_internal::HandshakeMonitor>>
+  std::unordered_map<void*,
+                     std::unique_ptr<transport_internal::HandshakeMonitor>>
       monitors_;
   std::unordered_map<uint64_t, Pending> pending_;
   // (deadline, id), earliest first; entries whose id is gone are skipped.
@@ -163,9 +164,9 @@ void DataClient::Loop::SendOne(Queued q) {
   };
   if (socket == nullptr) {
     release_all();
-    q.done(absl::UnavailableError(
-               absl::StrCat("cannot connect to ", q.endpoint)),
-           nullptr);
+    q.done(
+        absl::UnavailableError(absl::StrCat("cannot connect to ", q.endpoint)),
+        nullptr);
     return;
   }
   const uint64_t id = next_id_++;
@@ -173,14 +174,14 @@ void DataClient::Loop::SendOne(Queued q) {
   q.request.header.SerializeToString(&header_bytes_);
   bool ok = transport_internal::SendCopy(socket, header_bytes_.data(),
                                          header_bytes_.size(), ZMQ_SNDMORE);
-  ok = ok && transport_internal::SendPayload(socket, &q.request.keys,
-                                             ZMQ_SNDMORE);
+  ok = ok &&
+       transport_internal::SendPayload(socket, &q.request.keys, ZMQ_SNDMORE);
   ok = ok && transport_internal::SendPayload(socket, &q.request.values, 0);
   if (!ok) {
     release_all();  // whatever was not handed to ZeroMQ
-    q.done(transport_internal::ErrnoStatus(
-               absl::StrCat("send to ", q.endpoint)),
-           nullptr);
+    q.done(
+        transport_internal::ErrnoStatus(absl::StrCat("send to ", q.endpoint)),
+        nullptr);
     return;
   }
   pending_[id] = Pending{std::move(q.done), q.deadline, socket};
@@ -262,9 +263,10 @@ void DataClient::Loop::ExpireDeadlines() {
     void* socket = it->second.socket;
     pending_.erase(it);
     done(absl::DeadlineExceededError("no reply before the deadline"), nullptr);
-    ResetSocket(socket, absl::UnavailableError(absl::StrCat(
-                            "connection to ", EndpointOf(socket),
-                            " was reset after another request to it timed out")));
+    ResetSocket(socket,
+                absl::UnavailableError(absl::StrCat(
+                    "connection to ", EndpointOf(socket),
+                    " was reset after another request to it timed out")));
   }
 }
 

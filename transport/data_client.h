@@ -46,9 +46,8 @@ class DataClient {
   // security handshake with that server failed: the cluster secrets differ
   // or one side has none) or kUnavailable (the client is shutting down).
   // Must not block.
-  using ReplyCallback =
-      std::function<void(const absl::Status& status,
-                         const IncomingMessage* reply)>;
+  using ReplyCallback = std::function<void(const absl::Status& status,
+                                           const IncomingMessage* reply)>;
 
   // `pool` must outlive the client.
   static absl::StatusOr<std::unique_ptr<DataClient>> Create(
@@ -60,8 +59,7 @@ class DataClient {
   // is reset, so that queued messages (and their borrowed payloads) are
   // released; other requests in flight on it fail with kUnavailable.
   void Send(const std::string& endpoint, OutgoingRequest request,
-            absl::Time deadline, ReplyCallback done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+            absl::Time deadline, ReplyCallback done) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Fails every request in flight to `endpoint` with `why` and drops its
   // connection (the next Send reconnects), e.g. once the cluster map says

@@ -153,7 +153,8 @@ size_t DataServer::PostedDue() {
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&posted_mu_);
   size_t n = 0;
-  for (auto it = posted_.begin(); it != posted_.end() && it->first <= now; ++it) {
+  for (auto it = posted_.begin(); it != posted_.end() && it->first <= now;
+       ++it) {
     ++n;
   }
   return n;
@@ -191,9 +192,9 @@ class ZmqRetained final : public RetainedRequest {
     values_ = Take(values, &value_copy_);
     this->keys = absl::Span<const Key>(
         reinterpret_cast<const Key*>(keys_.first), keys_.second / sizeof(Key));
-    this->values = absl::Span<const float>(
-        reinterpret_cast<const float*>(values_.first),
-        values_.second / sizeof(float));
+    this->values =
+        absl::Span<const float>(reinterpret_cast<const float*>(values_.first),
+                                values_.second / sizeof(float));
   }
   ~ZmqRetained() override {
     for (int i = 0; i < held_; ++i) zmq_msg_close(&msgs_[i]);
@@ -271,8 +272,8 @@ void DataServer::Loop(Handler handler) {
         frames.push_back({msg.data(i), msg.frame_size(i)});
       }
       const absl::Status framing =
-          DecodeRequest(frames, options_.max_message_bytes, pool_,
-                        &key_scratch, &value_scratch, &request);
+          DecodeRequest(frames, options_.max_message_bytes, pool_, &key_scratch,
+                        &value_scratch, &request);
       reply.header.set_request_id(request.header.request_id());
       if (!framing.ok()) {
         counters_.framing_errors.fetch_add(1, std::memory_order_relaxed);

@@ -93,7 +93,9 @@ class DataServer {
   // still queued when the server stops are dropped unrun. This is how other
   // threads hand the receive thread work (a new cluster map, a replica's
   // acknowledgement), so that the state it owns needs no lock.
-  void Post(std::function<void()> fn) { PostAfter(absl::ZeroDuration(), std::move(fn)); }
+  void Post(std::function<void()> fn) {
+    PostAfter(absl::ZeroDuration(), std::move(fn));
+  }
   void PostAfter(absl::Duration delay, std::function<void()> fn)
       ABSL_LOCKS_EXCLUDED(posted_mu_);
 

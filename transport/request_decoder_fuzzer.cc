@@ -73,12 +73,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Fail("keys differ from the keys frame");
   }
   if (request.values.size() * sizeof(float) != frames[2].size ||
-      (frames[2].size > 0 &&
-       std::memcmp(request.values.data(), frames[2].data, frames[2].size) != 0)) {
+      (frames[2].size > 0 && std::memcmp(request.values.data(), frames[2].data,
+                                         frames[2].size) != 0)) {
     Fail("values differ from the values frame");
   }
   if (reinterpret_cast<uintptr_t>(request.keys.data()) % alignof(Key) != 0 ||
-      reinterpret_cast<uintptr_t>(request.values.data()) % alignof(float) != 0) {
+      reinterpret_cast<uintptr_t>(request.values.data()) % alignof(float) !=
+          0) {
     Fail("misaligned view");
   }
   return 0;

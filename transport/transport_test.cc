@@ -77,14 +77,15 @@ TEST_F(TransportTest, ManyRequestsInFlightMatchTheirReplies) {
     OutgoingRequest req;
     req.header.set_op(proto::PUSH);
     req.keys = Payload::Borrow(keys[i].data(), keys[i].size() * sizeof(Key));
-    req.values = Payload::Borrow(inputs[i].data(),
-                                 inputs[i].size() * sizeof(float),
-                                 [&released] { released++; });
+    req.values =
+        Payload::Borrow(inputs[i].data(), inputs[i].size() * sizeof(float),
+                        [&released] { released++; });
     client_->Send(server_->endpoint(), std::move(req),
                   absl::Now() + absl::Seconds(10), Capture(&results[i]));
   }
   for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(results[i].done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(
+        results[i].done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     ASSERT_OK(results[i].status);
     EXPECT_EQ(results[i].header.num_keys(), keys[i].size());
     ASSERT_EQ(results[i].values.size(), inputs[i].size());
@@ -190,33 +191,28 @@ TEST_F(TransportTest, RetainedFramesCanBeForwardedAndTheReplyDeferred) {
     reply->deferred = true;
     OutgoingRequest fwd;
     fwd.header.set_op(req.header.op());
-    fwd.keys = Payload::Borrow(r->keys.data(), r->keys.size() * sizeof(Key),
-                               [r] {});
-    fwd.values = Payload::Borrow(r->values.data(),
-                                 r->values.size() * sizeof(float),
-                                 [r, &released] { released++; });
+    fwd.keys =
+        Payload::Borrow(r->keys.data(), r->keys.size() * sizeof(Key), [r] {});
+    fwd.values =
+        Payload::Borrow(r->values.data(), r->values.size() * sizeof(float),
+                        [r, &released] { released++; });
     const uint64_t token = req.reply_token;
-    (*peers)->Send((*back)->endpoint(), std::move(fwd),
-                   absl::Now() + absl::Seconds(10),
-                   [f, token](const absl::Status& s,
-                              const IncomingMessage* back_reply) {
-                     DeferredReply d;
-                     d.reply_token = token;
-                     if (s.ok()) {
-                       d.reply.header = back_reply->header;
-                       auto owned = std::make_shared<std::vector<float>>(
-                           back_reply->values.begin(),
-                           back_reply->values.end());
-                       d.reply.values = Payload::Borrow(
-                           owned->data(), owned->size() * sizeof(float),
-                           [owned] {});
-                     }
-                     // Back on the front server's receive thread.
-                     f->Post([f, d = std::make_shared<DeferredReply>(
-                                     std::move(d))]() mutable {
-                       f->SendDeferred(std::move(*d));
-                     });
-                   });
+    (*peers)->Send(
+        (*back)->endpoint(), std::move(fwd), absl::Now() + absl::Seconds(10),
+        [f, token](const absl::Status& s, const IncomingMessage* back_reply) {
+          DeferredReply d;
+          d.reply_token = token;
+          if (s.ok()) {
+            d.reply.header = back_reply->header;
+            auto owned = std::make_shared<std::vector<float>>(
+                back_reply->values.begin(), back_reply->values.end());
+            d.reply.values = Payload::Borrow(
+                owned->data(), owned->size() * sizeof(float), [owned] {});
+          }
+          // Back on the front server's receive thread.
+          f->Post([f, d = std::make_shared<DeferredReply>(std::move(
+                          d))]() mutable { f->SendDeferred(std::move(*d)); });
+        });
   });
   constexpr int kRequests = 50;
   std::vector<std::vector<float>> inputs(kRequests);
@@ -228,14 +224,14 @@ TEST_F(TransportTest, RetainedFramesCanBeForwardedAndTheReplyDeferred) {
     OutgoingRequest req;
     req.header.set_op(proto::PUSH);
     req.keys = Payload::Borrow(keys.data(), keys.size() * sizeof(Key));
-    req.values = Payload::Borrow(inputs[i].data(),
-                                 inputs[i].size() * sizeof(float));
+    req.values =
+        Payload::Borrow(inputs[i].data(), inputs[i].size() * sizeof(float));
     client_->Send(f->endpoint(), std::move(req),
                   absl::Now() + absl::Seconds(30), Capture(&results[i]));
   }
   for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(results[i].done.WaitForNotificationWithTimeout(
-        absl::Seconds(30)));
+    ASSERT_TRUE(
+        results[i].done.WaitForNotificationWithTimeout(absl::Seconds(30)));
     ASSERT_OK(results[i].status);
     EXPECT_EQ(results[i].header.num_keys(), 3u);
     ASSERT_EQ(results[i].values.size(), inputs[i].size()) << i;
@@ -246,9 +242,9 @@ TEST_F(TransportTest, RetainedFramesCanBeForwardedAndTheReplyDeferred) {
   f->Stop();
   ASSERT_EQ(kept.size(), static_cast<size_t>(kRequests));
   for (int i = 0; i < kRequests; ++i) {
-    EXPECT_EQ(std::vector<float>(kept[i]->values.begin(),
-                                 kept[i]->values.end()),
-              inputs[i]);
+    EXPECT_EQ(
+        std::vector<float>(kept[i]->values.begin(), kept[i]->values.end()),
+        inputs[i]);
     EXPECT_EQ(std::vector<Key>(kept[i]->keys.begin(), kept[i]->keys.end()),
               keys);
   }
@@ -319,21 +315,26 @@ TEST_F(TransportTest, MalformedFramesGetClearErrors) {
   h.set_request_id(42);
   const std::string header = h.SerializeAsString();
 
-  proto::DataHeader r = RawRequest(server_->endpoint(), {"\xff\xff\xff garbage"});
-  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  proto::DataHeader r =
+      RawRequest(server_->endpoint(), {"\xff\xff\xff garbage"});
+  EXPECT_EQ(r.status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(r.status_message(), ::testing::HasSubstr("not a DataHeader"));
 
   r = RawRequest(server_->endpoint(), {header, std::string(16, '\0')});
   EXPECT_EQ(r.request_id(), 42u);
-  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(r.status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(r.status_message(), ::testing::HasSubstr("expected 3"));
 
   r = RawRequest(server_->endpoint(), {header, std::string(7, '\0'), ""});
-  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(r.status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(r.status_message(), ::testing::HasSubstr("uint64"));
 
   r = RawRequest(server_->endpoint(), {header, "", std::string(5, '\0')});
-  EXPECT_EQ(r.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(r.status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(r.status_message(), ::testing::HasSubstr("floats"));
 
   // The server is still healthy afterwards.
@@ -371,8 +372,8 @@ class SecureTransportTest : public ::testing::Test {
     Result r;
     OutgoingRequest req;
     req.header.set_op(proto::PUSH);
-    req.values = Payload::Borrow(values_, sizeof(values_),
-                                 [released] { ++*released; });
+    req.values =
+        Payload::Borrow(values_, sizeof(values_), [released] { ++*released; });
     (*client)->Send(server_->endpoint(), std::move(req),
                     absl::Now() + absl::Seconds(20), Capture(&r));
     EXPECT_TRUE(r.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
@@ -446,7 +447,8 @@ TEST_F(SecureTransportTest, PeerThatKnowsOnlyThePublicKeyIsRefusedByZap) {
   zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 40);
   zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40);
   ASSERT_EQ(zmq_socket_monitor(s, "inproc://attacker",
-                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH), 0);
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH),
+            0);
   void* mon = zmq_socket(ctx, ZMQ_PAIR);
   ASSERT_EQ(zmq_connect(mon, "inproc://attacker"), 0);
   ASSERT_EQ(zmq_connect(s, server_->endpoint().c_str()), 0);

@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/log_flags.h"
-#include "common/token_file.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/signals.h"
+#include "common/token_file.h"
 #include "common/usage.h"
 #include "metrics/metrics_flags.h"
 #include "worker/sandblaster_worker.h"
@@ -26,7 +26,8 @@ ABSL_FLAG(int64_t, coordinator_timeout_ms, 60000,
 ABSL_FLAG(int32_t, crash_at_task, 0,
           "lbfgs test hook: exit abruptly inside the n-th task");
 
-ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "host:port of ps_scheduler");
+ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
+          "host:port of ps_scheduler");
 ABSL_FLAG(std::string, name, "", "stable worker name");
 ABSL_FLAG(std::string, job_token_file, "",
           "file holding the job token, when the scheduler has one "

@@ -49,8 +49,8 @@ class SandblasterWorker {
         // Waiting would not help a refused token.
         if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
             absl::Now() - last_contact > options_.coordinator_timeout) {
-          return FromGrpcStatus(s, absl::StrCat("coordinator at ",
-                                                options_.coordinator_address));
+          return FromGrpcStatus(
+              s, absl::StrCat("coordinator at ", options_.coordinator_address));
         }
         absl::SleepFor(absl::Milliseconds(200));
         continue;
@@ -70,10 +70,11 @@ class SandblasterWorker {
       // round is not open on the servers), or one that met its ranges
       // being restored: the task is handed out again if it still matters,
       // so drop it. Anything else, or this too often, ends the worker.
-      const bool stale = absl::IsFailedPrecondition(ran) || absl::IsDataLoss(ran);
+      const bool stale =
+          absl::IsFailedPrecondition(ran) || absl::IsDataLoss(ran);
       if (!stale || ++failed_in_a_row_ > kMaxStaleTasksInARow) {
-        return Annotate(ran, absl::StrCat("task ", task.task_id(),
-                                          " of round ", task.round()));
+        return Annotate(ran, absl::StrCat("task ", task.task_id(), " of round ",
+                                          task.round()));
       }
       DP_LOG(WARNING) << "task " << task.task_id() << " of round "
                       << task.round() << " dropped: " << ran.message();
@@ -87,11 +88,12 @@ class SandblasterWorker {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   }
   absl::Status Prepare(const proto::SandblasterProblem& spec) {
-    if (problem_ != nullptr && spec.SerializeAsString() == spec_.SerializeAsString()) {
+    if (problem_ != nullptr &&
+        spec.SerializeAsString() == spec_.SerializeAsString()) {
       return absl::OkStatus();
     }
-    DP_LOG(INFO) << "loading problem " << spec.kind() << " (" << spec.data_path()
-                 << ")";
+    DP_LOG(INFO) << "loading problem " << spec.kind() << " ("
+                 << spec.data_path() << ")";
     DP_ASSIGN_OR_RETURN(problem_, TaskProblem::Load(spec));
     spec_ = spec;
     DP_ASSIGN_OR_RETURN(Table table, client_->OpenTable(spec.table()));
@@ -120,8 +122,9 @@ class SandblasterWorker {
       // Dense: every task of a round reads the same x; pull it once.
       if (x_round_ != task.round()) {
         x_.resize(problem_->num_keys() * w);
-        DP_RETURN_IF_ERROR(client_->GetSync(
-            x_table_, Keys::Range(0, problem_->num_keys()), absl::MakeSpan(x_)));
+        DP_RETURN_IF_ERROR(
+            client_->GetSync(x_table_, Keys::Range(0, problem_->num_keys()),
+                             absl::MakeSpan(x_)));
         x_round_ = task.round();
       }
       x = x_;
@@ -132,8 +135,8 @@ class SandblasterWorker {
       x = xs_;
       grad_.resize(xs_.size());
     }
-    const double loss = problem_->Compute(task.begin(), task.end(), x,
-                                          absl::MakeSpan(grad_));
+    const double loss =
+        problem_->Compute(task.begin(), task.end(), x, absl::MakeSpan(grad_));
     ++tasks_run_;
     StretchStep(start, options_.slow_factor);
     if (options_.crash_at_task > 0 && tasks_run_ == options_.crash_at_task) {
@@ -141,8 +144,8 @@ class SandblasterWorker {
                       << " as asked (--crash_at_task)";
       _exit(3);
     }
-    const Keys where = keys.empty() ? Keys::Range(0, problem_->num_keys())
-                                    : Keys(keys);
+    const Keys where =
+        keys.empty() ? Keys::Range(0, problem_->num_keys()) : Keys(keys);
     DP_RETURN_IF_ERROR(client_->Wait(client_->AddOnce(
         g_table_, where, grad_, task.round(), task.task_id())));
     proto::TaskResult result;

@@ -21,12 +21,12 @@ struct SandblasterWorkerOptions {
   std::string scheduler_address;
   ClusterAuth auth;  // the cluster secret, if it has one (common/auth.h)
   std::string coordinator_address;
-  std::string name;           // in the coordinator's task bookkeeping
+  std::string name;  // in the coordinator's task bookkeeping
   // If set, a gRPC health service listens here (host:port): liveness
   // (common/grpc_server.h) from the start, readiness once connected to the
   // cluster.
   std::string health_listen;
-  double slow_factor = 1.0;   // > 1: sleep to look that much slower
+  double slow_factor = 1.0;  // > 1: sleep to look that much slower
   // Test hook: exit abruptly (status 3) in the middle of the n-th task this
   // worker runs (1-based), after computing and before adding its gradient.
   int crash_at_task = 0;

@@ -68,8 +68,8 @@ void WriteWorkerMetrics(int rank, const ClockReport& p,
   const MetricLabels l = {{"rank", absl::StrCat(rank)}};
   w->Gauge("downpour_worker_clock", "Iterations the worker has completed", l,
            static_cast<double>(p.clock));
-  w->Gauge("downpour_worker_loss", "Training loss the worker last reported",
-           l, p.loss);
+  w->Gauge("downpour_worker_loss", "Training loss the worker last reported", l,
+           p.loss);
   w->Counter("downpour_worker_examples_total",
              "Training examples the worker has processed", l,
              static_cast<double>(p.examples));
@@ -111,14 +111,13 @@ class WorkerImpl final : public Worker {
                  << member_->rank() << " of " << policy.total_workers()
                  << ", consistency " << policy.ToString()
                  << (member_->start_clock() > 0 || member_->restored_from() != 0
-                         ? absl::StrCat(", resuming at clock ",
-                                        member_->start_clock(),
-                                        member_->restored_from() != 0
-                                            ? absl::StrCat(
-                                                  " (restored from checkpoint ",
+                         ? absl::StrCat(
+                               ", resuming at clock ", member_->start_clock(),
+                               member_->restored_from() != 0
+                                   ? absl::StrCat(" (restored from checkpoint ",
                                                   member_->restored_from(), ")")
-                                            : " (the rank's clock: replacing "
-                                              "a lost worker)")
+                                   : " (the rank's clock: replacing "
+                                     "a lost worker)")
                          : "");
     DP_RETURN_IF_ERROR(CheckOptions(options_, policy));
 
@@ -127,8 +126,8 @@ class WorkerImpl final : public Worker {
     co.auth = options_.auth;
     co.op_timeout = absl::Seconds(60);
     DP_ASSIGN_OR_RETURN(client_, Client::Connect(co));
-    ctx_ = std::make_unique<StepContext>(options_, member_.get(),
-                                         client_.get(), &stop_requested_);
+    ctx_ = std::make_unique<StepContext>(options_, member_.get(), client_.get(),
+                                         &stop_requested_);
     if (options_.metrics != nullptr) {
       metrics_ = options_.metrics->Add([this](MetricWriter* w) {
         WriteWorkerMetrics(member_->rank(), ctx_->last_report(),

@@ -14,9 +14,10 @@
 // rate follows the linear scaling rule, N x lr, reached by a linear warm-up
 // over `warmup_steps` (the workers scale their gradients; the servers' SGD
 // runs with rate 1, or heavy-ball momentum with `momentum` > 0), optionally
-// falling linearly to 0 over the last steps (`lr_decay_from`). Under SSP and ASP every push is applied on arrival, so
-// N workers together take N steps per round: the servers run Adagrad with
-// `async_lr`, which adapts per coordinate and stays stable as N grows.
+// falling linearly to 0 over the last steps (`lr_decay_from`). Under SSP and
+// ASP every push is applied on arrival, so N workers together take N steps per
+// round: the servers run Adagrad with `async_lr`, which adapts per coordinate
+// and stays stable as N grows.
 //
 // The clock reports go out from a reporter thread; WaitClock is called only
 // when what the worker knows (its own clock, a lower bound on the others')

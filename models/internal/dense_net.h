@@ -114,11 +114,11 @@ class DenseNet {
         }
       }
     };
-    const std::function<void(size_t, size_t)> stream =
-        [&](size_t off, size_t count) {
-          finish(off, count);
-          if (ready != nullptr) (*ready)(off, count);
-        };
+    const std::function<void(size_t, size_t)> stream = [&](size_t off,
+                                                           size_t count) {
+      finish(off, count);
+      if (ready != nullptr) (*ready)(off, count);
+    };
     std::vector<std::vector<T>> part_grads(parts - 1);
     std::vector<double> part_loss(parts);
     ParallelFor(parts, n, [&](int part, int64_t begin, int64_t end) {

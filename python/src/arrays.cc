@@ -31,7 +31,8 @@ uint64_t ToKey(const py::handle& item) {
   py::int_ key = py::reinterpret_steal<py::int_>(PyNumber_Index(item.ptr()));
   if (!key) throw py::error_already_set();
   if (key < py::int_(0)) {
-    throw py::value_error(absl::StrCat("negative key ", std::string(py::str(key)),
+    throw py::value_error(absl::StrCat("negative key ",
+                                       std::string(py::str(key)),
                                        " (keys are unsigned 64-bit)"));
   }
   const unsigned long long k = PyLong_AsUnsignedLongLong(key.ptr());
@@ -102,9 +103,9 @@ HeldKeys ToKeys(const Table& table, const py::handle& keys) {
   held.owner = py::none();
   if (keys.is_none()) {
     if (table.sparse) {
-      throw py::value_error(absl::StrCat(
-          "keys=None means every key of a dense table; table '", table.name,
-          "' is sparse"));
+      throw py::value_error(
+          absl::StrCat("keys=None means every key of a dense table; table '",
+                       table.name, "' is sparse"));
     }
     held.keys = Keys::Range(0, table.num_keys);
     return held;
@@ -174,8 +175,8 @@ HeldOutput ToOutput(const Table& table, uint64_t num_keys,
         "torch.Tensor pass tensor.numpy()), got ",
         TypeName(out),
         py::isinstance<py::array>(out)
-            ? absl::StrCat(" of dtype ", std::string(py::str(
-                                              out.attr("dtype"))))
+            ? absl::StrCat(" of dtype ",
+                           std::string(py::str(out.attr("dtype"))))
             : ""));
   }
   auto array = py::reinterpret_borrow<FloatArray>(out);

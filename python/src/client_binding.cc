@@ -90,11 +90,21 @@ class PyClient {
       py::gil_scoped_release release;
       const Keys& k = held_keys.keys;
       switch (kind) {
-        case OpKind::kPut: client->Put(table, k, in.values, done); break;
-        case OpKind::kAdd: client->Add(table, k, in.values, done); break;
-        case OpKind::kPush: client->Push(table, k, in.values, done); break;
-        case OpKind::kGet: client->Get(table, k, output.values, done); break;
-        case OpKind::kPull: client->Pull(table, k, output.values, done); break;
+        case OpKind::kPut:
+          client->Put(table, k, in.values, done);
+          break;
+        case OpKind::kAdd:
+          client->Add(table, k, in.values, done);
+          break;
+        case OpKind::kPush:
+          client->Push(table, k, in.values, done);
+          break;
+        case OpKind::kGet:
+          client->Get(table, k, output.values, done);
+          break;
+        case OpKind::kPull:
+          client->Pull(table, k, output.values, done);
+          break;
         case OpKind::kPushPull:
           client->PushPull(table, k, in.values, output.values, done);
           break;
@@ -271,9 +281,10 @@ void RegisterClient(py::module_& m) {
           "The same table addressing its named vector `name` "
           "(NotFoundError if it has none of that name).")
       .def("__repr__", &TableRepr)
-      .def("__eq__", [](const Table& a, const Table& b) {
-        return a.id == b.id && a.name == b.name && a.vector == b.vector;
-      })
+      .def("__eq__",
+           [](const Table& a, const Table& b) {
+             return a.id == b.id && a.name == b.name && a.vector == b.vector;
+           })
       .def("__hash__", [](const Table& t) {
         return py::hash(py::make_tuple(t.id, t.name, t.vector));
       });
@@ -321,9 +332,8 @@ void RegisterClient(py::module_& m) {
       "and pushes and pulls their values. Make one with Client.connect(). "
       "Thread-safe: Python threads may share one client. Usable as a "
       "context manager (closes on exit).")
-      .def_static("connect", &Connect, arg("scheduler_address"),
-                  py::kw_only(), arg("op_timeout") = 30.0,
-                  arg("connect_timeout") = 30.0,
+      .def_static("connect", &Connect, arg("scheduler_address"), py::kw_only(),
+                  arg("op_timeout") = 30.0, arg("connect_timeout") = 30.0,
                   arg("max_message_bytes") = uint64_t{64} << 20,
                   arg("cluster_secret_file") = py::none(),
                   "Connects to the scheduler at host:port and fetches the "
@@ -377,8 +387,8 @@ void RegisterClient(py::module_& m) {
       .def("add", op(OpKind::kAdd), arg("table"), arg("keys"), arg("values"),
            py::kw_only(), arg("async_op") = false,
            OpDoc("Adds values to the keys' values.", true, false).c_str())
-      .def("push", op(OpKind::kPush), arg("table"), arg("keys"),
-           arg("grads"), py::kw_only(), arg("async_op") = false,
+      .def("push", op(OpKind::kPush), arg("table"), arg("keys"), arg("grads"),
+           py::kw_only(), arg("async_op") = false,
            OpDoc("Pushes gradients: the table's handler applies them.", true,
                  false)
                .c_str())
@@ -387,8 +397,8 @@ void RegisterClient(py::module_& m) {
            OpDoc("Reads the keys' values.", false, true).c_str())
       .def("pull", read(OpKind::kPull), arg("table"), arg("keys"),
            arg("out") = py::none(), py::kw_only(), arg("async_op") = false,
-           OpDoc("Reads parameters (carrying the worker clock, if set).",
-                 false, true)
+           OpDoc("Reads parameters (carrying the worker clock, if set).", false,
+                 true)
                .c_str())
       .def(
           "push_pull",
@@ -408,8 +418,7 @@ void RegisterClient(py::module_& m) {
           [](PyClient&, Operation& op, std::optional<double> timeout) {
             return op.Wait(timeout);
           },
-          arg("op"), arg("timeout") = py::none(),
-          "Same as op.wait(timeout).")
+          arg("op"), arg("timeout") = py::none(), "Same as op.wait(timeout).")
       .def(
           "set_worker_clock",
           [](PyClient& self, int rank, int64_t clock) {
@@ -419,7 +428,8 @@ void RegisterClient(py::module_& m) {
           "Operations issued after this carry the worker's rank and clock "
           "(BSP aggregation and staleness on the servers); clock < 0: none.")
       .def_property_readonly(
-          "map_epoch", [](const PyClient& self) { return self.Get()->map_epoch(); },
+          "map_epoch",
+          [](const PyClient& self) { return self.Get()->map_epoch(); },
           "Epoch of the cluster map the client routes by.")
       .def_property_readonly(
           "max_staleness",
@@ -431,8 +441,7 @@ void RegisterClient(py::module_& m) {
           [](const PyClient& self) { return self.Get()->discarded_pushes(); },
           "Pushes the servers dropped as late (backup workers).")
       .def_property_readonly(
-          "traffic",
-          [](const PyClient& self) { return self.Get()->traffic(); },
+          "traffic", [](const PyClient& self) { return self.Get()->traffic(); },
           "Data-plane traffic of this client so far (TrafficStats).")
       .def_property_readonly("closed", &PyClient::closed)
       .def("close", &PyClient::Close,

@@ -127,9 +127,12 @@ std::shared_ptr<PyJobMember> Join(const std::string& scheduler_address,
 
 const char* KindName(ConsistencyPolicy::Kind kind) {
   switch (kind) {
-    case ConsistencyPolicy::Kind::kBsp: return "bsp";
-    case ConsistencyPolicy::Kind::kSsp: return "ssp";
-    case ConsistencyPolicy::Kind::kAsp: return "asp";
+    case ConsistencyPolicy::Kind::kBsp:
+      return "bsp";
+    case ConsistencyPolicy::Kind::kSsp:
+      return "ssp";
+    case ConsistencyPolicy::Kind::kAsp:
+      return "asp";
   }
   return "unknown";
 }
@@ -150,8 +153,7 @@ void RegisterJobMember(py::module_& m) {
                     "N: workers whose updates count each step")
       .def_readonly("backup_workers", &ConsistencyPolicy::backup_workers,
                     "b: extra workers; the slowest b are ignored")
-      .def_property_readonly("total_workers",
-                             &ConsistencyPolicy::total_workers,
+      .def_property_readonly("total_workers", &ConsistencyPolicy::total_workers,
                              "N + b: ranks are [0, total_workers)")
       .def_property_readonly("is_bsp", &ConsistencyPolicy::is_bsp)
       .def_property_readonly("is_asp", &ConsistencyPolicy::is_asp)
@@ -186,13 +188,13 @@ void RegisterJobMember(py::module_& m) {
           "within register_timeout), AlreadyExistsError (a live worker has "
           "this name), ResourceExhaustedError (the job has all its "
           "workers), UnauthenticatedError. The GIL is released meanwhile.")
-      .def_property_readonly(
-          "node_id", [](const PyJobMember& s) { return s.node_id(); })
+      .def_property_readonly("node_id",
+                             [](const PyJobMember& s) { return s.node_id(); })
       .def_property_readonly(
           "rank", [](const PyJobMember& s) { return s.rank(); },
           "In [0, policy.total_workers); the same after joining again.")
-      .def_property_readonly(
-          "policy", [](const PyJobMember& s) { return s.policy(); })
+      .def_property_readonly("policy",
+                             [](const PyJobMember& s) { return s.policy(); })
       .def(
           "report_clock",
           [](const PyJobMember& self, Clock clock, double loss,
@@ -207,9 +209,9 @@ void RegisterJobMember(py::module_& m) {
             r.discarded = discarded;
             ThrowIfError(self.Get()->ReportClock(r));
           },
-          arg("clock"), py::kw_only(), arg("loss") = 0.0,
-          arg("examples") = 0, arg("test_accuracy") = -1.0,
-          arg("max_staleness") = 0, arg("discarded") = 0,
+          arg("clock"), py::kw_only(), arg("loss") = 0.0, arg("examples") = 0,
+          arg("test_accuracy") = -1.0, arg("max_staleness") = 0,
+          arg("discarded") = 0,
           "Queues a report that iterations below `clock` are complete (every "
           "push acknowledged) and returns at once; a newer report replaces "
           "one still queued. examples: total so far; test_accuracy < 0: not "
@@ -257,8 +259,7 @@ void RegisterJobMember(py::module_& m) {
           "`timeout` seconds.")
       .def(
           "barrier",
-          [](const PyJobMember& self, const std::string& name,
-             double timeout) {
+          [](const PyJobMember& self, const std::string& name, double timeout) {
             auto member = self.Get();
             absl::Status s;
             {
@@ -285,25 +286,23 @@ void RegisterJobMember(py::module_& m) {
           "finished=True: it completed its steps; otherwise its rank waits "
           "for a replacement like a lost worker's (ps_scheduler "
           "--worker_replace_timeout_ms). A second call does nothing.")
-      .def("__enter__",
-           [](std::shared_ptr<PyJobMember> self) { return self; })
+      .def("__enter__", [](std::shared_ptr<PyJobMember> self) { return self; })
       // Leaving a `with` block normally is finishing; by an exception,
       // leaving for a replacement, and that exception is the one raised
       // (an error leaving is only logged).
-      .def("__exit__",
-           [](PyJobMember& self, const py::object& type, const py::object&,
-              const py::object&) {
-             if (type.is_none()) {
-               self.Leave(/*finished=*/true, "finished", absl::Seconds(30));
-               return;
-             }
-             try {
-               self.Leave(/*finished=*/false, "left on an exception",
-                          absl::Seconds(30));
-             } catch (const StatusError& e) {
-               DP_LOG(WARNING) << "leaving the job: " << e.what();
-             }
-           });
+      .def("__exit__", [](PyJobMember& self, const py::object& type,
+                          const py::object&, const py::object&) {
+        if (type.is_none()) {
+          self.Leave(/*finished=*/true, "finished", absl::Seconds(30));
+          return;
+        }
+        try {
+          self.Leave(/*finished=*/false, "left on an exception",
+                     absl::Seconds(30));
+        } catch (const StatusError& e) {
+          DP_LOG(WARNING) << "leaving the job: " << e.what();
+        }
+      });
 }
 
 }  // namespace python

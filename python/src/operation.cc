@@ -20,8 +20,8 @@ bool WaitReleasingGil(const absl::Notification& done, absl::Duration timeout) {
     bool finished;
     {
       py::gil_scoped_release release;
-      finished = done.WaitForNotificationWithTimeout(
-          std::max(absl::ZeroDuration(), std::min(left, absl::Milliseconds(100))));
+      finished = done.WaitForNotificationWithTimeout(std::max(
+          absl::ZeroDuration(), std::min(left, absl::Milliseconds(100))));
     }
     if (finished) return true;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -39,8 +39,8 @@ void DropClient(std::shared_ptr<Client>* client) {
 }
 
 Operation::Operation(std::shared_ptr<Client> client,
-                     std::shared_ptr<Completion> completion,
-                     py::object owners, py::object result, absl::Duration grace)
+                     std::shared_ptr<Completion> completion, py::object owners,
+                     py::object result, absl::Duration grace)
     : client_(std::move(client)),
       completion_(std::move(completion)),
       owners_(std::move(owners)),

@@ -53,8 +53,9 @@ class Operation {
   Operation& operator=(const Operation&) = delete;
 
   // timeout_s: None waits until the operation completes (which the SDK
-  // bounds by op_timeout; `grace` at most). Raises DeadlineExceededError if it is still in
-  // flight after timeout_s; the operation goes on and may be waited on again.
+  // bounds by op_timeout; `grace` at most). Raises DeadlineExceededError if it
+  // is still in flight after timeout_s; the operation goes on and may be waited
+  // on again.
   pybind11::object Wait(std::optional<double> timeout_s);
   bool IsCompleted() const { return completion_->done.HasBeenNotified(); }
 

@@ -69,8 +69,8 @@ int CutState(const TableShard& shard, const TableShard::Range& range,
 }
 
 std::string Describe(const TableShard& shard, KeyRange r) {
-  return absl::StrCat("table '", shard.spec().name(), "' keys [", r.begin,
-                      ", ", r.end, ")");
+  return absl::StrCat("table '", shard.spec().name(), "' keys [", r.begin, ", ",
+                      r.end, ")");
 }
 
 }  // namespace
@@ -132,9 +132,10 @@ absl::StatusOr<proto::CheckpointPartReply> Checkpointer::CheckpointPart(
     last_request_id_ = std::max(last_request_id_, req.checkpoint_id());
   }
   if (store_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "server '", name_, "' has no --data_dir: it cannot take part in "
-        "checkpoints"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("server '", name_,
+                     "' has no --data_dir: it cannot take part in "
+                     "checkpoints"));
   }
   if (req.mode() == proto::CheckpointPartRequest::PROBE) return Probe();
   return Write(req);
@@ -174,8 +175,8 @@ std::unique_ptr<Checkpointer::Captured> Checkpointer::Capture(
     std::unique_ptr<RowChunk> chunk = TakeChunk();
     cursor = range.store->ExportRows(*cursor, chunk_bytes_, chunk.get());
     c->rows += chunk->count;
-    c->bytes += chunk->data.size() * sizeof(float) +
-                chunk->keys.size() * sizeof(Key);
+    c->bytes +=
+        chunk->data.size() * sizeof(float) + chunk->keys.size() * sizeof(Key);
     c->chunks.push_back(std::move(chunk));
   }
   return c;
@@ -189,17 +190,17 @@ void Checkpointer::StartCut(const std::shared_ptr<Cut>& cut) {
     for (const auto& [begin, range] : shard->ranges()) {
       if (range->role != Role::kPrimary) continue;
       if (range->lost) {
-        error = absl::DataLossError(absl::StrCat(
-            Describe(*shard, range->range()),
-            " is lost on this server; it cannot be checkpointed"));
+        error = absl::DataLossError(
+            absl::StrCat(Describe(*shard, range->range()),
+                         " is lost on this server; it cannot be checkpointed"));
         break;
       }
       Clock past = 0;
       const int state = CutState(*shard, *range, cut->clock, &past);
       if (state > 0) {
-        error = absl::AbortedError(absl::StrCat(
-            Describe(*shard, range->range()), " is at clock ", past,
-            ", past the cut's clock ", cut->clock));
+        error = absl::AbortedError(
+            absl::StrCat(Describe(*shard, range->range()), " is at clock ",
+                         past, ", past the cut's clock ", cut->clock));
         break;
       }
       if (state < 0) {
@@ -241,9 +242,9 @@ void Checkpointer::CheckWaiting() {
   for (Waiting& w : cut->waiting) {
     TableShard::Range* range = w.shard->FindExact(w.range);
     if (range == nullptr || range->role != Role::kPrimary) {
-      error = absl::AbortedError(absl::StrCat(
-          Describe(*w.shard, w.range),
-          " left this server during the checkpoint (a new map)"));
+      error = absl::AbortedError(
+          absl::StrCat(Describe(*w.shard, w.range),
+                       " left this server during the checkpoint (a new map)"));
       break;
     }
     Clock past = 0;
@@ -447,8 +448,8 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
         "server '", name_, "' has no --data_dir: nothing to restore from"));
   }
   DP_ASSIGN_OR_RETURN(proto::CheckpointPart part,
-                      store_->ReadPart(req.checkpoint_id()), "server '",
-                      name_, "'");
+                      store_->ReadPart(req.checkpoint_id()), "server '", name_,
+                      "'");
   {
     absl::MutexLock lock(&mu_);
     if (writing_ || restoring_) {
@@ -473,14 +474,12 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
         stored = &r;
       }
     }
-    const std::string what =
-        absl::StrCat("checkpoint ", req.checkpoint_id(), " table ",
-                     want.table_id(), " keys [", want.begin(), ", ",
-                     want.end(), ") on server '", name_, "'");
+    const std::string what = absl::StrCat(
+        "checkpoint ", req.checkpoint_id(), " table ", want.table_id(),
+        " keys [", want.begin(), ", ", want.end(), ") on server '", name_, "'");
     if (stored == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat(what, ": not in this server's part (", db_->path(),
-                       ")"));
+      return absl::NotFoundError(absl::StrCat(
+          what, ": not in this server's part (", db_->path(), ")"));
     }
     // The range must be held here as a primary already (the scheduler's
     // restore map); it is reset to the checkpoint's ledgers and, for a
@@ -490,92 +489,96 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
     auto ledgers = std::make_shared<proto::RangeLedgers>(stored->ledgers());
     auto spec = std::make_shared<proto::TableSpec>(stored->spec());
     const Clock clock = part.clock();
-    DP_RETURN_IF_ERROR(OnDataThread([this, prepared, kr, ledgers, spec, what,
-                                     clock] {
-      std::shared_ptr<TableShard> shard;
-      for (auto& [id, s] : dispatcher_->Tables()) {
-        if (id == spec->id()) shard = s;
-      }
-      TableShard::Range* range =
-          shard == nullptr ? nullptr : shard->FindExact(kr);
-      if (range == nullptr || range->role != Role::kPrimary) {
-        *prepared = absl::FailedPreconditionError(
-            absl::StrCat(what, ": not held here as a primary (yet)"));
-        return;
-      }
-      const proto::TableSpec& now = shard->spec();
-      if (now.width() != spec->width() || now.kind() != spec->kind() ||
-          now.vectors_size() != spec->vectors_size() ||
-          now.handler().name() != spec->handler().name()) {
-        *prepared = absl::DataLossError(absl::StrCat(
-            what, ": the table's spec differs from the checkpoint's"));
-        return;
-      }
-      // Held BSP steps belong to the state being replaced.
-      for (auto& [p, steps] : range->steps) {
-        for (uint64_t token : steps.Abandon()) {
-          DeferredReply d;
-          d.reply_token = token;
-          d.reply.header.set_status_code(
-              static_cast<int>(absl::StatusCode::kDataLoss));
-          d.reply.header.set_status_message(
-              absl::StrCat(what, ": rolled back to a checkpoint"));
-          data_.send_deferred(std::move(d));
-        }
-      }
-      if (!shard->layout().dense) {
-        range->store = std::make_unique<RangeStore>(&shard->layout(), kr);
-      }
-      ImportLedgers(*ledgers, absl::Now(), range);
-      // Staleness is measured against the steps applied: those of a BSP
-      // checkpoint at clock c are 0 .. c - 1 for every rank.
-      if (clock > 0) {
-        for (int r = 0; r < shard->tracked_ranks(); ++r) {
-          shard->RecordApplied(r, clock - 1);
-        }
-      }
-    }));
+    DP_RETURN_IF_ERROR(
+        OnDataThread([this, prepared, kr, ledgers, spec, what, clock] {
+          std::shared_ptr<TableShard> shard;
+          for (auto& [id, s] : dispatcher_->Tables()) {
+            if (id == spec->id()) shard = s;
+          }
+          TableShard::Range* range =
+              shard == nullptr ? nullptr : shard->FindExact(kr);
+          if (range == nullptr || range->role != Role::kPrimary) {
+            *prepared = absl::FailedPreconditionError(
+                absl::StrCat(what, ": not held here as a primary (yet)"));
+            return;
+          }
+          const proto::TableSpec& now = shard->spec();
+          if (now.width() != spec->width() || now.kind() != spec->kind() ||
+              now.vectors_size() != spec->vectors_size() ||
+              now.handler().name() != spec->handler().name()) {
+            *prepared = absl::DataLossError(absl::StrCat(
+                what, ": the table's spec differs from the checkpoint's"));
+            return;
+          }
+          // Held BSP steps belong to the state being replaced.
+          for (auto& [p, steps] : range->steps) {
+            for (uint64_t token : steps.Abandon()) {
+              DeferredReply d;
+              d.reply_token = token;
+              d.reply.header.set_status_code(
+                  static_cast<int>(absl::StatusCode::kDataLoss));
+              d.reply.header.set_status_message(
+                  absl::StrCat(what, ": rolled back to a checkpoint"));
+              data_.send_deferred(std::move(d));
+            }
+          }
+          if (!shard->layout().dense) {
+            range->store = std::make_unique<RangeStore>(&shard->layout(), kr);
+          }
+          ImportLedgers(*ledgers, absl::Now(), range);
+          // Staleness is measured against the steps applied: those of a BSP
+          // checkpoint at clock c are 0 .. c - 1 for every rank.
+          if (clock > 0) {
+            for (int r = 0; r < shard->tracked_ranks(); ++r) {
+              shard->RecordApplied(r, clock - 1);
+            }
+          }
+        }));
     DP_RETURN_IF_ERROR(*prepared);
     // The rows, a chunk at a time: read here, imported on the data thread
     // (a copy in a pooled chunk, owned by the closure).
     auto import_status = std::make_shared<absl::Status>();
     const uint32_t table = want.table_id();
-    DP_RETURN_IF_ERROR(store_->ReadChunks(
-        req.checkpoint_id(), table, want.begin(), stored->chunks(),
-        [&](const storage::StoredChunk& stored_chunk) -> absl::Status {
-          std::shared_ptr<RowChunk> chunk(TakeChunk().release(),
-                                          [this](RowChunk* c) {
-                                            std::vector<std::unique_ptr<RowChunk>> v;
-                                            v.emplace_back(c);
-                                            ReturnChunks(std::move(v));
-                                          });
-          chunk->first_key = stored_chunk.info.first_key();
-          chunk->count = stored_chunk.info.count();
-          chunk->has_state = stored_chunk.info.has_state();
-          chunk->vectors.assign(stored_chunk.info.vectors().begin(),
-                                stored_chunk.info.vectors().end());
-          chunk->keys.assign(stored_chunk.keys.begin(), stored_chunk.keys.end());
-          chunk->data.assign(stored_chunk.data.begin(), stored_chunk.data.end());
-          reply.set_rows(reply.rows() + chunk->count);
-          reply.set_bytes(reply.bytes() + chunk->data.size() * sizeof(float) +
-                          chunk->keys.size() * sizeof(Key));
-          DP_RETURN_IF_ERROR(OnDataThread([this, chunk, import_status, kr,
-                                           table] {
-            std::shared_ptr<TableShard> shard;
-            for (auto& [id, s] : dispatcher_->Tables()) {
-              if (id == table) shard = s;
-            }
-            TableShard::Range* range =
-                shard == nullptr ? nullptr : shard->FindExact(kr);
-            if (range == nullptr) {
-              *import_status = absl::AbortedError(
-                  "the range left this server during the restore");
-              return;
-            }
-            *import_status = range->store->ImportRows(*chunk);
-          }));
-          return *import_status;
-        }),
+    DP_RETURN_IF_ERROR(
+        store_->ReadChunks(
+            req.checkpoint_id(), table, want.begin(), stored->chunks(),
+            [&](const storage::StoredChunk& stored_chunk) -> absl::Status {
+              std::shared_ptr<RowChunk> chunk(
+                  TakeChunk().release(), [this](RowChunk* c) {
+                    std::vector<std::unique_ptr<RowChunk>> v;
+                    v.emplace_back(c);
+                    ReturnChunks(std::move(v));
+                  });
+              chunk->first_key = stored_chunk.info.first_key();
+              chunk->count = stored_chunk.info.count();
+              chunk->has_state = stored_chunk.info.has_state();
+              chunk->vectors.assign(stored_chunk.info.vectors().begin(),
+                                    stored_chunk.info.vectors().end());
+              chunk->keys.assign(stored_chunk.keys.begin(),
+                                 stored_chunk.keys.end());
+              chunk->data.assign(stored_chunk.data.begin(),
+                                 stored_chunk.data.end());
+              reply.set_rows(reply.rows() + chunk->count);
+              reply.set_bytes(reply.bytes() +
+                              chunk->data.size() * sizeof(float) +
+                              chunk->keys.size() * sizeof(Key));
+              DP_RETURN_IF_ERROR(
+                  OnDataThread([this, chunk, import_status, kr, table] {
+                    std::shared_ptr<TableShard> shard;
+                    for (auto& [id, s] : dispatcher_->Tables()) {
+                      if (id == table) shard = s;
+                    }
+                    TableShard::Range* range =
+                        shard == nullptr ? nullptr : shard->FindExact(kr);
+                    if (range == nullptr) {
+                      *import_status = absl::AbortedError(
+                          "the range left this server during the restore");
+                      return;
+                    }
+                    *import_status = range->store->ImportRows(*chunk);
+                  }));
+              return *import_status;
+            }),
         what);
     reply.set_ranges(reply.ranges() + 1);
   }
@@ -606,9 +609,9 @@ absl::StatusOr<proto::ExportRowsReply> Checkpointer::ExportRows(
     }
     auto it = shard->ranges().find(req.range_begin());
     if (it == shard->ranges().end() || it->second->role != Role::kPrimary) {
-      *status = absl::FailedPreconditionError(absl::StrCat(
-          "table '", shard->spec().name(), "': no range from key ",
-          req.range_begin(), " served here as primary"));
+      *status = absl::FailedPreconditionError(
+          absl::StrCat("table '", shard->spec().name(), "': no range from key ",
+                       req.range_begin(), " served here as primary"));
       return;
     }
     TableShard::Range& range = *it->second;

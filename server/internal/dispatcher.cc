@@ -18,7 +18,6 @@ namespace server_internal {
 
 using Role = TableShard::Range::Role;
 
-
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
                        const PluginRegistry* plugins,
                        const PinOptions& pin_options, ReplicationEnv* env,
@@ -73,8 +72,8 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
   std::vector<ForwardedWrite> forwards;
   if (v.ok()) {
     const std::vector<double>* done =
-        v->deduped ? v->range->clients.Find(h.client_id(), h.seq(),
-                                            h.low_seq(), absl::Now())
+        v->deduped ? v->range->clients.Find(h.client_id(), h.seq(), h.low_seq(),
+                                            absl::Now())
                    : nullptr;
     if (done != nullptr) {
       // A retry of a write this range applied (e.g. its old primary did,
@@ -248,10 +247,9 @@ void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
           ? shard.PushSynced(*v.range, v.begin, v.end, h.worker_rank(),
                              h.worker_clock(), v.values, request.reply_token,
                              &waiters_)
-          : shard.PushSyncedKeys(*v.range, v.keys, h.worker_rank(),
-                                 h.worker_clock(), v.values,
-                                 request.reply_token, &waiters_,
-                                 &applied_keys_);
+          : shard.PushSyncedKeys(
+                *v.range, v.keys, h.worker_rank(), h.worker_clock(), v.values,
+                request.reply_token, &waiters_, &applied_keys_);
   reply->header.set_discarded(outcome.result ==
                               TableShard::SyncResult::kDiscarded);
   if (outcome.result == TableShard::SyncResult::kHeld) {
@@ -259,8 +257,8 @@ void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
     if (pull) pull_waiters_.insert(request.reply_token);
     return;
   }
-  const bool replicated = outcome.result == TableShard::SyncResult::kApplied &&
-                          Replicated(v);
+  const bool replicated =
+      outcome.result == TableShard::SyncResult::kApplied && Replicated(v);
   if (replicated) {
     // One rank on a range: the backups get the request's own gradient.
     const bool own = v.is_range && outcome.applied == v.values;
@@ -274,8 +272,8 @@ void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
   const Clock next = h.worker_clock() + 1;
   if (pull) {
     reply->header.set_staleness(shard.ObservePull(next));
-    reply->values = ReadRange(*v.range->store, v.begin, v.end, v.floats, 0,
-                              !replicated);
+    reply->values =
+        ReadRange(*v.range->store, v.begin, v.end, v.floats, 0, !replicated);
   }
   ReleaseStepWaiters(shard, *v.range, v.begin, v.end, v.n, next, replicated,
                      first_waiter, released);
@@ -313,9 +311,9 @@ ForwardedWrite Dispatcher::StepForward(TableShard& shard,
     if (!is_range) {
       std::memcpy(copy->second.data(), applied_keys_.data(),
                   applied_keys_.size() * sizeof(Key));
-      f.keys = absl::MakeConstSpan(
-          reinterpret_cast<const Key*>(copy->second.data()),
-          applied_keys_.size());
+      f.keys =
+          absl::MakeConstSpan(reinterpret_cast<const Key*>(copy->second.data()),
+                              applied_keys_.size());
     }
     f.owner = std::move(copy);
   }
@@ -423,19 +421,18 @@ void Dispatcher::HandleReplica(const IncomingMessage& request,
   Epoch epoch;
   std::shared_ptr<TableShard> shard = Lookup(h.table_id(), &epoch);
   const KeyRange kr{r.range_begin(), r.range_end()};
-  TableShard::Range* range =
-      shard != nullptr ? shard->FindExact(kr) : nullptr;
+  TableShard::Range* range = shard != nullptr ? shard->FindExact(kr) : nullptr;
   if (range == nullptr || range->role != Role::kBackup ||
       range->primary != h.sender()) {
     if (h.epoch() > epoch) {
-      return fail(absl::UnavailableError(absl::StrCat(
-          "server ", self_, " has applied epoch ", epoch,
-          " but the primary is at ", h.epoch(), "; resend")));
+      return fail(absl::UnavailableError(
+          absl::StrCat("server ", self_, " has applied epoch ", epoch,
+                       " but the primary is at ", h.epoch(), "; resend")));
     }
-    return fail(absl::AbortedError(absl::StrCat(
-        "server ", self_, " is not a backup of node ", h.sender(),
-        " for table ", h.table_id(), " keys [", kr.begin, ", ", kr.end,
-        ") in epoch ", epoch)));
+    return fail(absl::AbortedError(
+        absl::StrCat("server ", self_, " is not a backup of node ", h.sender(),
+                     " for table ", h.table_id(), " keys [", kr.begin, ", ",
+                     kr.end, ") in epoch ", epoch)));
   }
   if (replicator_ == nullptr) {
     return fail(absl::FailedPreconditionError("replication is off here"));

@@ -83,8 +83,7 @@ class Dispatcher {
   // `max_table_bytes` (0: no limit) bounds the table storage this server
   // takes on: see PrepareMap.
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
-             const PluginRegistry* plugins,
-             const PinOptions& pin_options = {},
+             const PluginRegistry* plugins, const PinOptions& pin_options = {},
              ReplicationEnv* env = nullptr, uint64_t max_table_bytes = 0);
 
   // A map with what applying it needs allocated already.
@@ -92,8 +91,7 @@ class Dispatcher {
     proto::ClusterMap map;
     absl::flat_hash_map<TableId, std::shared_ptr<TableShard>> new_tables;
     // Fresh ranges for this server, by (table, first key).
-    std::map<std::pair<TableId, Key>, std::unique_ptr<TableShard::Range>>
-        fresh;
+    std::map<std::pair<TableId, Key>, std::unique_ptr<TableShard::Range>> fresh;
     absl::Status status;  // the first table that could not be built
     // Every table this server cannot create or hold, with why (the
     // scheduler hears of them with the epoch's acknowledgement).
@@ -154,10 +152,10 @@ class Dispatcher {
     // every range it overlaps that this server serves as primary).
     TableShard::Range* range = nullptr;
     bool is_range = false;
-    Key begin = 0, end = 0;         // is_range
-    absl::Span<const Key> keys;     // !is_range
-    uint64_t n = 0;                 // keys
-    size_t floats = 0;              // n * width
+    Key begin = 0, end = 0;      // is_range
+    absl::Span<const Key> keys;  // !is_range
+    uint64_t n = 0;              // keys
+    size_t floats = 0;           // n * width
     uint32_t vector = 0;
     const float* values = nullptr;  // writes
     // The request carries a tracked worker clock and rank.
@@ -171,9 +169,8 @@ class Dispatcher {
 
   absl::StatusOr<Validated> Validate(const IncomingMessage& request) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<Validated> ValidateVector(Validated v,
-                                           const IncomingMessage& request)
-      const;
+  absl::StatusOr<Validated> ValidateVector(
+      Validated v, const IncomingMessage& request) const;
   // Executes a validated request. Cannot fail. Writes that the ranges'
   // backups must apply too are appended to `forwards`.
   void Apply(const Validated& v, const IncomingMessage& request,
@@ -201,17 +198,17 @@ class Dispatcher {
   // steps of `shard` held for them are applied now, forwarded to the
   // backups and answered; their own held pushes are answered with
   // kFailedPrecondition.
-  void RetireRanks(TableShard& shard, absl::Span<const int> ranks,
-                   Epoch epoch);
+  void RetireRanks(TableShard& shard, absl::Span<const int> ranks, Epoch epoch);
   // Sends each of `tokens` the error `why` (nothing without an env).
   void AnswerWithError(const std::vector<uint64_t>& tokens,
                        const absl::Status& why);
   // Runs a VECTOR command on the primary ranges it overlaps; their partial
   // dot products, each range's kept in `per_range` (for its client ledger).
-  void ApplyVector(const Validated& v, const IncomingMessage& request,
-                   OutgoingReply* reply, std::vector<ForwardedWrite>* forwards,
-                   std::vector<std::pair<TableShard::Range*,
-                                         std::vector<double>>>* per_range);
+  void ApplyVector(
+      const Validated& v, const IncomingMessage& request, OutgoingReply* reply,
+      std::vector<ForwardedWrite>* forwards,
+      std::vector<std::pair<TableShard::Range*, std::vector<double>>>*
+          per_range);
   // A retry of a write this range applied already.
   void AnswerRetry(const Validated& v, const IncomingMessage& request,
                    const std::vector<double>& scalars, OutgoingReply* reply);
@@ -241,7 +238,7 @@ class Dispatcher {
   const PluginRegistry* const plugins_;
   const PinOptions pin_options_;
   ReplicationEnv* const env_;
-  const uint64_t max_table_bytes_;  // 0: no limit
+  const uint64_t max_table_bytes_;          // 0: no limit
   std::unique_ptr<Replicator> replicator_;  // null without env
 
   mutable absl::Mutex mu_;

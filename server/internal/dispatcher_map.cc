@@ -81,8 +81,8 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
     }
     const bool is_new = shard == nullptr;
     if (is_new) {
-      auto created = TableShard::Create(table.spec(), {}, plugins_,
-                                        pin_options_);
+      auto created =
+          TableShard::Create(table.spec(), {}, plugins_, pin_options_);
       if (!created.ok()) {
         fail(id, created.status());
         continue;
@@ -101,15 +101,14 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       // A demoted primary may hold writes its successor lacks: it starts
       // over from a copy like any new backup, unless it handed the range
       // over.
-      if (held == nullptr ||
-          (held->role == Role::kPrimary && part == Part::kBackup &&
-           !HandedOver(r, self_))) {
+      if (held == nullptr || (held->role == Role::kPrimary &&
+                              part == Part::kBackup && !HandedOver(r, self_))) {
         fresh.push_back(range);
-        fresh_bytes = SatAdd(fresh_bytes, RangeBytes(shard->layout(), range,
-                                                     nullptr));
+        fresh_bytes =
+            SatAdd(fresh_bytes, RangeBytes(shard->layout(), range, nullptr));
       } else {
-        held_bytes = SatAdd(held_bytes, RangeBytes(shard->layout(), range,
-                                                   held->store.get()));
+        held_bytes = SatAdd(
+            held_bytes, RangeBytes(shard->layout(), range, held->store.get()));
       }
     }
     committed = SatAdd(committed, held_bytes);
@@ -125,16 +124,18 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       refuse(absl::ResourceExhaustedError(absl::StrCat(
           "table '", table.spec().name(), "': server ", self_, " cannot hold ",
           fresh.size(), " more range(s) of it (", fresh_bytes,
-          " bytes): it holds ", committed, " bytes of tables and its limit "
-          "is ", max_table_bytes_, " bytes (ps_server --max_table_bytes)")));
+          " bytes): it holds ", committed,
+          " bytes of tables and its limit "
+          "is ",
+          max_table_bytes_, " bytes (ps_server --max_table_bytes)")));
       continue;
     }
     // Without a limit, a size past what any machine addresses would wrap
     // around in the allocation's own arithmetic: refused the same way.
     if (!fresh.empty() && fresh_bytes > (uint64_t{1} << 62)) {
-      refuse(absl::ResourceExhaustedError(absl::StrCat(
-          "table '", table.spec().name(), "': server ", self_,
-          " cannot hold ", fresh_bytes, " bytes of it")));
+      refuse(absl::ResourceExhaustedError(
+          absl::StrCat("table '", table.spec().name(), "': server ", self_,
+                       " cannot hold ", fresh_bytes, " bytes of it")));
       continue;
     }
     bool allocated = true;
@@ -142,10 +143,10 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       try {
         prepared->fresh[{id, r.begin}] = shard->NewRange(r);
       } catch (const std::bad_alloc&) {
-        refuse(absl::ResourceExhaustedError(absl::StrCat(
-            "table '", table.spec().name(), "': server ", self_,
-            " could not allocate keys [", r.begin, ", ", r.end, ") (",
-            fresh_bytes, " bytes for its new ranges)")));
+        refuse(absl::ResourceExhaustedError(
+            absl::StrCat("table '", table.spec().name(), "': server ", self_,
+                         " could not allocate keys [", r.begin, ", ", r.end,
+                         ") (", fresh_bytes, " bytes for its new ranges)")));
         allocated = false;
         break;
       }
@@ -186,12 +187,12 @@ void Dispatcher::RetireRanks(TableShard& shard, absl::Span<const int> ranks,
   std::vector<uint64_t> orphans;
   std::vector<TableShard::HeldStep> complete;
   shard.Retire(ranks, &orphans, &complete);
-  AnswerWithError(
-      orphans,
-      absl::FailedPreconditionError(absl::StrCat(
-          "table '", shard.spec().name(), "': the job went on without this "
-          "worker's rank (--on_worker_loss=continue, epoch ", epoch,
-          "); its held push was dropped")));
+  AnswerWithError(orphans,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "table '", shard.spec().name(),
+                      "': the job went on without this "
+                      "worker's rank (--on_worker_loss=continue, epoch ",
+                      epoch, "); its held push was dropped")));
   size_t answered = 0;
   for (const TableShard::HeldStep& step : complete) {
     const size_t first_waiter = waiters_.size();
@@ -203,13 +204,13 @@ void Dispatcher::RetireRanks(TableShard& shard, absl::Span<const int> ranks,
         replicator_->HasBackups(shard.spec().id(), step.range->range().begin);
     std::vector<ForwardedWrite> forwards;
     if (replicated) {
-      forwards.push_back(StepForward(shard, step.range, begin, end,
-                                     step.clock, outcome.applied, nullptr));
+      forwards.push_back(StepForward(shard, step.range, begin, end, step.clock,
+                                     outcome.applied, nullptr));
     }
     std::vector<DeferredReply> released;
     ReleaseStepWaiters(shard, *step.range, begin, end,
-                       shard.layout().dense ? end - begin : 0,
-                       step.clock + 1, replicated, first_waiter, &released);
+                       shard.layout().dense ? end - begin : 0, step.clock + 1,
+                       replicated, first_waiter, &released);
     answered += released.size();
     if (env_ == nullptr) continue;
     for (DeferredReply& d : released) {
@@ -235,9 +236,9 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
   const Epoch epoch = map.epoch();
   absl::flat_hash_map<NodeId, const proto::NodeInfo*> nodes;
   for (const proto::NodeInfo& n : map.nodes()) nodes[n.id()] = &n;
-  const absl::Status moved = absl::AbortedError(absl::StrCat(
-      "not owner: the range moved away from server ", self_, " in epoch ",
-      epoch, "; retry with a fresh map"));
+  const absl::Status moved = absl::AbortedError(
+      absl::StrCat("not owner: the range moved away from server ", self_,
+                   " in epoch ", epoch, "; retry with a fresh map"));
   for (const proto::TableMap& table : map.tables()) {
     const TableId id = table.spec().id();
     std::shared_ptr<TableShard> shard;
@@ -316,8 +317,8 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
         range = shard->AddRange(std::move(fresh));
         if (replicator_ != nullptr) replicator_->ForgetStream(id, begin);
         DP_LOG(INFO) << "table '" << shard->spec().name() << "' (id " << id
-                     << ") keys [" << kr.begin << ", " << kr.end << "): "
-                     << (part == Part::kPrimary ? "primary" : "backup")
+                     << ") keys [" << kr.begin << ", " << kr.end
+                     << "): " << (part == Part::kPrimary ? "primary" : "backup")
                      << (assignment->lost() ? " of a LOST range" : "")
                      << ", epoch " << epoch;
       } else if (range->role == Role::kBackup && part == Part::kPrimary) {
@@ -375,8 +376,7 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       "the table was removed from the cluster map in epoch ", epoch));
   for (const auto& [id, shard] : gone) {
     DP_LOG(INFO) << "table '" << shard->spec().name() << "' (id " << id
-                 << ") removed from the map in epoch " << epoch
-                 << "; dropped";
+                 << ") removed from the map in epoch " << epoch << "; dropped";
     std::vector<TableShard::Range*> ranges;
     for (const auto& [begin, range] : shard->ranges()) {
       ranges.push_back(range.get());

@@ -24,7 +24,8 @@ proto::ClusterMap MakeMap() {
   dense->mutable_spec()->set_width(2);
   dense->mutable_spec()->set_num_keys(100);
   dense->mutable_spec()->mutable_handler()->set_name("sum");
-  for (auto [b, e, p] : {std::tuple<Key, Key, NodeId>{0, 50, 1}, {50, 100, kSelf}}) {
+  for (auto [b, e, p] :
+       {std::tuple<Key, Key, NodeId>{0, 50, 1}, {50, 100, kSelf}}) {
     auto* r = dense->add_ranges();
     r->set_begin(b);
     r->set_end(e);
@@ -36,7 +37,9 @@ proto::ClusterMap MakeMap() {
   sparse->mutable_spec()->set_kind(proto::SPARSE);
   sparse->mutable_spec()->set_width(3);
   sparse->mutable_spec()->mutable_handler()->set_name("sgd");
-  (*sparse->mutable_spec()->mutable_handler()->mutable_params())["learning_rate"] = 0.5;
+  (*sparse->mutable_spec()
+        ->mutable_handler()
+        ->mutable_params())["learning_rate"] = 0.5;
   auto* r = sparse->add_ranges();
   r->set_begin(0);
   r->set_end(kKeySpaceEnd);
@@ -92,18 +95,19 @@ absl::StatusCode Code(const proto::DataHeader& h) {
 TEST_F(DispatcherTest, PutAddGetPushOnDenseKeys) {
   EXPECT_EQ(Run(proto::PUT, 1, 2, {60, 51}, {1, 2, 3, 4}).status_code(), 0);
   EXPECT_EQ(Run(proto::ADD, 1, 2, {60, 60}, {1, 1, 10, 10}).status_code(), 0);
-  EXPECT_EQ(GetDense({51, 60, 52}),
-            (std::vector<float>{3, 4, 12, 13, 0, 0}));
+  EXPECT_EQ(GetDense({51, 60, 52}), (std::vector<float>{3, 4, 12, 13, 0, 0}));
   // "sum" handler: push adds.
   std::vector<float> out;
-  EXPECT_EQ(Run(proto::PUSH_PULL, 1, 2, {52}, {0.5, 0.25}, &out).status_code(), 0);
+  EXPECT_EQ(Run(proto::PUSH_PULL, 1, 2, {52}, {0.5, 0.25}, &out).status_code(),
+            0);
   EXPECT_EQ(out, (std::vector<float>{0.5, 0.25}));
 }
 
 TEST_F(DispatcherTest, SparseRowsAreCreatedOnTouchAndHandlerApplies) {
   std::vector<float> out;
   const Key big = kKeySpaceEnd - 1;
-  EXPECT_EQ(Run(proto::PUSH, 2, 3, {big, 7}, {1, 2, 3, 4, 5, 6}).status_code(), 0);
+  EXPECT_EQ(Run(proto::PUSH, 2, 3, {big, 7}, {1, 2, 3, 4, 5, 6}).status_code(),
+            0);
   EXPECT_EQ(Run(proto::PULL, 2, 3, {7, big, 8}, {}, &out).status_code(), 0);
   // sgd with learning rate 0.5 from zeros.
   EXPECT_EQ(out, (std::vector<float>{-2, -2.5, -3, -0.5, -1, -1.5, 0, 0, 0}));
@@ -156,13 +160,20 @@ TEST_F(DispatcherTest, BadRequestsGetExactCodesAndChangeNothing) {
     absl::StatusCode code;
   };
   std::vector<Case> cases;
-  cases.push_back({Run(proto::PUT, 99, 2, {70}, {1, 1}), absl::StatusCode::kNotFound});
-  cases.push_back({Run(proto::PUT, 1, 3, {70}, {1, 1, 1}), absl::StatusCode::kInvalidArgument});
-  cases.push_back({Run(proto::PUT, 1, 2, {70}, {1}), absl::StatusCode::kInvalidArgument});
-  cases.push_back({Run(proto::PUT, 1, 2, {70, 100}, {1, 1, 1, 1}), absl::StatusCode::kOutOfRange});
-  cases.push_back({Run(proto::PUT, 1, 2, {70, 10}, {1, 1, 1, 1}), absl::StatusCode::kAborted});
-  cases.push_back({Run(static_cast<proto::Op>(42), 1, 2, {70}, {1, 1}), absl::StatusCode::kInvalidArgument});
-  cases.push_back({Run(proto::GET, 1, 2, {70}, {1, 1}), absl::StatusCode::kInvalidArgument});
+  cases.push_back(
+      {Run(proto::PUT, 99, 2, {70}, {1, 1}), absl::StatusCode::kNotFound});
+  cases.push_back({Run(proto::PUT, 1, 3, {70}, {1, 1, 1}),
+                   absl::StatusCode::kInvalidArgument});
+  cases.push_back(
+      {Run(proto::PUT, 1, 2, {70}, {1}), absl::StatusCode::kInvalidArgument});
+  cases.push_back({Run(proto::PUT, 1, 2, {70, 100}, {1, 1, 1, 1}),
+                   absl::StatusCode::kOutOfRange});
+  cases.push_back({Run(proto::PUT, 1, 2, {70, 10}, {1, 1, 1, 1}),
+                   absl::StatusCode::kAborted});
+  cases.push_back({Run(static_cast<proto::Op>(42), 1, 2, {70}, {1, 1}),
+                   absl::StatusCode::kInvalidArgument});
+  cases.push_back({Run(proto::GET, 1, 2, {70}, {1, 1}),
+                   absl::StatusCode::kInvalidArgument});
   for (const Case& c : cases) {
     EXPECT_EQ(Code(c.h), c.code) << c.h.status_message();
     EXPECT_FALSE(c.h.status_message().empty());
@@ -289,12 +300,10 @@ TEST(SyncedSparseTest, KeyBatchesAreAveragedInRankOrderOnceAllRanksPushed) {
   };
   // Key 7: ranks 0, 1, 2 push 1e8, -1e8, 1 (rank 3 nothing): mean 1 / 4.
   // Key 9: rank 3 alone, 8: mean 2. Rank 2 sends key 7 and no other.
-  const std::vector<Push> pushes = {{0, {7}, {1e8f}},
-                                    {1, {9, 7}, {0, -1e8f}},
-                                    {2, {7}, {1}},
-                                    {3, {9}, {8}}};
-  for (const std::vector<int>& order :
-       std::vector<std::vector<int>>{{0, 1, 2, 3}, {2, 3, 0, 1}, {3, 2, 1, 0}}) {
+  const std::vector<Push> pushes = {
+      {0, {7}, {1e8f}}, {1, {9, 7}, {0, -1e8f}}, {2, {7}, {1}}, {3, {9}, {8}}};
+  for (const std::vector<int>& order : std::vector<std::vector<int>>{
+           {0, 1, 2, 3}, {2, 3, 0, 1}, {3, 2, 1, 0}}) {
     BufferPool pool;
     PluginRegistry plugins;
     Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
@@ -357,7 +366,8 @@ proto::ClusterMap BspMap(int sync_workers, int backups) {
   t->mutable_spec()->mutable_init()->set_kind(proto::InitializerSpec::CONSTANT);
   t->mutable_spec()->mutable_init()->set_value(1.0f);
   t->mutable_spec()->mutable_handler()->set_name("sgd");
-  (*t->mutable_spec()->mutable_handler()->mutable_params())["learning_rate"] = 1.0;
+  (*t->mutable_spec()->mutable_handler()->mutable_params())["learning_rate"] =
+      1.0;
   auto* r = t->add_ranges();
   r->set_begin(0);
   r->set_end(4);
@@ -396,7 +406,8 @@ BspCall HandleBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
 BspCall CallBsp(Dispatcher& d, proto::Op op, int rank, int64_t clock,
                 std::vector<float> grads, uint64_t token, Key begin = 0,
                 Key end = 4) {
-  BspCall c = HandleBsp(d, op, rank, clock, std::move(grads), token, begin, end);
+  BspCall c =
+      HandleBsp(d, op, rank, clock, std::move(grads), token, begin, end);
   EXPECT_EQ(c.reply.header.status_code(), 0) << c.reply.header.status_message();
   return c;
 }
@@ -415,15 +426,18 @@ TEST(DispatcherBspTest, OneWorkerPushPullReturnsThePostUpdateValuesAtOnce) {
   EXPECT_TRUE(c.released.empty());
   EXPECT_FALSE(c.reply.header.discarded());
   EXPECT_EQ(c.reply.header.staleness(), 0);
-  EXPECT_EQ(Values(c.reply), (std::vector<float>{0, -1, -2, -3, -4, -5, -6, -7}));
+  EXPECT_EQ(Values(c.reply),
+            (std::vector<float>{0, -1, -2, -3, -4, -5, -6, -7}));
   // The next clock sees that update and adds its own.
   c = CallBsp(d, proto::PUSH_PULL, 0, 1, {1, 1, 1, 1, 1, 1, 1, 1}, 12);
-  EXPECT_EQ(Values(c.reply), (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
+  EXPECT_EQ(Values(c.reply),
+            (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
   // A repeated clock is late: acknowledged as discarded, nothing applied,
   // and the values are the current ones.
   c = CallBsp(d, proto::PUSH_PULL, 0, 1, {9, 9, 9, 9, 9, 9, 9, 9}, 13);
   EXPECT_TRUE(c.reply.header.discarded());
-  EXPECT_EQ(Values(c.reply), (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
+  EXPECT_EQ(Values(c.reply),
+            (std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8}));
 }
 
 // Workers cut a large table into parts and push each part as its own
@@ -476,7 +490,8 @@ TEST(DispatcherBspTest, PushPullWaitsForTheRoundAndLatePushesAreDiscarded) {
   Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
   ASSERT_OK(d.ApplyMap(BspMap(2, 1)));  // N = 2, one backup
   // Rank 2 (the backup) comes first: held, its reply deferred.
-  BspCall first = CallBsp(d, proto::PUSH_PULL, 2, 0, {4, 4, 4, 4, 4, 4, 4, 4}, 21);
+  BspCall first =
+      CallBsp(d, proto::PUSH_PULL, 2, 0, {4, 4, 4, 4, 4, 4, 4, 4}, 21);
   EXPECT_TRUE(first.reply.deferred);
   EXPECT_TRUE(first.released.empty());
   // A plain push of the same clock by rank 0 completes the round (N = 2):
@@ -493,7 +508,8 @@ TEST(DispatcherBspTest, PushPullWaitsForTheRoundAndLatePushesAreDiscarded) {
   EXPECT_EQ(second.released[0].reply.header.server_id(), kSelf);
   // Rank 1 is late for clock 0: discarded, answered at once with the
   // current values.
-  BspCall late = CallBsp(d, proto::PUSH_PULL, 1, 0, {8, 8, 8, 8, 8, 8, 8, 8}, 23);
+  BspCall late =
+      CallBsp(d, proto::PUSH_PULL, 1, 0, {8, 8, 8, 8, 8, 8, 8, 8}, 23);
   EXPECT_FALSE(late.reply.deferred);
   EXPECT_TRUE(late.reply.header.discarded());
   EXPECT_EQ(Values(late.reply), (std::vector<float>(8, -2.0f)));
@@ -588,8 +604,8 @@ TEST(DispatcherHandOverTest, AHandedOverRangeKeepsItsRows) {
   r->set_handing_to(7);
   ASSERT_OK(d.ApplyMap(map));
   ASSERT_EQ(env.handed.size(), 1u);
-  EXPECT_EQ(env.handed[0], std::make_tuple(TableId{1}, Key{0}, NodeId{7},
-                                           Epoch{4}));
+  EXPECT_EQ(env.handed[0],
+            std::make_tuple(TableId{1}, Key{0}, NodeId{7}, Epoch{4}));
   proto::DataHeader refused = run(proto::ADD, std::vector<float>(8, 1));
   EXPECT_EQ(Code(refused), absl::StatusCode::kUnavailable);
   EXPECT_THAT(refused.status_message(),
@@ -670,14 +686,16 @@ TEST(DispatcherBspTest, RetiredRanksNoLongerHoldTheStep) {
   EXPECT_EQ(r1.released[0].reply.header.staleness(), 0);
 
   // A retired rank's later push is refused.
-  BspCall refused = HandleBsp(d, proto::PUSH, 2, 1, std::vector<float>(8, 9), 44);
+  BspCall refused =
+      HandleBsp(d, proto::PUSH, 2, 1, std::vector<float>(8, 9), 44);
   EXPECT_EQ(Code(refused.reply.header), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.reply.header.status_message(),
               ::testing::HasSubstr("worker rank 2 was retired"));
 
   // Clock 1: rank 0 waits; rank 1 is retired too, so its step is applied
   // at once with rank 0's gradient alone, and rank 0 gets the values.
-  BspCall alone = CallBsp(d, proto::PUSH_PULL, 0, 1, std::vector<float>(8, 2), 45);
+  BspCall alone =
+      CallBsp(d, proto::PUSH_PULL, 0, 1, std::vector<float>(8, 2), 45);
   EXPECT_TRUE(alone.reply.deferred);
   map.set_epoch(7);
   map.add_retired_ranks(1);
@@ -688,7 +706,8 @@ TEST(DispatcherBspTest, RetiredRanksNoLongerHoldTheStep) {
   EXPECT_EQ(env.sent[1].reply.header.server_epoch(), 7u);
   EXPECT_EQ(Values(env.sent[1].reply), std::vector<float>(8, -3.0f));
   // From now on one rank is a step.
-  BspCall next = CallBsp(d, proto::PUSH_PULL, 0, 2, std::vector<float>(8, 1), 46);
+  BspCall next =
+      CallBsp(d, proto::PUSH_PULL, 0, 2, std::vector<float>(8, 1), 46);
   EXPECT_FALSE(next.reply.deferred);
   EXPECT_EQ(Values(next.reply), std::vector<float>(8, -4.0f));
   EXPECT_EQ(next.reply.header.staleness(), 0);
@@ -705,11 +724,13 @@ TEST(DispatcherBspTest, RetiredRanksCompleteASparseStep) {
   map.mutable_tables(0)->mutable_spec()->set_follows_job(true);
   ASSERT_OK(d.ApplyMap(map));
   bool held;
-  EXPECT_EQ(SyncedPush(d, 0, 0, {7}, {1}, false, &held, nullptr, 51)
-                .status_code(), 0);
+  EXPECT_EQ(
+      SyncedPush(d, 0, 0, {7}, {1}, false, &held, nullptr, 51).status_code(),
+      0);
   EXPECT_TRUE(held);
   EXPECT_EQ(SyncedPush(d, 1, 0, {7, 9}, {2, 6}, false, &held, nullptr, 52)
-                .status_code(), 0);
+                .status_code(),
+            0);
   EXPECT_TRUE(held);
   map.set_epoch(6);
   map.add_retired_ranks(2);

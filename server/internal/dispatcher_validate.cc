@@ -68,14 +68,16 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   const proto::TableSpec& spec = shard.spec();
   if (v.op == proto::VECTOR) return ValidateVector(std::move(v), request);
   if (h.vector_id() >= shard.num_vectors()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "' has ", shard.num_vectors(),
-        " vectors; the request names vector ", h.vector_id()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec.name(), "' has ", shard.num_vectors(),
+                     " vectors; the request names vector ", h.vector_id()));
   }
   if (h.vector_id() != 0 && (v.op == proto::PUSH || v.op == proto::PUSH_PULL)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "': push applies the update handler to the "
-        "parameters (vector 0), not to vector ", h.vector_id()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec.name(),
+                     "': push applies the update handler to the "
+                     "parameters (vector 0), not to vector ",
+                     h.vector_id()));
   }
   if (h.round() < 0 || (h.round() > 0 && v.op != proto::ADD)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -90,10 +92,10 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   }
   const KeyRange space = shard.key_space();
   auto not_owner = [&](Key key) {
-    return absl::AbortedError(absl::StrCat(
-        "not owner: server ", self_, " does not own key ", key, " of table '",
-        spec.name(), "' (holds ", RangesString(shard.held()), "), epoch ",
-        epoch));
+    return absl::AbortedError(
+        absl::StrCat("not owner: server ", self_, " does not own key ", key,
+                     " of table '", spec.name(), "' (holds ",
+                     RangesString(shard.held()), "), epoch ", epoch));
   };
   auto outside = [&](Key key) {
     return absl::OutOfRangeError(
@@ -134,9 +136,9 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     v.keys = request.keys;
     v.n = v.keys.size();
     if (h.num_keys() != v.n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the keys frame holds ", v.n, " keys, the header says ",
-          h.num_keys()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the keys frame holds ", v.n, " keys, the header says ",
+                       h.num_keys()));
     }
     if (h.batch_range_end() > 0) {
       // A batch for one named range (a synced sparse push, possibly empty).
@@ -163,8 +165,8 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
         const KeyRange a = v.range->range(), b = r->range();
         return absl::InvalidArgumentError(absl::StrCat(
             "the keys of one request must lie in one range of table '",
-            spec.name(), "': key ", v.keys[0], " is in [", a.begin, ", ",
-            a.end, "), key ", k, " in [", b.begin, ", ", b.end, ")"));
+            spec.name(), "': key ", v.keys[0], " is in [", a.begin, ", ", a.end,
+            "), key ", k, " in [", b.begin, ", ", b.end, ")"));
       }
       v.range = r;
     }
@@ -174,7 +176,8 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     return absl::DataLossError(absl::StrCat(
         "table '", spec.name(), "' keys [", r.begin, ", ", r.end,
         ") were lost: no live server held them when they were assigned to "
-        "server ", self_, "; restore the table from a checkpoint"));
+        "server ",
+        self_, "; restore the table from a checkpoint"));
   }
   if (h.round() > 0 && v.range != nullptr) {
     DP_RETURN_IF_ERROR(v.range->rounds.Check(v.vector, h.round(), spec.name()));
@@ -182,10 +185,9 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   // n <= 2^64 and width <= 2^20, so compare in 128 bits.
   const unsigned __int128 floats = static_cast<unsigned __int128>(v.n) * width;
   if (floats * sizeof(float) > max_message_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(v.n, " keys of width ", width,
-                     " exceed the message limit of ", max_message_bytes_,
-                     " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        v.n, " keys of width ", width, " exceed the message limit of ",
+        max_message_bytes_, " bytes"));
   }
   v.floats = static_cast<size_t>(floats);
   const size_t expected = OpWrites(v.op) ? v.floats : 0;
@@ -205,8 +207,8 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
       const size_t row = i / width;
       const Key key = v.is_range ? v.begin + row : v.keys[row];
       return absl::InvalidArgumentError(absl::StrCat(
-          "table '", spec.name(), "': the gradient of key ", key,
-          " (column ", i % width, ") is ", request.values[i],
+          "table '", spec.name(), "': the gradient of key ", key, " (column ",
+          i % width, ") is ", request.values[i],
           "; pushes must be finite (the table allows non-finite values only "
           "with allow_non_finite)"));
     }
@@ -234,22 +236,21 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   const bool sparse = spec.kind() == proto::SPARSE;
   if (v.synced &&
       (v.is_range == sparse || (sparse && v.op == proto::PUSH_PULL))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", spec.name(), "' aggregates synchronously: ",
-        sparse ? "push key batches, without pull"
-               : "push or push-pull key ranges"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec.name(), "' aggregates synchronously: ",
+                     sparse ? "push key batches, without pull"
+                            : "push or push-pull key ranges"));
   }
   if (v.synced && v.range != nullptr) {
     // A clock from the future would hold memory, and, once the step it
     // names completed, make every honest push look late. A worker pushes
     // clock c only once the step before it is applied everywhere it pushed
     // (BSP), so it is never more than one clock ahead of a part.
-    const KeyRange part = v.is_range ? KeyRange{v.begin, v.end}
-                                     : v.range->range();
+    const KeyRange part =
+        v.is_range ? KeyRange{v.begin, v.end} : v.range->range();
     auto steps = v.range->steps.find({part.begin, part.end});
-    const Clock next = steps == v.range->steps.end()
-                           ? 0
-                           : steps->second.next_clock();
+    const Clock next =
+        steps == v.range->steps.end() ? 0 : steps->second.next_clock();
     if (h.worker_clock() > next + 1) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table '", spec.name(), "' keys [", part.begin, ", ", part.end,
@@ -270,21 +271,22 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
       }
     }
     if (serving_count != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", spec.name(), "': an empty synced key batch must name its "
-          "range (batch_range_begin/end); server ", self_, " serves ",
-          serving_count));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", spec.name(),
+                       "': an empty synced key batch must name its "
+                       "range (batch_range_begin/end); server ",
+                       self_, " serves ", serving_count));
     }
     v.range = only;
   }
   if (v.range != nullptr && v.range->backups > 0 && replicator_ == nullptr &&
       OpWrites(v.op)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "table '", spec.name(), "': the range has backups, and this server "
-        "was built without replication"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", spec.name(),
+                     "': the range has backups, and this server "
+                     "was built without replication"));
   }
-  if (v.range != nullptr && v.range->handing_to != kNoNode &&
-      OpWrites(v.op)) {
+  if (v.range != nullptr && v.range->handing_to != kNoNode && OpWrites(v.op)) {
     return HandingOver(spec.name(), *v.range, epoch);
   }
   v.deduped = v.range != nullptr && Dedupable(h, v.op, v.synced);
@@ -311,8 +313,8 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::ValidateVector(
         ") is empty or outside [0, ", space_end, ") of table '", name, "'"));
   }
   DP_ASSIGN_OR_RETURN(VectorKernel kernel,
-                      VectorKernel::Create(cmd, shard.num_vectors()),
-                      "table '", name, "'");
+                      VectorKernel::Create(cmd, shard.num_vectors()), "table '",
+                      name, "'");
   v.kernel = std::move(kernel);
   const Key lo = cmd.begin(), hi = cmd.end() == 0 ? space_end : cmd.end();
   int overlapped = 0;
@@ -323,12 +325,14 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::ValidateVector(
       return absl::DataLossError(absl::StrCat(
           "table '", name, "' keys [", kr.begin, ", ", kr.end,
           ") were lost: no live server held them when they were assigned to "
-          "server ", self_, "; restore the table from a checkpoint"));
+          "server ",
+          self_, "; restore the table from a checkpoint"));
     }
     if (r->backups > 0 && replicator_ == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "table '", name, "': the range has backups, and this server was "
-          "built without replication"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("table '", name,
+                       "': the range has backups, and this server was "
+                       "built without replication"));
     }
     if (r->handing_to != kNoNode) return HandingOver(name, *r, epoch());
     v.range = r.get();

@@ -23,8 +23,8 @@ absl::StatusOr<std::unique_ptr<const TableLayout>> TableLayout::Create(
   l->spec = spec;
   l->width = spec.width();
   l->dense = spec.kind() == proto::DENSE;
-  l->num_vectors = static_cast<uint32_t>(
-      std::max(1, l->dense ? spec.vectors_size() : 1));
+  l->num_vectors =
+      static_cast<uint32_t>(std::max(1, l->dense ? spec.vectors_size() : 1));
   l->state_width = handler->StateWidth(l->width);
   l->handler = std::move(handler);
   l->pins = pins;
@@ -70,15 +70,13 @@ float* RangeStore::VectorData(uint32_t vector) {
 float* RangeStore::DenseRow(size_t row, uint32_t vector, float** state) {
   if (state != nullptr) {
     EnsureDenseState();
-    *state = layout_->state_width
-                 ? state_.get() + row * layout_->state_width
-                 : nullptr;
+    *state = layout_->state_width ? state_.get() + row * layout_->state_width
+                                  : nullptr;
   }
   return VectorData(vector) + row * width();
 }
 
-std::optional<RangeStore::PinnedRows> RangeStore::PinRows(Key begin,
-                                                          Key end) {
+std::optional<RangeStore::PinnedRows> RangeStore::PinRows(Key begin, Key end) {
   const size_t bytes = (end - begin) * width() * sizeof(float);
   if (!layout_->dense || bytes < layout_->pins.min_bytes) return std::nullopt;
   if (copy_replies_until_ > absl::InfinitePast() &&
@@ -182,8 +180,7 @@ RangeStore::SparseRow RangeStore::SparseTouch(Key key) {
   if (chunk == value_chunks_.size()) {
     value_chunks_.emplace_back(new float[kChunkRows * width()]);
     if (layout_->state_width) {
-      state_chunks_.emplace_back(
-          new float[kChunkRows * layout_->state_width]);
+      state_chunks_.emplace_back(new float[kChunkRows * layout_->state_width]);
     }
     UpdateAccounting();
   }
@@ -360,8 +357,7 @@ std::optional<uint64_t> RangeStore::ExportRows(uint64_t cursor,
   out->keys.clear();
   out->vectors.clear();
   out->data.clear();
-  const bool has_state =
-      sw > 0 && (layout_->dense ? state_ != nullptr : true);
+  const bool has_state = sw > 0 && (layout_->dense ? state_ != nullptr : true);
   if (layout_->dense) {
     for (uint32_t v = 1; v < layout_->num_vectors; ++v) {
       if (vectors_[v - 1] != nullptr) out->vectors.push_back(v);
@@ -409,9 +405,9 @@ std::optional<uint64_t> RangeStore::ExportRows(uint64_t cursor,
 absl::Status RangeStore::ImportRows(const RowChunkView& c) {
   const size_t w = width(), sw = layout_->state_width;
   auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(
-        "table '", layout_->spec.name(), "' keys [", range_.begin, ", ",
-        range_.end, "): malformed row chunk: ", why));
+    return absl::DataLossError(
+        absl::StrCat("table '", layout_->spec.name(), "' keys [", range_.begin,
+                     ", ", range_.end, "): malformed row chunk: ", why));
   };
   if (c.data.size() != c.ExpectedFloats(w, sw)) {
     return bad(absl::StrCat(c.data.size(), " floats, expected ",

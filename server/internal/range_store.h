@@ -145,8 +145,8 @@ struct RowChunkView {
   absl::Span<const float> data;
 
   size_t ExpectedFloats(size_t width, size_t state_width) const {
-    return count * (width * (1 + vectors.size()) +
-                    (has_state ? state_width : 0));
+    return count *
+           (width * (1 + vectors.size()) + (has_state ? state_width : 0));
   }
 };
 
@@ -201,8 +201,8 @@ class RangeStore {
   // Runs `kernel` on the rows of [lo, hi) ∩ range() (dense only), adding
   // its dot products to `partials`. `writes_params`: the command updates
   // vector 0, so it waits for pins like any write.
-  void RunVector(Key lo, Key hi, const VectorKernel& kernel,
-                 bool writes_params, double* partials);
+  void RunVector(Key lo, Key hi, const VectorKernel& kernel, bool writes_params,
+                 double* partials);
 
   // Reads rows into `out` (replacing its contents), starting at `cursor`
   // (0 for the first chunk) and stopping after about `max_bytes` of floats

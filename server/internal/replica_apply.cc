@@ -70,9 +70,10 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
     std::vector<double> partials(kernel.num_dots(), 0.0);
     const Key lo = std::max<Key>(cmd.begin(), kr.begin);
     const Key hi = std::min<Key>(cmd.end() == 0 ? kr.end : cmd.end(), kr.end);
-    store.RunVector(lo, hi, kernel,
-                    cmd.update() != proto::VectorCommand::NONE && cmd.dst() == 0,
-                    partials.data());
+    store.RunVector(
+        lo, hi, kernel,
+        cmd.update() != proto::VectorCommand::NONE && cmd.dst() == 0,
+        partials.data());
     if (cmd.update() == proto::VectorCommand::ZERO && cmd.open_round() > 0) {
       range.rounds.Open(cmd.dst(), cmd.open_round());
     }
@@ -137,8 +138,8 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
   if (r.step_clock() >= 0) {
     // The part the primary aggregated: the pushed key range, or the whole
     // range for a key batch.
-    const KeyRange part = h.is_range() ? KeyRange{h.range_begin(), h.range_end()}
-                                       : kr;
+    const KeyRange part =
+        h.is_range() ? KeyRange{h.range_begin(), h.range_end()} : kr;
     range.StepsFor(part).set_next_clock(r.step_clock() + 1);
   }
   return absl::OkStatus();

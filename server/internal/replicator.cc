@@ -116,8 +116,8 @@ void Replicator::CheckHandOver(PrimaryRange& pr) {
   }
   pr.handover_reported = true;
   DP_LOG(INFO) << "table " << pr.table << " keys [" << pr.range->range().begin
-               << ", " << pr.range->range().end << "): ready to hand to "
-               << to << " (epoch " << pr.handover_epoch << ")";
+               << ", " << pr.range->range().end << "): ready to hand to " << to
+               << " (epoch " << pr.handover_epoch << ")";
   env_->HandedOver(pr.table, pr.range->range().begin, to, pr.handover_epoch);
 }
 
@@ -290,8 +290,8 @@ void Replicator::Transmit(Link& link, uint64_t seq, const Message& m) {
   r->set_stream_seq(seq);
   auto owner = m.owner;
   if (!m.keys.empty()) {
-    req.keys = Payload::Borrow(m.keys.data(), m.keys.size() * sizeof(Key),
-                               [owner] {});
+    req.keys =
+        Payload::Borrow(m.keys.data(), m.keys.size() * sizeof(Key), [owner] {});
   }
   if (!m.values.empty()) {
     req.values = Payload::Borrow(m.values.data(),
@@ -341,8 +341,8 @@ void Replicator::OnReply(TableId table, Key begin, NodeId backup,
   }
   if (link.attempt == 0 || link.attempt % 16 == 0) {
     DP_LOG(WARNING) << "table " << table << " range from key " << begin
-                    << ": backup " << backup << " did not take message "
-                    << seq << ": " << s << "; resending";
+                    << ": backup " << backup << " did not take message " << seq
+                    << ": " << s << "; resending";
   }
   ScheduleResend(table, begin, backup, stream_id);
 }
@@ -357,8 +357,8 @@ void Replicator::Acknowledge(Link& link, uint64_t seq) {
       ++copies_done_;
       const proto::Replication& r = p.message->header.replication();
       DP_LOG(INFO) << "table " << p.message->header.table_id() << " keys ["
-                   << r.range_begin() << ", " << r.range_end()
-                   << "): backup " << link.backup << " holds the range";
+                   << r.range_begin() << ", " << r.range_end() << "): backup "
+                   << link.backup << " holds the range";
       env_->ReplicaReady(p.message->header.table_id(), r.range_begin(),
                          link.backup, link.copy_epoch);
     }
@@ -441,8 +441,8 @@ void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
       return;
     }
     auto chunk = std::make_shared<RowChunk>();
-    std::optional<uint64_t> next =
-        pr.range->store->ExportRows(link.cursor, copy_chunk_bytes_, chunk.get());
+    std::optional<uint64_t> next = pr.range->store->ExportRows(
+        link.cursor, copy_chunk_bytes_, chunk.get());
     link.rows_done = !next.has_value();
     if (next) link.cursor = *next;
     auto m = std::make_shared<Message>();
@@ -474,15 +474,15 @@ absl::StatusOr<bool> Replicator::Accept(TableId table, Key begin,
     if (r.stream_seq() == 1) return true;  // a new stream
     return absl::FailedPreconditionError(absl::StrCat(
         "replication stream ", r.stream_id(), " is not the one this backup ",
-        "follows for the range from key ", begin, " (message ",
-        r.stream_seq(), "); a new stream starts at 1"));
+        "follows for the range from key ", begin, " (message ", r.stream_seq(),
+        "); a new stream starts at 1"));
   }
   const uint64_t last = it->second.second;
   if (r.stream_seq() <= last) return false;  // a resend of what it applied
   if (r.stream_seq() != last + 1) {
     return absl::FailedPreconditionError(
-        absl::StrCat("replication gap: message ", r.stream_seq(),
-                     " after ", last, " for the range from key ", begin));
+        absl::StrCat("replication gap: message ", r.stream_seq(), " after ",
+                     last, " for the range from key ", begin));
   }
   return true;
 }

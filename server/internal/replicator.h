@@ -72,8 +72,8 @@ class ReplicationEnv {
   // transport's error (then header is null).
   using PeerDone =
       std::function<void(const absl::Status&, const proto::DataHeader*)>;
-  virtual void SendToPeer(const std::string& endpoint,
-                          OutgoingRequest request, PeerDone done) = 0;
+  virtual void SendToPeer(const std::string& endpoint, OutgoingRequest request,
+                          PeerDone done) = 0;
   // Sends a client reply that was deferred.
   virtual void SendDeferred(DeferredReply reply) = 0;
   // The frames of `request` kept past its handler (DataServer::Retain).
@@ -114,7 +114,7 @@ struct BackupInfo {
   NodeId node = kNoNode;
   std::string endpoint;
   uint64_t incarnation = 0;  // a restarted backup is a new one
-  bool in_sync = false;  // RangeAssignment.replicas (else catching_up)
+  bool in_sync = false;      // RangeAssignment.replicas (else catching_up)
 };
 
 class Replicator {
@@ -150,8 +150,7 @@ class Replicator {
   // retry of it arriving meanwhile waits for the same acknowledgements
   // (client 0: none).
   void Hold(std::vector<ForwardedWrite> writes,
-            std::vector<DeferredReply> replies, uint64_t client,
-            uint64_t seq);
+            std::vector<DeferredReply> replies, uint64_t client, uint64_t seq);
   // A retry of a write that is still held: `*reply` is moved to be sent
   // with it. False (and `*reply` untouched) if that write is not held.
   bool JoinHeld(TableId table, Key begin, uint64_t client, uint64_t seq,

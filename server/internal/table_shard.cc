@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
 
 TableShard::TableShard(std::unique_ptr<const TableLayout> layout)
     : layout_(std::move(layout)),
-      tracked_ranks_(static_cast<int>(std::max(
-          layout_->spec.num_workers(), layout_->spec.sync_workers()))),
+      tracked_ranks_(static_cast<int>(
+          std::max(layout_->spec.num_workers(), layout_->spec.sync_workers()))),
       retired_(tracked_ranks_, false),
       needed_(static_cast<int>(layout_->spec.sync_workers())),
       staleness_(tracked_ranks_,
@@ -43,14 +43,12 @@ std::vector<KeyRange> TableShard::held() const {
 
 TableShard::Range* TableShard::FindExact(KeyRange range) {
   auto it = ranges_.find(range.begin);
-  return it != ranges_.end() && it->second->range() == range
-             ? it->second.get()
-             : nullptr;
+  return it != ranges_.end() && it->second->range() == range ? it->second.get()
+                                                             : nullptr;
 }
 
 std::unique_ptr<TableShard::Range> TableShard::NewRange(KeyRange range) const {
-  return std::make_unique<Range>(layout_.get(), range, tracked_ranks_,
-                                 needed_);
+  return std::make_unique<Range>(layout_.get(), range, tracked_ranks_, needed_);
 }
 
 TableShard::Range* TableShard::AddRange(KeyRange range) {
@@ -86,8 +84,8 @@ void TableShard::StepApplied(StepAggregator& steps, Clock clock,
 }
 
 TableShard::SyncOutcome TableShard::PushSynced(
-    Range& range, Key begin, Key end, int rank, Clock clock,
-    const float* grads, uint64_t waiter, std::vector<uint64_t>* released) {
+    Range& range, Key begin, Key end, int rank, Clock clock, const float* grads,
+    uint64_t waiter, std::vector<uint64_t>* released) {
   const size_t n = (end - begin) * width();
   StepAggregator& steps = range.StepsFor({begin, end});
   if (steps.needed() == 1) {
@@ -205,10 +203,10 @@ void TableShard::Retire(absl::Span<const int> ranks,
     fresh.push_back(r);
   }
   if (fresh.empty() || spec().sync_workers() == 0) return;
-  const int live = static_cast<int>(
-      std::count(retired_.begin(), retired_.end(), false));
-  needed_ = std::max(
-      1, std::min(static_cast<int>(spec().sync_workers()), live));
+  const int live =
+      static_cast<int>(std::count(retired_.begin(), retired_.end(), false));
+  needed_ =
+      std::max(1, std::min(static_cast<int>(spec().sync_workers()), live));
   for (const auto& [begin, range] : ranges_) {
     range->SetNeeded(needed_);
     for (auto& [part, steps] : range->steps) {
@@ -226,8 +224,7 @@ TableShard::SyncOutcome TableShard::CompleteStep(
     std::vector<Key>* applied_keys) {
   StepAggregator& steps = step.range->StepsFor(step.part);
   return layout_->dense ? ApplyRangeStep(*step.range, steps, step.part.begin,
-                                         step.part.end, step.clock, 0,
-                                         released)
+                                         step.part.end, step.clock, 0, released)
                         : ApplyKeyStep(*step.range, steps, step.clock, 0,
                                        released, applied_keys);
 }
@@ -269,8 +266,8 @@ uint64_t TableShard::state_bytes() const {
 }
 uint64_t TableShard::allocated_bytes() const {
   absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(
-      ranges_, [](const RangeStore& s) { return s.allocated_bytes(); });
+  return Sum<uint64_t>(ranges_,
+                       [](const RangeStore& s) { return s.allocated_bytes(); });
 }
 int64_t TableShard::pinned_replies() const {
   absl::MutexLock lock(&stats_mu_);

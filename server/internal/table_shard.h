@@ -62,8 +62,9 @@ class TableShard {
     StepAggregator& StepsFor(KeyRange part) {
       auto it = steps.find({part.begin, part.end});
       if (it == steps.end()) {
-        it = steps.emplace(std::make_pair(part.begin, part.end),
-                           StepAggregator(ranks_, needed_))
+        it = steps
+                 .emplace(std::make_pair(part.begin, part.end),
+                          StepAggregator(ranks_, needed_))
                  .first;
       }
       return it->second;
@@ -145,9 +146,9 @@ class TableShard {
   // number of ranks, and the handler applies the mean once per key, keys
   // ascending (then `applied_keys` and `applied` describe that batch).
   // REQUIRES: sparse table; every key in `range`.
-  SyncOutcome PushSyncedKeys(Range& range, absl::Span<const Key> keys,
-                             int rank, Clock clock, const float* grads,
-                             uint64_t waiter, std::vector<uint64_t>* released,
+  SyncOutcome PushSyncedKeys(Range& range, absl::Span<const Key> keys, int rank,
+                             Clock clock, const float* grads, uint64_t waiter,
+                             std::vector<uint64_t>* released,
                              std::vector<Key>* applied_keys);
 
   // Worker ranks the job went on without (ClusterMap.retired_ranks, all of
@@ -221,8 +222,7 @@ class TableShard {
                              Key end, Clock clock, uint64_t completing,
                              std::vector<uint64_t>* released);
   SyncOutcome ApplyKeyStep(Range& range, StepAggregator& steps, Clock clock,
-                           uint64_t completing,
-                           std::vector<uint64_t>* released,
+                           uint64_t completing, std::vector<uint64_t>* released,
                            std::vector<Key>* applied_keys);
   // Bookkeeping of a step that the handler has just applied.
   void StepApplied(StepAggregator& steps, Clock clock, uint64_t completing,

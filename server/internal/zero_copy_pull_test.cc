@@ -65,7 +65,8 @@ class ZeroCopyPullTest : public ::testing::Test {
     dispatcher_ = std::make_unique<Dispatcher>(kSelf, size_t{64} << 20, &pool_,
                                                &plugins_, pins);
     ASSERT_OK(dispatcher_->ApplyMap(MakeMap()));
-    ASSERT_OK_AND_ASSIGN(server_, DataServer::Create(DataServerOptions(), &pool_));
+    ASSERT_OK_AND_ASSIGN(server_,
+                         DataServer::Create(DataServerOptions(), &pool_));
     server_->Start([d = dispatcher_.get()](const IncomingMessage& req,
                                            OutgoingReply* rep) {
       std::vector<DeferredReply> released;  // no BSP tables here
@@ -105,11 +106,13 @@ TEST_F(ZeroCopyPullTest, ConcurrentWritesNeverTearReplies) {
     for (int v = 1; v <= kVersions; ++v) {
       std::fill(values.begin(), values.end(), static_cast<float>(v));
       OutgoingRequest req = RangeRequest(proto::PUT, 0, kRows);
-      req.values = Payload::Borrow(values.data(), values.size() * sizeof(float));
+      req.values =
+          Payload::Borrow(values.data(), values.size() * sizeof(float));
       absl::Notification done;
       (*client)->Send(server_->endpoint(), std::move(req), deadline,
                       [&](const absl::Status& s, const IncomingMessage* reply) {
-                        if (!s.ok() || reply->header.status_code() != 0) ++failed;
+                        if (!s.ok() || reply->header.status_code() != 0)
+                          ++failed;
                         done.Notify();
                       });
       if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) ++failed;
@@ -156,13 +159,14 @@ TEST_F(ZeroCopyPullTest, ConcurrentWritesNeverTearReplies) {
               deadline);
           ++in_flight;
         }
-        (*client)->Send(server_->endpoint(), RangeRequest(proto::PULL, begin, end),
-                        deadline, on_reply);
+        (*client)->Send(server_->endpoint(),
+                        RangeRequest(proto::PULL, begin, end), deadline,
+                        on_reply);
       }
       absl::MutexLock lock(&mu);
-      mu.AwaitWithDeadline(
-          absl::Condition(+[](int* n) { return *n == 0; }, &in_flight),
-          deadline);
+      mu.AwaitWithDeadline(absl::Condition(
+                               +[](int* n) { return *n == 0; }, &in_flight),
+                           deadline);
     });
   }
   writer.join();
@@ -175,7 +179,8 @@ TEST_F(ZeroCopyPullTest, ConcurrentWritesNeverTearReplies) {
   const proto::TableStats stats = Stats();
   EXPECT_GT(stats.zero_copy_replies(), 0u) << "the zero-copy path never ran";
   std::printf("%d pulls, %lu zero-copy replies, %lu writes waited\n",
-              pulls.load(), static_cast<unsigned long>(stats.zero_copy_replies()),
+              pulls.load(),
+              static_cast<unsigned long>(stats.zero_copy_replies()),
               static_cast<unsigned long>(stats.pin_waits()));
   EXPECT_EQ(stats.pin_copies(), 0u);
   // Every reply was answered, so ZeroMQ released every pin (its I/O thread
@@ -190,8 +195,10 @@ TEST_F(ZeroCopyPullTest, ConcurrentWritesNeverTearReplies) {
   auto client = DataClient::Create(DataClientOptions(), &pool_);
   ASSERT_OK(client);
   (*client)->Send(server_->endpoint(), RangeRequest(proto::GET, 0, kRows),
-                  deadline, [&](const absl::Status& s, const IncomingMessage* r) {
-                    if (s.ok()) final_values.assign(r->values.begin(), r->values.end());
+                  deadline,
+                  [&](const absl::Status& s, const IncomingMessage* r) {
+                    if (s.ok())
+                      final_values.assign(r->values.begin(), r->values.end());
                     done.Notify();
                   });
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
@@ -209,7 +216,8 @@ TEST_F(ZeroCopyPullTest, StopWithPullsInFlightReleasesEveryPin) {
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   for (int i = 0; i < kPulls; ++i) {
     (*client)->Send(server_->endpoint(), RangeRequest(proto::PULL, 0, kRows),
-                    deadline, [&](const absl::Status& s, const IncomingMessage*) {
+                    deadline,
+                    [&](const absl::Status& s, const IncomingMessage*) {
                       absl::MutexLock lock(&mu);
                       ++answered;
                       if (s.ok()) ++ok;
@@ -227,7 +235,8 @@ TEST_F(ZeroCopyPullTest, StopWithPullsInFlightReleasesEveryPin) {
   {
     absl::MutexLock lock(&mu);
     EXPECT_TRUE(mu.AwaitWithTimeout(
-        absl::Condition(+[](int* n) { return *n == kPulls; }, &answered),
+        absl::Condition(
+            +[](int* n) { return *n == kPulls; }, &answered),
         absl::Seconds(30)));
     std::printf("%d of %d pulls answered before the stop\n", ok, kPulls);
   }

@@ -53,9 +53,8 @@ class FuzzInput {
   // Any double, NaN and infinities included, half the time, else one of a
   // few edge values.
   double Double() {
-    static constexpr double kEdges[] = {0.0,   -0.0,  1.0,  -1.0,
-                                        0.5,   1e-30, 1e30, 3.5e38,
-                                        -3.5e38, 1e300};
+    static constexpr double kEdges[] = {0.0,   -0.0, 1.0,    -1.0,    0.5,
+                                        1e-30, 1e30, 3.5e38, -3.5e38, 1e300};
     if (Bool()) return Raw<double>();
     return kEdges[IntInRange(0, std::size(kEdges) - 1)];
   }
@@ -82,7 +81,9 @@ class FuzzInput {
   }
 
  private:
-  uint8_t Byte() { return pos_ < size_ ? static_cast<uint8_t>(data_[pos_++]) : 0; }
+  uint8_t Byte() {
+    return pos_ < size_ ? static_cast<uint8_t>(data_[pos_++]) : 0;
+  }
 
   const char* data_;
   size_t size_;

@@ -11,6 +11,4 @@ extern "C" const char* __ubsan_default_options() {
   return "print_stacktrace=1:halt_on_error=1";
 }
 
-extern "C" const char* __lsan_default_suppressions() {
-  return "";
-}
+extern "C" const char* __lsan_default_suppressions() { return ""; }

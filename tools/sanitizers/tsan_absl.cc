@@ -61,9 +61,9 @@ struct Outer {
 
 // Declares `real` (the library's function) and forwards to it at once when
 // this call is nested in another of ours.
-#define REAL(type, mangled, ...)                  \
-  static const auto real = Real<type>(mangled);   \
-  Outer scope;                                    \
+#define REAL(type, mangled, ...)                \
+  static const auto real = Real<type>(mangled); \
+  Outer scope;                                  \
   if (!scope.outer) return real(__VA_ARGS__)
 
 constexpr unsigned kRead = __tsan_mutex_read_lock;
@@ -157,7 +157,8 @@ void Mutex::ReaderLockWhen(const Condition& cond) {
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(bool (*)(Mutex*, const Condition&, Duration),
        "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_"
-       "8DurationE", this, cond, timeout);
+       "8DurationE",
+       this, cond, timeout);
   __tsan_mutex_pre_lock(this, 0);
   const bool ok = real(this, cond, timeout);
   __tsan_mutex_post_lock(this, 0, 0);
@@ -167,18 +168,19 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(bool (*)(Mutex*, const Condition&, Time),
        "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_"
-       "4TimeE", this, cond, deadline);
+       "4TimeE",
+       this, cond, deadline);
   __tsan_mutex_pre_lock(this, 0);
   const bool ok = real(this, cond, deadline);
   __tsan_mutex_post_lock(this, 0, 0);
   return ok;
 }
 
-bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond,
-                                      Duration timeout) {
+bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(bool (*)(Mutex*, const Condition&, Duration),
        "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_"
-       "8DurationE", this, cond, timeout);
+       "8DurationE",
+       this, cond, timeout);
   __tsan_mutex_pre_lock(this, kRead);
   const bool ok = real(this, cond, timeout);
   __tsan_mutex_post_lock(this, kRead, 0);
@@ -186,9 +188,11 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond,
 }
 
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
-  REAL(bool (*)(Mutex*, const Condition&, Time),
-       "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_"
-       "4TimeE", this, cond, deadline);
+  REAL(
+      bool (*)(Mutex*, const Condition&, Time),
+      "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_"
+      "4TimeE",
+      this, cond, deadline);
   __tsan_mutex_pre_lock(this, kRead);
   const bool ok = real(this, cond, deadline);
   __tsan_mutex_post_lock(this, kRead, 0);
@@ -209,22 +213,24 @@ void Mutex::Await(const Condition& cond) {
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   REAL(bool (*)(Mutex*, const Condition&, Duration),
        "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_"
-       "8DurationE", this, cond, timeout);
+       "8DurationE",
+       this, cond, timeout);
   return Reacquiring(this, 0, [&] { return real(this, cond, timeout); });
 }
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   REAL(bool (*)(Mutex*, const Condition&, Time),
        "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_"
-       "4TimeE", this, cond, deadline);
+       "4TimeE",
+       this, cond, deadline);
   return Reacquiring(this, 0, [&] { return real(this, cond, deadline); });
 }
 
 // --- CondVar ---
 
 void CondVar::Wait(Mutex* mu) {
-  REAL(void (*)(CondVar*, Mutex*),
-       "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE", this, mu);
+  REAL(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE",
+       this, mu);
   Reacquiring(mu, 0, [&] {
     real(this, mu);
     return 0;
@@ -233,13 +239,15 @@ void CondVar::Wait(Mutex* mu) {
 
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   REAL(bool (*)(CondVar*, Mutex*, Duration),
-       "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE", this, mu, timeout);
+       "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE",
+       this, mu, timeout);
   return Reacquiring(mu, 0, [&] { return real(this, mu, timeout); });
 }
 
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   REAL(bool (*)(CondVar*, Mutex*, Time),
-       "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE", this, mu, deadline);
+       "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE",
+       this, mu, deadline);
   return Reacquiring(mu, 0, [&] { return real(this, mu, deadline); });
 }
 
@@ -249,7 +257,8 @@ bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
 // wrote before Notify() after only polling.)
 
 void Notification::Notify() {
-  REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv", this);
+  REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv",
+       this);
   __tsan_release(this);
   real(this);
 }
@@ -264,7 +273,8 @@ void Notification::WaitForNotification() const {
 bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
   REAL(bool (*)(const Notification*, Duration),
        "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_"
-       "8DurationE", this, timeout);
+       "8DurationE",
+       this, timeout);
   const bool notified = real(this, timeout);
   if (notified) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
@@ -273,7 +283,8 @@ bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
 bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
   REAL(bool (*)(const Notification*, Time),
        "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_"
-       "4TimeE", this, deadline);
+       "4TimeE",
+       this, deadline);
   const bool notified = real(this, deadline);
   if (notified) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
@@ -287,7 +298,8 @@ bool BlockingCounter::DecrementCount() {
 }
 
 void BlockingCounter::Wait() {
-  REAL(void (*)(BlockingCounter*), "_ZN4absl7debian315BlockingCounter4WaitEv", this);
+  REAL(void (*)(BlockingCounter*), "_ZN4absl7debian315BlockingCounter4WaitEv",
+       this);
   real(this);
   __tsan_acquire(this);
 }

@@ -51,7 +51,8 @@ TEST(TsanAbslTest, AnUnsynchronizedCounterIsReported) {
   if (!kTsan) GTEST_SKIP() << "not a ThreadSanitizer build";
   const Outcome o = Probe("racy");
   EXPECT_NE(o.exit_code, 0) << o.log;
-  EXPECT_THAT(o.log, ::testing::HasSubstr("WARNING: ThreadSanitizer: data race"));
+  EXPECT_THAT(o.log,
+              ::testing::HasSubstr("WARNING: ThreadSanitizer: data race"));
 }
 
 }  // namespace

@@ -154,13 +154,12 @@ absl::StatusOr<std::unique_ptr<HandshakeMonitor>> HandshakeMonitor::Create(
   static std::atomic<uint64_t> next{0};
   const std::string address =
       absl::StrCat("inproc://downpour-handshake-", next.fetch_add(1));
-  if (zmq_socket_monitor(socket, address.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                             (watch_disconnects ? ZMQ_EVENT_DISCONNECTED
-                                                : 0)) != 0) {
+  if (zmq_socket_monitor(
+          socket, address.c_str(),
+          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+              (watch_disconnects ? ZMQ_EVENT_DISCONNECTED : 0)) != 0) {
     return ErrnoStatus("monitor socket");
   }
   void* pair = zmq_socket(context, ZMQ_PAIR);

@@ -77,7 +77,7 @@ class HandshakeMonitor {
   void* monitored_;
   void* pair_;
   const int hangups_to_report_;
-  int hangups_ = 0;  // in a row, since the last successful handshake
+  int hangups_ = 0;            // in a row, since the last successful handshake
   bool connected_ = false;     // a handshake succeeded since the last break
   bool disconnected_ = false;  // a connection broke since TakeDisconnect
 };

@@ -92,8 +92,8 @@ class BspLoop final : public TrainingLoop {
       }
       client.SetWorkerClock(rank, clock);
       if (pull) DP_RETURN_IF_ERROR(replica_.PullParams());
-      const float lr = BspLearningRate(o.lr, n, o.warmup_steps, clock,
-                                       o.steps, o.lr_decay_from);
+      const float lr = BspLearningRate(o.lr, n, o.warmup_steps, clock, o.steps,
+                                       o.lr_decay_from);
       const uint64_t discarded_before = client.discarded_pushes();
       const uint64_t requests_before = client.traffic().requests;
       tickets.clear();

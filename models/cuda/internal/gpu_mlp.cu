@@ -11,8 +11,6 @@
 //   gb = 1^T D     ->  gb = D^T 1             gemv(N)
 // cuBLAS runs in its default math mode (no TF32), so results match the CPU
 // up to summation order.
-#include "models/cuda/internal/gpu_mlp.h"
-
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +21,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "models/cuda/internal/gpu_mlp.h"
 
 namespace downpour {
 namespace cuda_internal {
