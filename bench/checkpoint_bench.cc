@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 ABSL_FLAG(int64_t, mib, 1024, "table size in MiB");
 ABSL_FLAG(std::string, dir, "/tmp/downpour-checkpoint-bench",

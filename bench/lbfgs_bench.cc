@@ -22,8 +22,8 @@
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
 #include "common/usage.h"
-#include "tools/local_cluster.h"
-#include "tools/sandblaster_job.h"
+#include "launch/local_cluster.h"
+#include "testing/sandblaster_job.h"
 
 // Defined in common/auth.cc, with the --tls_* flags.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);

@@ -40,7 +40,7 @@
 #include "common/malloc_tuning.h"
 #include "common/usage.h"
 #include "handlers/handler.h"
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 // Defined in common/auth.cc: with a secret, the cluster runs with CURVE and
 // the dense figures show what encryption costs (the raw ZeroMQ baseline

@@ -34,7 +34,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/malloc_tuning.h"
 #include "common/usage.h"
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 ABSL_FLAG(std::string, bin_dir, "",
           "folder with scheduler/ and server/ "

@@ -10,7 +10,7 @@
 
 #include "common/test_util.h"
 #include "gtest/gtest.h"
-#include "tools/test_certs.h"
+#include "testing/test_certs.h"
 
 namespace downpour {
 namespace {

@@ -22,7 +22,7 @@
 #include "handlers/handler.h"
 #include "handlers/plugin_registry.h"
 #include "proto/downpour.pb.h"
-#include "tools/fuzz/fuzz_input.h"
+#include "testing/fuzz/fuzz_input.h"
 
 namespace downpour {
 namespace {

@@ -49,8 +49,8 @@
 #include "common/usage.h"
 #include "google/protobuf/util/json_util.h"
 #include "psctl/cluster_status.h"
-#include "tools/export.h"
-#include "tools/local_cluster.h"
+#include "psctl/export.h"
+#include "launch/local_cluster.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
           "status, tables, job: host:port of the ps_scheduler");

@@ -17,7 +17,7 @@
 #include "handlers/initializer.h"
 #include "proto/downpour.pb.h"
 #include "scheduler/table_spec.h"
-#include "tools/fuzz/fuzz_input.h"
+#include "testing/fuzz/fuzz_input.h"
 
 namespace downpour {
 namespace {

@@ -33,7 +33,7 @@
 #include "handlers/plugin_registry.h"
 #include "proto/downpour.pb.h"
 #include "server/internal/dispatcher.h"
-#include "tools/fuzz/fuzz_input.h"
+#include "testing/fuzz/fuzz_input.h"
 #include "transport/internal/request_decoder.h"
 
 namespace downpour {

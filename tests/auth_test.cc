@@ -19,9 +19,10 @@
 #include "common/subprocess.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
-#include "tools/local_cluster.h"
+#include "testing/suite_cluster.h"
 #include "transport/data_client.h"
 
 namespace downpour {
@@ -40,21 +41,14 @@ class AuthTest : public ::testing::Test {
     const std::string dir = TestTmpDir() + "/auth";
     ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
     secret_file_ = new std::string(WriteSecret(dir + "/cluster.secret"));
-    LocalClusterOptions o;
-    o.bin_dir = RunfilePath("");
+    LocalClusterOptions o = SuiteCluster::Defaults();
     o.work_dir = dir;
-    o.num_servers = 2;
     o.cluster_secret_file = *secret_file_;
-    auto cluster = LocalCluster::Start(o);
-    ASSERT_OK(cluster);
-    cluster_ = cluster->release();
+    // Clients of their own: each test picks its credentials.
+    ASSERT_OK(suite_.Start(o, /*connect_client=*/false));
   }
   static void TearDownTestSuite() {
-    if (cluster_ != nullptr) {
-      EXPECT_OK(cluster_->Stop());
-    }
-    delete cluster_;
-    cluster_ = nullptr;
+    EXPECT_OK(suite_.Stop());
     delete secret_file_;
   }
 
@@ -65,15 +59,15 @@ class AuthTest : public ::testing::Test {
   }
   static ClientOptions Options(ClusterAuth auth) {
     ClientOptions co;
-    co.scheduler_address = cluster_->scheduler_address();
+    co.scheduler_address = suite_.cluster().scheduler_address();
     co.op_timeout = absl::Seconds(10);
     co.connect_timeout = absl::Seconds(5);
     co.auth = std::move(auth);
     return co;
   }
   static proto::ClusterMap Map() {
-    SchedulerClient sched(cluster_->scheduler_address(), absl::Seconds(10),
-                          Auth());
+    SchedulerClient sched(suite_.cluster().scheduler_address(),
+                          absl::Seconds(10), Auth());
     auto map = sched.GetClusterMap();
     EXPECT_OK(map);
     return *map;
@@ -102,10 +96,10 @@ class AuthTest : public ::testing::Test {
   }
 
   static std::string* secret_file_;
-  static LocalCluster* cluster_;
+  static SuiteCluster suite_;
 };
 std::string* AuthTest::secret_file_ = nullptr;
-LocalCluster* AuthTest::cluster_ = nullptr;
+SuiteCluster AuthTest::suite_;
 
 TEST_F(AuthTest, ClientWithTheSecretWorks) {
   ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(Auth())));
@@ -202,7 +196,8 @@ TEST_F(AuthTest, RawDataPlanePeerIsRefusedAndChangesNothing) {
 
 TEST_F(AuthTest, ControlPlaneCallsNeedTheToken) {
   // The scheduler, without a token.
-  SchedulerClient anonymous(cluster_->scheduler_address(), absl::Seconds(5));
+  SchedulerClient anonymous(suite_.cluster().scheduler_address(),
+                            absl::Seconds(5));
   EXPECT_THAT(anonymous.GetClusterMap().status(),
               StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_THAT(anonymous.GetJobStatus().status(),
@@ -242,7 +237,7 @@ TEST_F(AuthTest, WorkerDaemonWithAWrongSecretExitsWithTheReason) {
   const std::string wrong = WriteSecret(dir + "/wrong.secret");
   Subprocess worker(
       {RunfilePath("worker/ps_worker"),
-       "--scheduler=" + cluster_->scheduler_address(), "--name=intruder",
+       "--scheduler=" + suite_.cluster().scheduler_address(), "--name=intruder",
        "--model=softmax", "--steps=5", "--cluster_secret_file=" + wrong},
       dir + "/intruder.log");
   ASSERT_OK(worker.Start());
@@ -254,7 +249,7 @@ TEST_F(AuthTest, WorkerDaemonWithAWrongSecretExitsWithTheReason) {
   const std::string junk = dir + "/junk.secret";
   std::ofstream(junk) << "hunter2\n";
   Subprocess server({RunfilePath("server/ps_server"),
-                     "--scheduler=" + cluster_->scheduler_address(),
+                     "--scheduler=" + suite_.cluster().scheduler_address(),
                      "--cluster_secret_file=" + junk},
                     dir + "/junk-server.log");
   ASSERT_OK(server.Start());

@@ -19,12 +19,12 @@
 #include "cluster/scheduler_client.h"
 #include "common/status_macros.h"
 #include "common/test_util.h"
+#include "launch/local_cluster.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "psctl/export.h"
+#include "psctl/npy.h"
 #include "tests/model_params.h"
-#include "tools/export.h"
-#include "tools/local_cluster.h"
-#include "tools/npy.h"
 
 namespace downpour {
 namespace {
@@ -428,7 +428,7 @@ TEST(CheckpointTest, AFullDiskFailsTheCheckpointAndThePreviousOneRestores) {
   ASSERT_OK_AND_ASSIGN(NpyArray off_small, ReadNpy(off.files[0]));
   EXPECT_EQ(CountDiffering(FloatsOf(off_small), at_checkpoint), 0u);
   Subprocess tool(
-      {RunfilePath("tools/ps_export"), "--data_dirs=" + dirs[0] + "," + dirs[1],
+      {RunfilePath("psctl/ps_export"), "--data_dirs=" + dirs[0] + "," + dirs[1],
        "--table=sparse", "--out=" + dir + "/tool-sparse"},
       dir + "/ps_export.log");
   ASSERT_OK(tool.Start());

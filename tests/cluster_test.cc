@@ -13,9 +13,10 @@
 #include "common/grpc_channel.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
-#include "tools/local_cluster.h"
+#include "testing/suite_cluster.h"
 
 namespace downpour {
 namespace {
@@ -35,30 +36,12 @@ LocalClusterOptions ClusterOptions(int servers, const std::string& dir) {
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto cluster = LocalCluster::Start(ClusterOptions(3, TestTmpDir()));
-    ASSERT_OK(cluster);
-    cluster_ = cluster->release();
-    ClientOptions co;
-    co.scheduler_address = cluster_->scheduler_address();
-    co.op_timeout = absl::Seconds(20);
-    auto client = Client::Connect(co);
-    ASSERT_OK(client);
-    client_ = client->release();
+    ASSERT_OK(suite_.Start(ClusterOptions(3, TestTmpDir())));
   }
-  static void TearDownTestSuite() {
-    delete client_;
-    client_ = nullptr;
-    if (cluster_ != nullptr) {
-      EXPECT_OK(cluster_->Stop());
-      delete cluster_;
-      cluster_ = nullptr;
-    }
-  }
-  static LocalCluster* cluster_;
-  static Client* client_;
+  static void TearDownTestSuite() { EXPECT_OK(suite_.Stop()); }
+  static SuiteCluster suite_;
 };
-LocalCluster* ClusterTest::cluster_ = nullptr;
-Client* ClusterTest::client_ = nullptr;
+SuiteCluster ClusterTest::suite_;
 
 // Random operations from many threads against a reference model. Values are
 // small integers (and halves), so float sums are exact in any order.
@@ -74,7 +57,7 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
   dense.width = kWidth;
   dense.num_keys = kDenseKeys;
   dense.handler = "sum";
-  auto d = client_->CreateTable(dense);
+  auto d = suite_.client().CreateTable(dense);
   ASSERT_OK(d);
   TableOptions sparse;
   sparse.name = "random_sparse";
@@ -82,7 +65,7 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
   sparse.width = kSparseWidth;
   sparse.handler = "sgd";
   sparse.handler_params = {{"learning_rate", 0.5}};
-  auto s = client_->CreateTable(sparse);
+  auto s = suite_.client().CreateTable(sparse);
   ASSERT_OK(s);
 
   // Phase 1: each thread puts its own dense keys (k % kThreads == t).
@@ -97,7 +80,7 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
         ref_dense[k * kWidth + j] = vals.back();
       }
     }
-    ASSERT_OK(client_->PutSync(*d, keys, vals));
+    ASSERT_OK(suite_.client().PutSync(*d, keys, vals));
   }
 
   // Phase 2: random adds and pushes (commutative), with pulls in between.
@@ -132,15 +115,16 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
         absl::Status st;
         switch (rng() % 3) {
           case 0:
-            st = on_dense ? client_->AddSync(table, keys, vals)
-                          : client_->PushSync(table, keys, vals);
+            st = on_dense ? suite_.client().AddSync(table, keys, vals)
+                          : suite_.client().PushSync(table, keys, vals);
             break;
           case 1:
-            st = client_->PushSync(table, keys, vals);
+            st = suite_.client().PushSync(table, keys, vals);
             break;
           default: {
             std::vector<float> out(n * w);
-            st = client_->PushPullSync(table, keys, vals, absl::MakeSpan(out));
+            st = suite_.client().PushPullSync(table, keys, vals,
+                                              absl::MakeSpan(out));
           }
         }
         if (!st.ok()) {
@@ -150,7 +134,8 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
         }
         if (rng() % 4 == 0) {
           std::vector<float> out(n * w);
-          absl::Status p = client_->PullSync(table, keys, absl::MakeSpan(out));
+          absl::Status p =
+              suite_.client().PullSync(table, keys, absl::MakeSpan(out));
           if (!p.ok()) failures++;
         }
       }
@@ -174,8 +159,8 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
     }
   }
   std::vector<float> got(kDenseKeys * kWidth);
-  ASSERT_OK(
-      client_->GetSync(*d, Keys::Range(0, kDenseKeys), absl::MakeSpan(got)));
+  ASSERT_OK(suite_.client().GetSync(*d, Keys::Range(0, kDenseKeys),
+                                    absl::MakeSpan(got)));
   EXPECT_EQ(got, ref_dense);
   std::vector<Key> skeys;
   std::vector<float> sref;
@@ -184,7 +169,7 @@ TEST_F(ClusterTest, ConcurrentRandomOperationsMatchReference) {
     sref.insert(sref.end(), row.begin(), row.end());
   }
   std::vector<float> sgot(sref.size());
-  ASSERT_OK(client_->PullSync(*s, skeys, absl::MakeSpan(sgot)));
+  ASSERT_OK(suite_.client().PullSync(*s, skeys, absl::MakeSpan(sgot)));
   EXPECT_EQ(sgot, sref);
 }
 
@@ -197,24 +182,26 @@ TEST_F(ClusterTest, RangeOperationsSpanServers) {
   o.handler_params = {{"learning_rate", 1.0}};
   o.init = "constant";
   o.init_a = 2.0f;
-  auto t = client_->CreateTable(o);
+  auto t = suite_.client().CreateTable(o);
   ASSERT_OK(t);
   std::vector<float> out(1000 * 3);
-  ASSERT_OK(client_->PullSync(*t, Keys::Range(0, 1000), absl::MakeSpan(out)));
+  ASSERT_OK(
+      suite_.client().PullSync(*t, Keys::Range(0, 1000), absl::MakeSpan(out)));
   EXPECT_EQ(out, std::vector<float>(3000, 2.0f));
   std::vector<float> v(600 * 3);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
-  ASSERT_OK(client_->PutSync(*t, Keys::Range(200, 800), v));
+  ASSERT_OK(suite_.client().PutSync(*t, Keys::Range(200, 800), v));
   std::vector<float> g(600 * 3, 1.0f);
-  ASSERT_OK(client_->PushSync(*t, Keys::Range(200, 800), g));
-  ASSERT_OK(client_->AddSync(*t, Keys::Range(200, 800), g));
+  ASSERT_OK(suite_.client().PushSync(*t, Keys::Range(200, 800), g));
+  ASSERT_OK(suite_.client().AddSync(*t, Keys::Range(200, 800), g));
   std::vector<float> back(600 * 3);
-  ASSERT_OK(client_->GetSync(*t, Keys::Range(200, 800), absl::MakeSpan(back)));
+  ASSERT_OK(
+      suite_.client().GetSync(*t, Keys::Range(200, 800), absl::MakeSpan(back)));
   EXPECT_EQ(back, v);  // -1 by the sgd push, +1 by the add
   // Scattered batch read in the caller's order, across all three servers.
   std::vector<Key> keys = {999, 0, 500, 201, 999};
   std::vector<float> b(keys.size() * 3);
-  ASSERT_OK(client_->GetSync(*t, keys, absl::MakeSpan(b)));
+  ASSERT_OK(suite_.client().GetSync(*t, keys, absl::MakeSpan(b)));
   EXPECT_EQ(b[0], 2.0f);
   EXPECT_EQ(b[3], 2.0f);
   EXPECT_EQ(b[6], v[300 * 3]);
@@ -233,7 +220,7 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   o.width = kWidth;
   o.num_keys = kKeys;
   o.vectors = {"x", "g", "d"};
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   ASSERT_EQ(t.vectors.size(), 3u);
   std::mt19937 rng(11);
   std::normal_distribution<float> dist;
@@ -241,15 +228,15 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   for (uint32_t v = 0; v < 3; ++v) {
     for (float& x : ref[v]) x = dist(rng);
     ASSERT_OK_AND_ASSIGN(Table tv, t.WithVector(o.vectors[v]));
-    ASSERT_OK(client_->PutSync(tv, Keys::Range(0, kKeys), ref[v]));
+    ASSERT_OK(suite_.client().PutSync(tv, Keys::Range(0, kKeys), ref[v]));
   }
   auto check_all = [&](const std::string& what) {
     for (uint32_t v = 0; v < 3; ++v) {
       Table tv = t;
       tv.vector = v;
       std::vector<float> got(kN);
-      ASSERT_OK(
-          client_->GetSync(tv, Keys::Range(0, kKeys), absl::MakeSpan(got)));
+      ASSERT_OK(suite_.client().GetSync(tv, Keys::Range(0, kKeys),
+                                        absl::MakeSpan(got)));
       ASSERT_EQ(got, ref[v]) << what << ", vector " << v;
     }
   };
@@ -273,7 +260,8 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   c.add_dot_y(2);
   c.add_dot_x(0);
   c.add_dot_y(2);
-  ASSERT_OK_AND_ASSIGN(std::vector<double> dots, client_->VectorOp(t, c));
+  ASSERT_OK_AND_ASSIGN(std::vector<double> dots,
+                       suite_.client().VectorOp(t, c));
   for (size_t i = 0; i < kN; ++i) {
     ref[2][i] = static_cast<float>(0.5 * ref[0][i] + -2.0 * ref[1][i]);
   }
@@ -291,7 +279,7 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   c.set_end(900);
   c.add_dot_x(1);
   c.add_dot_y(1);
-  ASSERT_OK_AND_ASSIGN(dots, client_->VectorOp(t, c));
+  ASSERT_OK_AND_ASSIGN(dots, suite_.client().VectorOp(t, c));
   for (size_t i = 100 * kWidth; i < 900 * kWidth; ++i) {
     ref[1][i] = static_cast<float>(ref[1][i] + -0.25 * ref[2][i]);
   }
@@ -302,31 +290,31 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   c.set_update(VectorCommand::SCALE);
   c.set_dst(0);
   c.set_alpha(3.0);
-  ASSERT_OK(client_->VectorOp(t, c));
+  ASSERT_OK(suite_.client().VectorOp(t, c));
   for (float& x : ref[0]) x = static_cast<float>(3.0 * x);
   c.Clear();
   c.set_update(VectorCommand::COPY);
   c.set_dst(2);
   c.set_a(0);
-  ASSERT_OK(client_->VectorOp(t, c));
+  ASSERT_OK(suite_.client().VectorOp(t, c));
   ref[2] = ref[0];
   c.Clear();
   c.set_update(VectorCommand::ZERO);
   c.set_dst(1);
   c.set_begin(0);
   c.set_end(500);
-  ASSERT_OK(client_->VectorOp(t, c));
+  ASSERT_OK(suite_.client().VectorOp(t, c));
   std::fill(ref[1].begin(), ref[1].begin() + 500 * kWidth, 0.0f);
   check_all("scale, copy, zero");
   c.Clear();
   c.add_dot_x(0);
   c.add_dot_y(1);
-  ASSERT_OK_AND_ASSIGN(dots, client_->VectorOp(t, c));
+  ASSERT_OK_AND_ASSIGN(dots, suite_.client().VectorOp(t, c));
   EXPECT_NEAR(dots[0], dot(0, 1, 0, kKeys), 1e-9 * std::abs(dots[0]) + 1e-9);
   // Only commands and scalars travel: far fewer bytes than one vector.
-  const TrafficStats before = client_->traffic();
-  ASSERT_OK(client_->VectorOp(t, c));
-  const TrafficStats after = client_->traffic();
+  const TrafficStats before = suite_.client().traffic();
+  ASSERT_OK(suite_.client().VectorOp(t, c));
+  const TrafficStats after = suite_.client().traffic();
   EXPECT_LT(after.bytes_sent + after.bytes_received - before.bytes_sent -
                 before.bytes_received,
             1000u);
@@ -348,11 +336,11 @@ TEST_F(ClusterTest, BspPushPullWaitsForTheRound) {
   o.handler_params = {{"learning_rate", 1.0}};
   o.sync_workers = 2;
   o.tracked_workers = 3;
-  ASSERT_OK_AND_ASSIGN(Table table, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table table, suite_.client().CreateTable(o));
   std::vector<std::unique_ptr<Client>> ranks;
   for (int r = 0; r < 3; ++r) {
     ClientOptions co;
-    co.scheduler_address = cluster_->scheduler_address();
+    co.scheduler_address = suite_.cluster().scheduler_address();
     co.op_timeout = absl::Seconds(20);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> c, Client::Connect(co));
     c->SetWorkerClock(r, 0);
@@ -384,7 +372,8 @@ TEST_F(ClusterTest, BspPushPullWaitsForTheRound) {
   EXPECT_GT(ranks[2]->discarded_pushes(), 0u);
   EXPECT_EQ(out2, want);
   std::vector<float> now(n);
-  ASSERT_OK(client_->GetSync(table, Keys::Range(0, 30), absl::MakeSpan(now)));
+  ASSERT_OK(
+      suite_.client().GetSync(table, Keys::Range(0, 30), absl::MakeSpan(now)));
   EXPECT_EQ(now, want);
 }
 
@@ -394,51 +383,53 @@ TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
   o.width = 2;
   o.num_keys = 600;
   o.vectors = {"x", "g"};
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   ASSERT_OK_AND_ASSIGN(Table g, t.WithVector("g"));
   auto open = [&](int64_t round) {
     proto::VectorCommand c;
     c.set_update(proto::VectorCommand::ZERO);
     c.set_dst(1);
     c.set_open_round(round);
-    return client_->VectorOp(t, c).status();
+    return suite_.client().VectorOp(t, c).status();
   };
   std::vector<float> ones(600 * 2, 1.0f), twos(600 * 2, 2.0f);
   auto read = [&] {
     std::vector<float> out(600 * 2);
-    EXPECT_OK(client_->GetSync(g, Keys::Range(0, 600), absl::MakeSpan(out)));
+    EXPECT_OK(
+        suite_.client().GetSync(g, Keys::Range(0, 600), absl::MakeSpan(out)));
     return out;
   };
   // A round not yet opened is an error, not a silent add.
-  EXPECT_THAT(
-      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 0)),
-      StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(suite_.client().Wait(
+                  suite_.client().AddOnce(g, Keys::Range(0, 600), ones, 1, 0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_OK(open(1));
-  const uint64_t dropped_before = client_->discarded_pushes();
-  ASSERT_OK(
-      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
+  const uint64_t dropped_before = suite_.client().discarded_pushes();
+  ASSERT_OK(suite_.client().Wait(
+      suite_.client().AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
   // A backup copy of task 7, and task 8 once.
-  ASSERT_OK(
-      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
-  ASSERT_OK(
-      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), twos, 1, 8)));
+  ASSERT_OK(suite_.client().Wait(
+      suite_.client().AddOnce(g, Keys::Range(0, 600), ones, 1, 7)));
+  ASSERT_OK(suite_.client().Wait(
+      suite_.client().AddOnce(g, Keys::Range(0, 600), twos, 1, 8)));
   EXPECT_EQ(read(), std::vector<float>(1200, 3.0f));
-  EXPECT_EQ(client_->discarded_pushes() - dropped_before, 3u);  // 3 servers
+  EXPECT_EQ(suite_.client().discarded_pushes() - dropped_before,
+            3u);  // 3 servers
   // Sparse batches (a sparse gradient) are deduplicated the same way.
   std::vector<Key> keys = {599, 3, 250};
   std::vector<float> v(6, 10.0f);
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, keys, v, 1, 9)));
-  ASSERT_OK(client_->Wait(client_->AddOnce(g, keys, v, 1, 9)));
+  ASSERT_OK(suite_.client().Wait(suite_.client().AddOnce(g, keys, v, 1, 9)));
+  ASSERT_OK(suite_.client().Wait(suite_.client().AddOnce(g, keys, v, 1, 9)));
   std::vector<float> expect(1200, 3.0f);
   for (Key k : keys) expect[k * 2] = expect[k * 2 + 1] = 13.0f;
   EXPECT_EQ(read(), expect);
   // The next round zeroes; a late add of round 1 is dropped.
   ASSERT_OK(open(2));
-  ASSERT_OK(
-      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 1, 10)));
+  ASSERT_OK(suite_.client().Wait(
+      suite_.client().AddOnce(g, Keys::Range(0, 600), ones, 1, 10)));
   EXPECT_EQ(read(), std::vector<float>(1200, 0.0f));
-  ASSERT_OK(
-      client_->Wait(client_->AddOnce(g, Keys::Range(0, 600), ones, 2, 7)));
+  ASSERT_OK(suite_.client().Wait(
+      suite_.client().AddOnce(g, Keys::Range(0, 600), ones, 2, 7)));
   EXPECT_EQ(read(), std::vector<float>(1200, 1.0f));
 }
 
@@ -448,40 +439,40 @@ TEST_F(ClusterTest, VectorErrorsAreClear) {
   o.width = 1;
   o.num_keys = 100;
   o.vectors = {"x", "g"};
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   EXPECT_THAT(t.WithVector("nope"), StatusIs(absl::StatusCode::kNotFound));
   proto::VectorCommand c;
   c.set_update(proto::VectorCommand::AXPY);
   c.set_dst(1);
   c.set_a(5);  // no vector 5
-  absl::Status s = client_->VectorOp(t, c).status();
+  absl::Status s = suite_.client().VectorOp(t, c).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("vector_errors"));
   c.set_a(0);
   c.set_begin(50);
   c.set_end(200);  // beyond the key space
-  EXPECT_THAT(client_->VectorOp(t, c),
+  EXPECT_THAT(suite_.client().VectorOp(t, c),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // Push applies the handler to the parameters only.
   ASSERT_OK_AND_ASSIGN(Table g, t.WithVector("g"));
   std::vector<float> v(10, 1.0f);
-  EXPECT_THAT(client_->PushSync(g, Keys::Range(0, 10), v),
+  EXPECT_THAT(suite_.client().PushSync(g, Keys::Range(0, 10), v),
               StatusIs(absl::StatusCode::kInvalidArgument));
   Table bad = t;
   bad.vector = 9;
-  EXPECT_THAT(client_->PutSync(bad, Keys::Range(0, 10), v),
+  EXPECT_THAT(suite_.client().PutSync(bad, Keys::Range(0, 10), v),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // Named vectors need a dense table.
   TableOptions sparse;
   sparse.name = "sparse_vectors";
   sparse.sparse = true;
   sparse.vectors = {"x", "g"};
-  EXPECT_THAT(client_->CreateTable(sparse),
+  EXPECT_THAT(suite_.client().CreateTable(sparse),
               StatusIs(absl::StatusCode::kInvalidArgument));
   TableOptions twice = o;
   twice.name = "twice";
   twice.vectors = {"x", "x"};
-  EXPECT_THAT(client_->CreateTable(twice),
+  EXPECT_THAT(suite_.client().CreateTable(twice),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
@@ -490,28 +481,29 @@ TEST_F(ClusterTest, ClientRejectsBadArgumentsWithClearErrors) {
   o.name = "client_errors";
   o.width = 2;
   o.num_keys = 10;
-  auto t = client_->CreateTable(o);
+  auto t = suite_.client().CreateTable(o);
   ASSERT_OK(t);
   std::vector<Key> keys = {1, 2};
   std::vector<float> wrong(3);
-  EXPECT_THAT(client_->PutSync(*t, keys, wrong),
+  EXPECT_THAT(suite_.client().PutSync(*t, keys, wrong),
               StatusIs(absl::StatusCode::kInvalidArgument));
   std::vector<Key> outside = {1, 10};
   std::vector<float> four(4);
-  absl::Status s = client_->PutSync(*t, outside, four);
+  absl::Status s = suite_.client().PutSync(*t, outside, four);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("client_errors"));
-  EXPECT_THAT(client_->OpenTable("no_such_table"),
+  EXPECT_THAT(suite_.client().OpenTable("no_such_table"),
               StatusIs(absl::StatusCode::kNotFound));
   // Same name, different spec.
   o.width = 3;
-  EXPECT_THAT(client_->CreateTable(o),
+  EXPECT_THAT(suite_.client().CreateTable(o),
               StatusIs(absl::StatusCode::kAlreadyExists));
   o.width = 2;
-  EXPECT_OK(client_->CreateTable(o));  // identical: fine
+  EXPECT_OK(suite_.client().CreateTable(o));  // identical: fine
   o.name = "bad_handler";
   o.handler = "no_such_rule";
-  EXPECT_THAT(client_->CreateTable(o), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(suite_.client().CreateTable(o),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(ClusterTest, PluginHandlerRunsOnServers) {
@@ -521,13 +513,13 @@ TEST_F(ClusterTest, PluginHandlerRunsOnServers) {
   o.num_keys = 30;
   o.handler = "plugin:clipped_sgd";
   o.handler_params = {{"learning_rate", 0.5}, {"clip", 1.0}};
-  auto t = client_->CreateTable(o);
+  auto t = suite_.client().CreateTable(o);
   ASSERT_OK(t);
   std::vector<Key> keys = {0, 29};
   std::vector<float> g = {4, -0.5, -3, 0.25};
-  ASSERT_OK(client_->PushSync(*t, keys, g));
+  ASSERT_OK(suite_.client().PushSync(*t, keys, g));
   std::vector<float> out(4);
-  ASSERT_OK(client_->PullSync(*t, keys, absl::MakeSpan(out)));
+  ASSERT_OK(suite_.client().PullSync(*t, keys, absl::MakeSpan(out)));
   // Clipped to [-1, 1], then w -= 0.5 * g.
   EXPECT_EQ(out, (std::vector<float>{-0.5, 0.25, 0.5, -0.125}));
 }
@@ -540,13 +532,13 @@ TEST_F(ClusterTest, ServerRejectsBadRequestsOverTheWire) {
   o.width = 2;
   o.num_keys = 3;  // three servers: one key each
   o.handler = "sum";
-  auto t = client_->CreateTable(o);
+  auto t = suite_.client().CreateTable(o);
   ASSERT_OK(t);
   std::vector<Key> k0 = {0};
   std::vector<float> v0 = {5, 6};
-  ASSERT_OK(client_->PutSync(*t, k0, v0));
+  ASSERT_OK(suite_.client().PutSync(*t, k0, v0));
 
-  SchedulerClient sched(cluster_->scheduler_address());
+  SchedulerClient sched(suite_.cluster().scheduler_address());
   auto map = sched.GetClusterMap();
   ASSERT_OK(map);
   std::string endpoint;
@@ -652,12 +644,12 @@ TEST_F(ClusterTest, ServerRejectsBadRequestsOverTheWire) {
   zmq_ctx_term(ctx);
 
   std::vector<float> out(2);
-  ASSERT_OK(client_->GetSync(*t, k0, absl::MakeSpan(out)));
+  ASSERT_OK(suite_.client().GetSync(*t, k0, absl::MakeSpan(out)));
   EXPECT_EQ(out, v0);  // nothing rejected changed the table
 }
 
 TEST_F(ClusterTest, AdminStatsAndHealthService) {
-  SchedulerClient sched(cluster_->scheduler_address());
+  SchedulerClient sched(suite_.cluster().scheduler_address());
   auto map = sched.GetClusterMap();
   ASSERT_OK(map);
   int checked = 0;

@@ -34,8 +34,9 @@
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.grpc.pb.h"
-#include "tools/local_cluster.h"
+#include "testing/suite_cluster.h"
 
 namespace downpour {
 namespace {
@@ -58,10 +59,7 @@ class ControlPlaneHardeningTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const std::string token_file = TestTmpDir() + "/job_token";
     std::ofstream(token_file) << kJobToken << "\n";
-    LocalClusterOptions o;
-    o.bin_dir = RunfilePath("");
-    o.work_dir = TestTmpDir();
-    o.num_servers = 2;
+    LocalClusterOptions o = SuiteCluster::Defaults();
     o.scheduler_flags = {"--heartbeat_interval_ms=100",
                          "--dead_after_ms=1500",
                          "--replicas=2",
@@ -74,30 +72,16 @@ class ControlPlaneHardeningTest : public ::testing::Test {
     o.server_flags = {
         "--max_table_bytes=67108864",  // 64 MiB
         "--handler_plugins=" + RunfilePath("handlers/libclipped_sgd.so")};
-    auto cluster = LocalCluster::Start(o);
-    ASSERT_OK(cluster);
-    cluster_ = cluster->release();
-    ClientOptions co;
-    co.scheduler_address = cluster_->scheduler_address();
-    co.op_timeout = absl::Seconds(20);
-    auto client = Client::Connect(co);
-    ASSERT_OK(client);
-    client_ = client->release();
+    ASSERT_OK(suite_.Start(o));
     stub_ = proto::Scheduler::NewStub(
-                grpc::CreateChannel(cluster_->scheduler_address(),
+                grpc::CreateChannel(suite_.cluster().scheduler_address(),
                                     grpc::InsecureChannelCredentials()))
                 .release();
   }
   static void TearDownTestSuite() {
     delete stub_;
     stub_ = nullptr;
-    delete client_;
-    client_ = nullptr;
-    if (cluster_ != nullptr) {
-      EXPECT_OK(cluster_->Stop());
-      delete cluster_;
-      cluster_ = nullptr;
-    }
+    EXPECT_OK(suite_.Stop());
   }
 
   static std::unique_ptr<grpc::ClientContext> Ctx() {
@@ -157,27 +141,26 @@ class ControlPlaneHardeningTest : public ::testing::Test {
   // The cluster still works: both servers alive, and a fresh table takes
   // a put and reads it back through the SDK.
   static void ExpectClusterServes(const std::string& table) {
-    ExpectServersRun(*cluster_);
+    ExpectServersRun(suite_.cluster());
     TableOptions o;
     o.name = table;
     o.width = 2;
     o.num_keys = 64;
     o.handler = "sum";
-    auto t = client_->CreateTable(o);
+    auto t = suite_.client().CreateTable(o);
     ASSERT_OK(t);
     std::vector<float> in(128), out(128);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-    ASSERT_OK(client_->PutSync(*t, Keys::Range(0, 64), in));
-    ASSERT_OK(client_->GetSync(*t, Keys::Range(0, 64), absl::MakeSpan(out)));
+    ASSERT_OK(suite_.client().PutSync(*t, Keys::Range(0, 64), in));
+    ASSERT_OK(
+        suite_.client().GetSync(*t, Keys::Range(0, 64), absl::MakeSpan(out)));
     EXPECT_EQ(out, in);
   }
 
-  static LocalCluster* cluster_;
-  static Client* client_;
+  static SuiteCluster suite_;
   static proto::Scheduler::Stub* stub_;
 };
-LocalCluster* ControlPlaneHardeningTest::cluster_ = nullptr;
-Client* ControlPlaneHardeningTest::client_ = nullptr;
+SuiteCluster ControlPlaneHardeningTest::suite_;
 proto::Scheduler::Stub* ControlPlaneHardeningTest::stub_ = nullptr;
 
 TEST_F(ControlPlaneHardeningTest, TablesBeyondTheServersMemoryAreRefused) {
@@ -236,10 +219,10 @@ TEST_F(ControlPlaneHardeningTest, APluginRefusingItsParametersRollsBack) {
   o.num_keys = 100;
   o.handler = "plugin:clipped_sgd";
   o.handler_params = {{"learning_rate", 0.1}, {"clip", 0.5}};
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
-  ASSERT_OK(client_->PushSync(t, Keys::Range(0, 1), {10.0f, -10.0f}));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
+  ASSERT_OK(suite_.client().PushSync(t, Keys::Range(0, 1), {10.0f, -10.0f}));
   std::vector<float> v(2);
-  ASSERT_OK(client_->GetSync(t, Keys::Range(0, 1), absl::MakeSpan(v)));
+  ASSERT_OK(suite_.client().GetSync(t, Keys::Range(0, 1), absl::MakeSpan(v)));
   EXPECT_FLOAT_EQ(v[0], -0.05f);  // the gradient clipped to 0.5
   EXPECT_FLOAT_EQ(v[1], 0.05f);
 }

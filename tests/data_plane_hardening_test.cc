@@ -24,8 +24,9 @@
 #include "common/grpc_channel.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.grpc.pb.h"
-#include "tools/local_cluster.h"
+#include "testing/suite_cluster.h"
 
 namespace downpour {
 namespace {
@@ -33,60 +34,21 @@ namespace {
 class DataPlaneHardeningTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    LocalClusterOptions o;
-    o.bin_dir = RunfilePath("");
-    o.work_dir = TestTmpDir();
-    o.num_servers = 2;
+    LocalClusterOptions o = SuiteCluster::Defaults();
     // Small requests, so that the size limits are cheap to reach.
     o.server_flags = {"--max_message_mb=1"};
-    auto cluster = LocalCluster::Start(o);
-    ASSERT_OK(cluster);
-    cluster_ = cluster->release();
-    ClientOptions co;
-    co.scheduler_address = cluster_->scheduler_address();
-    co.op_timeout = absl::Seconds(20);
-    auto client = Client::Connect(co);
-    ASSERT_OK(client);
-    client_ = client->release();
+    ASSERT_OK(suite_.Start(o));
   }
-  static void TearDownTestSuite() {
-    delete client_;
-    client_ = nullptr;
-    if (cluster_ != nullptr) {
-      EXPECT_OK(cluster_->Stop());
-      delete cluster_;
-      cluster_ = nullptr;
-    }
-  }
+  static void TearDownTestSuite() { EXPECT_OK(suite_.Stop()); }
   // Per-table figures summed over the servers.
   static proto::TableStats Stats(const std::string& table) {
-    proto::TableStats sum;
-    SchedulerClient sched(cluster_->scheduler_address());
-    auto map = sched.GetClusterMap();
-    EXPECT_OK(map);
-    if (!map.ok()) return sum;
-    for (const auto& n : map->nodes()) {
-      if (n.role() != proto::SERVER) continue;
-      auto stub = proto::ServerAdmin::NewStub(
-          NewGrpcChannel(n.admin_address(), ClusterAuth()));
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-      proto::ServerStats stats;
-      EXPECT_TRUE(stub->GetStats(&ctx, proto::StatsRequest(), &stats).ok());
-      for (const auto& t : stats.tables()) {
-        if (t.name() != table) continue;
-        sum.set_rows(sum.rows() + t.rows());
-        sum.set_allocated_bytes(sum.allocated_bytes() + t.allocated_bytes());
-      }
-    }
-    return sum;
+    auto stats = suite_.TableStats(table);
+    EXPECT_OK(stats);
+    return stats.ok() ? *stats : proto::TableStats();
   }
-  static LocalCluster* cluster_;
-  static Client* client_;
+  static SuiteCluster suite_;
 };
-LocalCluster* DataPlaneHardeningTest::cluster_ = nullptr;
-Client* DataPlaneHardeningTest::client_ = nullptr;
+SuiteCluster DataPlaneHardeningTest::suite_;
 
 TEST_F(DataPlaneHardeningTest, NonFiniteGradientsAreRefusedAndChangeNothing) {
   TableOptions o;
@@ -97,25 +59,26 @@ TEST_F(DataPlaneHardeningTest, NonFiniteGradientsAreRefusedAndChangeNothing) {
   o.init_a = 1;
   o.handler = "adagrad";
   o.handler_params = {{"learning_rate", 0.1}, {"initial_accumulator", 0.1}};
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<Key> keys = {2, 7, 3};
   for (float bad : {nan, inf, -inf}) {
     std::vector<float> g = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, bad};  // key 3
-    absl::Status s = client_->PushSync(t, keys, g);
+    absl::Status s = suite_.client().PushSync(t, keys, g);
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("key 3"));
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'finite'"));
     std::vector<float> pp(6);
-    EXPECT_THAT(client_->PushPullSync(t, keys, g, absl::MakeSpan(pp)),
+    EXPECT_THAT(suite_.client().PushPullSync(t, keys, g, absl::MakeSpan(pp)),
                 StatusIs(absl::StatusCode::kInvalidArgument));
   }
   std::vector<float> all(20);
-  ASSERT_OK(client_->GetSync(t, Keys::Range(0, 10), absl::MakeSpan(all)));
+  ASSERT_OK(
+      suite_.client().GetSync(t, Keys::Range(0, 10), absl::MakeSpan(all)));
   EXPECT_EQ(all, std::vector<float>(20, 1.0f)) << "a refused push changed rows";
   // A finite push of the same batch still works.
-  ASSERT_OK(client_->PushSync(t, keys, std::vector<float>(6, 0.5f)));
+  ASSERT_OK(suite_.client().PushSync(t, keys, std::vector<float>(6, 0.5f)));
 }
 
 TEST_F(DataPlaneHardeningTest, APutResetsTheRowsHandlerState) {
@@ -126,28 +89,30 @@ TEST_F(DataPlaneHardeningTest, APutResetsTheRowsHandlerState) {
   o.handler = "adagrad";
   o.handler_params = {{"learning_rate", 0.1}, {"initial_accumulator", 0.1}};
   o.allow_non_finite = true;
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   o.name = "fresh";
   o.allow_non_finite = false;
-  ASSERT_OK_AND_ASSIGN(Table fresh, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table fresh, suite_.client().CreateTable(o));
   // A NaN through a table that lets it in poisons the row and adagrad's
   // accumulator.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  ASSERT_OK(client_->PushSync(t, Keys::Range(0, 1), std::vector<float>{nan}));
+  ASSERT_OK(
+      suite_.client().PushSync(t, Keys::Range(0, 1), std::vector<float>{nan}));
   std::vector<float> v(1);
-  ASSERT_OK(client_->GetSync(t, Keys::Range(0, 1), absl::MakeSpan(v)));
+  ASSERT_OK(suite_.client().GetSync(t, Keys::Range(0, 1), absl::MakeSpan(v)));
   EXPECT_TRUE(std::isnan(v[0]));
   // A put heals it: values and state start over, exactly like a row that
   // never saw the NaN.
   const std::vector<float> value = {2.0f}, grad = {0.5f};
   for (const Table* table : {&t, &fresh}) {
-    ASSERT_OK(client_->PutSync(*table, Keys::Range(0, 1), value));
-    ASSERT_OK(client_->PushSync(*table, Keys::Range(0, 1), grad));
+    ASSERT_OK(suite_.client().PutSync(*table, Keys::Range(0, 1), value));
+    ASSERT_OK(suite_.client().PushSync(*table, Keys::Range(0, 1), grad));
   }
   std::vector<float> healed(1), expected(1);
-  ASSERT_OK(client_->GetSync(t, Keys::Range(0, 1), absl::MakeSpan(healed)));
   ASSERT_OK(
-      client_->GetSync(fresh, Keys::Range(0, 1), absl::MakeSpan(expected)));
+      suite_.client().GetSync(t, Keys::Range(0, 1), absl::MakeSpan(healed)));
+  ASSERT_OK(suite_.client().GetSync(fresh, Keys::Range(0, 1),
+                                    absl::MakeSpan(expected)));
   EXPECT_FALSE(std::isnan(healed[0]));
   EXPECT_EQ(healed, expected);
   EXPECT_LT(healed[0], 2.0f);
@@ -159,12 +124,12 @@ TEST_F(DataPlaneHardeningTest, RepeatedKeysInABatchApplyOncePerOccurrence) {
   o.width = 1;
   o.num_keys = 10;
   o.handler = "sum";
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   std::vector<Key> keys = {5, 5, 5, 6};
-  ASSERT_OK(client_->AddSync(t, keys, std::vector<float>{1, 1, 1, 1}));
-  ASSERT_OK(client_->PushSync(t, keys, std::vector<float>{2, 2, 2, 2}));
+  ASSERT_OK(suite_.client().AddSync(t, keys, std::vector<float>{1, 1, 1, 1}));
+  ASSERT_OK(suite_.client().PushSync(t, keys, std::vector<float>{2, 2, 2, 2}));
   std::vector<float> v(2);
-  ASSERT_OK(client_->GetSync(t, Keys::Range(5, 7), absl::MakeSpan(v)));
+  ASSERT_OK(suite_.client().GetSync(t, Keys::Range(5, 7), absl::MakeSpan(v)));
   EXPECT_EQ(v, (std::vector<float>{9, 3}));
 }
 
@@ -175,13 +140,13 @@ TEST_F(DataPlaneHardeningTest, ReadingAbsentSparseRowsCreatesNone) {
   o.width = 4;
   o.init = "constant";
   o.init_a = 0.25f;
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   const proto::TableStats before = Stats("sparse_reads");
   // 64K absent rows, read as a range (cut to the servers' 1 MiB limit).
   constexpr Key kRows = 1 << 16;
   std::vector<float> out(kRows * 4);
-  ASSERT_OK(client_->GetSync(t, Keys::Range(1000, 1000 + kRows),
-                             absl::MakeSpan(out)));
+  ASSERT_OK(suite_.client().GetSync(t, Keys::Range(1000, 1000 + kRows),
+                                    absl::MakeSpan(out)));
   EXPECT_EQ(out, std::vector<float>(kRows * 4, 0.25f));
   const proto::TableStats after = Stats("sparse_reads");
   EXPECT_EQ(after.rows(), 0u);
@@ -196,12 +161,12 @@ TEST_F(DataPlaneHardeningTest, OversizeRequestsAreCutOrRefusedAtOnce) {
   d.width = 256;
   d.num_keys = 4096;
   d.handler = "sum";
-  ASSERT_OK_AND_ASSIGN(Table dense, client_->CreateTable(d));
+  ASSERT_OK_AND_ASSIGN(Table dense, suite_.client().CreateTable(d));
   std::vector<float> big(4096 * 256, 1.0f);
-  ASSERT_OK(client_->PushSync(dense, Keys::Range(0, 4096), big));
+  ASSERT_OK(suite_.client().PushSync(dense, Keys::Range(0, 4096), big));
   std::vector<float> row(256);
-  ASSERT_OK(
-      client_->GetSync(dense, Keys::Range(4095, 4096), absl::MakeSpan(row)));
+  ASSERT_OK(suite_.client().GetSync(dense, Keys::Range(4095, 4096),
+                                    absl::MakeSpan(row)));
   EXPECT_EQ(row, std::vector<float>(256, 1.0f));
   // A synced sparse batch is one message per range and clock: too large,
   // it fails at once instead of being dropped by the transport.
@@ -212,14 +177,14 @@ TEST_F(DataPlaneHardeningTest, OversizeRequestsAreCutOrRefusedAtOnce) {
   s.handler = "sum";
   s.sync_workers = 1;
   s.tracked_workers = 1;
-  ASSERT_OK_AND_ASSIGN(Table synced, client_->CreateTable(s));
+  ASSERT_OK_AND_ASSIGN(Table synced, suite_.client().CreateTable(s));
   std::vector<Key> keys(20000);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;  // all in range 0
   std::vector<float> g(keys.size() * 64, 1.0f);
-  client_->SetWorkerClock(0, 0);
+  suite_.client().SetWorkerClock(0, 0);
   const absl::Time start = absl::Now();
-  absl::Status st = client_->PushSync(synced, keys, g);
-  client_->SetWorkerClock(0, -1);
+  absl::Status st = suite_.client().PushSync(synced, keys, g);
+  suite_.client().SetWorkerClock(0, -1);
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("synced_big"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
@@ -233,24 +198,24 @@ TEST_F(DataPlaneHardeningTest, AClockFromTheFutureIsRefusedAndBlocksNothing) {
   o.handler = "sum";
   o.sync_workers = 2;
   o.tracked_workers = 2;
-  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
   const std::vector<float> one(8, 1.0f);
   std::vector<float> out(8);
-  client_->SetWorkerClock(0, int64_t{1} << 62);
-  absl::Status s =
-      client_->PushPullSync(t, Keys::Range(0, 8), one, absl::MakeSpan(out));
+  suite_.client().SetWorkerClock(0, int64_t{1} << 62);
+  absl::Status s = suite_.client().PushPullSync(t, Keys::Range(0, 8), one,
+                                                absl::MakeSpan(out));
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("ahead"));
   // The honest step 0 of both ranks completes and is applied once.
-  client_->SetWorkerClock(0, 0);
+  suite_.client().SetWorkerClock(0, 0);
   Ticket first =
-      client_->PushPull(t, Keys::Range(0, 8), one, absl::MakeSpan(out));
+      suite_.client().PushPull(t, Keys::Range(0, 8), one, absl::MakeSpan(out));
   std::vector<float> out1(8);
-  client_->SetWorkerClock(1, 0);
-  ASSERT_OK(
-      client_->PushPullSync(t, Keys::Range(0, 8), one, absl::MakeSpan(out1)));
-  ASSERT_OK(client_->Wait(first));
-  client_->SetWorkerClock(0, -1);
+  suite_.client().SetWorkerClock(1, 0);
+  ASSERT_OK(suite_.client().PushPullSync(t, Keys::Range(0, 8), one,
+                                         absl::MakeSpan(out1)));
+  ASSERT_OK(suite_.client().Wait(first));
+  suite_.client().SetWorkerClock(0, -1);
   EXPECT_EQ(out, std::vector<float>(8, 1.0f));  // the mean of 1 and 1
   EXPECT_EQ(out1, out);
 }

@@ -19,8 +19,8 @@
 #include "cluster/scheduler_client.h"
 #include "common/status_macros.h"
 #include "common/test_util.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.pb.h"
-#include "tools/local_cluster.h"
 
 namespace downpour {
 namespace {

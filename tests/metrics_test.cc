@@ -15,8 +15,8 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "launch/local_cluster.h"
 #include "metrics/scrape.h"
-#include "tools/local_cluster.h"
 #include "zmq.h"
 
 namespace downpour {

@@ -35,8 +35,8 @@
 #include "client/client.h"
 #include "common/status_macros.h"
 #include "common/test_util.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.pb.h"
-#include "tools/local_cluster.h"
 
 namespace downpour {
 namespace {

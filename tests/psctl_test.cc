@@ -23,9 +23,9 @@
 #include "common/status_macros.h"
 #include "common/test_util.h"
 #include "google/protobuf/util/json_util.h"
+#include "launch/local_cluster.h"
+#include "psctl/npy.h"
 #include "psctl/psctl.pb.h"
-#include "tools/local_cluster.h"
-#include "tools/npy.h"
 
 namespace downpour {
 namespace {

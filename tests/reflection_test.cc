@@ -10,7 +10,7 @@
 #include "google/protobuf/descriptor.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 namespace downpour {
 namespace {

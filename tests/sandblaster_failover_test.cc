@@ -19,7 +19,7 @@
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
 #include "lbfgs/coordinator.h"
-#include "tools/sandblaster_job.h"
+#include "testing/sandblaster_job.h"
 
 namespace downpour {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "common/test_util.h"
 #include "lbfgs/coordinator.h"
-#include "tools/sandblaster_job.h"
+#include "testing/sandblaster_job.h"
 
 namespace downpour {
 namespace {

@@ -14,9 +14,9 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "launch/local_cluster.h"
 #include "models/model.h"
 #include "tests/model_params.h"
-#include "tools/local_cluster.h"
 
 namespace downpour {
 namespace {

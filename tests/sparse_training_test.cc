@@ -21,11 +21,11 @@
 #include "client/client.h"
 #include "common/test_util.h"
 #include "common/types.h"
+#include "launch/local_cluster.h"
+#include "launch/local_job.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "models/sparse_lr.h"
-#include "tools/local_cluster.h"
-#include "tools/local_job.h"
 #include "worker/worker.h"
 
 namespace downpour {

@@ -23,11 +23,11 @@
 #include "common/subprocess.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
+#include "launch/local_cluster.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
-#include "tools/local_cluster.h"
-#include "tools/sandblaster_job.h"
-#include "tools/test_certs.h"
+#include "testing/sandblaster_job.h"
+#include "testing/test_certs.h"
 
 namespace downpour {
 namespace {

@@ -16,10 +16,10 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "launch/local_cluster.h"
+#include "launch/local_job.h"
 #include "models/dataset.h"
 #include "models/model.h"
-#include "tools/local_cluster.h"
-#include "tools/local_job.h"
 
 namespace downpour {
 namespace {

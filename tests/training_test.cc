@@ -19,13 +19,13 @@
 #include "common/grpc_channel.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
+#include "launch/local_job.h"
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/learning_rate.h"
 #include "models/model.h"
 #include "models/sparse_lr.h"
 #include "proto/downpour.grpc.pb.h"
-#include "tools/local_job.h"
 #include "worker/worker.h"
 
 namespace downpour {

@@ -38,13 +38,13 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "launch/local_job.h"
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/learning_rate.h"
 #include "models/model.h"
 #include "proto/downpour.pb.h"
 #include "tests/model_params.h"
-#include "tools/local_job.h"
 
 namespace downpour {
 namespace {

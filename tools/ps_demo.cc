@@ -31,8 +31,8 @@
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
-#include "tools/local_cluster.h"
-#include "tools/local_job.h"
+#include "launch/local_cluster.h"
+#include "launch/local_job.h"
 
 // Defined in common/auth.cc, with the --tls_* flags.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
-#include "tools/fuzz/fuzz_input.h"
+#include "testing/fuzz/fuzz_input.h"
 #include "transport/internal/request_decoder.h"
 
 namespace {

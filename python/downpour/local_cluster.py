@@ -1,5 +1,5 @@
 """A scheduler and servers as real processes on 127.0.0.1, for tests,
-examples and benchmarks (the Python twin of tools/local_cluster.h)::
+examples and benchmarks (the Python twin of launch/local_cluster.h)::
 
     with LocalCluster("bazel-bin", "/tmp/run", num_servers=2,
                       scheduler_flags=["--consistency=bsp",

@@ -1,5 +1,5 @@
 // A training job on loopback, for integration tests, benchmarks and the
-// demo: a local cluster (tools/local_cluster.h: a scheduler and servers)
+// demo: a local cluster (launch/local_cluster.h: a scheduler and servers)
 // plus ps_worker processes, and a check of how every one of them ended.
 //
 //   LocalJobOptions o;
@@ -19,8 +19,8 @@
 // with its output in `<work_dir>/worker-<i>.log`.
 //
 // Not thread-safe.
-#ifndef DOWNPOUR_TOOLS_LOCAL_JOB_H_
-#define DOWNPOUR_TOOLS_LOCAL_JOB_H_
+#ifndef DOWNPOUR_LAUNCH_LOCAL_JOB_H_
+#define DOWNPOUR_LAUNCH_LOCAL_JOB_H_
 
 #include <memory>
 #include <optional>
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 namespace downpour {
 
@@ -96,4 +96,4 @@ class LocalJob {
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_LOCAL_JOB_H_
+#endif  // DOWNPOUR_LAUNCH_LOCAL_JOB_H_

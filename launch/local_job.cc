@@ -1,4 +1,4 @@
-#include "tools/local_job.h"
+#include "launch/local_job.h"
 
 #include <signal.h>
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-#include "tools/test_certs.h"
+#include "testing/test_certs.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

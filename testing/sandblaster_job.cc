@@ -1,4 +1,4 @@
-#include "tools/sandblaster_job.h"
+#include "testing/sandblaster_job.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,7 +15,7 @@
 #include "common/address_file.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
-#include "tools/local_job.h"
+#include "launch/local_job.h"
 
 namespace downpour {
 double SandblasterJobResult::Num(const std::string& key) const {

@@ -1,5 +1,5 @@
 // Writes the parameters (vector 0) of one table to NumPy files anyone can
-// read (tools/npy.h): a dense table as <out>.npy, float32 of shape
+// read (psctl/npy.h): a dense table as <out>.npy, float32 of shape
 // [num_keys, width]; a sparse one as <out>.keys.npy (uint64, [rows]) and
 // <out>.values.npy (float32, [rows, width]), keys ascending.
 //
@@ -16,8 +16,8 @@
 // Errors: kNotFound for an unknown table or a checkpoint that does not hold
 // it whole (naming the keys missing), kDataLoss for a lost range, storage
 // and RPC errors otherwise.
-#ifndef DOWNPOUR_TOOLS_EXPORT_H_
-#define DOWNPOUR_TOOLS_EXPORT_H_
+#ifndef DOWNPOUR_PSCTL_EXPORT_H_
+#define DOWNPOUR_PSCTL_EXPORT_H_
 
 #include <cstdint>
 #include <string>
@@ -52,4 +52,4 @@ absl::StatusOr<ExportResult> ExportFromCheckpoint(
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_EXPORT_H_
+#endif  // DOWNPOUR_PSCTL_EXPORT_H_

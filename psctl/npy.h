@@ -10,8 +10,8 @@
 //   DP_RETURN_IF_ERROR(w.Close());   // kDataLoss if fewer bytes than shape
 //
 // Thread-compatible.
-#ifndef DOWNPOUR_TOOLS_NPY_H_
-#define DOWNPOUR_TOOLS_NPY_H_
+#ifndef DOWNPOUR_PSCTL_NPY_H_
+#define DOWNPOUR_PSCTL_NPY_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -62,4 +62,4 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_NPY_H_
+#endif  // DOWNPOUR_PSCTL_NPY_H_

@@ -1,4 +1,4 @@
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 #include <signal.h>
 #include <sys/wait.h>

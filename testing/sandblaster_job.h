@@ -2,8 +2,8 @@
 // servers, ps_lbfgs, ps_worker --job=lbfgs processes on 127.0.0.1) and
 // returns its per-iteration objective and its summary. For tests and
 // bench/lbfgs_bench.
-#ifndef DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
-#define DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
+#ifndef DOWNPOUR_TESTING_SANDBLASTER_JOB_H_
+#define DOWNPOUR_TESTING_SANDBLASTER_JOB_H_
 
 #include <functional>
 #include <map>
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/auth.h"
-#include "tools/local_cluster.h"
+#include "launch/local_cluster.h"
 
 namespace downpour {
 
@@ -67,4 +67,4 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_SANDBLASTER_JOB_H_
+#endif  // DOWNPOUR_TESTING_SANDBLASTER_JOB_H_

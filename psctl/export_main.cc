@@ -1,4 +1,4 @@
-// ps_export: writes a table's parameters to NumPy files (tools/export.h),
+// ps_export: writes a table's parameters to NumPy files (psctl/export.h),
 // from a running cluster or from the data dirs of a checkpoint.
 //
 //   ps_export --scheduler=127.0.0.1:7070 --table=mlp/W0 --out=/tmp/w0
@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/auth.h"
 #include "common/logging.h"
-#include "tools/export.h"
+#include "psctl/export.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "host:port of a running cluster's scheduler");

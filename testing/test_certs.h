@@ -4,8 +4,8 @@
 //   ASSERT_OK_AND_ASSIGN(TlsFiles tls,
 //                        MakeTestCertificates(TestTmpDir() + "/pki", "node"));
 //   tls.mutual = true;
-#ifndef DOWNPOUR_TOOLS_TEST_CERTS_H_
-#define DOWNPOUR_TOOLS_TEST_CERTS_H_
+#ifndef DOWNPOUR_TESTING_TEST_CERTS_H_
+#define DOWNPOUR_TESTING_TEST_CERTS_H_
 
 #include <string>
 #include <vector>
@@ -27,4 +27,4 @@ TlsFiles TestCertificate(const std::string& dir, const std::string& name);
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_TEST_CERTS_H_
+#endif  // DOWNPOUR_TESTING_TEST_CERTS_H_

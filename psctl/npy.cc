@@ -1,4 +1,4 @@
-#include "tools/npy.h"
+#include "psctl/npy.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "tools/export.h"
+#include "psctl/export.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,7 +13,7 @@
 #include "common/types.h"
 #include "storage/checkpoint_store.h"
 #include "storage/database.h"
-#include "tools/npy.h"
+#include "psctl/npy.h"
 
 namespace downpour {
 namespace {

@@ -1,6 +1,6 @@
 """libFuzzer targets that are also regression tests.
 
-    load("//tools/fuzz:fuzz.bzl", "cc_fuzz_test")
+    load("//testing/fuzz:fuzz.bzl", "cc_fuzz_test")
     cc_fuzz_test(
         name = "libsvm_fuzzer",
         srcs = ["libsvm_fuzzer.cc"],   # defines LLVMFuzzerTestOneInput
@@ -12,7 +12,7 @@ input that once made the target fail (kept, so that it cannot come back).
 
  - In a normal build (and under --config=asan or tsan), `name` is a cc_test
    that runs each corpus file through LLVMFuzzerTestOneInput once
-   (tools/fuzz/replay_main.cc): `bazel test //...` replays every corpus.
+   (testing/fuzz/replay_main.cc): `bazel test //...` replays every corpus.
  - Built with --config=fuzz (clang, libFuzzer, ASan + UBSan), it is a
    libFuzzer binary: tools/fuzz.sh runs each target for a bounded time.
 
@@ -27,8 +27,8 @@ def cc_fuzz_test(name, srcs, deps = [], data = [], size = "small", **kwargs):
         srcs = srcs,
         size = size,
         deps = deps + select({
-            "//tools/fuzz:fuzzing": ["//tools/fuzz:libfuzzer_main"],
-            "//conditions:default": ["//tools/fuzz:replay_main"],
+            "//testing/fuzz:fuzzing": ["//testing/fuzz:libfuzzer_main"],
+            "//conditions:default": ["//testing/fuzz:replay_main"],
         }),
         data = data + native.glob([corpus + "/**"]),
         args = [native.package_name() + "/" + corpus],

@@ -10,8 +10,8 @@
 //   EXPECT_OK((*cluster)->Stop());   // SIGTERM, every exit status checked
 //
 // Not thread-safe.
-#ifndef DOWNPOUR_TOOLS_LOCAL_CLUSTER_H_
-#define DOWNPOUR_TOOLS_LOCAL_CLUSTER_H_
+#ifndef DOWNPOUR_LAUNCH_LOCAL_CLUSTER_H_
+#define DOWNPOUR_LAUNCH_LOCAL_CLUSTER_H_
 
 #include <memory>
 #include <string>
@@ -89,4 +89,4 @@ class LocalCluster {
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_LOCAL_CLUSTER_H_
+#endif  // DOWNPOUR_LAUNCH_LOCAL_CLUSTER_H_

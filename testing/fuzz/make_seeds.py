@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes the seed inputs of the fuzz targets that read structured values
-(tools/fuzz/fuzz_input.h), so that the seeds are reviewable as code:
+(testing/fuzz/fuzz_input.h), so that the seeds are reviewable as code:
 
-    /usr/bin/python3 tools/fuzz/make_seeds.py      # from the repository root
+    /usr/bin/python3 testing/fuzz/make_seeds.py      # from the repository root
 
 Seeds of the other targets (serialized protos, libsvm text, IDX files) are
 written by hand or with protoc; see each corpus directory. Inputs that once

@@ -9,8 +9,8 @@
 //   const std::string_view rest = in.Rest();
 //
 // Not thread-safe; borrows the bytes.
-#ifndef DOWNPOUR_TOOLS_FUZZ_FUZZ_INPUT_H_
-#define DOWNPOUR_TOOLS_FUZZ_FUZZ_INPUT_H_
+#ifndef DOWNPOUR_TESTING_FUZZ_FUZZ_INPUT_H_
+#define DOWNPOUR_TESTING_FUZZ_FUZZ_INPUT_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -92,4 +92,4 @@ class FuzzInput {
 
 }  // namespace downpour
 
-#endif  // DOWNPOUR_TOOLS_FUZZ_FUZZ_INPUT_H_
+#endif  // DOWNPOUR_TESTING_FUZZ_FUZZ_INPUT_H_
