@@ -11,9 +11,9 @@
 #include "cluster/server_admin_client.h"
 #include "common/status_macros.h"
 #include "common/types.h"
+#include "psctl/npy.h"
 #include "storage/checkpoint_store.h"
 #include "storage/database.h"
-#include "psctl/npy.h"
 
 namespace downpour {
 namespace {

@@ -48,9 +48,9 @@
 #include "common/subprocess.h"
 #include "common/usage.h"
 #include "google/protobuf/util/json_util.h"
+#include "launch/local_cluster.h"
 #include "psctl/cluster_status.h"
 #include "psctl/export.h"
-#include "launch/local_cluster.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
           "status, tables, job: host:port of the ps_scheduler");

@@ -28,11 +28,11 @@
 #include "cluster/scheduler_client.h"
 #include "common/auth.h"
 #include "common/usage.h"
+#include "launch/local_cluster.h"
+#include "launch/local_job.h"
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
-#include "launch/local_cluster.h"
-#include "launch/local_job.h"
 
 // Defined in common/auth.cc, with the --tls_* flags.
 ABSL_DECLARE_FLAG(std::string, cluster_secret_file);
