@@ -209,6 +209,11 @@ std::vector<std::string> TlsFiles::ToFlags() const {
   return flags;
 }
 
+bool SecretsEqual(absl::string_view presented, absl::string_view expected) {
+  return presented.size() == expected.size() &&
+         CRYPTO_memcmp(presented.data(), expected.data(), expected.size()) == 0;
+}
+
 absl::StatusOr<ClusterAuth> ClusterAuth::FromSecret(
     absl::string_view z85_secret) {
   if (!zmq_has("curve")) {
@@ -297,10 +302,7 @@ absl::Status ClusterAuth::CheckToken(absl::string_view presented) const {
   if (presented.empty()) {
     return absl::UnauthenticatedError("carries no cluster token");
   }
-  // Constant time, so that the time of a refusal says nothing about how
-  // much of a guessed token was right; the length is public.
-  if (presented.size() != token_.size() ||
-      CRYPTO_memcmp(presented.data(), token_.data(), token_.size()) != 0) {
+  if (!SecretsEqual(presented, token_)) {
     return absl::UnauthenticatedError("carries a wrong cluster token");
   }
   return absl::OkStatus();

@@ -73,6 +73,12 @@ struct TlsMaterial {
   std::string server_name;
 };
 
+// Whether `presented` equals `expected`, in constant time for strings of
+// the expected length (OpenSSL's CRYPTO_memcmp), so that the time of a
+// refusal says nothing about how much of a guessed secret was right; the
+// length is public. Every comparison of a secret, token or HMAC uses it.
+bool SecretsEqual(absl::string_view presented, absl::string_view expected);
+
 class ClusterAuth {
  public:
   ClusterAuth() = default;  // off

@@ -15,6 +15,17 @@
 namespace downpour {
 namespace {
 
+TEST(SecretsEqualTest, ExactBytesOnly) {
+  EXPECT_TRUE(SecretsEqual("s3cret", "s3cret"));
+  EXPECT_FALSE(SecretsEqual("s3cres", "s3cret"));
+  EXPECT_FALSE(SecretsEqual("s3cre", "s3cret"));
+  EXPECT_FALSE(SecretsEqual("s3crett", "s3cret"));
+  EXPECT_FALSE(SecretsEqual("", "s3cret"));
+  EXPECT_TRUE(SecretsEqual("", ""));
+  // Bytes after a NUL count (no C-string comparison).
+  EXPECT_FALSE(SecretsEqual(std::string("ab\0c", 4), std::string("ab\0d", 4)));
+}
+
 TEST(ClusterAuthTest, OffByDefault) {
   ClusterAuth auth;
   EXPECT_FALSE(auth.enabled());

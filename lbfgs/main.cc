@@ -8,17 +8,14 @@
 #include <fstream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/traffic_metrics.h"
 #include "common/address_file.h"
 #include "common/auth.h"
-#include "common/log_flags.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
+#include "common/program.h"
 #include "common/signals.h"
-#include "common/usage.h"
 #include "lbfgs/coordinator.h"
 #include "metrics/metrics_flags.h"
 
@@ -232,15 +229,12 @@ int Main() {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
-  downpour::SetUsage(
+  downpour::ProgramStart start;
+  start.usage =
       "the Sandblaster L-BFGS coordinator (usage: ps_lbfgs "
-      "--scheduler=HOST:PORT --problem=softmax|sparse_lr [flags])");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
-    DP_LOG(ERROR) << s;
-    return 2;
-  }
-  downpour::BlockTerminationSignals();
-  downpour::TuneAllocatorForLargeMessages();
+      "--scheduler=HOST:PORT --problem=softmax|sparse_lr [flags])";
+  start.tune_allocator = true;
+  start.block_termination_signals = true;
+  if (!downpour::StartProgram(argc, argv, start).ok()) return 2;
   return downpour::Main();
 }

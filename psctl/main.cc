@@ -42,11 +42,10 @@
 #include "cluster/scheduler_client.h"
 #include "common/address_file.h"
 #include "common/auth.h"
-#include "common/log_flags.h"
 #include "common/logging.h"
+#include "common/program.h"
 #include "common/signals.h"
 #include "common/subprocess.h"
-#include "common/usage.h"
 #include "google/protobuf/util/json_util.h"
 #include "launch/local_cluster.h"
 #include "psctl/cluster_status.h"
@@ -489,15 +488,13 @@ int Main(const std::vector<char*>& args) {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
-  downpour::SetUsage(
+  downpour::ProgramStart start;
+  start.usage =
       "the Downpour operator's command line (usage: psctl "
       "status|tables|local|job|checkpoint|checkpoints|restore|export "
-      "[--scheduler=HOST:PORT] [--json] [flags])");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
-    std::fprintf(stderr, "psctl: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  downpour::BlockTerminationSignals();
-  return downpour::Main(args);
+      "[--scheduler=HOST:PORT] [--json] [flags])";
+  start.block_termination_signals = true;
+  auto args = downpour::StartProgram(argc, argv, start);
+  if (!args.ok()) return 2;
+  return downpour::Main(*args);
 }

@@ -3,15 +3,13 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/address_file.h"
 #include "common/auth.h"
-#include "common/log_flags.h"
 #include "common/logging.h"
+#include "common/program.h"
 #include "common/signals.h"
 #include "common/token_file.h"
-#include "common/usage.h"
 #include "metrics/metrics_flags.h"
 #include "scheduler/scheduler.h"
 
@@ -81,16 +79,13 @@ ABSL_FLAG(int64_t, max_map_bytes, 1 << 20,
           "most bytes the cluster map may take (gRPC's limit is 4 MiB)");
 
 int main(int argc, char** argv) {
-  downpour::SetUsage(
+  downpour::ProgramStart start;
+  start.usage =
       "the Downpour scheduler: membership, the cluster map, the job's clocks "
-      "(usage: ps_scheduler --listen=HOST:PORT --num_workers=N [flags])");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
-    DP_LOG(ERROR) << s;
-    return 2;
-  }
-  downpour::BlockTerminationSignals();
-  downpour::SetLogTag("scheduler");
+      "(usage: ps_scheduler --listen=HOST:PORT --num_workers=N [flags])";
+  start.log_tag = "scheduler";
+  start.block_termination_signals = true;
+  if (!downpour::StartProgram(argc, argv, start).ok()) return 2;
 
   downpour::SchedulerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);

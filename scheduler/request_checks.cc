@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/auth.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -66,12 +67,7 @@ std::string Printable(absl::string_view s, size_t max_bytes) {
 }
 
 bool TokensMatch(absl::string_view presented, absl::string_view expected) {
-  if (presented.size() != expected.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>(presented[i] ^ expected[i]);
-  }
-  return diff == 0;
+  return SecretsEqual(presented, expected);
 }
 
 absl::Status CheckName(absl::string_view what, absl::string_view name,

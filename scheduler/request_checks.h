@@ -93,9 +93,8 @@ absl::StatusOr<absl::Duration> CheckWait(absl::string_view what,
 // each with an error code (not OK, a known code). kInvalidArgument.
 absl::Status CheckTableFailures(const proto::AckEpochRequest& req);
 
-// Whether a presented token equals the expected one, in constant time for
-// tokens of the expected length (a refusal's timing says nothing about how
-// much of a guess was right).
+// Whether a presented job token equals the expected one: SecretsEqual
+// (common/auth.h), constant time like every secret comparison.
 bool TokensMatch(absl::string_view presented, absl::string_view expected);
 
 // `s` cut to `max_bytes` with every byte outside printable ASCII shown as

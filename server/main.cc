@@ -5,16 +5,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
 #include "common/host_memory.h"
-#include "common/log_flags.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
+#include "common/program.h"
 #include "common/signals.h"
-#include "common/usage.h"
 #include "metrics/metrics_flags.h"
 #include "server/server.h"
 
@@ -58,16 +55,13 @@ ABSL_FLAG(int64_t, shutdown_checkpoint_wait_s, 3,
           "within this long");
 
 int main(int argc, char** argv) {
-  downpour::SetUsage(
+  downpour::ProgramStart start;
+  start.usage =
       "the Downpour parameter server, holding key ranges of tables "
-      "(usage: ps_server --scheduler=HOST:PORT --name=NAME [flags])");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
-    DP_LOG(ERROR) << s;
-    return 2;
-  }
-  downpour::TuneAllocatorForLargeMessages();
-  downpour::BlockTerminationSignals();
+      "(usage: ps_server --scheduler=HOST:PORT --name=NAME [flags])";
+  start.tune_allocator = true;
+  start.block_termination_signals = true;
+  if (!downpour::StartProgram(argc, argv, start).ok()) return 2;
 
   downpour::ServerOptions options;
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);

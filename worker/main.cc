@@ -3,15 +3,12 @@
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
-#include "common/log_flags.h"
 #include "common/logging.h"
-#include "common/malloc_tuning.h"
+#include "common/program.h"
 #include "common/signals.h"
 #include "common/token_file.h"
-#include "common/usage.h"
 #include "metrics/metrics_flags.h"
 #include "worker/sandblaster_worker.h"
 #include "worker/worker.h"
@@ -75,16 +72,13 @@ ABSL_FLAG(double, holdout, 0.1, "sparse_lr: fraction of rows held out");
 ABSL_FLAG(double, l2, 0, "sparse_lr: L2 on the weights of each batch");
 
 int main(int argc, char** argv) {
-  downpour::SetUsage(
+  downpour::ProgramStart start;
+  start.usage =
       "a Downpour worker: one model replica, or Sandblaster tasks with "
       "--job=lbfgs (usage: ps_worker --scheduler=HOST:PORT --name=NAME "
-      "[flags])");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
-    DP_LOG(ERROR) << s;
-    return 2;
-  }
-  downpour::TuneAllocatorForLargeMessages();
+      "[flags])";
+  start.tune_allocator = true;
+  if (!downpour::StartProgram(argc, argv, start).ok()) return 2;
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();

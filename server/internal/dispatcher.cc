@@ -480,21 +480,8 @@ void Dispatcher::FillStats(proto::ServerStats* stats) const {
   stats->set_epoch(epoch_);
   for (const auto& [id, shard] : tables_) {
     proto::TableStats* t = stats->add_tables();
-    t->set_name(shard->spec().name());
+    shard->FillStats(t);
     t->set_id(id);
-    t->set_rows(shard->rows());
-    t->set_value_bytes(shard->value_bytes());
-    t->set_state_bytes(shard->state_bytes());
-    t->set_allocated_bytes(shard->allocated_bytes());
-    t->set_max_staleness(shard->max_staleness());
-    t->set_tracked_pulls(shard->tracked_pulls());
-    t->set_discarded_pushes(shard->discarded_pushes());
-    t->set_aggregated_steps(shard->aggregated_steps());
-    t->set_dropped_task_adds(shard->dropped_task_adds());
-    t->set_zero_copy_replies(shard->zero_copy_replies());
-    t->set_pin_waits(shard->pin_waits());
-    t->set_pin_copies(shard->pin_copies());
-    t->set_pinned_replies(shard->pinned_replies());
   }
 }
 

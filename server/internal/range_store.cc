@@ -498,5 +498,16 @@ void RangeStore::UpdateAccounting() {
   allocated_bytes_.store(values + state + index, std::memory_order_relaxed);
 }
 
+void RangeStore::AddStats(proto::TableStats* out) const {
+  out->set_rows(out->rows() + rows());
+  out->set_value_bytes(out->value_bytes() + value_bytes());
+  out->set_state_bytes(out->state_bytes() + state_bytes());
+  out->set_allocated_bytes(out->allocated_bytes() + allocated_bytes());
+  out->set_zero_copy_replies(out->zero_copy_replies() + zero_copy_replies());
+  out->set_pin_waits(out->pin_waits() + pin_waits());
+  out->set_pin_copies(out->pin_copies() + pin_copies());
+  out->set_pinned_replies(out->pinned_replies() + pinned_replies());
+}
+
 }  // namespace server_internal
 }  // namespace downpour

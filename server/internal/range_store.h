@@ -218,6 +218,10 @@ class RangeStore {
   // size, a vector the table lacks), and then nothing changes.
   absl::Status ImportRows(const RowChunkView& chunk);
 
+  // Adds this range's storage figures to `out` (rows, bytes, zero-copy
+  // counters); any thread.
+  void AddStats(proto::TableStats* out) const;
+
   // Rows held (dense: all of the range; sparse: those created).
   uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
   uint64_t value_bytes() const;

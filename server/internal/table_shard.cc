@@ -241,53 +241,18 @@ Clock TableShard::ObservePull(Clock clock) {
   return s;
 }
 
-namespace {
-template <typename T, typename F>
-T Sum(const std::map<Key, std::unique_ptr<TableShard::Range>>& ranges, F f) {
-  T total = 0;
-  for (const auto& [begin, r] : ranges) total += f(*r->store);
-  return total;
-}
-}  // namespace
-
-uint64_t TableShard::rows() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(ranges_, [](const RangeStore& s) { return s.rows(); });
-}
-uint64_t TableShard::value_bytes() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(ranges_,
-                       [](const RangeStore& s) { return s.value_bytes(); });
-}
-uint64_t TableShard::state_bytes() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(ranges_,
-                       [](const RangeStore& s) { return s.state_bytes(); });
-}
-uint64_t TableShard::allocated_bytes() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(ranges_,
-                       [](const RangeStore& s) { return s.allocated_bytes(); });
-}
-int64_t TableShard::pinned_replies() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<int64_t>(ranges_,
-                      [](const RangeStore& s) { return s.pinned_replies(); });
-}
-uint64_t TableShard::zero_copy_replies() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(
-      ranges_, [](const RangeStore& s) { return s.zero_copy_replies(); });
-}
-uint64_t TableShard::pin_waits() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(ranges_,
-                       [](const RangeStore& s) { return s.pin_waits(); });
-}
-uint64_t TableShard::pin_copies() const {
-  absl::MutexLock lock(&stats_mu_);
-  return Sum<uint64_t>(ranges_,
-                       [](const RangeStore& s) { return s.pin_copies(); });
+void TableShard::FillStats(proto::TableStats* out) const {
+  out->set_name(layout_->spec.name());
+  {
+    absl::MutexLock lock(&stats_mu_);
+    for (const auto& [begin, r] : ranges_) r->store->AddStats(out);
+  }
+  out->set_max_staleness(max_staleness_.load(std::memory_order_relaxed));
+  out->set_tracked_pulls(tracked_pulls_.load(std::memory_order_relaxed));
+  out->set_discarded_pushes(discarded_.load(std::memory_order_relaxed));
+  out->set_aggregated_steps(aggregated_.load(std::memory_order_relaxed));
+  out->set_dropped_task_adds(
+      dropped_task_adds_.load(std::memory_order_relaxed));
 }
 
 }  // namespace server_internal

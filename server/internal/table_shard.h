@@ -188,30 +188,10 @@ class TableShard {
     dropped_task_adds_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // Table figures, summed over the held ranges (any thread).
-  uint64_t rows() const;
-  uint64_t value_bytes() const;
-  uint64_t state_bytes() const;
-  uint64_t allocated_bytes() const;
-  int64_t pinned_replies() const;
-  uint64_t zero_copy_replies() const;
-  uint64_t pin_waits() const;
-  uint64_t pin_copies() const;
-  Clock max_staleness() const {
-    return max_staleness_.load(std::memory_order_relaxed);
-  }
-  uint64_t tracked_pulls() const {
-    return tracked_pulls_.load(std::memory_order_relaxed);
-  }
-  uint64_t discarded_pushes() const {
-    return discarded_.load(std::memory_order_relaxed);
-  }
-  uint64_t aggregated_steps() const {
-    return aggregated_.load(std::memory_order_relaxed);
-  }
-  uint64_t dropped_task_adds() const {
-    return dropped_task_adds_.load(std::memory_order_relaxed);
-  }
+  // The table's figures on this server (any thread): its storage summed
+  // over the held ranges, and the shard's own counters. Fills every field
+  // of `out` but the id.
+  void FillStats(proto::TableStats* out) const;
 
  private:
   explicit TableShard(std::unique_ptr<const TableLayout> layout);
