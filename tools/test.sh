@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (the README's test command; .ci/run calls it):
+#   0. format: tools/format.sh --check (clang-format, buildifier): a file
+#              that needs formatting fails the command;
 #   1. plain:  every test target (bazel test //...);
 #   2. tsan:   the tests of the concurrent parts, and integration tests that
 #              drive the client, under ThreadSanitizer (--config=tsan);
@@ -19,7 +21,7 @@
 # exits non-zero if any stage failed (after running the others).
 #
 #   bash tools/test.sh                  # all five stages
-#   bash tools/test.sh --quick          # the plain stage only
+#   bash tools/test.sh --quick          # the format and plain stages only
 #   bash tools/test.sh --sanitize-all   # stages 4 and 5 as one
 # Other arguments are passed to every `bazel test`.
 #
@@ -133,6 +135,9 @@ budgeted() {
   fi
 }
 
+# Formatting is a gate: an unformatted file fails the command (the
+# stage lists it and the command that fixes it), and the tests still run.
+run format bash tools/format.sh --check
 run plain bazel test //... "${args[@]}"
 if ((!quick)); then
   for stage in tsan fuzz asan asan-large; do
