@@ -5,20 +5,23 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/vector_request.h"
 #include "client/split_by_owner.h"
 #include "cluster/cluster_map.h"
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
+#include "common/error_reason.h"
 #include "common/logging.h"
 #include "common/serial_executor.h"
 #include "common/status_macros.h"
@@ -68,6 +71,7 @@ struct OpState {
   int64_t clock = -1;
   int64_t round = 0;  // AddOnce
   uint64_t task = 0;
+  VectorRequest* vector = nullptr;  // VECTOR: the command, the partials
 
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   absl::Mutex mu;
@@ -144,7 +148,8 @@ std::vector<size_t> Positions(const Part* scope, size_t size) {
 }
 
 // Runs closures after a delay on one thread (retries must not block the
-// transport's I/O thread).
+// transport's I/O thread). The thread sleeps until the earliest deadline or
+// until a closure is queued, never polls.
 class DelayQueue {
  public:
   DelayQueue() : thread_([this] { Run(); }) {}
@@ -161,7 +166,8 @@ class DelayQueue {
     {
       absl::MutexLock lock(&mu_);
       if (!stop_) {
-        items_.push_back({absl::Now() + delay, std::move(fn)});
+        items_.emplace(absl::Now() + delay, std::move(fn));
+        ++queued_;
         return;
       }
     }
@@ -174,17 +180,19 @@ class DelayQueue {
       std::vector<std::function<void()>> due;
       {
         absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(
-                                 +[](bool* stop) { return *stop; }, &stop_),
-                             absl::Milliseconds(5));
+        // Wake at the earliest deadline, or when something is queued (it
+        // may be due sooner) or the queue stops.
+        const uint64_t seen = queued_;
+        auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || queued_ != seen;
+        };
+        const absl::Time wake =
+            items_.empty() ? absl::InfiniteFuture() : items_.begin()->first;
+        mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
         const absl::Time now = absl::Now();
-        for (auto it = items_.begin(); it != items_.end();) {
-          if (stop_ || it->first <= now) {
-            due.push_back(std::move(it->second));
-            it = items_.erase(it);
-          } else {
-            ++it;
-          }
+        while (!items_.empty() && (stop_ || items_.begin()->first <= now)) {
+          due.push_back(std::move(items_.begin()->second));
+          items_.erase(items_.begin());
         }
         if (stop_ && due.empty()) return;
       }
@@ -194,10 +202,26 @@ class DelayQueue {
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<std::pair<absl::Time, std::function<void()>>> items_
-      ABSL_GUARDED_BY(mu_);
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  std::multimap<absl::Time, std::function<void()>> items_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
+
+// Whether a failed part is worth sending again, from its typed reason: the
+// map moved, a server is behind the request's map, a range is being handed
+// over, or the connection broke. Everything else (including a range with
+// no live holder: the map names nobody to send it to) fails the operation.
+bool Retriable(const absl::Status& s) {
+  switch (ReasonOf(s)) {
+    case ErrorReason::kNotOwner:
+    case ErrorReason::kServerBehind:
+    case ErrorReason::kHandingOver:
+    case ErrorReason::kConnectionLost:
+      return true;
+    default:
+      return false;
+  }
+}
 
 class ClientImpl final : public Client {
  public:
@@ -269,8 +293,7 @@ class ClientImpl final : public Client {
                  int64_t round, uint64_t task, Callback cb) override {
     return Submit(proto::ADD, t, k, v, {}, std::move(cb), round, task);
   }
-  absl::StatusOr<std::vector<double>> VectorOp(
-      const Table& t, const proto::VectorCommand& command) override;
+  Ticket SubmitVector(const Table& t, VectorRequest* request) override;
   TrafficStats traffic() const override {
     TrafficStats s;
     s.requests = requests_.load(std::memory_order_relaxed);
@@ -339,10 +362,12 @@ class ClientImpl final : public Client {
           now->data_endpoint() == n.data_endpoint()) {
         continue;
       }
-      data_->Reset(n.data_endpoint(),
-                   absl::UnavailableError(absl::StrCat(
-                       "server ", n.id(), " (", n.data_endpoint(),
-                       ") left the cluster map in epoch ", view->epoch())));
+      data_->Reset(
+          n.data_endpoint(),
+          WithReason(absl::UnavailableError(absl::StrCat(
+                         "server ", n.id(), " (", n.data_endpoint(),
+                         ") left the cluster map in epoch ", view->epoch())),
+                     ErrorReason::kConnectionLost));
     }
   }
   // A data connection to a server broke: tell the scheduler, which then
@@ -391,10 +416,11 @@ class ClientImpl final : public Client {
         n->data_endpoint() == endpoint) {
       return;
     }
-    data_->Reset(endpoint,
-                 absl::UnavailableError(absl::StrCat(
-                     "server ", server, " (", endpoint,
-                     ") left the cluster map in epoch ", now->epoch())));
+    data_->Reset(endpoint, WithReason(absl::UnavailableError(absl::StrCat(
+                                          "server ", server, " (", endpoint,
+                                          ") left the cluster map in epoch ",
+                                          now->epoch())),
+                                      ErrorReason::kConnectionLost));
   }
 
   void RefreshMap() {
@@ -435,6 +461,9 @@ class ClientImpl final : public Client {
                         const ClusterMapView& map);
   void Send(const std::shared_ptr<OpState>& op, Part part,
             const ClusterMapView& map);
+  // A vector command's part: the command restricted to the part's keys.
+  void SendVector(const std::shared_ptr<OpState>& op, Part part,
+                  const ClusterMapView& map, const proto::NodeInfo& node);
   void OnReply(const std::shared_ptr<OpState>& op, const Part& part,
                const std::string& endpoint, const absl::Status& status,
                const IncomingMessage* reply);
@@ -638,6 +667,33 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
   return ticket;
 }
 
+Ticket ClientImpl::SubmitVector(const Table& t, VectorRequest* request) {
+  const Ticket ticket = next_ticket_.fetch_add(1);
+  const proto::VectorCommand& c = request->command;
+  const Key space_end = t.sparse ? kKeySpaceEnd : t.num_keys;
+  const Key lo = c.begin();
+  const Key hi = c.end() == 0 ? space_end : c.end();
+  auto state = std::make_shared<OpState>(
+      proto::VECTOR, t, Keys::Range(lo, std::max(lo, hi)), nullptr, nullptr,
+      absl::Now() + options_.op_timeout, nullptr);
+  state->vector = request;
+  {
+    absl::MutexLock lock(&ops_mu_);
+    ops_[ticket] = state;
+  }
+  if (t.id == kNoTable || t.width == 0) {
+    state->Fail(absl::InvalidArgumentError("table handle is not initialized"));
+  } else if (c.end() != 0 && (lo >= hi || hi > space_end)) {
+    state->Fail(absl::InvalidArgumentError(absl::StrCat(
+        "vector command range [", lo, ", ", c.end(),
+        ") is empty or outside [0, ", space_end, ") of table '", t.name, "'")));
+  } else {
+    Route(state, nullptr);
+  }
+  state->Release();  // the submitter's hold
+  return ticket;
+}
+
 void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
   auto map = Map();
   const proto::TableMap* table = map->FindTable(op->table.id);
@@ -653,8 +709,13 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
   const size_t limit = MessageLimit(*map);
   const size_t row_bytes =
       width * sizeof(float) + (op->keys.is_range() ? 0 : sizeof(Key));
-  const size_t max_rows = std::max<size_t>(
-      1, (limit > kHeaderAllowance ? limit - kHeaderAllowance : 0) / row_bytes);
+  // A vector command carries no rows: one part per range, uncut.
+  const size_t max_rows =
+      op->op == proto::VECTOR
+          ? std::numeric_limits<size_t>::max()
+          : std::max<size_t>(
+                1, (limit > kHeaderAllowance ? limit - kHeaderAllowance : 0) /
+                       row_bytes);
   auto outside = [&](Key k) {
     op->Fail(absl::OutOfRangeError(
         absl::StrCat(OpName(op->op), " table '", op->table.name, "': key ", k,
@@ -789,12 +850,15 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   if (node == nullptr || node->state() != proto::ALIVE) {
     // No live server holds the range (a failover would have named one).
     CloseSeq(part.seq);
-    op->Fail(absl::UnavailableError(
-        absl::StrCat(Describe(*op, part), ": server ", part.server,
-                     node == nullptr ? " is unknown" : " is dead",
-                     " (cluster map epoch ", map.epoch(), ")")));
+    op->Fail(WithReason(absl::UnavailableError(absl::StrCat(
+                            Describe(*op, part), ": server ", part.server,
+                            node == nullptr ? " is unknown" : " is dead",
+                            " (cluster map epoch ", map.epoch(), ")")),
+                        ErrorReason::kNoLiveHolder));
     return;
   }
+  if (op->op == proto::VECTOR)
+    return SendVector(op, std::move(part), map, *node);
   const size_t width = op->table.width;
   const size_t n = part.size();
   OutgoingRequest req;
@@ -864,6 +928,36 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
          });
 }
 
+void ClientImpl::SendVector(const std::shared_ptr<OpState>& op, Part part,
+                            const ClusterMapView& map,
+                            const proto::NodeInfo& node) {
+  OutgoingRequest req;
+  req.header.set_op(proto::VECTOR);
+  req.header.set_table_id(op->table.id);
+  req.header.set_epoch(map.epoch());
+  proto::VectorCommand* c = req.header.mutable_vector_command();
+  *c = op->vector->command;
+  c->set_begin(part.begin);
+  c->set_end(part.end);
+  if (op->vector->writes()) {
+    // Each range records its part under this number and answers a retry
+    // with its first result instead of running it again.
+    if (part.seq == 0) part.seq = OpenSeq();
+    req.header.set_client_id(client_id_);
+    req.header.set_seq(part.seq);
+    req.header.set_low_seq(LowSeq());
+  }
+  op->Hold();  // for the reply
+  CountSent(req);
+  const std::string endpoint = node.data_endpoint();
+  const NodeId server = part.server;
+  SendTo(endpoint, server, map.epoch(), std::move(req), op->deadline,
+         [this, op, part = std::move(part), endpoint](
+             const absl::Status& s, const IncomingMessage* reply) {
+           OnReply(op, part, endpoint, s, reply);
+         });
+}
+
 void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
                          const std::string& endpoint,
                          const absl::Status& status,
@@ -889,29 +983,25 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
     });
   };
   const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
-  if (!status.ok()) {
-    if (status.code() == absl::StatusCode::kUnavailable && may_retry) {
-      return retry();
-    }
+  absl::Status outcome = status;
+  if (outcome.ok()) {
+    CountReceived(*reply);
+    outcome = ReplyStatus(reply->header);
+  }
+  if (!outcome.ok()) {
+    if (may_retry && Retriable(outcome)) return retry();
     CloseSeq(part.seq);
-    op->Fail(Annotate(status, context()));
+    op->Fail(Annotate(outcome, context()));
     op->Release();
     return;
   }
-  CountReceived(*reply);
   const proto::DataHeader& h = reply->header;
-  if (h.status_code() != 0) {
-    const auto code = static_cast<absl::StatusCode>(h.status_code());
-    const bool retriable = code == absl::StatusCode::kAborted ||
-                           code == absl::StatusCode::kUnavailable;
-    if (retriable && may_retry) return retry();
-    CloseSeq(part.seq);
-    op->Fail(
-        absl::Status(code, absl::StrCat(context(), ": ", h.status_message())));
-    op->Release();
-    return;
-  }
   CloseSeq(part.seq);
+  if (op->vector != nullptr) {
+    absl::MutexLock lock(&op->vector->mu);
+    op->vector->partials[part.begin].assign(h.scalars().begin(),
+                                            h.scalars().end());
+  }
   if (h.discarded()) discarded_.fetch_add(1, std::memory_order_relaxed);
   for (int64_t seen = max_staleness_.load();
        h.staleness() > seen &&
@@ -960,156 +1050,6 @@ absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
   }
   absl::MutexLock lock(&op->mu);
   return op->status;
-}
-
-absl::StatusOr<std::vector<double>> ClientImpl::VectorOp(
-    const Table& t, const proto::VectorCommand& command) {
-  const absl::Time deadline = absl::Now() + options_.op_timeout;
-  // One command per range the command's keys overlap, restricted to that
-  // range, in key order: each range runs (and records, for a retry) its own
-  // part, and the partial sums are added in key order, so the result is
-  // the same wherever the ranges live.
-  struct Piece {
-    Key begin, end;  // the command's keys in this range
-    uint64_t seq = 0;
-    absl::Status status;
-    std::vector<double> scalars;
-    bool done = false;
-  };
-  std::vector<Piece> pieces;
-  const bool writes = command.update() != proto::VectorCommand::NONE;
-  {
-    auto map = Map();
-    const proto::TableMap* table = map->FindTable(t.id);
-    if (table == nullptr) {
-      return absl::NotFoundError(absl::StrCat("vector command: unknown table '",
-                                              t.name, "' (id ", t.id, ")"));
-    }
-    const Key lo = command.begin();
-    const Key space_end = t.sparse ? kKeySpaceEnd : t.num_keys;
-    const Key hi = command.end() == 0 ? space_end : command.end();
-    if (command.end() != 0 && (lo >= hi || hi > space_end)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("vector command range [", lo, ", ", command.end(),
-                       ") is empty or outside [0, ", space_end, ") of table '",
-                       t.name, "'"));
-    }
-    for (const proto::RangeAssignment& r : table->ranges()) {
-      if (r.end() <= lo || r.begin() >= hi) continue;
-      Piece p;
-      p.begin = std::max<Key>(lo, r.begin());
-      p.end = std::min<Key>(hi, r.end());
-      if (writes) p.seq = OpenSeq();
-      pieces.push_back(std::move(p));
-    }
-  }
-  std::vector<size_t> todo(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) todo[i] = i;
-  int attempt = 0;
-  while (!todo.empty()) {
-    auto map = Map();
-    const proto::TableMap* table = map->FindTable(t.id);
-    absl::Mutex mu;
-    size_t pending = todo.size();
-    for (size_t i : todo) {
-      Piece& piece = pieces[i];
-      const int r =
-          table == nullptr ? -1 : ClusterMapView::RangeOf(*table, piece.begin);
-      const NodeId server = r < 0 ? kNoNode : table->ranges(r).primary();
-      const proto::NodeInfo* node = map->FindNode(server);
-      if (node == nullptr || node->state() != proto::ALIVE) {
-        absl::MutexLock lock(&mu);
-        piece.status = absl::UnavailableError(
-            absl::StrCat("vector command on table '", t.name, "' keys [",
-                         piece.begin, ", ", piece.end, "): server ", server,
-                         " is ", node == nullptr ? "unknown" : "dead"));
-        piece.done = true;
-        --pending;
-        continue;
-      }
-      OutgoingRequest req;
-      req.header.set_op(proto::VECTOR);
-      req.header.set_table_id(t.id);
-      req.header.set_epoch(map->epoch());
-      *req.header.mutable_vector_command() = command;
-      req.header.mutable_vector_command()->set_begin(piece.begin);
-      req.header.mutable_vector_command()->set_end(piece.end);
-      if (piece.seq != 0) {
-        req.header.set_client_id(client_id_);
-        req.header.set_seq(piece.seq);
-        req.header.set_low_seq(LowSeq());
-      }
-      CountSent(req);
-      const std::string endpoint = node->data_endpoint();
-      SendTo(endpoint, server, map->epoch(), std::move(req), deadline,
-             [&, i, server, endpoint](const absl::Status& st,
-                                      const IncomingMessage* reply) {
-               Piece& piece = pieces[i];
-               absl::Status status;
-               std::vector<double> scalars;
-               const std::string where = absl::StrCat(
-                   "vector command on table '", t.name, "' keys [", piece.begin,
-                   ", ", piece.end, "), server ", server, " (", endpoint, ")");
-               if (!st.ok()) {
-                 status = Annotate(st, where);
-               } else {
-                 CountReceived(*reply);
-                 const proto::DataHeader& h = reply->header;
-                 if (h.status_code() != 0) {
-                   status = absl::Status(
-                       static_cast<absl::StatusCode>(h.status_code()),
-                       absl::StrCat(where, ": ", h.status_message()));
-                 }
-                 scalars.assign(h.scalars().begin(), h.scalars().end());
-               }
-               absl::MutexLock lock(&mu);
-               piece.status = std::move(status);
-               piece.scalars = std::move(scalars);
-               piece.done = true;
-               --pending;
-             });
-    }
-    {
-      absl::MutexLock lock(&mu);
-      mu.Await(absl::Condition(
-          +[](size_t* p) { return *p == 0; }, &pending));
-    }
-    // Retried: a moved range (not owner), a server behind the map, a lost
-    // connection. A write carries its sequence number, so a range that ran
-    // it already answers with its first result instead of running it again.
-    std::vector<size_t> again;
-    for (size_t i : todo) {
-      const absl::StatusCode code = pieces[i].status.code();
-      const bool retriable = code == absl::StatusCode::kAborted ||
-                             code == absl::StatusCode::kUnavailable;
-      const bool dead =
-          absl::StrContains(pieces[i].status.message(), " is dead") ||
-          absl::StrContains(pieces[i].status.message(), " is unknown");
-      if (retriable && !dead && absl::Now() < deadline &&
-          !shutting_down_.load()) {
-        again.push_back(i);
-      }
-    }
-    todo = std::move(again);
-    if (!todo.empty()) {
-      absl::SleepFor(
-          std::min(absl::Milliseconds(5) * (1 << std::min(++attempt, 7)),
-                   absl::Milliseconds(500)));
-      RefreshMap();
-    }
-  }
-  for (const Piece& p : pieces) CloseSeq(p.seq);
-  std::vector<double> sums(command.dot_x_size(), 0.0);
-  for (const Piece& p : pieces) {
-    if (!p.status.ok()) return p.status;
-    if (p.scalars.size() != sums.size()) {
-      return absl::DataLossError(absl::StrCat(
-          "vector command on table '", t.name, "': a server returned ",
-          p.scalars.size(), " scalars, expected ", sums.size()));
-    }
-    for (size_t j = 0; j < sums.size(); ++j) sums[j] += p.scalars[j];
-  }
-  return sums;
 }
 
 }  // namespace

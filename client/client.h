@@ -52,9 +52,9 @@
 #include "common/types.h"
 
 namespace downpour {
-namespace proto {
-class VectorCommand;  // proto/downpour.proto
-}  // namespace proto
+// Server-side vector algebra (client/vector_op.h, not part of the SDK).
+struct VectorRequest;
+class VectorOps;
 
 struct ClientOptions {
   std::string scheduler_address;  // host:port of ps_scheduler
@@ -197,23 +197,13 @@ class Client {
 
   // Exactly-once accumulation for tasks that may run more than once (backup
   // copies, retries after a worker died): an Add into a named vector whose
-  // accumulation round `round` (> 0) was opened by a VectorCommand (ZERO
+  // accumulation round `round` (> 0) was opened by a vector command (ZERO
   // with open_round). Each server applies the first Add of `task` in the
   // round and acknowledges, without applying, repeats and Adds of older
   // rounds. REQUIRES for exactness: every copy of a task adds the same keys.
   virtual Ticket AddOnce(const Table& t, Keys keys,
                          absl::Span<const float> values, int64_t round,
                          uint64_t task, Callback done = nullptr) = 0;
-
-  // Server-side vector algebra: sends `command` to every server owning keys
-  // of `t` in [command.begin, command.end) and waits. Returns the dot
-  // products the command asks for, each the sum of the servers' partial
-  // sums (added in key order, so repeatable). Only scalars travel.
-  // Errors: kInvalidArgument for a bad command (the servers check it), as
-  // for other operations otherwise. A server that failed may have applied
-  // the command or not; the others did.
-  virtual absl::StatusOr<std::vector<double>> VectorOp(
-      const Table& t, const proto::VectorCommand& command) = 0;
 
   // Blocks until the operation completes or `timeout` passes
   // (kDeadlineExceeded; the operation goes on and may be waited on again).
@@ -265,6 +255,12 @@ class Client {
   virtual uint64_t discarded_pushes() const = 0;
   // Data-plane traffic of this client so far.
   virtual TrafficStats traffic() const = 0;
+
+ private:
+  friend class VectorOps;
+  // Starts a vector command (client/vector_op.h); `request` must outlive
+  // the operation. Errors as for other operations.
+  virtual Ticket SubmitVector(const Table& t, VectorRequest* request) = 0;
 };
 
 }  // namespace downpour

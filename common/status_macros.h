@@ -16,12 +16,18 @@
 
 namespace downpour {
 
-// Returns `status` with `context` prepended to its message; the code is kept.
+// Returns `status` with `context` prepended to its message; the code and
+// the payloads (e.g. a typed ErrorReason, common/error_reason.h) are kept.
 inline absl::Status Annotate(const absl::Status& status,
                              absl::string_view context) {
   if (status.ok() || context.empty()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(context, ": ", status.message()));
+  absl::Status out(status.code(),
+                   absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) {
+        out.SetPayload(url, payload);
+      });
+  return out;
 }
 
 }  // namespace downpour

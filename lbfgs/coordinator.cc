@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "client/vector_op.h"
 #include "cluster/scheduler_client.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
@@ -25,7 +26,7 @@ class ServerVectorSpace final : public VectorSpace {
       : client_(client), table_(std::move(table)) {}
   absl::StatusOr<std::vector<double>> Run(
       const proto::VectorCommand& command) override {
-    return client_->VectorOp(table_, command);
+    return VectorOp(*client_, table_, command);
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "client/client.h"
+#include "client/vector_op.h"
 #include "cluster/scheduler_client.h"
 #include "common/grpc_channel.h"
 #include "common/test_util.h"
@@ -261,7 +262,7 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   c.add_dot_x(0);
   c.add_dot_y(2);
   ASSERT_OK_AND_ASSIGN(std::vector<double> dots,
-                       suite_.client().VectorOp(t, c));
+                       VectorOp(suite_.client(), t, c));
   for (size_t i = 0; i < kN; ++i) {
     ref[2][i] = static_cast<float>(0.5 * ref[0][i] + -2.0 * ref[1][i]);
   }
@@ -279,7 +280,7 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   c.set_end(900);
   c.add_dot_x(1);
   c.add_dot_y(1);
-  ASSERT_OK_AND_ASSIGN(dots, suite_.client().VectorOp(t, c));
+  ASSERT_OK_AND_ASSIGN(dots, VectorOp(suite_.client(), t, c));
   for (size_t i = 100 * kWidth; i < 900 * kWidth; ++i) {
     ref[1][i] = static_cast<float>(ref[1][i] + -0.25 * ref[2][i]);
   }
@@ -290,30 +291,30 @@ TEST_F(ClusterTest, VectorCommandsMatchReference) {
   c.set_update(VectorCommand::SCALE);
   c.set_dst(0);
   c.set_alpha(3.0);
-  ASSERT_OK(suite_.client().VectorOp(t, c));
+  ASSERT_OK(VectorOp(suite_.client(), t, c));
   for (float& x : ref[0]) x = static_cast<float>(3.0 * x);
   c.Clear();
   c.set_update(VectorCommand::COPY);
   c.set_dst(2);
   c.set_a(0);
-  ASSERT_OK(suite_.client().VectorOp(t, c));
+  ASSERT_OK(VectorOp(suite_.client(), t, c));
   ref[2] = ref[0];
   c.Clear();
   c.set_update(VectorCommand::ZERO);
   c.set_dst(1);
   c.set_begin(0);
   c.set_end(500);
-  ASSERT_OK(suite_.client().VectorOp(t, c));
+  ASSERT_OK(VectorOp(suite_.client(), t, c));
   std::fill(ref[1].begin(), ref[1].begin() + 500 * kWidth, 0.0f);
   check_all("scale, copy, zero");
   c.Clear();
   c.add_dot_x(0);
   c.add_dot_y(1);
-  ASSERT_OK_AND_ASSIGN(dots, suite_.client().VectorOp(t, c));
+  ASSERT_OK_AND_ASSIGN(dots, VectorOp(suite_.client(), t, c));
   EXPECT_NEAR(dots[0], dot(0, 1, 0, kKeys), 1e-9 * std::abs(dots[0]) + 1e-9);
   // Only commands and scalars travel: far fewer bytes than one vector.
   const TrafficStats before = suite_.client().traffic();
-  ASSERT_OK(suite_.client().VectorOp(t, c));
+  ASSERT_OK(VectorOp(suite_.client(), t, c));
   const TrafficStats after = suite_.client().traffic();
   EXPECT_LT(after.bytes_sent + after.bytes_received - before.bytes_sent -
                 before.bytes_received,
@@ -390,7 +391,7 @@ TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
     c.set_update(proto::VectorCommand::ZERO);
     c.set_dst(1);
     c.set_open_round(round);
-    return suite_.client().VectorOp(t, c).status();
+    return VectorOp(suite_.client(), t, c).status();
   };
   std::vector<float> ones(600 * 2, 1.0f), twos(600 * 2, 2.0f);
   auto read = [&] {
@@ -445,13 +446,13 @@ TEST_F(ClusterTest, VectorErrorsAreClear) {
   c.set_update(proto::VectorCommand::AXPY);
   c.set_dst(1);
   c.set_a(5);  // no vector 5
-  absl::Status s = suite_.client().VectorOp(t, c).status();
+  absl::Status s = VectorOp(suite_.client(), t, c).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("vector_errors"));
   c.set_a(0);
   c.set_begin(50);
   c.set_end(200);  // beyond the key space
-  EXPECT_THAT(suite_.client().VectorOp(t, c),
+  EXPECT_THAT(VectorOp(suite_.client(), t, c),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // Push applies the handler to the parameters only.
   ASSERT_OK_AND_ASSIGN(Table g, t.WithVector("g"));

@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
+#include "client/vector_op.h"
 #include "common/status_macros.h"
 #include "common/test_util.h"
 #include "launch/local_cluster.h"
@@ -357,7 +358,7 @@ absl::Status VectorWalk(Client* client, const Table& table, uint64_t num_keys,
         c.add_dot_x(dx);
         c.add_dot_y(dy);
         what = absl::StrCat("vector command ", c.ShortDebugString());
-        auto dots = client->VectorOp(table, c);
+        auto dots = VectorOp(*client, table, c);
         s = dots.status();
         if (!s.ok()) break;
         float* dst = ref[v].data();

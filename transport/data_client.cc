@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/logging.h"
 #include "transport/internal/security.h"
 #include "transport/internal/zmq_util.h"
@@ -164,9 +165,10 @@ void DataClient::Loop::SendOne(Queued q) {
   };
   if (socket == nullptr) {
     release_all();
-    q.done(
-        absl::UnavailableError(absl::StrCat("cannot connect to ", q.endpoint)),
-        nullptr);
+    q.done(WithReason(absl::UnavailableError(
+                          absl::StrCat("cannot connect to ", q.endpoint)),
+                      ErrorReason::kConnectionLost),
+           nullptr);
     return;
   }
   const uint64_t id = next_id_++;
@@ -179,9 +181,10 @@ void DataClient::Loop::SendOne(Queued q) {
   ok = ok && transport_internal::SendPayload(socket, &q.request.values, 0);
   if (!ok) {
     release_all();  // whatever was not handed to ZeroMQ
-    q.done(
-        transport_internal::ErrnoStatus(absl::StrCat("send to ", q.endpoint)),
-        nullptr);
+    q.done(WithReason(transport_internal::ErrnoStatus(
+                          absl::StrCat("send to ", q.endpoint)),
+                      ErrorReason::kConnectionLost),
+           nullptr);
     return;
   }
   pending_[id] = Pending{std::move(q.done), q.deadline, socket};
@@ -263,10 +266,11 @@ void DataClient::Loop::ExpireDeadlines() {
     void* socket = it->second.socket;
     pending_.erase(it);
     done(absl::DeadlineExceededError("no reply before the deadline"), nullptr);
-    ResetSocket(socket,
-                absl::UnavailableError(absl::StrCat(
-                    "connection to ", EndpointOf(socket),
-                    " was reset after another request to it timed out")));
+    ResetSocket(socket, WithReason(absl::UnavailableError(absl::StrCat(
+                                       "connection to ", EndpointOf(socket),
+                                       " was reset after another request to it "
+                                       "timed out")),
+                                   ErrorReason::kConnectionLost));
   }
 }
 

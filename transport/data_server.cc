@@ -119,8 +119,7 @@ void DataServer::Stop() {
 namespace {
 
 void FillError(const absl::Status& status, proto::DataHeader* header) {
-  header->set_status_code(static_cast<int>(status.code()));
-  header->set_status_message(std::string(status.message()));
+  SetReplyStatus(status, header);
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 #include <utility>
 
 #include "absl/types/span.h"
+#include "absl/status/status.h"
 #include "common/buffer_pool.h"
+#include "common/error_reason.h"
 #include "common/types.h"
 #include "proto/downpour.pb.h"
 
@@ -28,6 +30,22 @@ inline bool OpWrites(proto::Op op) {
 }
 inline bool OpReads(proto::Op op) {
   return op == proto::GET || op == proto::PULL || op == proto::PUSH_PULL;
+}
+
+// A reply's outcome in its header: code, message and typed reason
+// (common/error_reason.h), both ways.
+inline void SetReplyStatus(const absl::Status& status,
+                           proto::DataHeader* header) {
+  header->set_status_code(static_cast<int>(status.code()));
+  header->set_status_message(std::string(status.message()));
+  header->set_error_reason(static_cast<uint32_t>(ReasonOf(status)));
+}
+inline absl::Status ReplyStatus(const proto::DataHeader& header) {
+  if (header.status_code() == 0) return absl::OkStatus();
+  return WithReason(absl::Status(static_cast<absl::StatusCode>(
+                                     header.status_code()),
+                                 header.status_message()),
+                    ReasonFromWire(header.error_reason()));
 }
 
 // An outgoing payload frame. Move-only. A borrowed payload's release

@@ -515,10 +515,9 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
             for (uint64_t token : steps.Abandon()) {
               DeferredReply d;
               d.reply_token = token;
-              d.reply.header.set_status_code(
-                  static_cast<int>(absl::StatusCode::kDataLoss));
-              d.reply.header.set_status_message(
-                  absl::StrCat(what, ": rolled back to a checkpoint"));
+              SetReplyStatus(absl::DataLossError(absl::StrCat(
+                                 what, ": rolled back to a checkpoint")),
+                             &d.reply.header);
               data_.send_deferred(std::move(d));
             }
           }

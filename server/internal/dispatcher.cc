@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/internal/replica_apply.h"
@@ -117,8 +118,7 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
   if (!v.ok()) {
     reply->deferred = false;
     errors_.fetch_add(1, std::memory_order_relaxed);
-    reply->header.set_status_code(static_cast<int>(v.status().code()));
-    reply->header.set_status_message(std::string(v.status().message()));
+    SetReplyStatus(v.status(), &reply->header);
     reply->values = Payload();
     return;
   }
@@ -415,8 +415,7 @@ void Dispatcher::HandleReplica(const IncomingMessage& request,
   const proto::Replication& r = h.replication();
   auto fail = [&](const absl::Status& s) {
     errors_.fetch_add(1, std::memory_order_relaxed);
-    reply->header.set_status_code(static_cast<int>(s.code()));
-    reply->header.set_status_message(std::string(s.message()));
+    SetReplyStatus(s, &reply->header);
   };
   Epoch epoch;
   std::shared_ptr<TableShard> shard = Lookup(h.table_id(), &epoch);
@@ -425,14 +424,16 @@ void Dispatcher::HandleReplica(const IncomingMessage& request,
   if (range == nullptr || range->role != Role::kBackup ||
       range->primary != h.sender()) {
     if (h.epoch() > epoch) {
-      return fail(absl::UnavailableError(
+      return fail(WithReason(absl::UnavailableError(
           absl::StrCat("server ", self_, " has applied epoch ", epoch,
-                       " but the primary is at ", h.epoch(), "; resend")));
+                       " but the primary is at ", h.epoch(), "; resend")),
+                             ErrorReason::kServerBehind));
     }
-    return fail(absl::AbortedError(
+    return fail(WithReason(absl::AbortedError(
         absl::StrCat("server ", self_, " is not a backup of node ", h.sender(),
                      " for table ", h.table_id(), " keys [", kr.begin, ", ",
-                     kr.end, ") in epoch ", epoch)));
+                     kr.end, ") in epoch ", epoch)),
+                           ErrorReason::kNotOwner));
   }
   if (replicator_ == nullptr) {
     return fail(absl::FailedPreconditionError("replication is off here"));

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/logging.h"
 #include "server/internal/dispatcher.h"
 
@@ -176,8 +177,7 @@ void Dispatcher::AnswerWithError(const std::vector<uint64_t>& tokens,
     DeferredReply d;
     d.reply_token = token;
     d.reply.header.set_server_id(self_);
-    d.reply.header.set_status_code(static_cast<int>(why.code()));
-    d.reply.header.set_status_message(std::string(why.message()));
+    SetReplyStatus(why, &d.reply.header);
     env_->SendDeferred(std::move(d));
   }
 }
@@ -236,9 +236,11 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
   const Epoch epoch = map.epoch();
   absl::flat_hash_map<NodeId, const proto::NodeInfo*> nodes;
   for (const proto::NodeInfo& n : map.nodes()) nodes[n.id()] = &n;
-  const absl::Status moved = absl::AbortedError(
-      absl::StrCat("not owner: the range moved away from server ", self_,
-                   " in epoch ", epoch, "; retry with a fresh map"));
+  const absl::Status moved = WithReason(
+      absl::AbortedError(
+          absl::StrCat("not owner: the range moved away from server ", self_,
+                       " in epoch ", epoch, "; retry with a fresh map")),
+      ErrorReason::kNotOwner);
   for (const proto::TableMap& table : map.tables()) {
     const TableId id = table.spec().id();
     std::shared_ptr<TableShard> shard;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "server/internal/dispatcher.h"
 
@@ -36,10 +37,12 @@ bool Dedupable(const proto::DataHeader& h, proto::Op op, bool synced) {
 // (with backoff, refreshing its map) until the map names the new primary.
 absl::Status HandingOver(const std::string& table,
                          const TableShard::Range& range, Epoch epoch) {
-  return absl::UnavailableError(absl::StrCat(
-      "table '", table, "' keys [", range.range().begin, ", ",
-      range.range().end, "): being handed to server ", range.handing_to,
-      " (balancing primaries, epoch ", epoch, "); retry"));
+  return WithReason(
+      absl::UnavailableError(absl::StrCat(
+          "table '", table, "' keys [", range.range().begin, ", ",
+          range.range().end, "): being handed to server ", range.handing_to,
+          " (balancing primaries, epoch ", epoch, "); retry")),
+      ErrorReason::kHandingOver);
 }
 
 }  // namespace
@@ -57,9 +60,11 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   v.shard = Lookup(h.table_id(), &epoch);
   if (v.shard == nullptr) {
     if (h.epoch() > epoch) {
-      return absl::UnavailableError(absl::StrCat(
-          "server ", self_, " has applied epoch ", epoch,
-          " but the request is from epoch ", h.epoch(), "; retry"));
+      return WithReason(
+          absl::UnavailableError(absl::StrCat(
+              "server ", self_, " has applied epoch ", epoch,
+              " but the request is from epoch ", h.epoch(), "; retry")),
+          ErrorReason::kServerBehind);
     }
     return absl::NotFoundError(
         absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
@@ -92,10 +97,12 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   }
   const KeyRange space = shard.key_space();
   auto not_owner = [&](Key key) {
-    return absl::AbortedError(
-        absl::StrCat("not owner: server ", self_, " does not own key ", key,
-                     " of table '", spec.name(), "' (holds ",
-                     RangesString(shard.held()), "), epoch ", epoch));
+    return WithReason(
+        absl::AbortedError(absl::StrCat(
+            "not owner: server ", self_, " does not own key ", key,
+            " of table '", spec.name(), "' (holds ", RangesString(shard.held()),
+            "), epoch ", epoch)),
+        ErrorReason::kNotOwner);
   };
   auto outside = [&](Key key) {
     return absl::OutOfRangeError(

@@ -192,8 +192,7 @@ void Replicator::DropPrimary(TableId table, Key begin,
         // Not known to be on every backup: the client must retry where the
         // range is now (a retry of an applied write is recognised there).
         for (DeferredReply& r : held->second->replies) {
-          r.reply.header.set_status_code(static_cast<int>(why.code()));
-          r.reply.header.set_status_message(std::string(why.message()));
+          SetReplyStatus(why, &r.reply.header);
           r.reply.values = Payload();
         }
         held->second->outstanding = 0;
@@ -320,10 +319,7 @@ void Replicator::OnReply(TableId table, Key begin, NodeId backup,
   }
   Link& link = *l->second;
   absl::Status s = status;
-  if (s.ok() && header->status_code() != 0) {
-    s = absl::Status(static_cast<absl::StatusCode>(header->status_code()),
-                     header->status_message());
-  }
+  if (s.ok()) s = ReplyStatus(*header);
   if (s.ok()) {
     link.attempt = 0;
     link.reported = false;
