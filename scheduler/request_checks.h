@@ -65,7 +65,7 @@ absl::Status CheckRegisterRequest(const proto::RegisterRequest& req);
 
 // The strings of a table declaration: its name, its named vectors', its
 // handler's and the handler parameters' names, and how many parameters.
-// The rest of the spec is ValidateShape's (scheduler.cc). kInvalidArgument
+// The rest of the spec is ValidateTableShape's (table_spec.h). kInvalidArgument
 // naming the table (as far as its name can be shown).
 absl::Status CheckTableStrings(const proto::TableSpec& spec);
 

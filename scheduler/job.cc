@@ -1,0 +1,291 @@
+#include "scheduler/job.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace downpour {
+
+Job::Job(const JobOptions& options, proto::ClusterMap* map,
+         const Membership* members, DurableState* durable)
+    : options_(options),
+      map_(map),
+      members_(members),
+      durable_(durable),
+      clocks_(options.policy),
+      roster_(options.policy, options.worker_loss) {
+  options.policy.ToJob(&config_);
+  workers_.resize(clocks_.size());
+  for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
+}
+
+absl::StatusOr<int> Job::GrantRank(const proto::RegisterRequest& req,
+                                   const proto::NodeInfo* node) const {
+  const int size = clocks_.size();
+  const auto old = node == nullptr ? rank_of_.end() : rank_of_.find(node->id());
+  int want = -1;
+  if (req.has_requested_rank()) {
+    want = req.requested_rank();
+    if (want < 0 || want >= size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register: worker '", req.name(), "' asks for rank ",
+                       want, ", outside the job's ranks [0, ", size,
+                       ") (num_workers + backup_workers)"));
+    }
+    if (old != rank_of_.end() && old->second != want) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "register: worker '", req.name(), "' held rank ", old->second,
+          " and asks for rank ", want, "; a name keeps its rank"));
+    }
+  } else if (old != rank_of_.end()) {
+    want = old->second;
+  } else if (node != nullptr) {
+    // Its rank went to another worker meanwhile.
+    return absl::AlreadyExistsError(
+        absl::StrCat("register: worker '", req.name(),
+                     "' lost its rank to another worker while it was dead"));
+  } else {
+    for (int r = 0; r < size && want < 0; ++r) {
+      if (!rank_holder_.contains(r)) want = r;
+    }
+    if (want < 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("register: the job has ", size, " workers already"));
+    }
+  }
+  const auto held = rank_holder_.find(want);
+  if (held != rank_holder_.end() &&
+      (node == nullptr || held->second != node->id())) {
+    const proto::NodeInfo* holder = members_->Find(held->second);
+    if (holder != nullptr && holder->state() == proto::ALIVE) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "register: rank ", want, " is held by worker '", holder->name(),
+          "' (node ", holder->id(), "), which is alive"));
+    }
+  }
+  return want;
+}
+
+absl::Status Job::TakeOverRank(int rank, const std::string& name) {
+  const bool was_lost = roster_.lost(rank);
+  DP_RETURN_IF_ERROR(roster_.Replaced(rank), "register: worker '", name, "'");
+  if (was_lost) {
+    DP_LOG(INFO) << "worker '" << name << "' replaces the lost worker of "
+                 << "rank " << rank << " from clock " << clocks_.clock(rank);
+  }
+  workers_[rank].set_lost(false);
+  workers_[rank].set_finished(false);
+  return absl::OkStatus();
+}
+
+void Job::Assign(int rank, NodeId node) {
+  // A DEAD worker that held this rank gives it up.
+  auto held = rank_holder_.find(rank);
+  if (held != rank_holder_.end() && held->second != node) {
+    rank_of_.erase(held->second);
+  }
+  rank_holder_[rank] = node;
+  rank_of_[node] = rank;
+}
+
+int Job::RankOf(NodeId node) const {
+  const auto r = rank_of_.find(node);
+  return r == rank_of_.end() ? -1 : r->second;
+}
+
+absl::Status Job::CheckRankHolder(absl::string_view what, NodeId node,
+                                  int rank) const {
+  if (rank < 0 || rank >= clocks_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", rank, " outside the job's ranks [0, ",
+                     clocks_.size(), ")"));
+  }
+  const auto holder = rank_holder_.find(rank);
+  if (holder != rank_holder_.end() && holder->second == node &&
+      node != kNoNode) {
+    return absl::OkStatus();
+  }
+  std::string held = "no worker holds it";
+  if (holder != rank_holder_.end()) {
+    const proto::NodeInfo* h = members_->Find(holder->second);
+    held = absl::StrCat("node ", holder->second, " ('",
+                        h == nullptr ? "" : h->name(), "') holds it");
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": node ", node, " does not hold rank ", rank, " (",
+                   held, "); a worker reports only its own clock"));
+}
+
+void Job::WorkerGone(NodeId id, const std::string& name, const std::string& how,
+                     bool finished, absl::Time now) {
+  const auto it = rank_of_.find(id);
+  if (it == rank_of_.end()) return;
+  const int rank = it->second;
+  if (finished) {
+    roster_.Finished(rank);
+    workers_[rank].set_finished(true);
+  } else {
+    roster_.Lost(rank, name, how, now);
+    if (roster_.lost(rank)) {
+      DP_LOG(WARNING) << "worker '" << name << "' (rank " << rank << ", clock "
+                      << clocks_.clock(rank) << ") lost: " << how
+                      << "; waiting up to "
+                      << absl::FormatDuration(
+                             options_.worker_loss.replace_timeout)
+                      << " for a replacement";
+    }
+  }
+  workers_[rank].set_lost(roster_.lost(rank));
+}
+
+void Job::ApplyWorkerLossRule(absl::Time now) {
+  const bool failed_before = !roster_.failure().ok();
+  const std::vector<int> retired = roster_.Check(now);
+  for (int rank : retired) {
+    clocks_.Retire(rank);
+    workers_[rank].set_lost(false);
+    workers_[rank].set_retired(true);
+    // The servers complete the BSP steps held for it and leave it out of
+    // their staleness figures.
+    map_->add_retired_ranks(rank);
+  }
+  if (!retired.empty()) {
+    std::sort(map_->mutable_retired_ranks()->begin(),
+              map_->mutable_retired_ranks()->end());
+    map_->set_epoch(map_->epoch() + 1);
+  }
+  // On disk: a restarted scheduler keeps the rank retired, or the job
+  // failed.
+  if (!retired.empty() || failed_before != !roster_.failure().ok()) {
+    durable_->Commit();
+  }
+}
+
+void Job::ForgetNode(NodeId id) {
+  if (auto r = rank_of_.find(id); r != rank_of_.end()) {
+    auto h = rank_holder_.find(r->second);
+    if (h != rank_holder_.end() && h->second == id) rank_holder_.erase(h);
+    rank_of_.erase(r);
+  }
+}
+
+absl::Status Job::Advance(const proto::AdvanceClockRequest& req,
+                          proto::AdvanceClockReply* reply) {
+  absl::Status s =
+      clocks_.Advance(req.rank(), req.clock(), options_.clock_report_slack);
+  if (!s.ok()) {
+    return Annotate(s, absl::StrCat("advance clock of rank ", req.rank(),
+                                    " from node ", req.node_id()));
+  }
+  durable_->ClocksChanged();
+  proto::WorkerStatus& w = workers_[req.rank()];
+  w.set_clock(req.clock());
+  w.set_loss(req.loss());
+  w.set_examples(req.examples());
+  if (req.test_accuracy() >= 0) w.set_test_accuracy(req.test_accuracy());
+  w.set_max_staleness(std::max(w.max_staleness(), req.max_staleness()));
+  w.set_discarded(req.discarded());
+  reply->set_gating_clock(clocks_.GatingClock());
+  Clock others = std::numeric_limits<Clock>::max();
+  for (int r = 0; r < clocks_.size(); ++r) {
+    if (r != req.rank() && !clocks_.retired(r)) {
+      others = std::min(others, clocks_.clock(r));
+    }
+  }
+  reply->set_others_min_clock(others);
+  return absl::OkStatus();
+}
+
+void Job::SetClocks(const proto::CheckpointManifest& m) {
+  clocks_ = ClockTable(options_.policy);
+  for (auto& w : workers_) w = proto::WorkerStatus();
+  for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
+  for (const proto::WorkerStatus& w : m.workers()) {
+    if (w.rank() < 0 || w.rank() >= clocks_.size()) continue;
+    if (clocks_.Restore(w.rank(), w.clock()).ok()) workers_[w.rank()] = w;
+  }
+  // A rank the job went on without stays out of the gate: the roster
+  // refuses a replacement for it, so nothing would ever advance it.
+  for (int r = 0; r < clocks_.size(); ++r) {
+    workers_[r].set_lost(roster_.lost(r));
+    workers_[r].set_retired(roster_.retired(r));
+    if (roster_.retired(r)) clocks_.Retire(r);
+  }
+  durable_->ClocksChanged();
+}
+
+void Job::FillJobStatus(proto::JobStatus* status) const {
+  *status->mutable_job() = config_;
+  status->set_gating_clock(clocks_.GatingClock());
+  for (const auto& w : workers_) *status->add_workers() = w;
+  if (!roster_.failure().ok()) {
+    status->set_failure(std::string(roster_.failure().message()));
+  }
+}
+
+proto::SchedulerClocks Job::ClocksSnapshot() const {
+  proto::SchedulerClocks clocks;
+  for (int r = 0; r < clocks_.size(); ++r) {
+    proto::WorkerStatus* w = clocks.add_workers();
+    *w = workers_[r];
+    w->set_clock(clocks_.clock(r));
+  }
+  return clocks;
+}
+
+void Job::Export(proto::SchedulerState* state) const {
+  *state->mutable_job() = config_;
+  for (const auto& [node, rank] : rank_of_) {
+    proto::SchedulerState::Rank* r = state->add_ranks();
+    r->set_rank(rank);
+    r->set_node(node);
+  }
+  *state->mutable_roster() = roster_.Export();
+}
+
+absl::Status Job::CheckSameJob(const proto::SchedulerState& state,
+                               const std::string& dir) const {
+  if (google::protobuf::util::MessageDifferencer::Equals(state.job(),
+                                                         config_)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "state dir ", dir, " holds another job (", state.job().ShortDebugString(),
+      "); the flags give (", config_.ShortDebugString(),
+      "): start with the same --consistency, --staleness, --num_workers "
+      "and --backup_workers, or use a new --state_dir"));
+}
+
+void Job::Import(const proto::SchedulerState& state,
+                 const proto::SchedulerClocks& clocks, uint64_t restored_from,
+                 const proto::CheckpointManifest* restored) {
+  roster_.Import(state.roster());
+  for (const auto& r : state.ranks()) {
+    if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
+    rank_of_[r.node()] = r.rank();
+    rank_holder_[r.rank()] = r.node();
+  }
+  // Clocks written before the last restore are not the job's any more.
+  if (clocks.restored_from() == restored_from) {
+    for (int r = 0; r < clocks.workers_size() && r < clocks_.size(); ++r) {
+      const proto::WorkerStatus& w = clocks.workers(r);
+      if (clocks_.Restore(r, w.clock()).ok()) workers_[r] = w;
+      workers_[r].set_rank(r);
+    }
+  } else if (restored != nullptr) {
+    SetClocks(*restored);
+  }
+  // The roster on disk is newer than the clocks (it is synced).
+  for (int r = 0; r < clocks_.size(); ++r) {
+    workers_[r].set_lost(roster_.lost(r));
+    workers_[r].set_retired(roster_.retired(r));
+    if (roster_.finished(r)) workers_[r].set_finished(true);
+    if (roster_.retired(r)) clocks_.Retire(r);
+  }
+}
+
+}  // namespace downpour

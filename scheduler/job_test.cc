@@ -1,0 +1,217 @@
+#include "scheduler/job.h"
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/test_util.h"
+#include "common/types.h"
+#include "consistency/consistency.h"
+#include "proto/downpour.pb.h"
+#include "scheduler/durable_state.h"
+#include "scheduler/membership.h"
+#include "scheduler/worker_roster.h"
+
+namespace downpour {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+// Nothing is written: the state lives in memory (no store).
+class NoSource : public DurableState::Source {
+ public:
+  proto::SchedulerState Snapshot() const override { return {}; }
+  proto::SchedulerClocks ClocksSnapshot() const override { return {}; }
+};
+
+JobOptions Options(WorkerLossOptions::OnLoss on_loss) {
+  JobOptions o;
+  o.policy = *ConsistencyPolicy::Parse("bsp", 0, /*num_workers=*/3,
+                                       /*backup_workers=*/0);
+  o.worker_loss.replace_timeout = absl::Seconds(10);
+  o.worker_loss.on_loss = on_loss;
+  return o;
+}
+
+proto::RegisterRequest Worker(const std::string& name, int rank = -1) {
+  proto::RegisterRequest req;
+  req.set_name(name);
+  req.set_role(proto::WORKER);
+  if (rank >= 0) req.set_requested_rank(rank);
+  return req;
+}
+
+class JobTest : public ::testing::Test {
+ protected:
+  explicit JobTest(
+      WorkerLossOptions::OnLoss on_loss = WorkerLossOptions::OnLoss::kContinue)
+      : job_(Options(on_loss), &map_, &members_, &durable_) {}
+
+  // Registers `name` as Register does, with the rank the job grants.
+  NodeId Join(const std::string& name, int rank = -1) {
+    const proto::RegisterRequest req = Worker(name, rank);
+    absl::StatusOr<int> granted = job_.GrantRank(req, nullptr);
+    EXPECT_OK(granted);
+    proto::NodeInfo* n = members_.Add(kNoNode);
+    members_.Admit(n, req, kT0);
+    EXPECT_OK(job_.TakeOverRank(*granted, name));
+    job_.Assign(*granted, n->id());
+    return n->id();
+  }
+
+  proto::ClusterMap map_;
+  NoSource source_;
+  DurableState durable_{&map_, &source_};
+  Membership members_{MembershipOptions(), &map_};
+  Job job_;
+};
+
+TEST_F(JobTest, NewWorkersGetTheSmallestFreeRankAndNoMore) {
+  const NodeId a = Join("a");
+  const NodeId b = Join("b", /*rank=*/2);
+  EXPECT_EQ(job_.RankOf(a), 0);
+  EXPECT_EQ(job_.RankOf(b), 2);
+  EXPECT_EQ(job_.RankOf(Join("c")), 1);
+  EXPECT_THAT(job_.GrantRank(Worker("d"), nullptr),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(job_.GrantRank(Worker("d", 3), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(JobTest, ARankIsTakenOverFromADeadHolderOnly) {
+  const NodeId a = Join("a", 1);
+  EXPECT_THAT(job_.GrantRank(Worker("b", 1), nullptr),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  members_.MarkDead(members_.Find(a));
+  ASSERT_OK_AND_ASSIGN(const int rank, job_.GrantRank(Worker("b", 1), nullptr));
+  EXPECT_EQ(rank, 1);
+  const NodeId b = Join("b", 1);
+  EXPECT_EQ(job_.RankOf(b), 1);
+  EXPECT_EQ(job_.RankOf(a), -1);
+  // The old name lost it for good.
+  EXPECT_THAT(job_.GrantRank(Worker("a"), members_.Find(a)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST_F(JobTest, ANameKeepsItsRank) {
+  const NodeId a = Join("a", 2);
+  members_.MarkDead(members_.Find(a));
+  ASSERT_OK_AND_ASSIGN(const int again,
+                       job_.GrantRank(Worker("a"), members_.Find(a)));
+  EXPECT_EQ(again, 2);
+  EXPECT_THAT(job_.GrantRank(Worker("a", 0), members_.Find(a)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(JobTest, OnlyTheHolderReportsItsClock) {
+  const NodeId a = Join("a");
+  const NodeId b = Join("b");
+  EXPECT_OK(job_.CheckRankHolder("advance clock", a, 0));
+  EXPECT_THAT(job_.CheckRankHolder("advance clock", b, 0),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(job_.CheckRankHolder("advance clock", kNoNode, 2),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(job_.CheckRankHolder("advance clock", a, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(JobTest, ALostRankIsRetiredIntoTheMapAfterTheBound) {
+  const NodeId a = Join("a");
+  Join("b");
+  Join("c");
+  job_.WorkerGone(a, "a", "missed heartbeats", /*finished=*/false, kT0);
+  const Epoch epoch = map_.epoch();
+  const uint64_t version = durable_.version();
+  job_.ApplyWorkerLossRule(kT0 + absl::Seconds(9));
+  EXPECT_EQ(map_.epoch(), epoch);
+  EXPECT_EQ(durable_.version(), version);
+  job_.ApplyWorkerLossRule(kT0 + absl::Seconds(10));
+  EXPECT_THAT(map_.retired_ranks(), ElementsAre(0));
+  EXPECT_EQ(map_.epoch(), epoch + 1);
+  EXPECT_GT(durable_.version(), version);
+  EXPECT_EQ(durable_.published().epoch(), epoch + 1);  // no store: at once
+  proto::JobStatus status;
+  job_.FillJobStatus(&status);
+  EXPECT_TRUE(status.workers(0).retired());
+  EXPECT_FALSE(status.workers(0).lost());
+  // The gate moves without it.
+  proto::AdvanceClockRequest req;
+  proto::AdvanceClockReply reply;
+  req.set_node_id(members_.Registered(Worker("b"))->id());
+  req.set_rank(1);
+  req.set_clock(1);
+  EXPECT_OK(job_.Advance(req, &reply));
+  req.set_rank(2);
+  req.set_node_id(members_.Registered(Worker("c"))->id());
+  EXPECT_OK(job_.Advance(req, &reply));
+  EXPECT_EQ(reply.gating_clock(), 1);
+}
+
+TEST_F(JobTest, AFinishedWorkerIsNoLoss) {
+  const NodeId a = Join("a");
+  job_.WorkerGone(a, "a", "left", /*finished=*/true, kT0);
+  job_.ApplyWorkerLossRule(kT0 + absl::Hours(1));
+  EXPECT_OK(job_.failure());
+  EXPECT_EQ(map_.retired_ranks_size(), 0);
+}
+
+class JobStopTest : public JobTest {
+ protected:
+  JobStopTest() : JobTest(WorkerLossOptions::OnLoss::kStop) {}
+};
+
+TEST_F(JobStopTest, ALostRankFailsTheJobAfterTheBound) {
+  const NodeId a = Join("a");
+  job_.WorkerGone(a, "a", "missed heartbeats", /*finished=*/false, kT0);
+  const uint64_t version = durable_.version();
+  job_.ApplyWorkerLossRule(kT0 + absl::Seconds(10));
+  EXPECT_THAT(job_.failure(), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_GT(durable_.version(), version);  // the failure goes to disk
+  proto::JobStatus status;
+  job_.FillJobStatus(&status);
+  EXPECT_THAT(status.failure(), HasSubstr("'a' (rank 0)"));
+}
+
+TEST_F(JobTest, ExportedAndImportedTheRanksAndClocksComeBack) {
+  const NodeId a = Join("a");
+  const NodeId b = Join("b");
+  proto::AdvanceClockRequest req;
+  proto::AdvanceClockReply reply;
+  req.set_node_id(a);
+  req.set_rank(0);
+  req.set_clock(1);
+  ASSERT_OK(job_.Advance(req, &reply));
+  proto::SchedulerState state;
+  job_.Export(&state);
+  proto::SchedulerClocks clocks = job_.ClocksSnapshot();
+  clocks.set_restored_from(4);
+
+  Job recovered(Options(WorkerLossOptions::OnLoss::kContinue), &map_, &members_,
+                &durable_);
+  EXPECT_OK(recovered.CheckSameJob(state, "dir"));
+  recovered.Import(state, clocks, /*restored_from=*/4, nullptr);
+  EXPECT_EQ(recovered.RankOf(a), 0);
+  EXPECT_EQ(recovered.RankOf(b), 1);
+  EXPECT_EQ(recovered.clock(0), 1);
+
+  // Clocks from before the last restore give way to its checkpoint's.
+  proto::CheckpointManifest m;
+  proto::WorkerStatus* w = m.add_workers();
+  w->set_rank(1);
+  w->set_clock(3);
+  Job rolled_back(Options(WorkerLossOptions::OnLoss::kContinue), &map_,
+                  &members_, &durable_);
+  rolled_back.Import(state, clocks, /*restored_from=*/5, &m);
+  EXPECT_EQ(rolled_back.clock(0), 0);
+  EXPECT_EQ(rolled_back.clock(1), 3);
+
+  proto::SchedulerState other = state;
+  other.mutable_job()->set_num_workers(4);
+  EXPECT_THAT(recovered.CheckSameJob(other, "dir"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace downpour

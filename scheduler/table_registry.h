@@ -1,0 +1,179 @@
+// The tables of the cluster map: declaration (checked, placed, published,
+// rolled back on a server's refusal), the tables still being declared, the
+// servers that refused a table, and the ranges' holders as servers die,
+// come back, catch up and hand ranges over (the rules are placement.h's
+// and capacity.h's; this applies them to the map).
+//
+//   DP_ASSIGN_OR_RETURN(proto::TableSpec spec, SpecToDeclare(req.spec(), p));
+//   ... lock ...
+//   DP_RETURN_IF_ERROR(tables.Create(lock, spec, deadline, timeout, &reply));
+//   tables.TableFailed(server, failure);   // AckEpoch: rolls a table back
+//   tables.ResolvePending();               // after any acknowledgement
+//
+// A declaration is all or nothing: the table enters the map only if every
+// live server can hold its share and the map stays small, and leaves it
+// again if a server reports it cannot create it. Until every server that
+// was live at its declaration acknowledged its epoch, the table is
+// pending: an identical declaration waits for the outcome.
+//
+// Thread-compatible: the scheduler's mutex guards it and the map; Create
+// takes that mutex and releases it while it waits.
+#ifndef DOWNPOUR_SCHEDULER_TABLE_REGISTRY_H_
+#define DOWNPOUR_SCHEDULER_TABLE_REGISTRY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/types.h"
+#include "consistency/consistency.h"
+#include "proto/downpour.pb.h"
+#include "scheduler/durable_state.h"
+#include "scheduler/membership.h"
+#include "scheduler/scheduler_mutex.h"
+
+namespace downpour {
+
+struct TableRegistryOptions {
+  // Holders of each range: a primary and replicas - 1 backups.
+  int replicas = 1;
+  // Balance primaries by handing ranges to in-sync backups; a handover not
+  // reported within handover_timeout is cancelled.
+  bool balance_primaries = true;
+  absl::Duration handover_timeout = absl::Seconds(2);
+  // Live servers a declaration waits for (at least one).
+  int min_servers = 1;
+  size_t max_map_bytes = size_t{1} << 20;
+};
+
+// The spec a declaration of `spec` asks for: its id cleared, and for a
+// table that follows the job, the job's enforcement (`policy`'s
+// sync_workers and tracked_workers); then its shape checked
+// (ValidateTableShape). kInvalidArgument, also for a table that follows the
+// job but sets sync_workers or num_workers itself. Needs no lock.
+absl::StatusOr<proto::TableSpec> SpecToDeclare(const proto::TableSpec& spec,
+                                               const ConsistencyPolicy& policy);
+
+class TableRegistry {
+ public:
+  // Borrowed, must outlive this object: `map` (its tables), the nodes, and
+  // the state it commits changes to.
+  TableRegistry(const TableRegistryOptions& options, proto::ClusterMap* map,
+                const Membership* members, DurableState* durable);
+
+  // Declares `spec` (from SpecToDeclare) and waits until every live server
+  // acknowledged it, or `deadline` (`timeout` after the call, for
+  // messages). An identical existing table: OK, created false, once it is
+  // declared. Errors: kAlreadyExists for a table of that name with another
+  // spec; kUnavailable for fewer than min_servers live servers by the
+  // deadline, a state that cannot be written, or the scheduler stopping;
+  // kInvalidArgument / kNotFound (ValidateTableSpec), kResourceExhausted
+  // (capacity, the map's size); kDeadlineExceeded if servers did not all
+  // acknowledge in time (the table stays pending); a server's own error if
+  // it cannot create the table (removed again); kAborted if an existing
+  // table was removed while waiting.
+  absl::Status Create(SchedulerMutex& lock, const proto::TableSpec& spec,
+                      absl::Time deadline, absl::Duration timeout,
+                      proto::CreateTableReply* reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
+
+  // Server `node` reports that it cannot create or hold table
+  // `f.table_id()`. A table still being declared is removed (a new epoch);
+  // for a table in use, the server is taken off the ranges it was catching
+  // up on and not chosen for that table again. Commits.
+  void TableFailed(NodeId node, const proto::TableFailure& f);
+  // Tables every server they wait for has acknowledged are declared.
+  void ResolvePending();
+
+  // A primary's report (proto::ReplicaReadyRequest): a handover done (only
+  // from the current map, else kFailedPrecondition) or a backup in sync;
+  // then primaries are balanced and the map gets a new epoch. The caller
+  // commits. kFailedPrecondition if the map no longer agrees.
+  absl::Status ReplicaReady(const proto::ReplicaReadyRequest& req);
+  // Handovers not reported within handover_timeout of the first sweep that
+  // saw them are cancelled; returns whether any was.
+  bool CancelSlowHandOvers(absl::Time now);
+
+  // Server `id` died: its ranges go to their in-sync backups (counted).
+  void RemoveDeadServer(NodeId id);
+  // Server `id` came back as a new process: ranges only it held are lost
+  // (counted). Returns whether anything changed.
+  bool ForgetServerData(NodeId id);
+  // Backups for ranges short of them, only on servers with room for them
+  // and not on a server that could not hold that table before.
+  void RefillWithinRoom();
+  // `node` registered again or was forgotten: what it refused is forgotten.
+  void ForgetRefusals(NodeId node);
+
+  // A restore: the map's tables become `m`'s, each range on the server
+  // (named in `m`, ALIVE in the map) holding its rows, lost until loaded.
+  // REQUIRES: every server `m` names is in the map.
+  void LoadCheckpoint(const proto::CheckpointManifest& m);
+  // The restore loaded every range: served again, backups refilled.
+  void ServeRestored();
+
+  // Next table id, pending tables and refusals.
+  void Export(proto::SchedulerState* state) const;
+  // REQUIRES: the map loaded already.
+  void Import(const proto::SchedulerState& state);
+
+  uint64_t promotions() const { return promotions_; }
+  uint64_t ranges_lost() const { return ranges_lost_; }
+
+ private:
+  // A table declared but not yet acknowledged by every server that was
+  // live when it was declared.
+  struct PendingTable {
+    TableId id = kNoTable;
+    std::string name;
+    Epoch epoch = 0;
+    std::vector<NodeId> waiting;
+    bool resolved = false;  // acknowledged by all, or failed
+    absl::Status failure;   // a server could not create it: rolled back
+  };
+
+  // The existing table named like `spec` (nullptr if none); kAlreadyExists
+  // if its spec differs (ids aside).
+  absl::StatusOr<const proto::TableMap*> FindTable(
+      const proto::TableSpec& spec) const;
+  const proto::TableMap* FindTableById(TableId id) const;
+  // Waits until every server `p` waits for has acknowledged its epoch
+  // (OK), or one reported that it cannot create it (its error; the table
+  // is gone from the map), or `deadline` (kDeadlineExceeded naming the
+  // servers; the table stays pending).
+  absl::Status AwaitDeclared(SchedulerMutex& lock, PendingTable& p,
+                             absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
+  // The servers `p` still waits for: alive, and behind its epoch.
+  std::vector<NodeId> Late(const PendingTable& p) const;
+  void Resolve(PendingTable& p);
+  void RemoveTable(TableId id);
+
+  const TableRegistryOptions options_;
+  proto::ClusterMap* const map_;
+  const Membership* const members_;
+  DurableState* const durable_;
+  TableId next_table_id_ = 1;
+  // Tables being declared, by id.
+  absl::flat_hash_map<TableId, std::shared_ptr<PendingTable>> pending_;
+  // (server, table) pairs the server reported it cannot hold: never chosen
+  // as a backup for that table (until the server registers again).
+  absl::flat_hash_set<std::pair<NodeId, TableId>> refused_;
+  // When the handovers under way began (CancelSlowHandOvers).
+  absl::Time handover_started_ = absl::InfiniteFuture();
+  uint64_t promotions_ = 0;   // ranges a backup took over from a dead primary
+  uint64_t ranges_lost_ = 0;  // ranges marked lost
+};
+
+}  // namespace downpour
+
+#endif  // DOWNPOUR_SCHEDULER_TABLE_REGISTRY_H_
