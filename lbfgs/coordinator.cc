@@ -4,11 +4,11 @@
 #include <optional>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/vector_op.h"
 #include "cluster/scheduler_client.h"
+#include "common/error_reason.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -263,8 +263,7 @@ class CoordinatorImpl final : public Coordinator,
     // be under way; this one follows it.
     while (!(restored = slow.RestoreCheckpoint(newest->id(), absl::Minutes(10)))
                 .ok() &&
-           absl::IsFailedPrecondition(restored.status()) &&
-           absl::StrContains(restored.status().message(), "under way") &&
+           ReasonOf(restored.status()) == ErrorReason::kRestoreUnderWay &&
            absl::Now() < deadline + absl::Minutes(1)) {
       absl::SleepFor(absl::Milliseconds(500));
     }

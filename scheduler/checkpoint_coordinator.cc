@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cluster/server_admin_client.h"
+#include "common/error_reason.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "scheduler/state_store.h"
@@ -128,9 +129,11 @@ absl::StatusOr<proto::CheckpointManifest> CheckpointCoordinator::Restore(
         ")"));
   }
   if (restoring_ != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "restore of checkpoint ", id, ": the restore of checkpoint ",
-        restoring_, " is under way"));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "restore of checkpoint ", id, ": the restore of checkpoint ",
+            restoring_, " is under way")),
+        ErrorReason::kRestoreUnderWay);
   }
   const uint64_t completed_before = restores_completed_;
   restoring_ = id;

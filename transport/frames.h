@@ -13,8 +13,8 @@
 #include <memory>
 #include <utility>
 
-#include "absl/types/span.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/buffer_pool.h"
 #include "common/error_reason.h"
 #include "common/types.h"
@@ -42,10 +42,10 @@ inline void SetReplyStatus(const absl::Status& status,
 }
 inline absl::Status ReplyStatus(const proto::DataHeader& header) {
   if (header.status_code() == 0) return absl::OkStatus();
-  return WithReason(absl::Status(static_cast<absl::StatusCode>(
-                                     header.status_code()),
-                                 header.status_message()),
-                    ReasonFromWire(header.error_reason()));
+  return WithReason(
+      absl::Status(static_cast<absl::StatusCode>(header.status_code()),
+                   header.status_message()),
+      ReasonFromWire(header.error_reason()));
 }
 
 // An outgoing payload frame. Move-only. A borrowed payload's release

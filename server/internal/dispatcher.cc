@@ -424,16 +424,18 @@ void Dispatcher::HandleReplica(const IncomingMessage& request,
   if (range == nullptr || range->role != Role::kBackup ||
       range->primary != h.sender()) {
     if (h.epoch() > epoch) {
-      return fail(WithReason(absl::UnavailableError(
-          absl::StrCat("server ", self_, " has applied epoch ", epoch,
-                       " but the primary is at ", h.epoch(), "; resend")),
-                             ErrorReason::kServerBehind));
+      return fail(
+          WithReason(absl::UnavailableError(absl::StrCat(
+                         "server ", self_, " has applied epoch ", epoch,
+                         " but the primary is at ", h.epoch(), "; resend")),
+                     ErrorReason::kServerBehind));
     }
-    return fail(WithReason(absl::AbortedError(
-        absl::StrCat("server ", self_, " is not a backup of node ", h.sender(),
-                     " for table ", h.table_id(), " keys [", kr.begin, ", ",
-                     kr.end, ") in epoch ", epoch)),
-                           ErrorReason::kNotOwner));
+    return fail(
+        WithReason(absl::AbortedError(absl::StrCat(
+                       "server ", self_, " is not a backup of node ",
+                       h.sender(), " for table ", h.table_id(), " keys [",
+                       kr.begin, ", ", kr.end, ") in epoch ", epoch)),
+                   ErrorReason::kNotOwner));
   }
   if (replicator_ == nullptr) {
     return fail(absl::FailedPreconditionError("replication is off here"));

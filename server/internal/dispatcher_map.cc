@@ -236,11 +236,11 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
   const Epoch epoch = map.epoch();
   absl::flat_hash_map<NodeId, const proto::NodeInfo*> nodes;
   for (const proto::NodeInfo& n : map.nodes()) nodes[n.id()] = &n;
-  const absl::Status moved = WithReason(
-      absl::AbortedError(
-          absl::StrCat("not owner: the range moved away from server ", self_,
-                       " in epoch ", epoch, "; retry with a fresh map")),
-      ErrorReason::kNotOwner);
+  const absl::Status moved =
+      WithReason(absl::AbortedError(absl::StrCat(
+                     "not owner: the range moved away from server ", self_,
+                     " in epoch ", epoch, "; retry with a fresh map")),
+                 ErrorReason::kNotOwner);
   for (const proto::TableMap& table : map.tables()) {
     const TableId id = table.spec().id();
     std::shared_ptr<TableShard> shard;

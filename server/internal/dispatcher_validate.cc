@@ -97,12 +97,11 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   }
   const KeyRange space = shard.key_space();
   auto not_owner = [&](Key key) {
-    return WithReason(
-        absl::AbortedError(absl::StrCat(
-            "not owner: server ", self_, " does not own key ", key,
-            " of table '", spec.name(), "' (holds ", RangesString(shard.held()),
-            "), epoch ", epoch)),
-        ErrorReason::kNotOwner);
+    return WithReason(absl::AbortedError(absl::StrCat(
+                          "not owner: server ", self_, " does not own key ",
+                          key, " of table '", spec.name(), "' (holds ",
+                          RangesString(shard.held()), "), epoch ", epoch)),
+                      ErrorReason::kNotOwner);
   };
   auto outside = [&](Key key) {
     return absl::OutOfRangeError(
