@@ -48,7 +48,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--pause_after", type=int, default=-1)
-    ap.add_argument("--out", default="")
+    ap.add_argument("--out", default="",
+                    help="where to write the final parameters; {rank} is "
+                    "replaced by the rank")
     ap.add_argument("--fail_rank", type=int, default=-1,
                     help="this rank exits 3 after joining (run_test)")
     args = ap.parse_args()
@@ -81,7 +83,7 @@ def main():
                 time.sleep(60)
     model.finish()
     if args.out:
-        np.savez(args.out, **{k: v.detach().numpy()
+        np.savez(args.out.format(rank=member.rank), **{k: v.detach().numpy()
                               for k, v in net.state_dict().items()})
     member.leave(finished=True)
     client.close()
