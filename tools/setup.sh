@@ -44,6 +44,9 @@ PACKAGES=(
   # health probes) and the image test (podman with runc, debootstrap).
   python3-yaml python3-grpcio
   podman runc debootstrap
+  # promtool (package prometheus): the alerts of
+  # deploy/k8s/components/monitoring, checked and unit-tested.
+  prometheus
   # tools/format.sh (buildifier comes from npm, below).
   clang-format
 )
