@@ -27,7 +27,11 @@ seed is printed), as a cluster would start them. The test then:
 Cases: the dev overlay as it is (1 scheduler, 1 server, 1 worker); dev with
 NUM_SERVERS=2 and NUM_WORKERS=2 (the job size from the ConfigMap reaches the
 StatefulSet, the Job and the scheduler); the L-BFGS job (jobs/lbfgs) on that
-cluster.
+cluster; the pytorch overlay (two PyTorch workers running its train.py
+with Debian's python3 and the downpour package, joining through the
+environment contract the component sets). At the end, every metric the
+dashboard and the alerts (components/monitoring) query must have been
+served.
 """
 
 import os
@@ -43,7 +47,9 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import k8s_pods  # noqa: E402
 
 KUBECTL = "/usr/bin/kubectl"
+PYTHON = "/usr/bin/python3"
 BINARIES = {
+    PYTHON: None,  # itself
     "/usr/local/bin/ps_scheduler": "scheduler/ps_scheduler",
     "/usr/local/bin/ps_server": "server/ps_server",
     "/usr/local/bin/ps_worker": "worker/ps_worker",
@@ -115,7 +121,7 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
     {pod name: log path}. Raises Failure."""
-    binaries = {k: runfile(v) for k, v in BINARIES.items()}
+    binaries = {k: runfile(v) if v else k for k, v in BINARIES.items()}
     all_objects = list(objects)
     for extra in extra_objects:
         all_objects += extra
@@ -134,8 +140,11 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
         for p in wave:
             log = os.path.join(root, p.pod.name + ".log")
             logs[p.pod.name] = log
+            # The image's environment: the downpour package on the path
+            # (deploy/Containerfile, target python).
             env = {"PATH": "/usr/local/bin:/usr/bin:/bin",
-                   "HOSTNAME": p.pod.name}
+                   "HOSTNAME": p.pod.name,
+                   "PYTHONPATH": runfile("python")}
             env.update(p.env)
             print(f"[{label}] start {p.name}: {' '.join(p.argv)}")
             with open(log, "wb") as out:
@@ -167,7 +176,8 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                         k8s_pods.SERVING:
                     s["ready"] = True
                     print(f"[{label}] {name} ready")
-            if s["ready"] and time.time() - s.get("scraped", 0) > 1.0:
+            if s["ready"] and metrics_port(plan, p) is not None and \
+                    time.time() - s.get("scraped", 0) > 1.0:
                 s["scraped"] = time.time()
                 text = scrape(metrics_port(plan, p), 0.5)
                 if text is not None:
@@ -217,14 +227,18 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                     raise Failure(f"[{label}] {name} counted no request")
             if component == "scheduler":
                 alive = metric(text, "downpour_cluster_nodes",
-                               'role="SERVER",state="ALIVE"')
+                               'role="server",state="alive"')
                 if not alive:
                     raise Failure(f"[{label}] {name}: no live server in its "
                                   f"metrics:\n{text[:2000]}")
             print(f"[{label}] {name}: metrics checked")
         for name, s in seen.items():
+            p = next(x for x in procs if x.pod.name == name)
+            declared = {"ready": "readiness" in p.probes,
+                        "alive": "liveness" in p.probes,
+                        "metrics": metrics_port(plan, p) is not None}
             for what in ("ready", "alive", "metrics"):
-                if not s[what]:
+                if declared[what] and not s[what]:
                     raise Failure(f"[{label}] {name} was never seen {what} "
                                   f"by its probe:\n{tail(logs[name])}")
         # Graceful termination of the daemons, as at `kubectl delete`.
@@ -278,17 +292,22 @@ def check_training(objects, logs, label):
 
 
 def check_dashboard():
-    """Every metric the Grafana dashboard queries was served by some
-    process above (a renamed metric would leave a panel empty)."""
+    """Every metric the Grafana dashboard and the alerts query was served by
+    some process above (a renamed metric would leave a panel empty, or an
+    alert silent)."""
     import json
     with open(runfile("deploy/grafana/downpour.json")) as f:
-        text = json.dumps(json.load(f))
-    wanted = set(re.findall(r"\b((?:downpour|process)_[a-z0-9_]+)", text))
-    missing = sorted(n for n in wanted if n not in SCRAPED)
-    if missing:
-        raise Failure(f"the dashboard queries metrics no process served: "
-                      f"{missing}")
-    print(f"dashboard: all {len(wanted)} metrics it queries were served")
+        dashboard = json.dumps(json.load(f))
+    with open(runfile("deploy/k8s/components/monitoring/"
+                      "prometheus-rule.yaml")) as f:
+        alerts = f.read()
+    for what, text in (("dashboard", dashboard), ("alerts", alerts)):
+        wanted = set(re.findall(r"\b((?:downpour|process)_[a-z0-9_]+)", text))
+        missing = sorted(n for n in wanted if n not in SCRAPED)
+        if missing:
+            raise Failure(f"the {what} query metrics no process served: "
+                          f"{missing}")
+        print(f"{what}: all {len(wanted)} metrics queried were served")
 
 
 def main():
@@ -341,11 +360,21 @@ configMapGenerator:
         if "accuracy" not in text:
             raise Failure("the L-BFGS coordinator printed no summary:\n" +
                           tail(logs["downpour-lbfgs-local-0"]))
+
+        subprocess.run([runfile("tools/ps_keygen"),
+                        f"--out={k8s}/overlays/pytorch/cluster.secret"],
+                       check=True, capture_output=True)
+        pytorch = k8s_pods.render(KUBECTL, os.path.join(k8s,
+                                                        "overlays/pytorch"))
+        logs = run_cluster(pytorch, os.path.join(tmp, "pytorch"), "pytorch",
+                           rng)
+        check_training(pytorch, logs, "pytorch")
         check_dashboard()
     except (Failure, k8s_pods.PlanError) as e:
         print(f"FAIL: {e}")
         return 1
-    print("PASS: dev, dev-2x2 and the L-BFGS job ran to the end")
+    print("PASS: dev, dev-2x2, the L-BFGS job and the PyTorch workers ran to "
+          "the end")
     return 0
 
 
