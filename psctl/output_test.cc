@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/test_util.h"
 #include "gtest/gtest.h"
 #include "psctl/psctl.pb.h"
 
