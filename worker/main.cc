@@ -85,6 +85,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   downpour::TuneAllocatorForLargeMessages();
+  // Before any thread starts (the metrics endpoint's below): a thread with
+  // SIGTERM unblocked would take it and the process would die of it
+  // instead of finishing its step (the training job) or exiting 143.
+  downpour::BlockTerminationSignals();
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
   if (!auth.ok()) {
     DP_LOG(ERROR) << auth.status();
@@ -97,6 +101,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::GetFlag(FLAGS_job) == "lbfgs") {
+    // A Sandblaster worker holds no state: SIGTERM ends it at once.
+    downpour::OnTerminationSignal([] { std::_Exit(143); });
     downpour::SandblasterWorkerOptions so;
     so.scheduler_address = absl::GetFlag(FLAGS_scheduler);
     so.auth = *auth;
@@ -125,10 +131,9 @@ int main(int argc, char** argv) {
   // report the clock reached, leave the job (the rank waits for a
   // replacement, nobody waits for this worker's heartbeats to stop) and
   // exit with 143. A step that cannot finish (its peers are gone) is given
-  // 15 s, then abandoned: the worker leaves from here. Blocked before any
-  // thread starts, so that only the waiter sees the signal.
+  // 15 s, then abandoned: the worker leaves from here. (The signals were
+  // blocked at the start, so that only the waiter sees them.)
   static std::atomic<downpour::Worker*> running{nullptr};
-  downpour::BlockTerminationSignals();
   downpour::OnTerminationSignal([] {
     downpour::Worker* w = running.load();
     if (w == nullptr) {
