@@ -22,6 +22,9 @@ BUILD_PACKAGES=(
   # Prometheus metrics (metrics/), and the gRPC reflection protocol that
   # tests/reflection_test calls.
   prometheus-cpp-dev grpc-proto
+  # The Python extension (//python:downpour), which the image's python
+  # target carries.
+  python3-dev pybind11-dev
 )
 # python/ and sdk/: pybind11 and Python's headers for the module, NumPy,
 # PyTorch and pytest for its tests, pip/venv for the install test, cmake and
