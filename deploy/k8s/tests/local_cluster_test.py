@@ -93,7 +93,7 @@ def scrape(port, timeout=2.0):
 
 def metric(text, name, labels=""):
     """The value of sample `name{labels}` in `text` (labels as written,
-    e.g. 'role="SERVER",state="ALIVE"'), or None."""
+    e.g. 'role="server",state="alive"'), or None."""
     want = f"{name}{{{labels}}}" if labels else name
     for line in text.splitlines():
         if line.startswith(want + " "):
