@@ -5,7 +5,7 @@
 //   DP_ASSIGN_OR_RETURN(std::string text, HttpGet("127.0.0.1:9100", "/metrics",
 //                                                absl::Seconds(5)));
 //   DP_ASSIGN_OR_RETURN(ScrapedMetrics m, ParseMetricsText(text));
-//   double pushes = m.Sum("downpour_server_requests_total", {{"op", "PUSH"}});
+//   double pushes = m.Sum("downpour_server_requests_total", {{"op", "push"}});
 #ifndef DOWNPOUR_METRICS_SCRAPE_H_
 #define DOWNPOUR_METRICS_SCRAPE_H_
 

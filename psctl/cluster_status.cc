@@ -202,7 +202,7 @@ std::string TextTable(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string FormatStatus(const psctl::ClusterStatus& s) {
+std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
   std::string out;
   const proto::JobConfig& job = s.job().job();
   absl::StrAppend(&out, "scheduler ", s.scheduler(), "  ", s.scheduler_health(),
@@ -220,6 +220,9 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
   std::vector<std::vector<std::string>> nodes = {
       {"NODE", "ROLE", "NAME", "STATE", "HEALTH", "PUSH/s", "PULL/s", "IN B/s",
        "OUT B/s", "ADDRESS"}};
+  if (wide) {
+    nodes[0].insert(nodes[0].end(), {"REQ/s", "EPOCH", "DATA", "INCARNATION"});
+  }
   absl::flat_hash_map<uint64_t, const psctl::ServerStatus*> by_id;
   for (const psctl::ServerStatus& srv : s.servers())
     by_id[srv.node_id()] = &srv;
@@ -237,8 +240,18 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
       row.push_back(have ? Human(srv.bytes_in_rate()) : "-");
       row.push_back(have ? Human(srv.bytes_out_rate()) : "-");
       row.push_back(n.admin_address());
+      if (wide) {
+        row.push_back(have ? Human(srv.request_rate()) : "-");
+        row.push_back(srv.error().empty() ? absl::StrCat(srv.stats().epoch())
+                                          : "-");
+      }
     } else {
       row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
+      if (wide) row.insert(row.end(), {"-", "-"});
+    }
+    if (wide) {
+      row.push_back(n.data_endpoint().empty() ? "-" : n.data_endpoint());
+      row.push_back(absl::StrCat(n.incarnation()));
     }
     nodes.push_back(std::move(row));
   }
@@ -295,10 +308,14 @@ std::string FormatStatus(const psctl::ClusterStatus& s) {
   return out;
 }
 
-std::string FormatTables(const psctl::ClusterStatus& s) {
+std::string FormatTables(const psctl::ClusterStatus& s, bool wide) {
   std::vector<std::vector<std::string>> rows = {
       {"TABLE", "ID", "KIND", "WIDTH", "KEYS", "HANDLER", "SYNC", "RANGES",
        "BACKUPS", "ROWS", "BYTES", "STALENESS", "DISCARDED", "FLAGS"}};
+  if (wide) {
+    rows[0].insert(rows[0].end(),
+                   {"VALUE_BYTES", "STATE_BYTES", "INIT", "AGGREGATED_STEPS"});
+  }
   for (const psctl::TableSummary& t : s.tables()) {
     const proto::TableSpec& spec = t.spec();
     std::vector<std::string> flags;
@@ -320,6 +337,14 @@ std::string FormatTables(const psctl::ClusterStatus& s) {
          Human(static_cast<double>(t.value_bytes() + t.state_bytes())),
          absl::StrCat(t.max_staleness()), absl::StrCat(t.discarded_pushes()),
          flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
+    if (wide) {
+      rows.back().insert(
+          rows.back().end(),
+          {absl::StrCat(t.value_bytes()), absl::StrCat(t.state_bytes()),
+           absl::AsciiStrToLower(
+               proto::InitializerSpec::Kind_Name(spec.init().kind())),
+           absl::StrCat(t.aggregated_steps())});
+    }
   }
   return TextTable(rows);
 }

@@ -38,9 +38,12 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(const StatusOptions& options);
 // The tables `psctl status` prints: the cluster line, the job line, nodes
 // (servers with health and rates, workers), ranges with primary, backups,
 // catching-up backups and flags (lost, unavailable), and workers' clocks.
-std::string FormatStatus(const psctl::ClusterStatus& status);
-// `psctl tables`: one line per table.
-std::string FormatTables(const psctl::ClusterStatus& status);
+// `wide` (-o wide) adds the nodes' request rate, epoch, data endpoint and
+// incarnation.
+std::string FormatStatus(const psctl::ClusterStatus& status, bool wide = false);
+// `psctl tables`: one line per table; `wide` adds value and state bytes,
+// the initializer and the BSP steps aggregated.
+std::string FormatTables(const psctl::ClusterStatus& status, bool wide = false);
 
 // Rows of cells as aligned columns, the first row a header.
 std::string TextTable(const std::vector<std::vector<std::string>>& rows);

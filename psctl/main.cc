@@ -1,18 +1,20 @@
 // psctl: the operator's command line for a Downpour cluster.
 //
-//   psctl status [--scheduler=HOST:PORT] [--json] [--interval_ms=1000]
-//   psctl tables [--scheduler=HOST:PORT] [--json]
-//   psctl local  [--listen=127.0.0.1:7070] [--servers=2] [--replicas=1]
+//   psctl status [--scheduler=HOST:PORT] [-o json|yaml|wide]
+//   [--interval_ms=1000] psctl tables [--scheduler=HOST:PORT] [-o
+//   json|yaml|wide] psctl local  [--listen=127.0.0.1:7070] [--servers=2]
+//   [--replicas=1]
 //                [--consistency=bsp]
 //                [--num_workers=4] [--address_file=F] [--metrics]
 //   psctl job    [--scheduler=HOST:PORT] [--kind=train|lbfgs]
 //                [--workers=N] [--worker_flags=--model=mlp,--steps=500]
 //                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
-//   psctl checkpoint  [--scheduler=HOST:PORT] [--json] [--timeout_s=120]
-//   psctl checkpoints [--scheduler=HOST:PORT] [--json]
+//   psctl checkpoint  [--scheduler=HOST:PORT] [--timeout_s=120]
+//   psctl checkpoints [--scheduler=HOST:PORT]
 //   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl export --table=NAME --out=PREFIX [--scheduler=HOST:PORT]
 //               [--data_dirs=D1,D2 [--checkpoint=ID]]   (offline)
+//   psctl version
 //
 // restore rolls a running job back to a checkpoint: every table as the
 // checkpoint holds it, the workers' clocks the manifest's; running workers
@@ -21,21 +23,31 @@
 // --state_dir, the servers with their --data_dir) resumes from the newest
 // complete checkpoint by itself (docs/OPERATIONS.md, "Restore").
 //
-// Human tables by default, --json (protobuf's JSON of psctl/psctl.proto)
-// for scripts. --cluster_secret_file is honoured by every command.
+// Every command prints human tables by default, `-o wide` for more
+// columns, `-o json` or `-o yaml` (the messages of psctl/psctl.proto, one
+// JSON style: psctl/output.h) for scripts; `--json` is `-o json`. The
+// scheduler is --scheduler, else $DOWNPOUR_SCHEDULER, else
+// 127.0.0.1:7070. --cluster_secret_file is honoured by every command.
 // Exit status: 0 done, 1 the operation failed, 2 bad usage.
+//
+// A new command: a function `int Name(const CommandContext&)` (in its own
+// file if it is large) and a row of kCommands below.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -46,14 +58,20 @@
 #include "common/program.h"
 #include "common/signals.h"
 #include "common/subprocess.h"
-#include "google/protobuf/util/json_util.h"
+#include "common/version.h"
 #include "launch/local_cluster.h"
 #include "psctl/cluster_status.h"
 #include "psctl/export.h"
+#include "psctl/output.h"
+#include "psctl/psctl.pb.h"
 
-ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
-          "status, tables, job: host:port of the ps_scheduler");
-ABSL_FLAG(bool, json, false, "status, tables: print JSON instead of tables");
+ABSL_FLAG(std::string, scheduler, "",
+          "host:port of the ps_scheduler (default: $DOWNPOUR_SCHEDULER, "
+          "else 127.0.0.1:7070)");
+ABSL_FLAG(std::string, o, "",
+          "output format of every command: json, yaml, wide (more "
+          "columns); default: tables");
+ABSL_FLAG(bool, json, false, "the same as -o json");
 ABSL_FLAG(int64_t, interval_ms, 1000,
           "status: sample the servers' counters twice this far apart for "
           "rates (0: once, no rates)");
@@ -107,18 +125,36 @@ ABSL_FLAG(uint64_t, checkpoint, 0,
 namespace downpour {
 namespace {
 
-constexpr int kFailed = 1;
-constexpr int kUsage = 2;
+constexpr int kFailed = kExitFailed;
+constexpr int kUsage = kExitUsage;
+
+// What every command gets from main(): the flags every command shares,
+// read once.
+struct CommandContext {
+  std::string scheduler;  // host:port
+  ClusterAuth auth;
+  OutputFormat format = OutputFormat::kText;
+  // Whether the output is for a program (json, yaml): progress then goes
+  // to stderr, so that stdout holds one document.
+  bool machine() const {
+    return format == OutputFormat::kJson || format == OutputFormat::kYaml;
+  }
+};
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "psctl: %s\n", s.ToString().c_str());
   return kFailed;
 }
 
-std::string WorkDir(const std::string& command) {
+absl::StatusOr<std::string> WorkDir(const std::string& command) {
   std::string dir = absl::GetFlag(FLAGS_work_dir);
   if (dir.empty()) dir = absl::StrCat("/tmp/psctl-", command, "-", getpid());
-  std::system(("mkdir -p '" + dir + "'").c_str());
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make the work dir ", dir, ": ", error.message()));
+  }
   return dir;
 }
 
@@ -140,44 +176,35 @@ std::vector<std::string> SecretFlag() {
   return {"--cluster_secret_file=" + SecretFile()};
 }
 
-int PrintStatus(bool tables_only, const ClusterAuth& auth) {
+int PrintStatus(bool tables_only, const CommandContext& ctx) {
   StatusOptions o;
-  o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
-  o.auth = auth;
+  o.scheduler_address = ctx.scheduler;
+  o.auth = ctx.auth;
   o.interval = tables_only
                    ? absl::ZeroDuration()
                    : absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms));
   o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   absl::StatusOr<psctl::ClusterStatus> s = GatherStatus(o);
   if (!s.ok()) return Fail(s.status());
-  if (absl::GetFlag(FLAGS_json)) {
-    google::protobuf::util::JsonPrintOptions j;
-    j.add_whitespace = true;
-    j.preserve_proto_field_names = true;
-    j.always_print_primitive_fields = true;
-    std::string out;
-    if (tables_only) {
-      psctl::ClusterStatus only;
-      only.set_scheduler(s->scheduler());
-      *only.mutable_tables() = s->tables();
-      (void)google::protobuf::util::MessageToJsonString(only, &out, j);
-    } else {
-      (void)google::protobuf::util::MessageToJsonString(*s, &out, j);
-    }
-    std::printf("%s\n", out.c_str());
-  } else {
-    std::printf("%s", tables_only ? FormatTables(*s).c_str()
-                                  : FormatStatus(*s).c_str());
+  if (tables_only) {
+    psctl::ClusterStatus only;
+    only.set_scheduler(s->scheduler());
+    *only.mutable_tables() = s->tables();
+    return PrintOutput(only, ctx.format,
+                       [&](bool wide) { return FormatTables(*s, wide); });
   }
-  return 0;
+  return PrintOutput(*s, ctx.format,
+                     [&](bool wide) { return FormatStatus(*s, wide); });
 }
 
 // Starts a scheduler and servers as the demo does and keeps them until
 // SIGINT or SIGTERM.
-int Local() {
+int Local(const CommandContext& ctx) {
   LocalClusterOptions o;
   o.bin_dir = BinDir();
-  o.work_dir = WorkDir("local");
+  absl::StatusOr<std::string> work_dir = WorkDir("local");
+  if (!work_dir.ok()) return Fail(work_dir.status());
+  o.work_dir = *work_dir;
   o.num_servers = absl::GetFlag(FLAGS_servers);
   // After LocalCluster's own --listen=127.0.0.1:0: the last one counts.
   o.scheduler_flags = {
@@ -207,14 +234,18 @@ int Local() {
       return Fail(s);
     }
   }
-  std::printf(
-      "local cluster: scheduler %s, %d servers, logs in %s\n"
-      "  psctl status --scheduler=%s\n"
-      "  psctl job --scheduler=%s --worker_flags=--model=mlp,--steps=500\n"
-      "Ctrl-C stops it.\n",
-      address.c_str(), (*cluster)->num_servers(), o.work_dir.c_str(),
-      address.c_str(), address.c_str());
-  std::fflush(stdout);
+  psctl::LocalCluster running;
+  running.set_scheduler(address);
+  running.set_servers((*cluster)->num_servers());
+  running.set_work_dir(o.work_dir);
+  PrintOutput(running, ctx.format, [&](bool) {
+    return absl::StrCat(
+        "local cluster: scheduler ", address, ", ", running.servers(),
+        " servers, logs in ", o.work_dir,
+        "\n  psctl status --scheduler=", address,
+        "\n  psctl job --scheduler=", address,
+        " --worker_flags=--model=mlp,--steps=500\nCtrl-C stops it.\n");
+  });
   // Until a signal, or until a daemon dies under us.
   while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
     if (!(*cluster)->scheduler().running() ||
@@ -225,7 +256,7 @@ int Local() {
       return kFailed;
     }
   }
-  std::printf("stopping\n");
+  std::fprintf(ctx.machine() ? stderr : stdout, "stopping\n");
   absl::Status s = (*cluster)->Stop();
   if (!s.ok()) return Fail(s);
   return 0;
@@ -233,18 +264,23 @@ int Local() {
 
 // Starts a job's processes against a running cluster and waits for them,
 // printing the job's progress.
-int Job(const ClusterAuth& auth) {
+int Job(const CommandContext& ctx) {
   const std::string kind = absl::GetFlag(FLAGS_kind);
   if (kind != "train" && kind != "lbfgs") {
     std::fprintf(stderr, "psctl job: --kind=%s: train or lbfgs\n",
                  kind.c_str());
     return kUsage;
   }
-  const std::string scheduler = absl::GetFlag(FLAGS_scheduler);
+  const std::string& scheduler = ctx.scheduler;
   const std::string bin = BinDir();
-  const std::string dir = WorkDir("job");
-  SchedulerClient sched(
-      scheduler, absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)), auth);
+  absl::StatusOr<std::string> work_dir = WorkDir("job");
+  if (!work_dir.ok()) return Fail(work_dir.status());
+  const std::string dir = *work_dir;
+  // Progress goes where it does not mix with a JSON or YAML result.
+  FILE* progress = ctx.machine() ? stderr : stdout;
+  SchedulerClient sched(scheduler,
+                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
+                        ctx.auth);
   auto status = sched.GetJobStatus();
   if (!status.ok()) return Fail(status.status());
   int workers = absl::GetFlag(FLAGS_workers);
@@ -291,9 +327,9 @@ int Job(const ClusterAuth& auth) {
         argv, absl::StrCat(dir, "/worker-", i, ".log")));
     if (absl::Status s = procs.back()->Start(); !s.ok()) return Fail(s);
   }
-  std::printf("job (%s): %d workers, logs in %s\n", kind.c_str(), workers,
-              dir.c_str());
-  std::fflush(stdout);
+  std::fprintf(progress, "job (%s): %d workers, logs in %s\n", kind.c_str(),
+               workers, dir.c_str());
+  std::fflush(progress);
   absl::Notification stop;
   OnTerminationSignal([&stop] {
     if (!stop.HasBeenNotified()) stop.Notify();
@@ -303,7 +339,20 @@ int Job(const ClusterAuth& auth) {
   std::vector<Subprocess*> all;
   for (auto& p : procs) all.push_back(p.get());
   if (coordinator != nullptr) all.push_back(coordinator.get());
-  int failed = 0;
+  psctl::JobResult result;
+  result.set_kind(kind);
+  result.set_work_dir(dir);
+  // Exit status as a shell reports it (128 + N for signal N).
+  auto exit_status = [](int st) {
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  };
+  auto record = [&](const Subprocess& p, int status) {
+    psctl::JobResult::Process* r = result.add_processes();
+    r->set_program(p.argv()[0]);
+    r->set_exit_status(status);
+    r->set_log(p.log_path());
+    if (status != 0) result.set_failed(result.failed() + 1);
+  };
   std::vector<bool> done(all.size(), false);
   size_t remaining = all.size();
   while (remaining > 0) {
@@ -314,7 +363,13 @@ int Job(const ClusterAuth& auth) {
       for (Subprocess* p : all) {
         if (p->running()) p->Signal(SIGTERM);
       }
-      for (Subprocess* p : all) (void)p->Wait(absl::Seconds(10));
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (done[i]) continue;
+        auto st = all[i]->Wait(absl::Seconds(10));
+        record(*all[i], st.ok() ? exit_status(*st) : 128 + SIGKILL);
+      }
+      result.set_interrupted(true);
+      if (ctx.machine()) PrintOutput(result, ctx.format, nullptr);
       return kFailed;
     }
     for (size_t i = 0; i < all.size(); ++i) {
@@ -323,8 +378,8 @@ int Job(const ClusterAuth& auth) {
       if (!st.ok()) continue;
       done[i] = true;
       --remaining;
-      if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
-        ++failed;
+      record(*all[i], exit_status(*st));
+      if (exit_status(*st) != 0) {
         std::fprintf(stderr, "psctl job: %s failed; log tail:\n%s\n",
                      all[i]->argv()[0].c_str(), all[i]->LogTail(2000).c_str());
       }
@@ -333,30 +388,33 @@ int Job(const ClusterAuth& auth) {
       auto s = sched.GetJobStatus();
       if (s.ok() && s->workers_size() > 0) {
         const auto& w0 = s->workers(0);
-        std::printf("gating clock %lld  loss %.4f  test acc %s\n",
-                    static_cast<long long>(s->gating_clock()), w0.loss(),
-                    w0.test_accuracy() > 0
-                        ? absl::StrCat(w0.test_accuracy()).c_str()
-                        : "-");
-        std::fflush(stdout);
+        std::fprintf(progress, "gating clock %lld  loss %.4f  test acc %s\n",
+                     static_cast<long long>(s->gating_clock()), w0.loss(),
+                     w0.test_accuracy() > 0
+                         ? absl::StrCat(w0.test_accuracy()).c_str()
+                         : "-");
+        std::fflush(progress);
       }
     }
   }
   if (coordinator != nullptr) {
     // ps_lbfgs' summary is the end of its log.
-    std::printf("%s\n", coordinator->LogTail(1500).c_str());
+    std::fprintf(progress, "%s\n", coordinator->LogTail(1500).c_str());
   }
+  const int failed = result.failed();
+  PrintOutput(result, ctx.format, [&](bool) {
+    return failed > 0 ? std::string() : std::string("job done\n");
+  });
   if (failed > 0) {
     std::fprintf(stderr, "psctl job: %d of %zu processes failed\n", failed,
                  all.size());
     return kFailed;
   }
-  std::printf("job done\n");
   return 0;
 }
 
-void PrintManifest(const proto::CheckpointManifest& m) {
-  std::printf(
+std::string FormatManifest(const proto::CheckpointManifest& m, bool wide) {
+  std::string out = absl::StrFormat(
       "checkpoint %llu  clock %lld  tables %d  rows %llu  bytes %llu  "
       "took %lld ms\n",
       static_cast<unsigned long long>(m.id()),
@@ -365,55 +423,48 @@ void PrintManifest(const proto::CheckpointManifest& m) {
       static_cast<unsigned long long>(m.bytes()),
       static_cast<long long>(m.duration_ms()));
   if (!m.lbfgs().table().empty()) {
-    std::printf("  L-BFGS of table %s after iteration %d (f %.10g)\n",
-                m.lbfgs().table().c_str(), m.lbfgs().iteration(),
-                m.lbfgs().f());
+    absl::StrAppendFormat(
+        &out, "  L-BFGS of table %s after iteration %d (f %.10g)\n",
+        m.lbfgs().table(), m.lbfgs().iteration(), m.lbfgs().f());
   }
-}
-
-int PrintJson(const google::protobuf::Message& m) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) {
-    return Fail(absl::InternalError("cannot print JSON"));
+  if (wide) {
+    for (const auto& t : m.tables()) {
+      absl::StrAppend(&out, "  table ", t.spec().name(), "\n");
+    }
   }
-  std::printf("%s\n", json.c_str());
-  return 0;
+  return out;
 }
 
 // Takes a checkpoint now and waits for its manifest.
-int Checkpoint(const ClusterAuth& auth) {
+int Checkpoint(const CommandContext& ctx) {
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  SchedulerClient sched(absl::GetFlag(FLAGS_scheduler),
-                        timeout + absl::Seconds(10), auth);
+  SchedulerClient sched(ctx.scheduler, timeout + absl::Seconds(10), ctx.auth);
   absl::StatusOr<proto::CheckpointManifest> m = sched.Checkpoint(timeout);
   if (!m.ok()) return Fail(m.status());
-  if (absl::GetFlag(FLAGS_json)) return PrintJson(*m);
-  PrintManifest(*m);
-  return 0;
+  return PrintOutput(*m, ctx.format,
+                     [&](bool wide) { return FormatManifest(*m, wide); });
 }
 
 // The complete checkpoints the scheduler keeps, oldest first.
-int Checkpoints(const ClusterAuth& auth) {
-  SchedulerClient sched(absl::GetFlag(FLAGS_scheduler),
+int Checkpoints(const CommandContext& ctx) {
+  SchedulerClient sched(ctx.scheduler,
                         absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
-                        auth);
+                        ctx.auth);
   absl::StatusOr<std::vector<proto::CheckpointManifest>> all =
       sched.ListCheckpoints();
   if (!all.ok()) return Fail(all.status());
-  if (absl::GetFlag(FLAGS_json)) {
-    proto::ListCheckpointsReply reply;
-    for (const auto& m : *all) *reply.add_checkpoints() = m;
-    return PrintJson(reply);
-  }
-  if (all->empty()) std::printf("no complete checkpoint\n");
-  for (const auto& m : *all) PrintManifest(m);
-  return 0;
+  proto::ListCheckpointsReply reply;
+  for (const auto& m : *all) *reply.add_checkpoints() = m;
+  return PrintOutput(reply, ctx.format, [&](bool wide) {
+    if (all->empty()) return std::string("no complete checkpoint\n");
+    std::string out;
+    for (const auto& m : *all) out += FormatManifest(m, wide);
+    return out;
+  });
 }
 
 // Rolls the job back to --checkpoint and waits for it.
-int Restore(const ClusterAuth& auth) {
+int Restore(const CommandContext& ctx) {
   const uint64_t id = absl::GetFlag(FLAGS_checkpoint);
   if (id == 0) {
     std::fprintf(stderr,
@@ -422,23 +473,22 @@ int Restore(const ClusterAuth& auth) {
     return kUsage;
   }
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  SchedulerClient sched(absl::GetFlag(FLAGS_scheduler),
-                        timeout + absl::Seconds(10), auth);
+  SchedulerClient sched(ctx.scheduler, timeout + absl::Seconds(10), ctx.auth);
   absl::StatusOr<proto::RestoreCheckpointReply> r =
       sched.RestoreCheckpoint(id, timeout);
   if (!r.ok()) return Fail(r.status());
-  if (absl::GetFlag(FLAGS_json)) return PrintJson(*r);
-  std::printf(
-      "restored checkpoint %llu: the job resumes at clock %lld "
-      "(epoch %llu)\n",
-      static_cast<unsigned long long>(r->manifest().id()),
-      static_cast<long long>(r->manifest().clock()),
-      static_cast<unsigned long long>(r->epoch()));
-  return 0;
+  return PrintOutput(*r, ctx.format, [&](bool) {
+    return absl::StrFormat(
+        "restored checkpoint %llu: the job resumes at clock %lld "
+        "(epoch %llu)\n",
+        static_cast<unsigned long long>(r->manifest().id()),
+        static_cast<long long>(r->manifest().clock()),
+        static_cast<unsigned long long>(r->epoch()));
+  });
 }
 
 // One table's parameters to .npy, from the cluster or a checkpoint.
-int Export(const ClusterAuth& auth) {
+int Export(const CommandContext& ctx) {
   ExportOptions o;
   o.table = absl::GetFlag(FLAGS_table);
   o.out = absl::GetFlag(FLAGS_out);
@@ -449,38 +499,93 @@ int Export(const ClusterAuth& auth) {
   const std::vector<std::string> dirs = absl::GetFlag(FLAGS_data_dirs);
   absl::StatusOr<ExportResult> r =
       dirs.empty()
-          ? ExportFromCluster(absl::GetFlag(FLAGS_scheduler), auth, o)
+          ? ExportFromCluster(ctx.scheduler, ctx.auth, o)
           : ExportFromCheckpoint(dirs, absl::GetFlag(FLAGS_checkpoint), o);
   if (!r.ok()) return Fail(r.status());
-  std::printf("%s: %llu rows of width %u%s -> %s\n", o.table.c_str(),
-              static_cast<unsigned long long>(r->rows), r->width,
-              r->sparse ? " (sparse)" : "",
-              absl::StrJoin(r->files, ", ").c_str());
-  return 0;
+  psctl::ExportSummary summary;
+  summary.set_table(o.table);
+  summary.set_rows(r->rows);
+  summary.set_width(r->width);
+  summary.set_sparse(r->sparse);
+  for (const std::string& f : r->files) summary.add_files(f);
+  return PrintOutput(summary, ctx.format, [&](bool) {
+    return absl::StrFormat("%s: %llu rows of width %u%s -> %s\n", o.table,
+                           static_cast<unsigned long long>(r->rows), r->width,
+                           r->sparse ? " (sparse)" : "",
+                           absl::StrJoin(r->files, ", "));
+  });
+}
+
+int Version(const CommandContext& ctx) {
+  psctl::VersionInfo v;
+  v.set_version(kVersion);
+  return PrintOutput(v, ctx.format, [&](bool) {
+    return absl::StrCat("psctl ", v.version(), "\n");
+  });
+}
+
+// Every command: a row here, its function above (or in a file of its own
+// beside this one).
+struct Command {
+  const char* name;
+  int (*run)(const CommandContext&);
+};
+constexpr Command kCommands[] = {
+    {"status", [](const CommandContext& c) { return PrintStatus(false, c); }},
+    {"tables", [](const CommandContext& c) { return PrintStatus(true, c); }},
+    {"local", Local},
+    {"job", Job},
+    {"checkpoint", Checkpoint},
+    {"checkpoints", Checkpoints},
+    {"restore", Restore},
+    {"export", Export},
+    {"version", Version},
+};
+
+std::string CommandNames(const char* separator) {
+  std::vector<std::string> names;
+  for (const Command& c : kCommands) names.push_back(c.name);
+  return absl::StrJoin(names, separator);
+}
+
+// --scheduler, else $DOWNPOUR_SCHEDULER (the variable python3 -m
+// downpour.run and the Kubernetes Python workers set), else the default.
+std::string SchedulerAddress() {
+  std::string address = absl::GetFlag(FLAGS_scheduler);
+  if (address.empty()) {
+    const char* env = std::getenv("DOWNPOUR_SCHEDULER");
+    address = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
+  }
+  return address;
 }
 
 int Main(const std::vector<char*>& args) {
   if (args.size() != 2) {
-    std::fprintf(stderr,
-                 "usage: psctl status|tables|local|job|checkpoint|checkpoints|"
-                 "restore|export [flags] (psctl --help)\n");
+    std::fprintf(stderr, "usage: psctl %s [flags] (psctl --help)\n",
+                 CommandNames("|").c_str());
     return kUsage;
   }
   const std::string command = args[1];
-  auto auth = ClusterAuth::FromFlags(kGrpcClient);
-  if (!auth.ok()) return Fail(auth.status());
-  if (command == "status") return PrintStatus(false, *auth);
-  if (command == "tables") return PrintStatus(true, *auth);
-  if (command == "local") return Local();
-  if (command == "job") return Job(*auth);
-  if (command == "checkpoint") return Checkpoint(*auth);
-  if (command == "checkpoints") return Checkpoints(*auth);
-  if (command == "restore") return Restore(*auth);
-  if (command == "export") return Export(*auth);
-  std::fprintf(stderr,
-               "psctl: unknown command '%s' (status, tables, local, job, "
-               "checkpoint, checkpoints, restore, export)\n",
-               command.c_str());
+  CommandContext ctx;
+  ctx.scheduler = SchedulerAddress();
+  const std::string o =
+      absl::GetFlag(FLAGS_json) ? "json" : absl::GetFlag(FLAGS_o);
+  absl::StatusOr<OutputFormat> format = ParseOutputFormat(o);
+  if (!format.ok()) {
+    std::fprintf(stderr, "psctl: -o: %s\n",
+                 std::string(format.status().message()).c_str());
+    return kUsage;
+  }
+  ctx.format = *format;
+  for (const Command& c : kCommands) {
+    if (command != c.name) continue;
+    auto auth = ClusterAuth::FromFlags(kGrpcClient);
+    if (!auth.ok()) return Fail(auth.status());
+    ctx.auth = *std::move(auth);
+    return c.run(ctx);
+  }
+  std::fprintf(stderr, "psctl: unknown command '%s' (%s)\n", command.c_str(),
+               CommandNames(", ").c_str());
   return kUsage;
 }
 
@@ -491,8 +596,8 @@ int main(int argc, char** argv) {
   downpour::ProgramStart start;
   start.usage =
       "the Downpour operator's command line (usage: psctl "
-      "status|tables|local|job|checkpoint|checkpoints|restore|export "
-      "[--scheduler=HOST:PORT] [--json] [flags])";
+      "status|tables|local|job|checkpoint|checkpoints|restore|export|version "
+      "[--scheduler=HOST:PORT] [-o json|yaml|wide] [flags])";
   start.block_termination_signals = true;
   auto args = downpour::StartProgram(argc, argv, start);
   if (!args.ok()) return 2;

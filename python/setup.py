@@ -22,6 +22,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = "//python:downpour/_downpour.so"
 
 
+def version() -> str:
+    """The repository's VERSION file (one place for every version), or
+    $DOWNPOUR_VERSION where the package is built outside the repository."""
+    path = os.path.join(os.path.dirname(HERE), "VERSION")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return f.read().strip()
+    if os.environ.get("DOWNPOUR_VERSION"):
+        return os.environ["DOWNPOUR_VERSION"]
+    raise RuntimeError(f"no {path} and no DOWNPOUR_VERSION")
+
+
 def built_extension() -> str:
     path = os.environ.get("DOWNPOUR_EXTENSION")
     if path:
@@ -61,6 +73,7 @@ class build_with_bazel(build_ext):
 
 
 setup(
+    version=version(),
     ext_modules=[BazelExtension()],
     cmdclass={"build_ext": build_with_bazel},
 )

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "scheduler/capacity.h"
 
 namespace downpour {
 
@@ -30,15 +31,36 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   w->Gauge("downpour_cluster_epoch", "Current cluster-map epoch", {},
            static_cast<double>(map.epoch()));
   // Every (role, state) pair, zeros included, so that alerts on "dead > 0"
-  // see a series from the start.
+  // see a series from the start. Label values are lower case, as
+  // Prometheus' conventions have them.
   std::map<std::pair<std::string, std::string>, int> nodes;
-  for (const char* role : {"SERVER", "WORKER", "CLIENT"}) {
-    for (const char* state : {"ALIVE", "DEAD"}) nodes[{role, state}] = 0;
+  for (const char* role : {"server", "worker", "client"}) {
+    for (const char* state : {"alive", "dead"}) nodes[{role, state}] = 0;
   }
   std::map<uint64_t, bool> alive;
   for (const proto::NodeInfo& n : map.nodes()) {
-    ++nodes[{proto::NodeRole_Name(n.role()), proto::NodeState_Name(n.state())}];
+    ++nodes[{absl::AsciiStrToLower(proto::NodeRole_Name(n.role())),
+             absl::AsciiStrToLower(proto::NodeState_Name(n.state()))}];
     alive[n.id()] = n.state() == proto::ALIVE;
+  }
+  // Each live server's table memory: what its ranges commit (the dense
+  // arrays, scheduler/capacity.h) against what it said it can hold
+  // (ps_server --max_table_bytes), for an alert before tables are refused.
+  const absl::flat_hash_map<NodeId, uint64_t> committed = CommittedBytes(map);
+  for (const proto::NodeInfo& n : map.nodes()) {
+    if (n.role() != proto::SERVER || n.state() != proto::ALIVE ||
+        n.memory_limit_bytes() == 0) {
+      continue;
+    }
+    const MetricLabels l = {{"server", n.name()}};
+    const auto it = committed.find(n.id());
+    w->Gauge("downpour_server_table_memory_committed_bytes",
+             "Table memory the server's ranges commit (dense arrays; sparse "
+             "rows are not counted)",
+             l, it == committed.end() ? 0 : static_cast<double>(it->second));
+    w->Gauge("downpour_server_table_memory_limit_bytes",
+             "Table memory the server can hold (--max_table_bytes)", l,
+             static_cast<double>(n.memory_limit_bytes()));
   }
   for (const auto& [key, count] : nodes) {
     w->Gauge("downpour_cluster_nodes", "Registered nodes by role and state",
@@ -74,11 +96,11 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   }
   w->Counter("downpour_cluster_nodes_declared_dead_total",
              "Nodes declared dead (missed heartbeats, unreachable, replaced)",
-             {{"role", "SERVER"}},
+             {{"role", "server"}},
              static_cast<double>(events.servers_declared_dead));
   w->Counter("downpour_cluster_nodes_declared_dead_total",
              "Nodes declared dead (missed heartbeats, unreachable, replaced)",
-             {{"role", "WORKER"}},
+             {{"role", "worker"}},
              static_cast<double>(events.workers_declared_dead));
   w->Counter("downpour_cluster_promotions_total",
              "Failovers: ranges whose primary died and a backup took over", {},

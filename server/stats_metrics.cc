@@ -4,15 +4,18 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace downpour {
 namespace {
 
+// Lower case, as Prometheus' conventions have label values: push, pull,
+// push_pull, ..., replication.
 std::string OpName(uint32_t op) {
-  if (op == kReplicationOp) return "REPLICATION";
+  if (op == kReplicationOp) return "replication";
   if (proto::Op_IsValid(static_cast<int>(op))) {
-    return proto::Op_Name(static_cast<proto::Op>(op));
+    return absl::AsciiStrToLower(proto::Op_Name(static_cast<proto::Op>(op)));
   }
   return absl::StrCat("op ", op);
 }

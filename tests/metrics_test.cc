@@ -151,7 +151,7 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
   // Each range has a primary and a backup: both servers hold all rows.
   EXPECT_EQ(SumOver(before, "downpour_table_rows", {{"table", "w"}}), 2000);
   EXPECT_EQ(SumOver(before, "downpour_server_requests_total",
-                    {{"op", "PUSH"}, {"table", "w"}}),
+                    {{"op", "push"}, {"table", "w"}}),
             0);
   const double bytes_in_before =
       SumOver(before, "downpour_server_received_bytes_total");
@@ -186,9 +186,9 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
   ASSERT_EQ(after.size(), 2u);
   // Every operation on the whole key space is one request per server (one
   // range each).
-  const std::map<std::string, std::string> push = {{"op", "PUSH"},
+  const std::map<std::string, std::string> push = {{"op", "push"},
                                                    {"table", "w"}};
-  const std::map<std::string, std::string> pull = {{"op", "PULL"},
+  const std::map<std::string, std::string> pull = {{"op", "pull"},
                                                    {"table", "w"}};
   EXPECT_EQ(SumOver(after, "downpour_server_requests_total", push),
             2 * kPushes);
@@ -201,12 +201,12 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
       SumOver(after, "downpour_server_request_duration_seconds_count", push),
       2 * kPushes);
   EXPECT_EQ(SumOver(after, "downpour_server_request_duration_seconds_bucket",
-                    {{"op", "PUSH"}, {"table", "w"}, {"le", "+Inf"}}),
+                    {{"op", "push"}, {"table", "w"}, {"le", "+Inf"}}),
             2 * kPushes);
   EXPECT_GT(
       SumOver(after, "downpour_server_request_duration_seconds_sum", push), 0);
   EXPECT_LE(SumOver(after, "downpour_server_request_duration_seconds_bucket",
-                    {{"op", "PUSH"}, {"table", "w"}, {"le", "1e-05"}}),
+                    {{"op", "push"}, {"table", "w"}, {"le", "1e-05"}}),
             2 * kPushes);
   // Bytes: at least the values pushed in and pulled out.
   const double value_bytes = 4000.0 * sizeof(float);
@@ -223,7 +223,7 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
   EXPECT_EQ(SumOver(after, "downpour_server_replica_messages_applied_total"),
             2 * kPushes);
   EXPECT_EQ(
-      SumOver(after, "downpour_server_requests_total", {{"op", "REPLICATION"}}),
+      SumOver(after, "downpour_server_requests_total", {{"op", "replication"}}),
       2 * kPushes);
   EXPECT_EQ(SumOver(after, "downpour_server_replication_held_writes"), 0);
   EXPECT_EQ(SumOver(after, "downpour_server_deferred_replies"), 0);
@@ -263,16 +263,23 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
 
   ASSERT_OK_AND_ASSIGN(ScrapedMetrics m, Scrape(scheduler_metrics_));
   EXPECT_EQ(
-      m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "ALIVE"}}),
+      m.Sum("downpour_cluster_nodes", {{"role", "server"}, {"state", "alive"}}),
       2);
   EXPECT_EQ(
-      m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "DEAD"}}),
+      m.Sum("downpour_cluster_nodes", {{"role", "server"}, {"state", "dead"}}),
       0);
   EXPECT_EQ(
-      m.Sum("downpour_cluster_nodes", {{"role", "WORKER"}, {"state", "ALIVE"}}),
+      m.Sum("downpour_cluster_nodes", {{"role", "worker"}, {"state", "alive"}}),
       1);
   EXPECT_EQ(m.Sum("downpour_table_ranges", {{"table", "emb"}}), 2);
   EXPECT_EQ(m.Sum("downpour_table_backups", {{"table", "emb"}}), 2);
+  // The table memory of both servers: "emb" (100 x 2 floats, twice with
+  // its backups) against the limits they registered with.
+  EXPECT_EQ(m.Sum("downpour_server_table_memory_committed_bytes", {}),
+            2 * 100 * 2 * sizeof(float));
+  EXPECT_GT(m.Sum("downpour_server_table_memory_limit_bytes",
+                  {{"server", "server-0"}}),
+            0);
   EXPECT_EQ(m.Sum("downpour_table_ranges_lost", {{"table", "emb"}}), 0);
   EXPECT_EQ(m.Sum("downpour_worker_clock", {{"rank", "1"}}), 7);
   EXPECT_EQ(m.Sum("downpour_worker_loss", {{"rank", "1"}}), 0.25);
@@ -302,10 +309,10 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
   }
   EXPECT_EQ(m.Sum("downpour_cluster_promotions_total"), 1);
   EXPECT_EQ(
-      m.Sum("downpour_cluster_nodes_declared_dead_total", {{"role", "SERVER"}}),
+      m.Sum("downpour_cluster_nodes_declared_dead_total", {{"role", "server"}}),
       1);
   EXPECT_EQ(
-      m.Sum("downpour_cluster_nodes", {{"role", "SERVER"}, {"state", "DEAD"}}),
+      m.Sum("downpour_cluster_nodes", {{"role", "server"}, {"state", "dead"}}),
       1);
   EXPECT_EQ(m.Sum("downpour_table_ranges_unavailable", {{"table", "emb"}}), 0);
   EXPECT_EQ(m.Sum("downpour_table_backups", {{"table", "emb"}}), 0);

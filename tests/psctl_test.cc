@@ -22,6 +22,7 @@
 #include "common/auth.h"
 #include "common/status_macros.h"
 #include "common/test_util.h"
+#include "common/version.h"
 #include "google/protobuf/util/json_util.h"
 #include "launch/local_cluster.h"
 #include "psctl/npy.h"
@@ -248,6 +249,61 @@ TEST(PsctlTest, HonoursTheClusterSecret) {
   EXPECT_TRUE(s.servers(0).error().empty()) << s.servers(0).error();
   EXPECT_EQ(s.servers(0).stats().node_id(), s.servers(0).node_id());
   EXPECT_OK(cluster->Stop());
+}
+
+// -o json|yaml|wide on every command with one JSON style (the .proto's
+// snake_case names, zero values present), psctl version, and the
+// scheduler's address from $DOWNPOUR_SCHEDULER when --scheduler is not
+// given.
+TEST(PsctlTest, OutputFormatsVersionAndTheSchedulerFromTheEnvironment) {
+  PsctlRun v = Psctl({"version"});
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_EQ(v.output, absl::StrCat("psctl ", kVersion, "\n"));
+  PsctlRun vj = Psctl({"version", "-o", "json"});
+  EXPECT_EQ(vj.exit_code, 0) << vj.output;
+  EXPECT_TRUE(absl::StrContains(
+      vj.output, absl::StrCat("\"version\": \"", kVersion, "\"")))
+      << vj.output;
+  PsctlRun vy = Psctl({"version", "-o=yaml"});
+  EXPECT_EQ(vy.output, absl::StrCat("version: \"", kVersion, "\"\n"));
+  PsctlRun bad = Psctl({"version", "-o", "xml"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(absl::StrContains(bad.output, "json, yaml or wide"))
+      << bad.output;
+
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/formats";
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = 1;
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
+  const std::string address = cluster->scheduler_address();
+  ASSERT_EQ(setenv("DOWNPOUR_SCHEDULER", address.c_str(), 1), 0);
+  PsctlRun yaml = Psctl({"status", "-o", "yaml", "--interval_ms=0"});
+  PsctlRun wide = Psctl({"status", "-o", "wide", "--interval_ms=0"});
+  PsctlRun tables = Psctl({"tables", "-o", "json"});
+  // Zero values present: an empty list is printed, not left out.
+  PsctlRun checkpoints = Psctl({"checkpoints", "-o", "json"});
+  PsctlRun checkpoints_yaml = Psctl({"checkpoints", "-o", "yaml"});
+  unsetenv("DOWNPOUR_SCHEDULER");
+  EXPECT_EQ(yaml.exit_code, 0) << yaml.output;
+  EXPECT_TRUE(absl::StrContains(yaml.output,
+                                absl::StrCat("scheduler: \"", address, "\"\n")))
+      << yaml.output;
+  EXPECT_TRUE(absl::StrContains(yaml.output, "\nservers:\n- node_id: \""))
+      << yaml.output;
+  EXPECT_TRUE(absl::StrContains(yaml.output, "  memory_limit_bytes: \""))
+      << yaml.output;
+  EXPECT_EQ(wide.exit_code, 0) << wide.output;
+  EXPECT_TRUE(absl::StrContains(wide.output, "INCARNATION")) << wide.output;
+  EXPECT_EQ(tables.exit_code, 0) << tables.output;
+  EXPECT_TRUE(absl::StrContains(tables.output, "\"interval_seconds\": 0"))
+      << tables.output;
+  EXPECT_EQ(checkpoints.exit_code, 0) << checkpoints.output;
+  EXPECT_TRUE(absl::StrContains(checkpoints.output, "\"checkpoints\": []"))
+      << checkpoints.output;
+  EXPECT_EQ(checkpoints_yaml.output, "checkpoints: []\n");
+  ASSERT_OK(cluster->Stop());
 }
 
 TEST(PsctlTest, BadUsageAndUnreachableScheduler) {

@@ -22,6 +22,9 @@ BUILD_PACKAGES=(
   # Prometheus metrics (metrics/), and the gRPC reflection protocol that
   # tests/reflection_test calls.
   prometheus-cpp-dev grpc-proto
+  # The Python extension (//python:downpour), which the image's python
+  # target carries.
+  python3-dev pybind11-dev
 )
 # python/ and sdk/: pybind11 and Python's headers for the module, NumPy,
 # PyTorch and pytest for its tests, pip/venv for the install test, cmake and
@@ -44,6 +47,9 @@ PACKAGES=(
   # health probes) and the image test (podman with runc, debootstrap).
   python3-yaml python3-grpcio
   podman runc debootstrap
+  # promtool (package prometheus): the alerts of
+  # deploy/k8s/components/monitoring, checked and unit-tested.
+  prometheus
   # tools/format.sh (buildifier comes from npm, below).
   clang-format
 )

@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
       "--job=lbfgs (usage: ps_worker --scheduler=HOST:PORT --name=NAME "
       "[flags])";
   start.tune_allocator = true;
+  // Before any thread starts (the metrics endpoint's below): a thread with
+  // SIGTERM unblocked would take it and the process would die of it
+  // instead of finishing its step (the training job) or exiting 143.
+  start.block_termination_signals = true;
   if (!downpour::StartProgram(argc, argv, start).ok()) return 2;
   auto auth = downpour::ClusterAuth::FromFlags(downpour::kGrpcClient);
   if (!auth.ok()) {
@@ -91,6 +95,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::GetFlag(FLAGS_job) == "lbfgs") {
+    // A Sandblaster worker holds no state: SIGTERM ends it at once.
+    downpour::OnTerminationSignal([] { std::_Exit(143); });
     downpour::SandblasterWorkerOptions so;
     so.scheduler_address = absl::GetFlag(FLAGS_scheduler);
     so.auth = *auth;
@@ -119,10 +125,9 @@ int main(int argc, char** argv) {
   // report the clock reached, leave the job (the rank waits for a
   // replacement, nobody waits for this worker's heartbeats to stop) and
   // exit with 143. A step that cannot finish (its peers are gone) is given
-  // 15 s, then abandoned: the worker leaves from here. Blocked before any
-  // thread starts, so that only the waiter sees the signal.
+  // 15 s, then abandoned: the worker leaves from here. (The signals were
+  // blocked at the start, so that only the waiter sees them.)
   static std::atomic<downpour::Worker*> running{nullptr};
-  downpour::BlockTerminationSignals();
   downpour::OnTerminationSignal([] {
     downpour::Worker* w = running.load();
     if (w == nullptr) {

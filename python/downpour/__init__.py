@@ -17,12 +17,19 @@ the data; training processes push gradients and pull parameters::
 
 ``downpour.torch`` keeps a ``torch.nn.Module``'s parameters in Downpour
 tables (BSP, SSP or ASP). Errors are :mod:`downpour.errors` exceptions.
+
+Called without a scheduler address (and other omitted arguments),
+``Client.connect()`` and ``JobMember.join()`` read the environment contract
+of :mod:`downpour.env` (``DOWNPOUR_SCHEDULER``, ``DOWNPOUR_RANK``, ...),
+which ``python3 -m downpour.run`` (:mod:`downpour.run`) sets for the
+workers it starts, as torchrun does.
 """
 
 from __future__ import annotations
 
 import glob as _glob
 import os as _os
+from typing import Optional
 
 
 def _locate_extension() -> None:
@@ -40,8 +47,28 @@ def _locate_extension() -> None:
 
 _locate_extension()
 
+
+def _check_numpy() -> None:
+    # NumPy 2 changed the C ABI that pybind11 reaches through its numpy
+    # support; pybind11 learned it in 2.12. pyproject.toml pins NumPy below
+    # 2 for the pybind11 of Debian 12 (2.10); this says so at import rather
+    # than failing at the first array.
+    import numpy
+    from downpour._downpour import _pybind11_version
+    major = int(numpy.__version__.split(".")[0])
+    if major >= 2 and tuple(_pybind11_version) < (2, 12, 0):
+        raise ImportError(
+            f"downpour was built with pybind11 "
+            f"{'.'.join(map(str, _pybind11_version))}, which supports NumPy "
+            f"1.x only; this is NumPy {numpy.__version__}: install numpy<2")
+
+
+_check_numpy()
+
+from downpour import env as _env  # noqa: E402
 from downpour import errors  # noqa: E402
 from downpour._downpour import (  # noqa: E402
+    __version__,
     Client,
     ConsistencyPolicy,
     JobMember,
@@ -60,6 +87,7 @@ from downpour.errors import (  # noqa: E402
     InvalidArgumentError,
     NotFoundError,
     OutOfRangeError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     StatusCode,
     UnauthenticatedError,
@@ -67,6 +95,94 @@ from downpour.errors import (  # noqa: E402
     UnimplementedError,
 )
 
+
+
+def _connect(scheduler_address: Optional[str] = None, *,
+             op_timeout: float = 30.0, connect_timeout: float = 30.0,
+             max_message_bytes: int = 64 << 20,
+             cluster_secret_file: Optional[str] = None,
+             tls_ca_file: Optional[str] = None,
+             tls_cert_file: Optional[str] = None,
+             tls_key_file: Optional[str] = None,
+             tls_mutual: Optional[bool] = None,
+             tls_server_name: Optional[str] = None) -> Client:
+    """Connects to the scheduler at host:port and fetches the cluster map.
+
+    Every argument left out (None) comes from the environment
+    (:mod:`downpour.env`): the address from ``DOWNPOUR_SCHEDULER``, the
+    secret from ``DOWNPOUR_CLUSTER_SECRET_FILE``, TLS from
+    ``DOWNPOUR_TLS_*``. op_timeout: seconds per operation, retries
+    included; max_message_bytes: larger parts are cut;
+    cluster_secret_file: the cluster's secret when it has one; tls_*: the
+    CA, this program's certificate and key (under mutual TLS), as the
+    daemons' --tls_* flags. Raises ValueError without an address,
+    UnavailableError if the scheduler cannot be reached within
+    connect_timeout seconds, UnauthenticatedError if it refuses the
+    secret, InvalidArgumentError for half a TLS set-up, NotFoundError for
+    a file that cannot be read.
+    """
+    auth = _env.auth_kwargs(dict(
+        cluster_secret_file=cluster_secret_file, tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+        tls_mutual=tls_mutual, tls_server_name=tls_server_name))
+    return Client._connect(_env.scheduler_address(scheduler_address),
+                           op_timeout=op_timeout,
+                           connect_timeout=connect_timeout,
+                           max_message_bytes=max_message_bytes, **auth)
+
+
+def _join(scheduler_address: Optional[str] = None, *,
+          name: Optional[str] = None, rank: Optional[int] = None,
+          job_token: Optional[str] = None,
+          job_token_file: Optional[str] = None,
+          register_timeout: float = 30.0, rpc_timeout: float = 10.0,
+          cluster_secret_file: Optional[str] = None,
+          tls_ca_file: Optional[str] = None,
+          tls_cert_file: Optional[str] = None,
+          tls_key_file: Optional[str] = None,
+          tls_mutual: Optional[bool] = None,
+          tls_server_name: Optional[str] = None) -> JobMember:
+    """Registers with the scheduler as a worker and starts heartbeating.
+
+    Every argument left out (None) comes from the environment
+    (:mod:`downpour.env`): ``DOWNPOUR_SCHEDULER``, ``DOWNPOUR_NAME``,
+    ``DOWNPOUR_RANK``, ``DOWNPOUR_JOB_TOKEN_FILE``,
+    ``DOWNPOUR_CLUSTER_SECRET_FILE``, ``DOWNPOUR_TLS_*``.
+
+    name: a stable identity (joining again under the name of a dead member
+    gets its rank back); empty: a fresh one. rank: the rank to take (a
+    Kubernetes Indexed Job's completion index), so that a replacement takes
+    its predecessor's rank; -1: the scheduler picks. job_token or
+    job_token_file: the job token when the scheduler has one. The secret
+    and TLS files as for Client.connect.
+
+    A member that replaces a lost worker, or joins a job restored from a
+    checkpoint, says so: ``start_clock`` (where to go on from),
+    ``restored_from`` and ``barrier_passed(name)``;
+    ``downpour.torch.DistributedModel`` uses them to resume instead of
+    initializing again.
+
+    Raises ValueError without an address, UnavailableError /
+    DeadlineExceededError (no scheduler within register_timeout),
+    AlreadyExistsError (a live worker has this name or rank: a
+    replacement retries until the old one is declared dead),
+    ResourceExhaustedError (the job has all its workers),
+    PermissionDeniedError (no or a wrong job token),
+    UnauthenticatedError. The GIL is released meanwhile.
+    """
+    kwargs = _env.member_kwargs(dict(
+        name=name, rank=rank, job_token=job_token,
+        job_token_file=job_token_file,
+        cluster_secret_file=cluster_secret_file, tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+        tls_mutual=tls_mutual, tls_server_name=tls_server_name))
+    return JobMember._join(_env.scheduler_address(scheduler_address),
+                           register_timeout=register_timeout,
+                           rpc_timeout=rpc_timeout, **kwargs)
+
+
+Client.connect = staticmethod(_connect)
+JobMember.join = staticmethod(_join)
 connect = Client.connect
 
 __all__ = [
@@ -74,7 +190,8 @@ __all__ = [
     "DeadlineExceededError", "JobMember",
     "DownpourError", "FailedPreconditionError", "InternalError",
     "InvalidArgumentError", "NotFoundError", "Operation", "OutOfRangeError",
+    "PermissionDeniedError",
     "ResourceExhaustedError", "StatusCode", "Table", "TrafficStats",
     "UnauthenticatedError", "UnavailableError", "UnimplementedError",
-    "connect", "errors", "tune_allocator",
+    "__version__", "connect", "errors", "tune_allocator",
 ]

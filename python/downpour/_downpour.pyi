@@ -1,6 +1,6 @@
 # Type hints for the extension module (python/src/*.cc); see the docstrings
 # there (help(downpour.Client)) for the contracts.
-from typing import Dict, Iterable, List, Literal, Optional, Sequence, Union, overload
+from typing import Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -43,12 +43,17 @@ class TrafficStats:
 class Client:
     @staticmethod
     def connect(
-        scheduler_address: str,
+        scheduler_address: Optional[str] = None,
         *,
         op_timeout: float = 30.0,
         connect_timeout: float = 30.0,
         max_message_bytes: int = 64 << 20,
         cluster_secret_file: Optional[str] = None,
+        tls_ca_file: Optional[str] = None,
+        tls_cert_file: Optional[str] = None,
+        tls_key_file: Optional[str] = None,
+        tls_mutual: Optional[bool] = None,
+        tls_server_name: Optional[str] = None,
     ) -> Client: ...
     def create_table(
         self,
@@ -133,12 +138,20 @@ class ConsistencyPolicy:
 class JobMember:
     @staticmethod
     def join(
-        scheduler_address: str,
+        scheduler_address: Optional[str] = None,
         *,
-        name: str = "",
+        name: Optional[str] = None,
+        rank: Optional[int] = None,
+        job_token: Optional[str] = None,
+        job_token_file: Optional[str] = None,
         register_timeout: float = 30.0,
         rpc_timeout: float = 10.0,
         cluster_secret_file: Optional[str] = None,
+        tls_ca_file: Optional[str] = None,
+        tls_cert_file: Optional[str] = None,
+        tls_key_file: Optional[str] = None,
+        tls_mutual: Optional[bool] = None,
+        tls_server_name: Optional[str] = None,
     ) -> JobMember: ...
     @property
     def node_id(self) -> int: ...
@@ -146,6 +159,13 @@ class JobMember:
     def rank(self) -> int: ...
     @property
     def policy(self) -> ConsistencyPolicy: ...
+    @property
+    def start_clock(self) -> int: ...
+    @property
+    def restored_from(self) -> int: ...
+    @property
+    def resumed(self) -> bool: ...
+    def barrier_passed(self, name: str) -> bool: ...
     def report_clock(
         self,
         clock: int,
@@ -170,3 +190,6 @@ class JobMember:
     def __exit__(self, *args: object) -> None: ...
 
 def tune_allocator() -> None: ...
+
+__version__: str
+_pybind11_version: Tuple[int, int, int]

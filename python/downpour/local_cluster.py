@@ -6,6 +6,9 @@ examples and benchmarks (the Python twin of launch/local_cluster.h)::
                                        "--num_workers=4"]) as cluster:
         client = downpour.Client.connect(cluster.scheduler_address)
 
+``bin_dir`` holds the daemons as Bazel lays them out
+(``scheduler/ps_scheduler``, ``server/ps_server``) or side by side
+(``ps_scheduler``, ``ps_server``: an install, the image's /usr/local/bin).
 Every daemon listens on a free port (the scheduler reports its own through
 an address file) and logs to ``work_dir``. The scheduler starts with
 ``--min_servers=num_servers``, so a table declaration waits until every
@@ -30,16 +33,19 @@ class LocalCluster:
     def __init__(self, bin_dir: str, work_dir: str, *, num_servers: int = 2,
                  scheduler_flags: Sequence[str] = (),
                  server_flags: Sequence[str] = (),
-                 start_timeout: float = 30.0):
-        """bin_dir holds scheduler/ps_scheduler and server/ps_server (a Bazel
-        bazel-bin or runfiles folder); work_dir receives logs and the
-        address file."""
+                 start_timeout: float = 30.0,
+                 new_process_group: bool = False):
+        """bin_dir holds the daemons (above); work_dir receives logs and the
+        address file. new_process_group: each daemon in a process group of
+        its own, so that a terminal's Ctrl-C reaches only the caller, which
+        then stops them in order (downpour.run)."""
         self.bin_dir = bin_dir
         self.work_dir = work_dir
         self.num_servers = num_servers
         self.scheduler_flags = list(scheduler_flags)
         self.server_flags = list(server_flags)
         self.start_timeout = start_timeout
+        self.new_process_group = new_process_group
         self.scheduler_address = ""
         self._scheduler: Optional[subprocess.Popen] = None
         self._servers: List[subprocess.Popen] = []
@@ -49,8 +55,18 @@ class LocalCluster:
     def _spawn(self, argv: List[str], log_name: str) -> subprocess.Popen:
         log = open(os.path.join(self.work_dir, log_name), "wb")
         self._logs.append(log)
+        kwargs = {"process_group": 0} if self.new_process_group else {}
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, **kwargs)
+
+    @staticmethod
+    def find_binary(bin_dir: str, folder: str, name: str) -> Optional[str]:
+        """bin_dir/folder/name or bin_dir/name, whichever is executable."""
+        for path in (os.path.join(bin_dir, folder, name),
+                     os.path.join(bin_dir, name)):
+            if os.access(path, os.X_OK) and os.path.isfile(path):
+                return path
+        return None
 
     def log_tail(self, log_name: str, max_bytes: int = 4000) -> str:
         path = os.path.join(self.work_dir, log_name)
@@ -66,13 +82,14 @@ class LocalCluster:
         address_file = os.path.join(self.work_dir, "scheduler.address")
         if os.path.exists(address_file):
             os.remove(address_file)
-        for name in ("scheduler/ps_scheduler", "server/ps_server"):
-            if not os.access(os.path.join(self.bin_dir, name), os.X_OK):
-                raise DaemonError(
-                    f"{os.path.join(self.bin_dir, name)} is missing: build "
-                    "//scheduler:ps_scheduler and //server:ps_server")
+        scheduler = self.find_binary(self.bin_dir, "scheduler", "ps_scheduler")
+        server = self.find_binary(self.bin_dir, "server", "ps_server")
+        if scheduler is None or server is None:
+            raise DaemonError(
+                f"{self.bin_dir} has no ps_scheduler and ps_server: build "
+                "//scheduler:ps_scheduler and //server:ps_server")
         self._scheduler = self._spawn(
-            [os.path.join(self.bin_dir, "scheduler/ps_scheduler"),
+            [scheduler,
              "--listen=127.0.0.1:0", f"--address_file={address_file}",
              f"--min_servers={self.num_servers}"] + self.scheduler_flags,
             "scheduler.log")
@@ -97,7 +114,7 @@ class LocalCluster:
             time.sleep(0.02)
         for i in range(self.num_servers):
             self._servers.append(self._spawn(
-                [os.path.join(self.bin_dir, "server/ps_server"),
+                [server,
                  f"--scheduler={self.scheduler_address}",
                  f"--name=server-{i}"] + self.server_flags,
                 f"server-{i}.log"))

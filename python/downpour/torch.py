@@ -37,6 +37,19 @@ The update rule runs on the servers: ``optimizer`` picks it (``SGD``,
 ``Adagrad``, ``Momentum``, ``Adam``). There is no local optimizer step;
 ``step()`` clears ``.grad`` (as ``zero_grad(set_to_none=True)`` would).
 
+A worker that replaces a lost one (same rank, e.g. the restarted pod of an
+Indexed Job) or joins a job restored from a checkpoint resumes: its
+``JobMember`` says where (``start_clock``), and the model starts at that
+clock (``model.clock``), writes no initial values over the trained tables
+and waits at no start-up barrier. The loop must start there too, on the
+batch that step would have had::
+
+    for step in range(model.clock, steps):   # 0 unless resumed
+        x, y = batch(rank, step)
+
+Under BSP the job then ends bit for bit where an undisturbed run would,
+provided the lost worker died between two steps.
+
 Rules: one ``backward()`` per ``step()`` (a second raises RuntimeError:
 the servers count one gradient per worker and step); parameters that got
 no gradient in a step are sent zeros, so a BSP step still completes.
@@ -176,7 +189,10 @@ class DistributedModel(torch.nn.Module):
 
     The constructor declares the tables (identical declarations are shared),
     rank 0 writes its initial values, and every worker waits for that at a
-    barrier and pulls them, so all start from rank 0's initialization.
+    barrier and pulls them, so all start from rank 0's initialization;
+    unless the member resumes (``resumed``: a replacement of a lost worker,
+    a job restored from a checkpoint), which starts at
+    ``member.start_clock`` on the tables' trained values.
     Raises downpour.errors exceptions (e.g. AlreadyExistsError if a table
     of that name exists with another shape).
     """
@@ -223,11 +239,21 @@ class DistributedModel(torch.nn.Module):
             part_rows = max(1, part_bytes // (4 * width))
             self._params.append(_Param(pname, param, table, part_rows,
                                        replies=2 if self._pipelined else 1))
-        if self.rank == 0:
-            for p in self._params:
-                flat = p.param.detach().to("cpu", torch.float32).reshape(-1)
-                client.put(p.table, None, flat.contiguous().numpy())
-        member.barrier(f"downpour.torch/{name}/init", timeout)
+        init_barrier = f"downpour.torch/{name}/init"
+        # The tables hold trained values when the job was restored or this
+        # member replaces a lost one (even one lost before its first clock
+        # report: the job had passed the barrier): nobody overwrites them
+        # with initial values, and the others are long past the barrier.
+        self.resumed = (member.start_clock > 0 or member.restored_from != 0
+                        or member.barrier_passed(init_barrier))
+        self._clock = self._first_clock = member.start_clock
+        if not self.resumed:
+            if self.rank == 0:
+                for p in self._params:
+                    flat = p.param.detach().to("cpu",
+                                               torch.float32).reshape(-1)
+                    client.put(p.table, None, flat.contiguous().numpy())
+            member.barrier(init_barrier, timeout)
         for i, p in enumerate(self._params):
             self._hooks.append(p.param.register_hook(self._grad_hook(i)))
         self._hooks.append(module.register_forward_pre_hook(
@@ -279,7 +305,7 @@ class DistributedModel(torch.nn.Module):
         if self._pipelined:
             # Step c - 1's exchange is the one to land; step c's stays in
             # flight while the next step computes on c - 1's values.
-            if c >= 1:
+            if c > self._first_clock:
                 self._land(c - 1)
                 for p in self._params:
                     p.load(p.reply[(c - 1) % 2])
@@ -309,7 +335,7 @@ class DistributedModel(torch.nn.Module):
         then raises RuntimeError)."""
         if self._finished:
             return
-        if self._pipelined and self._clock >= 1:
+        if self._pipelined and self._clock > self._first_clock:
             c = self._clock - 1
             self._land(c)
             for p in self._params:

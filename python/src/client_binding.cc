@@ -18,6 +18,7 @@
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
 #include "python/src/arrays.h"
+#include "python/src/auth_args.h"
 #include "python/src/operation.h"
 #include "python/src/status.h"
 
@@ -126,19 +127,24 @@ class PyClient {
   const absl::Duration op_timeout_;
 };
 
-// Reads the secret file (if any) and connects. Blocks; call without the GIL.
+// Reads the secret and TLS files (if any) and connects. Blocks; call
+// without the GIL.
 absl::StatusOr<std::unique_ptr<Client>> ConnectWith(
-    ClientOptions options, const std::optional<std::string>& secret_file) {
-  if (secret_file) {
-    DP_ASSIGN_OR_RETURN(options.auth, ClusterAuth::FromFile(*secret_file));
-  }
+    ClientOptions options, const std::optional<std::string>& secret_file,
+    const TlsFiles& tls) {
+  DP_ASSIGN_OR_RETURN(options.auth, ClusterAuth::Load(secret_file.value_or(""),
+                                                      tls, kGrpcClient));
   return Client::Connect(options);
 }
 
-std::shared_ptr<PyClient> Connect(const std::string& scheduler_address,
-                                  double op_timeout, double connect_timeout,
-                                  uint64_t max_message_bytes,
-                                  const std::optional<std::string>& secret) {
+std::shared_ptr<PyClient> Connect(
+    const std::string& scheduler_address, double op_timeout,
+    double connect_timeout, uint64_t max_message_bytes,
+    const std::optional<std::string>& secret,
+    const std::optional<std::string>& tls_ca_file,
+    const std::optional<std::string>& tls_cert_file,
+    const std::optional<std::string>& tls_key_file, bool tls_mutual,
+    const std::optional<std::string>& tls_server_name) {
   if (op_timeout <= 0 || connect_timeout <= 0) {
     throw py::value_error("op_timeout and connect_timeout must be positive");
   }
@@ -147,10 +153,12 @@ std::shared_ptr<PyClient> Connect(const std::string& scheduler_address,
   options.op_timeout = absl::Seconds(op_timeout);
   options.connect_timeout = absl::Seconds(connect_timeout);
   options.max_message_bytes = max_message_bytes;
+  const TlsFiles tls = TlsFilesOf(tls_ca_file, tls_cert_file, tls_key_file,
+                                  tls_mutual, tls_server_name);
   absl::StatusOr<std::unique_ptr<Client>> client;
   {
     py::gil_scoped_release release;
-    client = ConnectWith(options, secret);
+    client = ConnectWith(options, secret, tls);
   }
   return std::make_shared<PyClient>(ValueOrThrow(std::move(client)),
                                     options.op_timeout);
@@ -332,17 +340,18 @@ void RegisterClient(py::module_& m) {
       "and pushes and pulls their values. Make one with Client.connect(). "
       "Thread-safe: Python threads may share one client. Usable as a "
       "context manager (closes on exit).")
-      .def_static("connect", &Connect, arg("scheduler_address"), py::kw_only(),
+      // downpour/__init__.py wraps this as Client.connect, which fills
+      // omitted arguments from the environment (downpour/env.py).
+      .def_static("_connect", &Connect, arg("scheduler_address"), py::kw_only(),
                   arg("op_timeout") = 30.0, arg("connect_timeout") = 30.0,
                   arg("max_message_bytes") = uint64_t{64} << 20,
                   arg("cluster_secret_file") = py::none(),
-                  "Connects to the scheduler at host:port and fetches the "
-                  "cluster map. op_timeout: seconds per operation, retries "
-                  "included; max_message_bytes: larger parts are cut; "
-                  "cluster_secret_file: the cluster's secret when it has one. "
-                  "Raises UnavailableError if the scheduler cannot be reached "
-                  "within connect_timeout seconds, UnauthenticatedError if it "
-                  "refuses the secret.")
+                  arg("tls_ca_file") = py::none(),
+                  arg("tls_cert_file") = py::none(),
+                  arg("tls_key_file") = py::none(), arg("tls_mutual") = false,
+                  arg("tls_server_name") = py::none(),
+                  "Client.connect without the environment's defaults; see "
+                  "there.")
       .def("create_table", &CreateTable, arg("name"), py::kw_only(),
            arg("num_keys") = 0, arg("width") = 1, arg("sparse") = false,
            arg("init") = "zeros", arg("init_a") = 0.0f, arg("init_b") = 0.0f,

@@ -13,8 +13,10 @@
 #include "common/auth.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/token_file.h"
 #include "consistency/consistency.h"
 #include "pybind11/stl.h"
+#include "python/src/auth_args.h"
 #include "python/src/status.h"
 
 namespace downpour {
@@ -42,7 +44,9 @@ class PyJobMember {
       : member_(std::move(member)),
         node_id_(member_->node_id()),
         rank_(member_->rank()),
-        policy_(member_->policy()) {}
+        policy_(member_->policy()),
+        start_clock_(member_->start_clock()),
+        restored_from_(member_->restored_from()) {}
   ~PyJobMember() { Drop(); }
 
   std::shared_ptr<JobMember> Get() const ABSL_LOCKS_EXCLUDED(mu_) {
@@ -91,6 +95,8 @@ class PyJobMember {
   NodeId node_id() const { return node_id_; }
   int rank() const { return rank_; }
   const ConsistencyPolicy& policy() const { return policy_; }
+  Clock start_clock() const { return start_clock_; }
+  uint64_t restored_from() const { return restored_from_; }
 
  private:
   mutable absl::Mutex mu_;
@@ -98,29 +104,58 @@ class PyJobMember {
   const NodeId node_id_;
   const int rank_;
   const ConsistencyPolicy policy_;
+  const Clock start_clock_;
+  const uint64_t restored_from_;
 };
 
-absl::StatusOr<std::unique_ptr<JobMember>> JoinWith(
-    JobMemberOptions options, const std::optional<std::string>& secret_file) {
-  if (secret_file) {
-    DP_ASSIGN_OR_RETURN(options.auth, ClusterAuth::FromFile(*secret_file));
+// What join() takes besides the options: files to read, without the GIL.
+struct JoinFiles {
+  std::optional<std::string> secret_file;
+  std::optional<std::string> job_token_file;
+  TlsFiles tls;
+};
+
+absl::StatusOr<std::unique_ptr<JobMember>> JoinWith(JobMemberOptions options,
+                                                    const JoinFiles& files) {
+  DP_ASSIGN_OR_RETURN(
+      options.auth, ClusterAuth::Load(files.secret_file.value_or(""), files.tls,
+                                      kGrpcClient));
+  if (files.job_token_file) {
+    DP_ASSIGN_OR_RETURN(options.job_token, ReadTokenFile(*files.job_token_file),
+                        "job_token_file");
   }
   return JobMember::Join(options);
 }
 
-std::shared_ptr<PyJobMember> Join(const std::string& scheduler_address,
-                                  const std::string& name,
-                                  double register_timeout, double rpc_timeout,
-                                  const std::optional<std::string>& secret) {
+std::shared_ptr<PyJobMember> Join(
+    const std::string& scheduler_address, const std::string& name, int rank,
+    const std::optional<std::string>& job_token,
+    const std::optional<std::string>& job_token_file, double register_timeout,
+    double rpc_timeout, const std::optional<std::string>& secret,
+    const std::optional<std::string>& tls_ca_file,
+    const std::optional<std::string>& tls_cert_file,
+    const std::optional<std::string>& tls_key_file, bool tls_mutual,
+    const std::optional<std::string>& tls_server_name) {
+  if (rank < -1) throw py::value_error("rank must be >= 0 (or -1: any)");
+  if (job_token && job_token_file) {
+    throw py::value_error("give job_token or job_token_file, not both");
+  }
   JobMemberOptions options;
   options.scheduler_address = scheduler_address;
   options.name = name;
+  options.rank = rank;
+  options.job_token = job_token.value_or("");
   options.register_timeout = Seconds(register_timeout, "register_timeout");
   options.rpc_timeout = Seconds(rpc_timeout, "rpc_timeout");
+  JoinFiles files;
+  files.secret_file = secret;
+  files.job_token_file = job_token_file;
+  files.tls = TlsFilesOf(tls_ca_file, tls_cert_file, tls_key_file, tls_mutual,
+                         tls_server_name);
   absl::StatusOr<std::unique_ptr<JobMember>> member;
   {
     py::gil_scoped_release release;
-    member = JoinWith(options, secret);
+    member = JoinWith(options, files);
   }
   return std::make_shared<PyJobMember>(ValueOrThrow(std::move(member)));
 }
@@ -177,17 +212,17 @@ void RegisterJobMember(py::module_& m) {
       "and the job's policy, heartbeats in the background, clock reports, "
       "WaitClock and barriers. Make one with JobMember.join(). "
       "Thread-safe. A context manager (leaves on exit).")
+      // downpour/__init__.py wraps this as JobMember.join, which fills
+      // omitted arguments from the environment (downpour/env.py).
       .def_static(
-          "join", &Join, arg("scheduler_address"), py::kw_only(),
-          arg("name") = "", arg("register_timeout") = 30.0,
+          "_join", &Join, arg("scheduler_address"), py::kw_only(),
+          arg("name") = "", arg("rank") = -1, arg("job_token") = py::none(),
+          arg("job_token_file") = py::none(), arg("register_timeout") = 30.0,
           arg("rpc_timeout") = 10.0, arg("cluster_secret_file") = py::none(),
-          "Registers with the scheduler as a worker and starts "
-          "heartbeating. name: a stable identity (joining again under the "
-          "name of a dead member gets its rank back); empty: a fresh one. "
-          "Raises UnavailableError / DeadlineExceededError (no scheduler "
-          "within register_timeout), AlreadyExistsError (a live worker has "
-          "this name), ResourceExhaustedError (the job has all its "
-          "workers), UnauthenticatedError. The GIL is released meanwhile.")
+          arg("tls_ca_file") = py::none(), arg("tls_cert_file") = py::none(),
+          arg("tls_key_file") = py::none(), arg("tls_mutual") = false,
+          arg("tls_server_name") = py::none(),
+          "JobMember.join without the environment's defaults; see there.")
       .def_property_readonly("node_id",
                              [](const PyJobMember& s) { return s.node_id(); })
       .def_property_readonly(
@@ -195,6 +230,32 @@ void RegisterJobMember(py::module_& m) {
           "In [0, policy.total_workers); the same after joining again.")
       .def_property_readonly("policy",
                              [](const PyJobMember& s) { return s.policy(); })
+      .def_property_readonly(
+          "start_clock", [](const PyJobMember& s) { return s.start_clock(); },
+          "The clock to start from: 0 for a new job; a restored "
+          "checkpoint's clock; for a replacement of a lost worker, the "
+          "clock its predecessor reported (redo that iteration, on the same "
+          "data shard).")
+      .def_property_readonly(
+          "restored_from",
+          [](const PyJobMember& s) { return s.restored_from(); },
+          "The checkpoint the job was last restored from; 0: none.")
+      .def_property_readonly(
+          "resumed",
+          [](const PyJobMember& s) {
+            return s.start_clock() > 0 || s.restored_from() != 0;
+          },
+          "start_clock > 0 or restored_from != 0: the tables hold trained "
+          "values (see also barrier_passed).")
+      .def(
+          "barrier_passed",
+          [](const PyJobMember& self, const std::string& name) {
+            return self.Get()->BarrierPassed(name);
+          },
+          arg("name"),
+          "Whether the job's workers had passed barrier `name` when this "
+          "member joined: a replacement joining a running job must neither "
+          "wait there alone nor redo what came before it (initial values).")
       .def(
           "report_clock",
           [](const PyJobMember& self, Clock clock, double loss,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import os
 import random
+import re
 import threading
 import time
 
@@ -397,3 +398,24 @@ def test_stub_lists_what_the_module_has():
             assert public <= stubbed, f"{node.name}: {public - stubbed}"
         elif isinstance(node, ast.FunctionDef):
             assert hasattr(downpour._downpour, node.name), node.name
+
+
+def test_version_is_the_repository_version():
+    from conftest import ROOT
+    with open(os.path.join(ROOT, "VERSION")) as f:
+        assert downpour.__version__ == f.read().strip()
+
+
+def test_numpy_pin_matches_the_pybind11_in_use():
+    # pybind11 < 2.12 supports NumPy 1.x only: pyproject.toml must say
+    # numpy<2 then (and may drop the bound once the extension is built with
+    # a pybind11 that supports NumPy 2).
+    from conftest import ROOT
+    with open(os.path.join(ROOT, "python", "pyproject.toml")) as f:
+        text = f.read()
+    pins = re.findall(r'"numpy([^"]*)"', text)
+    assert pins, "pyproject.toml does not name numpy"
+    if tuple(downpour._downpour._pybind11_version) < (2, 12, 0):
+        assert all("<2" in p for p in pins), pins
+    assert int(np.__version__.split(".")[0]) < 2 or \
+        tuple(downpour._downpour._pybind11_version) >= (2, 12, 0)

@@ -14,6 +14,8 @@ rm -rf "$src" && mkdir -p "$src"
 cp -rL "$root/python/setup.py" "$root/python/pyproject.toml" \
        "$root/python/README.md" "$root/python/downpour" "$src/"
 [[ -f "$src/downpour/_downpour.so" ]] || fail "the built extension is not in runfiles"
+# setup.py reads the version from the repository's VERSION, beside python/.
+cp -L "$root/VERSION" "$tmp/VERSION"
 
 /usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install --no-build-isolation --no-index \
@@ -45,6 +47,14 @@ venv = os.path.realpath(sys.prefix)
 assert os.path.realpath(downpour.__file__).startswith(venv), downpour.__file__
 assert os.path.realpath(downpour._downpour.__file__).startswith(venv)
 here = os.path.dirname(downpour.__file__)
+from importlib import metadata
+with open(os.path.join(root, "VERSION")) as f:
+    want = f.read().strip()
+assert downpour.__version__ == want, (downpour.__version__, want)
+assert metadata.version("downpour") == want, metadata.version("downpour")
+requires = metadata.requires("downpour")
+assert any(r.replace(" ", "").startswith("numpy") and "<2" in r
+           for r in requires), requires
 assert os.path.exists(os.path.join(here, "py.typed"))
 assert os.path.exists(os.path.join(here, "_downpour.pyi"))
 

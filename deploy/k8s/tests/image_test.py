@@ -12,7 +12,8 @@ Steps (each says why it skips where it cannot run here):
      non-root user), from the binaries Bazel built for this test. Setting
      DOWNPOUR_IMAGE_FULL_BUILD=1 builds the build stage too (Bazel inside the
      container; long).
-  3. The image runs as user 10001, and every binary's libraries resolve in it.
+  3. The image runs as user 10001, every binary's libraries resolve in it,
+     and its psctl is the repository's VERSION.
   4. The dev overlay's pods run as containers of that image with their exact
      commands, arguments and environment (k8s_pods.LocalPlan, host network
      with distinct loopback ports), as Kubernetes would run them: read-only
@@ -20,6 +21,10 @@ Steps (each says why it skips where it cannot run here):
      Secret mounted read-only and readable through the pod's fsGroup. The
      worker must finish with exit 0, every container must pass its gRPC
      probes, and the scheduler and server must exit 0 on SIGTERM.
+
+With DOWNPOUR_IMAGE_PYTHON=1 it also builds the `python` target (Python 3,
+Debian's PyTorch, the downpour package; a large download) and imports
+downpour and torch in it as user 10001.
 
 This machine may refuse containers' default resource limits (no
 CAP_SYS_RESOURCE) or crun's cgroup set-up; the test then uses runc with
@@ -43,6 +48,7 @@ PODMAN = "/usr/bin/podman"
 DEBOOTSTRAP = "/usr/sbin/debootstrap"
 BASE = "localhost/downpour-debian:12"
 IMAGE = "localhost/downpour:image-test"
+PYTHON_IMAGE = "localhost/downpour-python:image-test"
 CACHE = os.environ.get("DOWNPOUR_IMAGE_CACHE", "/var/cache/downpour-image")
 BINARIES = {
     "ps_scheduler": "scheduler/ps_scheduler",
@@ -122,11 +128,17 @@ def runtime_flags():
     raise Skip("podman cannot start a container here:\n" + "\n".join(tried))
 
 
-def build_image(flags, tmp):
-    ctx = os.path.join(tmp, "context")
+def build_image(flags, tmp, target="runtime", tag=IMAGE):
+    ctx = os.path.join(tmp, "context-" + target)
     prebuilt = os.path.join(ctx, "prebuilt")
     os.makedirs(os.path.join(prebuilt, "bin"))
     os.makedirs(os.path.join(prebuilt, "lib"))
+    package = os.path.join(prebuilt, "python", "downpour")
+    os.makedirs(package)
+    src = os.path.dirname(runfile("python/downpour/__init__.py"))
+    for f in os.listdir(src):
+        if f.endswith((".py", ".pyi", ".so")) or f == "py.typed":
+            shutil.copy(os.path.join(src, f), package)
     os.makedirs(os.path.join(ctx, "tools"))
     shutil.copy(runfile("tools/setup.sh"), os.path.join(ctx, "tools"))
     bins = []
@@ -137,7 +149,8 @@ def build_image(flags, tmp):
         bins.append(dst)
     foreign = os.path.join(tmp, "foreign")
     pkgs = run(["bash", runfile("deploy/runtime_packages.sh"),
-                f"--foreign={foreign}"] + bins).stdout
+                f"--foreign={foreign}"] + bins +
+               [os.path.join(package, "_downpour.so")]).stdout
     with open(os.path.join(prebuilt, "runtime-packages"), "w") as f:
         f.write(pkgs)
     with open(foreign) as f:
@@ -151,7 +164,7 @@ def build_image(flags, tmp):
         "-f", runfile("deploy/Containerfile"),
         "--build-arg", f"DEBIAN_IMAGE={BASE}",
         "--build-arg", f"DEBIAN_SLIM_IMAGE={BASE}",
-        "-t", IMAGE]
+        "--target", target, "-t", tag]
     if full:
         ctx = os.path.dirname(os.path.dirname(os.path.realpath(
             runfile("deploy/Containerfile"))))
@@ -180,12 +193,35 @@ def check_image(flags):
                "ldd $b | grep 'not found' && echo MISSING $b; done; "
                "ls /usr/share/datasets/fashion-mnist | wc -l"]).stdout
     lines = out.split()
+    with open(runfile("VERSION")) as f:
+        version = f.read().strip()
+    got = run([PODMAN, "run", "--rm", "--network=host"] + flags +
+              ["--entrypoint", "/usr/local/bin/psctl", IMAGE,
+               "version"]).stdout.strip()
+    if got != f"psctl {version}":
+        raise Failure(f"the image's psctl says '{got}', VERSION {version}")
     if lines[0] != "10001":
         raise Failure(f"the image runs as uid {lines[0]}")
     if "MISSING" in out:
         raise Failure(f"libraries missing in the image:\n{out}")
     print(f"image: user 10001, every binary's libraries present, "
           f"{lines[-1]} Fashion-MNIST files")
+
+
+def check_python_image(flags, tmp):
+    """The python target: downpour and torch import as user 10001, and
+    downpour.__version__ is VERSION."""
+    build_image(flags, tmp, target="python", tag=PYTHON_IMAGE)
+    with open(runfile("VERSION")) as f:
+        version = f.read().strip()
+    out = run([PODMAN, "run", "--rm", "--network=host", "--read-only",
+               "--user", "10001:10001"] + flags +
+              [PYTHON_IMAGE, "/usr/bin/python3", "-c",
+               "import downpour, downpour.torch, torch; "
+               "print(downpour.__version__, torch.__version__)"]).stdout
+    if out.split()[0] != version:
+        raise Failure(f"the python image's downpour is {out!r}, not {version}")
+    print(f"python image: downpour {version}, torch {out.split()[1]}")
 
 
 def run_dev(flags, tmp):
@@ -299,7 +335,10 @@ def main():
         try:
             check_image(flags)
             run_dev(flags, tmp)
+            if os.environ.get("DOWNPOUR_IMAGE_PYTHON") == "1":
+                check_python_image(flags, tmp)
         finally:
+            run([PODMAN, "rmi", "-f", PYTHON_IMAGE], check=False)
             # Each build leaves its build stage (~1.4 GB with CUDA's
             # libraries) as a dangling image; the base stays for next time.
             run([PODMAN, "rmi", "-f", IMAGE], check=False)

@@ -29,6 +29,16 @@ MIN_KUSTOMIZE = (5, 0, 0)
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
+# Kinds that live outside namespaces; every other kind is namespaced, and an
+# object rendered without a namespace lands in the current one when applied
+# ("default" here).
+CLUSTER_SCOPED = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
+    "StorageClass", "CustomResourceDefinition", "PriorityClass",
+    "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+}
+DEFAULT_NAMESPACE = "default"
+
 
 class PlanError(Exception):
     """The manifests ask for something the local plan cannot map."""
@@ -72,9 +82,18 @@ def render(kubectl, directory):
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
-def find(objects, kind, name):
+def namespace_of(obj):
+    """The namespace `obj` lands in when applied (None: cluster-scoped)."""
+    if obj["kind"] in CLUSTER_SCOPED:
+        return None
+    return obj["metadata"].get("namespace") or DEFAULT_NAMESPACE
+
+
+def find(objects, kind, name, namespace=None):
+    """The object of `kind` and `name` (in `namespace`, when given)."""
     for o in objects:
-        if o["kind"] == kind and o["metadata"]["name"] == name:
+        if o["kind"] == kind and o["metadata"]["name"] == name and (
+                namespace is None or namespace_of(o) == namespace):
             return o
     return None
 
@@ -90,7 +109,7 @@ class Pod:
         self.labels = dict(meta.get("labels", {}))
         self.annotations = dict(meta.get("annotations", {}))
         self.spec = template["spec"]
-        self.namespace = workload["metadata"].get("namespace", "default")
+        self.namespace = namespace_of(workload)
         if index is not None:
             self.annotations[INDEX_ANNOTATION] = str(index)
 
@@ -128,10 +147,15 @@ def pods_of(objects):
     return pods
 
 
-def _config_data(objects, kind, name):
-    obj = find(objects, kind, name)
+def _config_data(objects, kind, name, namespace):
+    # As the kubelet does: only the pod's own namespace is searched.
+    obj = find(objects, kind, name, namespace)
     if obj is None:
-        raise PlanError(f"{kind} {name} is referenced but not rendered")
+        elsewhere = find(objects, kind, name)
+        raise PlanError(
+            f"{kind} {name} is referenced but not rendered in namespace "
+            f"{namespace}" + (f" (it is in {namespace_of(elsewhere)})"
+                              if elsewhere is not None else ""))
     if kind == "Secret":
         data = {k: base64.b64decode(v) for k, v in obj.get("data", {}).items()}
         data.update({k: v.encode() for k, v in obj.get("stringData", {}).items()})
@@ -194,9 +218,10 @@ def container_env(pod, container, objects, pod_ip="127.0.0.1"):
         prefix = source.get("prefix", "")
         if "configMapRef" in source:
             data = _config_data(objects, "ConfigMap",
-                                source["configMapRef"]["name"])
+                                source["configMapRef"]["name"], pod.namespace)
         elif "secretRef" in source:
-            data = _config_data(objects, "Secret", source["secretRef"]["name"])
+            data = _config_data(objects, "Secret", source["secretRef"]["name"],
+                                pod.namespace)
         else:
             raise PlanError(f"{pod.name}: envFrom {source} not mapped")
         for k, v in data.items():
@@ -211,12 +236,12 @@ def container_env(pod, container, objects, pod_ip="127.0.0.1"):
                 env[name] = _field(pod, src["fieldRef"]["fieldPath"], pod_ip)
             elif "configMapKeyRef" in src:
                 ref = src["configMapKeyRef"]
-                env[name] = _config_data(objects, "ConfigMap",
-                                         ref["name"])[ref["key"]].decode()
+                env[name] = _config_data(objects, "ConfigMap", ref["name"],
+                                         pod.namespace)[ref["key"]].decode()
             elif "secretKeyRef" in src:
                 ref = src["secretKeyRef"]
-                env[name] = _config_data(objects, "Secret",
-                                         ref["name"])[ref["key"]].decode()
+                env[name] = _config_data(objects, "Secret", ref["name"],
+                                         pod.namespace)[ref["key"]].decode()
             else:
                 raise PlanError(f"{pod.name}: env {name}: {src} not mapped")
         else:
@@ -287,14 +312,17 @@ class LocalPlan:
                     return p["containerPort"]
         raise PlanError(f"{pod.name} declares no port {port}")
 
-    def _service_target(self, host, port):
-        """The local port behind Service DNS name `host`:`port`, or None if
-        `host` names no Service. Accepts `svc`, `svc.ns`, `svc.ns.svc...`
-        and, for headless Services, `pod.svc...`."""
+    def _service_target(self, host, port, namespace):
+        """The local port behind Service DNS name `host`:`port` as a pod in
+        `namespace` resolves it, or None if `host` names no Service there.
+        Accepts `svc` (the pod's own namespace only, as the cluster DNS
+        search path has it), `svc.ns`, `svc.ns.svc...` and, for headless
+        Services, `pod.svc...`. Only pods of the Service's namespace back
+        it."""
         parts = host.split(".")
         for svc in self.services:
             sname = svc["metadata"]["name"]
-            ns = svc["metadata"].get("namespace", "default")
+            ns = namespace_of(svc)
             for lead in (0, 1):  # 1: pod.svc... (a headless Service)
                 if len(parts) <= lead or parts[lead] != sname:
                     continue
@@ -302,9 +330,12 @@ class LocalPlan:
                 if rest not in ([], [ns], [ns, "svc"],
                                 [ns, "svc", "cluster", "local"]):
                     continue
+                if not rest and ns != namespace:
+                    continue
                 spec = svc["spec"]
                 backing = [p for p in self.pods
-                           if _matches(spec.get("selector"), p.labels)]
+                           if p.namespace == ns and
+                           _matches(spec.get("selector"), p.labels)]
                 if lead == 1:
                     if spec.get("clusterIP") != "None":
                         continue
@@ -341,7 +372,8 @@ class LocalPlan:
         arg = re.sub(r"(tcp://)?(?:0\.0\.0\.0|\*|\[::\]):(\d+)", listen, arg)
 
         def remote(m):
-            local = self._service_target(m.group(2), int(m.group(3)))
+            local = self._service_target(m.group(2), int(m.group(3)),
+                                         pod.namespace)
             if local is None:
                 return m.group(0)
             return f"{m.group(1) or ''}127.0.0.1:{local}"
@@ -363,7 +395,8 @@ class LocalPlan:
                 src = v["secret"] if "secret" in v else v["configMap"]
                 name = src["secretName"] if kind == "Secret" else src["name"]
                 mode = src.get("defaultMode", 0o644)
-                for key, data in _config_data(self.objects, kind, name).items():
+                for key, data in _config_data(self.objects, kind, name,
+                                              pod.namespace).items():
                     f = os.path.join(path, key)
                     with open(f, "wb") as out:
                         out.write(data)
@@ -389,6 +422,12 @@ class LocalPlan:
                         raise PlanError(f"{pod.name}: mount of unknown volume "
                                         f"{m['name']}")
                     dirs[m["mountPath"]] = folders[m["name"]]
+                # Service names and mount paths in the environment too (a
+                # scheduler address, a secret's path), as DNS and the
+                # mounts would make them work in the pod.
+                env = {k: self._map_arg(pod, v,
+                                        dirs if self.map_mounts else {})
+                       for k, v in env.items()}
                 command = [expand(x, env) for x in c.get("command", [])]
                 args = [expand(x, env) for x in c.get("args", [])]
                 if not command:

@@ -27,12 +27,21 @@ seed is printed), as a cluster would start them. The test then:
 Cases: the dev overlay as it is (1 scheduler, 1 server, 1 worker); dev with
 NUM_SERVERS=2 and NUM_WORKERS=2 (the job size from the ConfigMap reaches the
 StatefulSet, the Job and the scheduler); the L-BFGS job (jobs/lbfgs) on that
-cluster.
+cluster; an upgrade as deploy/k8s/README.md documents it (dev with two
+workers: once the job is under way, the worker Job is deleted, its pods
+get SIGTERM and exit 143 after their step, and the Job of the overlay
+rendered at the next version starts new pods, which take the ranks back,
+resume at their clocks and finish the job); the pytorch overlay (two PyTorch workers running its train.py
+with Debian's python3 and the downpour package, joining through the
+environment contract the component sets). At the end, every metric the
+dashboard and the alerts (components/monitoring) query must have been
+served.
 """
 
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +52,9 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import k8s_pods  # noqa: E402
 
 KUBECTL = "/usr/bin/kubectl"
+PYTHON = "/usr/bin/python3"
 BINARIES = {
+    PYTHON: None,  # itself
     "/usr/local/bin/ps_scheduler": "scheduler/ps_scheduler",
     "/usr/local/bin/ps_server": "server/ps_server",
     "/usr/local/bin/ps_worker": "worker/ps_worker",
@@ -82,7 +93,7 @@ def scrape(port, timeout=2.0):
 
 def metric(text, name, labels=""):
     """The value of sample `name{labels}` in `text` (labels as written,
-    e.g. 'role="SERVER",state="ALIVE"'), or None."""
+    e.g. 'role="server",state="alive"'), or None."""
     want = f"{name}{{{labels}}}" if labels else name
     for line in text.splitlines():
         if line.startswith(want + " "):
@@ -111,19 +122,35 @@ def metrics_port(plan, p):
     return None
 
 
-def run_cluster(objects, root, label, rng, extra_objects=()):
+UPGRADED_JOB = "downpour-worker-next"
+
+
+def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
-    {pod name: log path}. Raises Failure."""
-    binaries = {k: runfile(v) for k, v in BINARIES.items()}
+    {pod name: log path}. Raises Failure.
+
+    upgrade: (clock, objects of the same overlay at the next version):
+    once the scheduler's gating clock reaches `clock`, the worker Job is
+    deleted (its pods get SIGTERM and must exit 143, or 0 if done) and the
+    new version's worker Job starts (its pods named UPGRADED_JOB-<i>-local),
+    as `kubectl delete job` and `kubectl apply -k` would."""
+    binaries = {k: runfile(v) if v else k for k, v in BINARIES.items()}
     all_objects = list(objects)
     for extra in extra_objects:
         all_objects += extra
+    if upgrade is not None:
+        job = k8s_pods.find(upgrade[1], "Job", "downpour-worker")
+        job = dict(job, metadata=dict(job["metadata"], name=UPGRADED_JOB))
+        all_objects.append(job)
     plan = k8s_pods.LocalPlan(all_objects, binaries, root)
     procs = plan.processes()
     first = {p.name for p in k8s_pods.pods_of(objects)}
-    waves = [[p for p in procs if p.pod.name in first],
-             [p for p in procs if p.pod.name not in first]]
+    later = [p for p in procs if p.pod.name not in first and
+             p.pod.workload["metadata"]["name"] != UPGRADED_JOB]
+    waves = [[p for p in procs if p.pod.name in first], later,
+             [p for p in procs
+              if p.pod.workload["metadata"]["name"] == UPGRADED_JOB]]
     running = {}   # name -> (LocalProcess, Popen, log path)
     seen = {}      # name -> {"ready": bool, "alive": bool}
     exits = {}     # name -> exit status
@@ -134,8 +161,11 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
         for p in wave:
             log = os.path.join(root, p.pod.name + ".log")
             logs[p.pod.name] = log
+            # The image's environment: the downpour package on the path
+            # (deploy/Containerfile, target python).
             env = {"PATH": "/usr/local/bin:/usr/bin:/bin",
-                   "HOSTNAME": p.pod.name}
+                   "HOSTNAME": p.pod.name,
+                   "PYTHONPATH": runfile("python")}
             env.update(p.env)
             print(f"[{label}] start {p.name}: {' '.join(p.argv)}")
             with open(log, "wb") as out:
@@ -167,7 +197,8 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                         k8s_pods.SERVING:
                     s["ready"] = True
                     print(f"[{label}] {name} ready")
-            if s["ready"] and time.time() - s.get("scraped", 0) > 1.0:
+            if s["ready"] and metrics_port(plan, p) is not None and \
+                    time.time() - s.get("scraped", 0) > 1.0:
                 s["scraped"] = time.time()
                 text = scrape(metrics_port(plan, p), 0.5)
                 if text is not None:
@@ -194,8 +225,18 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                     raise Failure(f"[{label}] cluster not ready in time")
                 time.sleep(0.05)
             start(waves[1])
+        upgraded = upgrade is None
+        scheduler = next(p for p in procs if p.pod.labels.get(
+            "app.kubernetes.io/component") == "scheduler")
         while any(p.pod.kind == "Job" for p, _, _ in running.values()):
             poll_once()
+            if not upgraded:
+                text = scrape(metrics_port(plan, scheduler), 0.5) or ""
+                gating = metric(text, "downpour_job_gating_clock")
+                if gating is not None and gating >= upgrade[0]:
+                    upgraded = True
+                    delete_worker_job(running, exits, label, gating)
+                    start(waves[2])
             if time.time() > deadline:
                 raise Failure(f"[{label}] jobs still running after "
                               f"{JOB_TIMEOUT_S} s: {sorted(running)}")
@@ -217,14 +258,18 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
                     raise Failure(f"[{label}] {name} counted no request")
             if component == "scheduler":
                 alive = metric(text, "downpour_cluster_nodes",
-                               'role="SERVER",state="ALIVE"')
+                               'role="server",state="alive"')
                 if not alive:
                     raise Failure(f"[{label}] {name}: no live server in its "
                                   f"metrics:\n{text[:2000]}")
             print(f"[{label}] {name}: metrics checked")
         for name, s in seen.items():
+            p = next(x for x in procs if x.pod.name == name)
+            declared = {"ready": "readiness" in p.probes,
+                        "alive": "liveness" in p.probes,
+                        "metrics": metrics_port(plan, p) is not None}
             for what in ("ready", "alive", "metrics"):
-                if not s[what]:
+                if declared[what] and not s[what]:
                     raise Failure(f"[{label}] {name} was never seen {what} "
                                   f"by its probe:\n{tail(logs[name])}")
         # Graceful termination of the daemons, as at `kubectl delete`.
@@ -250,13 +295,55 @@ def run_cluster(objects, root, label, rng, extra_objects=()):
     return logs
 
 
-def check_training(objects, logs, label):
+def delete_worker_job(running, exits, label, gating):
+    """`kubectl delete job downpour-worker`: SIGTERM to its pods; each must
+    finish its step, leave the job and exit 143 (0 if it had finished)
+    within its grace period."""
+    pods = [n for n, (p, _, _) in running.items()
+            if p.pod.workload["metadata"]["name"] == "downpour-worker"]
+    print(f"[{label}] gating clock {gating:.0f}: deleting the worker Job "
+          f"({', '.join(pods)})")
+    for n in pods:
+        running[n][1].send_signal(signal.SIGTERM)
+    for n in pods:
+        p, popen, log = running.pop(n)
+        try:
+            rc = popen.wait(timeout=p.grace_s)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"[{label}] {n} still running {p.grace_s} s after "
+                          f"SIGTERM:\n{tail(log)}")
+        exits[n] = rc
+        if rc not in (0, 143):
+            raise Failure(f"[{label}] {n} exited {rc} on SIGTERM, not 143:\n"
+                          f"{tail(log)}")
+        print(f"[{label}] {n} left the job, exit {rc}")
+
+
+def check_upgrade(objects, logs, label):
+    """The new version's workers took the ranks back and resumed at their
+    clocks (not at 0), and rank 0 finished the job."""
+    config = next(o["data"] for o in objects if o["kind"] == "ConfigMap"
+                  and o["metadata"]["name"].startswith("downpour-job"))
+    workers = int(config["NUM_WORKERS"])
+    for i in range(workers):
+        name = f"{UPGRADED_JOB}-{i}-local"
+        with open(logs[name], errors="replace") as f:
+            text = f.read()
+        m = re.search(rf"rank {i} of {workers}\b.*resuming at clock (\d+)",
+                      text)
+        if not m or int(m.group(1)) == 0:
+            raise Failure(f"[{label}] {name} did not resume rank {i} at its "
+                          f"clock:\n{tail(logs[name])}")
+        print(f"[{label}] {name}: rank {i} resumed at clock {m.group(1)}")
+
+
+def check_training(objects, logs, label, job="downpour-worker"):
     config = next(o["data"] for o in objects if o["kind"] == "ConfigMap"
                   and o["metadata"]["name"].startswith("downpour-job"))
     workers = int(config["NUM_WORKERS"])
     steps = int(config["STEPS"])
     for i in range(workers):
-        name = f"downpour-worker-{i}-local"
+        name = f"{job}-{i}-local"
         with open(logs[name], errors="replace") as f:
             text = f.read()
         if not re.search(rf"rank {i} of {workers}\b", text):
@@ -278,17 +365,22 @@ def check_training(objects, logs, label):
 
 
 def check_dashboard():
-    """Every metric the Grafana dashboard queries was served by some
-    process above (a renamed metric would leave a panel empty)."""
+    """Every metric the Grafana dashboard and the alerts query was served by
+    some process above (a renamed metric would leave a panel empty, or an
+    alert silent)."""
     import json
     with open(runfile("deploy/grafana/downpour.json")) as f:
-        text = json.dumps(json.load(f))
-    wanted = set(re.findall(r"\b((?:downpour|process)_[a-z0-9_]+)", text))
-    missing = sorted(n for n in wanted if n not in SCRAPED)
-    if missing:
-        raise Failure(f"the dashboard queries metrics no process served: "
-                      f"{missing}")
-    print(f"dashboard: all {len(wanted)} metrics it queries were served")
+        dashboard = json.dumps(json.load(f))
+    with open(runfile("deploy/k8s/components/monitoring/"
+                      "prometheus-rule.yaml")) as f:
+        alerts = f.read()
+    for what, text in (("dashboard", dashboard), ("alerts", alerts)):
+        wanted = set(re.findall(r"\b((?:downpour|process)_[a-z0-9_]+)", text))
+        missing = sorted(n for n in wanted if n not in SCRAPED)
+        if missing:
+            raise Failure(f"the {what} query metrics no process served: "
+                          f"{missing}")
+        print(f"{what}: all {len(wanted)} metrics queried were served")
 
 
 def main():
@@ -309,8 +401,7 @@ def main():
     # dev, two servers and two workers: only the ConfigMap changes.
     bigger = os.path.join(k8s, "overlays", "dev-2x2")
     os.makedirs(bigger)
-    with open(os.path.join(bigger, "kustomization.yaml"), "w") as f:
-        f.write("""apiVersion: kustomize.config.k8s.io/v1beta1
+    bigger_yaml = """apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - ../dev
@@ -323,7 +414,9 @@ configMapGenerator:
       - NUM_SERVERS=2
       - NUM_WORKERS=2
       - STEPS=300
-""")
+"""
+    with open(os.path.join(bigger, "kustomization.yaml"), "w") as f:
+        f.write(bigger_yaml)
     try:
         dev = k8s_pods.render(KUBECTL, os.path.join(k8s, "overlays/dev"))
         logs = run_cluster(dev, os.path.join(tmp, "dev"), "dev", rng)
@@ -341,11 +434,46 @@ configMapGenerator:
         if "accuracy" not in text:
             raise Failure("the L-BFGS coordinator printed no summary:\n" +
                           tail(logs["downpour-lbfgs-local-0"]))
+
+        # An upgrade of dev with two workers: the same overlay at the next
+        # version (every image tag and version label moved on).
+        two = os.path.join(k8s, "overlays", "dev-2w")
+        os.makedirs(two)
+        with open(os.path.join(two, "kustomization.yaml"), "w") as f:
+            f.write(bigger_yaml.replace("NUM_SERVERS=2", "NUM_SERVERS=1")
+                    .replace("STEPS=300", "STEPS=400"))
+        before = k8s_pods.render(KUBECTL, two)
+        nxt = os.path.join(tmp, "k8s-next")
+        shutil.copytree(k8s, nxt)
+        for dirpath, _, files in os.walk(nxt):
+            if "kustomization.yaml" in files:
+                path = os.path.join(dirpath, "kustomization.yaml")
+                with open(path) as f:
+                    text = f.read()
+                with open(path, "w") as f:
+                    f.write(text.replace('"0.1.0', '"0.1.0-next'))
+        after = k8s_pods.render(KUBECTL, os.path.join(nxt, "overlays/dev-2w"))
+        if after == before:
+            raise Failure("the next version renders the same objects")
+        logs = run_cluster(before, os.path.join(tmp, "upgrade"), "upgrade",
+                           rng, upgrade=(100, after))
+        check_upgrade(before, logs, "upgrade")
+        check_training(before, logs, "upgrade", job=UPGRADED_JOB)
+
+        subprocess.run([runfile("tools/ps_keygen"),
+                        f"--out={k8s}/overlays/pytorch/cluster.secret"],
+                       check=True, capture_output=True)
+        pytorch = k8s_pods.render(KUBECTL, os.path.join(k8s,
+                                                        "overlays/pytorch"))
+        logs = run_cluster(pytorch, os.path.join(tmp, "pytorch"), "pytorch",
+                           rng)
+        check_training(pytorch, logs, "pytorch")
         check_dashboard()
     except (Failure, k8s_pods.PlanError) as e:
         print(f"FAIL: {e}")
         return 1
-    print("PASS: dev, dev-2x2 and the L-BFGS job ran to the end")
+    print("PASS: dev, dev-2x2, the L-BFGS job, an upgrade and the PyTorch "
+          "workers ran to the end")
     return 0
 
 

@@ -4,7 +4,9 @@
 //
 // Each object is checked twice:
 //  - by the JSON schema of its kind from the npm package kubernetes-models
-//    (types, required fields, formats such as quantities and enums);
+//    (types, required fields, formats such as quantities and enums), or,
+//    for the Prometheus Operator's kinds (monitoring.coreos.com: PodMonitor,
+//    PrometheusRule), from @kubernetes-models/prometheus-operator;
 //  - strictly, as `kubectl apply` does by default (field validation
 //    "Strict"): a field the API does not define is an error. The schemas of
 //    kubernetes-models accept unknown fields, so the known ones are read
@@ -17,7 +19,11 @@ const fs = require("fs");
 const path = require("path");
 
 function modulePathFor(apiVersion, kind) {
-  // "v1" -> kubernetes-models/v1; "apps/v1" -> kubernetes-models/apps/v1
+  // "v1" -> kubernetes-models/v1; "apps/v1" -> kubernetes-models/apps/v1;
+  // the Prometheus Operator's CRDs from their own package.
+  if (apiVersion.startsWith("monitoring.coreos.com/")) {
+    return `@kubernetes-models/prometheus-operator/${apiVersion}/${kind}`;
+  }
   return `kubernetes-models/${apiVersion}/${kind}`;
 }
 
@@ -82,9 +88,15 @@ function loadInterface(dtsFile) {
 
 // The declaration file beside the module that `spec` names (the packages'
 // export maps name only their .js files).
+// (Relative imports may name the .js file: "./PodMonitorSpec.js". A
+// package is resolved from the importing file's folder, which finds the
+// version that package depends on.)
 function resolveDts(spec, fromDir) {
-  if (spec.startsWith(".")) return path.join(fromDir, spec + ".d.ts");
-  return require.resolve(spec, { paths: [__dirname] }).replace(/\.js$/, ".d.ts");
+  if (spec.startsWith(".")) {
+    return path.join(fromDir, spec.replace(/\.js$/, "") + ".d.ts");
+  }
+  return require.resolve(spec, { paths: [fromDir, __dirname] })
+    .replace(/\.js$/, ".d.ts");
 }
 
 function checkUnknown(value, typeText, iface, where, problems) {
