@@ -88,6 +88,18 @@ class StepAggregator {
 
   // Steps held (clocks with at least one push, not yet complete).
   size_t held_steps() const { return pending_.size(); }
+  // Calls fn(key) for every key of every held push of a clock other than
+  // `except` (key batches): the rows a bounded table must not evict.
+  template <typename F>
+  void ForEachHeldKey(Clock except, F fn) const {
+    for (const auto& [clock, step] : pending_) {
+      if (clock == except) continue;
+      for (const Push& p : step.by_rank) {
+        if (!p.pushed) continue;
+        for (uint64_t k : p.keys) fn(k);
+      }
+    }
+  }
 
   // The job went on without `rank`: its held pushes are dropped (their
   // waiters appended to `orphans`, for the caller to answer with an

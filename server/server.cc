@@ -23,6 +23,7 @@
 #include "server/internal/checkpointer.h"
 #include "server/internal/dispatcher.h"
 #include "server/stats_metrics.h"
+#include "storage/cold_store.h"
 #include "storage/database.h"
 #include "transport/data_client.h"
 #include "transport/data_server.h"
@@ -288,6 +289,15 @@ class ServerImpl final : public Server {
   void ApplyAndAck(const proto::ClusterMap& map);
   void WatchLoop();
   void HeartbeatLoop();
+  // Every second, on the data thread: bounded sparse tables' idle rows
+  // expire (TTL) even when no write comes to make room.
+  void ScheduleExpiry() {
+    data_->PostAfter(absl::Seconds(1), [this] {
+      if (stop_.HasBeenNotified()) return;
+      dispatcher_->ExpireIdle();
+      ScheduleExpiry();
+    });
+  }
   // GetStats' answer; false before registration.
   bool FillStats(proto::ServerStats* stats) ABSL_LOCKS_EXCLUDED(stats_mu_);
 
@@ -304,6 +314,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<DataServer> data_;
   std::unique_ptr<DataClient> peers_;  // to the backups of our ranges
   std::unique_ptr<ServerEnv> env_;
+  // The cold tiers of bounded sparse tables (with options_.data_dir);
+  // outlives the dispatcher, whose ranges use it.
+  std::unique_ptr<storage::ColdStore> cold_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<storage::Database> db_;  // with options_.data_dir
   std::unique_ptr<Checkpointer> checkpointer_;
@@ -351,6 +364,11 @@ absl::Status ServerImpl::Init() {
     DP_ASSIGN_OR_RETURN(db_, storage::Database::Open(options_.data_dir, db),
                         "data dir");
     DP_LOG(INFO) << "checkpoints in " << options_.data_dir;
+    // Rows an earlier process evicted are gone with its memory: the tier
+    // starts empty (storage/cold_store.h).
+    DP_ASSIGN_OR_RETURN(cold_,
+                        storage::ColdStore::Open(options_.data_dir + "/cold"),
+                        "cold tier");
   }
 
   DataServerOptions data_options;
@@ -399,7 +417,7 @@ absl::Status ServerImpl::Init() {
       std::make_unique<ServerEnv>(data_.get(), peers_.get(), &scheduler_, id_);
   dispatcher_ = std::make_unique<Dispatcher>(
       id_, options_.max_message_bytes, &pool_, &plugins_, pins, env_.get(),
-      options_.max_table_bytes);
+      options_.max_table_bytes, cold_.get());
   server_internal::DataThread thread;
   thread.post = [data = data_.get()](std::function<void()> fn) {
     data->Post(std::move(fn));
@@ -408,7 +426,8 @@ absl::Status ServerImpl::Init() {
     data->SendDeferred(std::move(r));
   };
   checkpointer_ = std::make_unique<Checkpointer>(options_.name, db_.get(),
-                                                 dispatcher_.get(), thread);
+                                                 dispatcher_.get(), thread,
+                                                 size_t{4} << 20, cold_.get());
   admin_service_->set_checkpointer(checkpointer_.get());
   serving_.store(dispatcher_.get());
   DP_LOG(INFO) << "registered with scheduler " << options_.scheduler_address
@@ -437,6 +456,7 @@ absl::Status ServerImpl::Init() {
     }
   });
   ApplyAndAck(reply.map());
+  ScheduleExpiry();
   watch_thread_ = std::thread([this] { WatchLoop(); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   // Registered and serving its ranges: a Kubernetes readiness probe passes.

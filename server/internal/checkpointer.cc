@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -22,6 +25,8 @@ struct Checkpointer::Captured {
   std::vector<std::unique_ptr<RowChunk>> chunks;
   uint64_t rows = 0;
   uint64_t bytes = 0;
+  bool cold = false;          // the range keeps a cold tier
+  std::string cold_snapshot;  // its copy at the cut
 };
 
 // A range that has not reached the cut's clock yet.
@@ -73,13 +78,30 @@ std::string Describe(const TableShard& shard, KeyRange r) {
                       r.end, ")");
 }
 
+// Rows stored one after another (values, then state, per row) as a
+// chunk's blocks (all values, then all state); `c->keys` names them.
+void ToBlocks(const std::vector<float>& rows, size_t width, size_t row_floats,
+              RowChunk* c) {
+  const size_t n = c->keys.size();
+  const size_t sw = row_floats - width;
+  c->has_state = sw > 0;
+  c->data.resize(n * row_floats);
+  for (size_t i = 0; i < n; ++i) {
+    std::copy_n(rows.data() + i * row_floats, width,
+                c->data.data() + i * width);
+    std::copy_n(rows.data() + i * row_floats + width, sw,
+                c->data.data() + n * width + i * sw);
+  }
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(std::string server_name, storage::Database* db,
                            const Dispatcher* dispatcher, DataThread data,
-                           size_t chunk_bytes)
+                           size_t chunk_bytes, storage::ColdStore* cold)
     : name_(std::move(server_name)),
       db_(db),
+      cold_(cold),
       dispatcher_(dispatcher),
       data_(std::move(data)),
       chunk_bytes_(chunk_bytes) {
@@ -170,10 +192,14 @@ std::unique_ptr<Checkpointer::Captured> Checkpointer::Capture(
   c->spec = shard.spec();
   c->range = range.range();
   ExportLedgers(range, &c->ledgers);
+  const SparseRows* sparse = range.store->sparse();
+  c->cold = sparse != nullptr && sparse->bounds().cold;
   std::optional<uint64_t> cursor = 0;
   while (cursor.has_value()) {
     std::unique_ptr<RowChunk> chunk = TakeChunk();
-    cursor = range.store->ExportRows(*cursor, chunk_bytes_, chunk.get());
+    // The cold tier is copied by hard links (SnapshotCold), not row by row.
+    cursor = range.store->ExportRows(*cursor, chunk_bytes_, chunk.get(),
+                                     /*with_cold=*/false);
     c->rows += chunk->count;
     c->bytes +=
         chunk->data.size() * sizeof(float) + chunk->keys.size() * sizeof(Key);
@@ -211,6 +237,7 @@ void Checkpointer::StartCut(const std::shared_ptr<Cut>& cut) {
     }
     if (!error.ok()) break;
   }
+  if (error.ok()) error = SnapshotCold(cut->id, captured);
   absl::MutexLock lock(&mu_);
   for (auto& c : captured) cut->ready.push_back(std::move(c));
   if (!error.ok()) {
@@ -220,6 +247,89 @@ void Checkpointer::StartCut(const std::shared_ptr<Cut>& cut) {
   cut->waiting = std::move(waiting);
   cut->all_cut = cut->waiting.empty();
   if (!cut->all_cut) pending_ = cut;
+}
+
+std::string Checkpointer::ColdSnapshotDir(const std::string& name) const {
+  return absl::StrCat(cold_->dir(), "-checkpoints/", name);
+}
+
+absl::Status Checkpointer::SnapshotCold(
+    uint64_t checkpoint, std::vector<std::unique_ptr<Captured>>& captured) {
+  bool any = false;
+  for (const auto& c : captured) any |= c->cold;
+  if (!any) return absl::OkStatus();
+  if (cold_ == nullptr) {
+    return absl::FailedPreconditionError("a cold tier without a store");
+  }
+  // One copy serves every range cut in this call (no write came between).
+  // It flushes the tier's memtable and links its files: a short pause of
+  // the data thread, at the cut, where the rows in memory are copied too.
+  const std::string name = absl::StrCat(checkpoint, "/", ++cold_snapshots_);
+  std::error_code ec;
+  std::filesystem::create_directories(ColdSnapshotDir(absl::StrCat(checkpoint)),
+                                      ec);
+  std::filesystem::remove_all(ColdSnapshotDir(name), ec);
+  DP_RETURN_IF_ERROR(cold_->Snapshot(ColdSnapshotDir(name)), "checkpoint ",
+                     checkpoint, ": cold tier");
+  for (auto& c : captured) {
+    if (c->cold) c->cold_snapshot = name;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::RestoreCold(const std::string& snapshot,
+                                       TableId table, KeyRange kr, size_t width,
+                                       proto::RestoreReply* reply) {
+  if (cold_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the checkpoint holds a cold tier but this server keeps none");
+  }
+  // Read from the copy here, imported on the data thread a batch at a time.
+  auto chunk = std::make_shared<RowChunk>();
+  chunk->kind = proto::RowChunkInfo::COLD;
+  auto import_status = std::make_shared<absl::Status>();
+  auto flush = [&]() -> absl::Status {
+    if (chunk->count == 0) return absl::OkStatus();
+    DP_RETURN_IF_ERROR(OnDataThread([this, chunk, import_status, kr, table] {
+      std::shared_ptr<TableShard> shard;
+      for (auto& [id, s] : dispatcher_->Tables()) {
+        if (id == table) shard = s;
+      }
+      TableShard::Range* range =
+          shard == nullptr ? nullptr : shard->FindExact(kr);
+      if (range == nullptr) {
+        *import_status =
+            absl::AbortedError("the range left this server during the restore");
+        return;
+      }
+      *import_status = range->store->ImportRows(*chunk);
+    }));
+    reply->set_rows(reply->rows() + chunk->count);
+    reply->set_bytes(reply->bytes() + chunk->data.size() * sizeof(float));
+    chunk->count = 0;
+    chunk->keys.clear();
+    chunk->data.clear();
+    return *import_status;
+  };
+  std::vector<float> rows;  // row-major: values and state of each row
+  size_t row_floats = 0;
+  DP_RETURN_IF_ERROR(storage::ColdStore::ReadSnapshot(
+      ColdSnapshotDir(snapshot), table, kr.begin,
+      [&](uint64_t key, absl::Span<const float> row) -> absl::Status {
+        row_floats = row.size();
+        chunk->keys.push_back(key);
+        rows.insert(rows.end(), row.begin(), row.end());
+        ++chunk->count;
+        if (chunk->count < 4096) return absl::OkStatus();
+        ToBlocks(rows, width, row_floats, chunk.get());
+        rows.clear();
+        return flush();
+      }));
+  if (chunk->count > 0) {
+    ToBlocks(rows, width, row_floats, chunk.get());
+    DP_RETURN_IF_ERROR(flush());
+  }
+  return absl::OkStatus();
 }
 
 void Checkpointer::AfterRequest() {
@@ -261,6 +371,7 @@ void Checkpointer::CheckWaiting() {
       captured.push_back(Capture(w.table, *w.shard, *range));
     }
   }
+  if (error.ok()) error = SnapshotCold(cut->id, captured);
   // The writing thread reads `waiting` (under the lock) for its messages.
   absl::MutexLock lock(&mu_);
   for (auto& c : captured) cut->ready.push_back(std::move(c));
@@ -349,6 +460,7 @@ absl::StatusOr<proto::CheckpointPartReply> Checkpointer::Write(
       info.set_first_key(c.first_key);
       info.set_count(c.count);
       info.set_has_state(c.has_state);
+      info.set_kind(c.kind);
       for (uint32_t v : c.vectors) info.add_vectors(v);
       status = store_->WriteChunk(cut->id, next->table, next->range.begin, i,
                                   info, c.keys, c.data);
@@ -362,6 +474,7 @@ absl::StatusOr<proto::CheckpointPartReply> Checkpointer::Write(
     r->set_chunks(next->chunks.size());
     r->set_rows(next->rows);
     r->set_bytes(next->bytes);
+    r->set_cold_snapshot(next->cold_snapshot);
     proto::CheckpointRange* out = reply.add_ranges();
     out->set_table_id(next->table);
     out->set_begin(next->range.begin);
@@ -416,6 +529,22 @@ absl::Status Checkpointer::DropCheckpoints(
   if (store_ == nullptr) return absl::OkStatus();
   for (uint64_t id : req.drop()) {
     DP_RETURN_IF_ERROR(store_->Drop(id), "drop checkpoint ", id);
+    if (cold_ != nullptr) {
+      std::error_code ec;
+      std::filesystem::remove_all(ColdSnapshotDir(absl::StrCat(id)), ec);
+    }
+  }
+  if (cold_ != nullptr) {
+    // And the copies of checkpoints before the oldest kept.
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::directory_iterator(ColdSnapshotDir(""), ec)) {
+      uint64_t id = 0;
+      if (absl::SimpleAtoi(e.path().filename().string(), &id) &&
+          id < req.keep_from()) {
+        std::filesystem::remove_all(e.path(), ec);
+      }
+    }
   }
   DP_RETURN_IF_ERROR(store_->DropBefore(req.keep_from()),
                      "drop checkpoints before ", req.keep_from());
@@ -551,6 +680,7 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
               chunk->first_key = stored_chunk.info.first_key();
               chunk->count = stored_chunk.info.count();
               chunk->has_state = stored_chunk.info.has_state();
+              chunk->kind = stored_chunk.info.kind();
               chunk->vectors.assign(stored_chunk.info.vectors().begin(),
                                     stored_chunk.info.vectors().end());
               chunk->keys.assign(stored_chunk.keys.begin(),
@@ -579,6 +709,11 @@ absl::StatusOr<proto::RestoreReply> Checkpointer::Restore(
               return *import_status;
             }),
         what);
+    if (!stored->cold_snapshot().empty()) {
+      DP_RETURN_IF_ERROR(RestoreCold(stored->cold_snapshot(), table, kr,
+                                     stored->spec().width(), &reply),
+                         what);
+    }
     reply.set_ranges(reply.ranges() + 1);
   }
   reply.set_duration_ms(absl::ToInt64Milliseconds(absl::Now() - start));
@@ -622,7 +757,13 @@ absl::StatusOr<proto::ExportRowsReply> Checkpointer::ExportRows(
     RowChunk chunk;
     const std::optional<uint64_t> next =
         range.store->ExportRows(req.cursor(), max_bytes, &chunk);
-    // The parameters are the chunk's first block.
+    if (chunk.kind == proto::RowChunkInfo::PENDING) {
+      // Admission counters are not parameters: an empty chunk.
+      chunk.count = 0;
+      chunk.keys.clear();
+    }
+    // The parameters are the chunk's first block (rows in memory or in the
+    // cold tier alike).
     const size_t floats = chunk.count * shard->width();
     reply->set_first_key(chunk.first_key);
     reply->set_count(chunk.count);

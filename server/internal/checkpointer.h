@@ -44,6 +44,7 @@
 #include "proto/downpour.pb.h"
 #include "server/internal/dispatcher.h"
 #include "storage/checkpoint_store.h"
+#include "storage/cold_store.h"
 #include "storage/database.h"
 #include "transport/frames.h"
 
@@ -61,11 +62,14 @@ struct DataThread {
 class Checkpointer {
  public:
   // `db` may be null (no data dir: checkpoints fail with
-  // kFailedPrecondition; export still works). `dispatcher` and `db` must
-  // outlive the checkpointer.
+  // kFailedPrecondition; export still works). `cold` (may be null) is the
+  // server's cold tier: a checkpoint takes a hard-linked copy of it in the
+  // folder beside it, `<cold dir>-checkpoints/<id>/<n>`, rather than copy
+  // its rows. `dispatcher`, `db` and `cold` must outlive the checkpointer.
   Checkpointer(std::string server_name, storage::Database* db,
                const Dispatcher* dispatcher, DataThread data,
-               size_t chunk_bytes = size_t{4} << 20);
+               size_t chunk_bytes = size_t{4} << 20,
+               storage::ColdStore* cold = nullptr);
   ~Checkpointer();
 
   absl::StatusOr<proto::CheckpointPartReply> CheckpointPart(
@@ -116,6 +120,17 @@ class Checkpointer {
 
   const std::string name_;
   storage::Database* const db_;
+  storage::ColdStore* const cold_;
+  // Takes a copy of the cold tier for the ranges of `captured` that keep
+  // one (data thread: at their cut). Records it in each.
+  absl::Status SnapshotCold(uint64_t checkpoint,
+                            std::vector<std::unique_ptr<Captured>>& captured);
+  std::string ColdSnapshotDir(const std::string& name) const;
+  // Loads the cold rows of range `kr` of `table` from copy `snapshot`.
+  absl::Status RestoreCold(const std::string& snapshot, TableId table,
+                           KeyRange kr, size_t width,
+                           proto::RestoreReply* reply);
+  uint64_t cold_snapshots_ = 0;  // data thread only
   const Dispatcher* const dispatcher_;
   const DataThread data_;
   const size_t chunk_bytes_;

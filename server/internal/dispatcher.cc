@@ -22,14 +22,15 @@ using Role = TableShard::Range::Role;
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
                        const PluginRegistry* plugins,
                        const PinOptions& pin_options, ReplicationEnv* env,
-                       uint64_t max_table_bytes)
+                       uint64_t max_table_bytes, storage::ColdStore* cold_store)
     : self_(self),
       max_message_bytes_(max_message_bytes),
       pool_(pool),
       plugins_(plugins),
       pin_options_(pin_options),
       env_(env),
-      max_table_bytes_(max_table_bytes) {
+      max_table_bytes_(max_table_bytes),
+      cold_store_(cold_store) {
   if (env_ != nullptr) {
     // Copy chunks of 4 MiB: large enough to move at memory speed, small
     // enough not to hold live writes behind them for long.
@@ -101,8 +102,16 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
         }
       }
     } else {
-      Apply(*v, request, reply, released, &forwards);
-      if (v->deduped) {
+      absl::Status applied = Apply(*v, request, reply, released, &forwards);
+      if (!applied.ok()) {
+        // Refused whole (a bounded table at its cap) or a read that failed:
+        // not recorded, so that a retry is tried again.
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        reply->deferred = false;
+        reply->values = Payload();
+        SetReplyStatus(Annotate(applied, absl::StrCat("server ", self_)),
+                       &reply->header);
+      } else if (v->deduped) {
         v->range->clients.Record(h.client_id(), h.seq(), {}, absl::Now());
       }
     }
@@ -140,8 +149,77 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
 }
 
 bool Dispatcher::Replicated(const Validated& v) const {
-  return replicator_ != nullptr && v.range != nullptr &&
-         replicator_->HasBackups(v.shard->spec().id(), v.range->range().begin);
+  return v.range != nullptr && Replicated(*v.shard, *v.range);
+}
+
+bool Dispatcher::Replicated(const TableShard& shard,
+                            const TableShard::Range& range) const {
+  return replicator_ != nullptr &&
+         replicator_->HasBackups(shard.spec().id(), range.range().begin);
+}
+
+namespace {
+SparseRows::Write WriteOf(proto::Op op) {
+  switch (op) {
+    case proto::PUT:
+      return SparseRows::Write::kPut;
+    case proto::ADD:
+      return SparseRows::Write::kAdd;
+    default:
+      return SparseRows::Write::kPush;
+  }
+}
+}  // namespace
+
+void Dispatcher::ForwardRoom(const TableShard& shard, TableShard::Range* range,
+                             const SparseRows::Room& room,
+                             std::vector<ForwardedWrite>* forwards) {
+  if ((room.gone.empty() && room.back.empty()) || !Replicated(shard, *range)) {
+    return;
+  }
+  auto header = [&](proto::Replication::Kind kind) {
+    proto::DataHeader h;
+    h.set_op(proto::PUT);
+    h.set_table_id(shard.spec().id());
+    h.set_epoch(epoch());
+    h.set_width(shard.width());
+    h.mutable_replication()->set_kind(kind);
+    return h;
+  };
+  if (!room.gone.empty()) {
+    // The rows that left memory, before the write that needed the room.
+    auto keys = std::make_shared<std::vector<Key>>(room.gone);
+    ForwardedWrite f;
+    f.range = range;
+    f.header = header(proto::Replication::EVICT);
+    f.header.set_num_keys(keys->size());
+    f.keys = *keys;
+    f.owner = std::move(keys);
+    forwards->push_back(std::move(f));
+  }
+  if (!room.back.empty()) {
+    // Rows brought back from the cold tier travel with their values: the
+    // backups then hold the same rows in memory as this primary.
+    struct Rows {
+      std::vector<Key> keys;
+      std::vector<float> data;
+    };
+    auto rows = std::make_shared<Rows>();
+    rows->keys = room.back;
+    range->store->sparse()->CopyRows(rows->keys, &rows->data);
+    ForwardedWrite f;
+    f.range = range;
+    f.header = header(proto::Replication::COPY_ROWS);
+    f.header.set_num_keys(rows->keys.size());
+    proto::RowChunkInfo* c = f.header.mutable_replication()->mutable_chunk();
+    c->set_count(rows->keys.size());
+    c->set_has_state(shard.layout().state_width > 0);
+    c->set_kind(proto::RowChunkInfo::ROWS);
+    f.keys = rows->keys;
+    f.values = rows->data;
+    f.owner = std::move(rows);
+    forwards->push_back(std::move(f));
+  }
 }
 
 ForwardedWrite Dispatcher::ForwardOf(const Validated& v,
@@ -170,10 +248,11 @@ ForwardedWrite Dispatcher::ForwardOf(const Validated& v,
   return f;
 }
 
-void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
-                       OutgoingReply* reply,
-                       std::vector<DeferredReply>* released,
-                       std::vector<ForwardedWrite>* forwards) {
+absl::Status Dispatcher::Apply(const Validated& v,
+                               const IncomingMessage& request,
+                               OutgoingReply* reply,
+                               std::vector<DeferredReply>* released,
+                               std::vector<ForwardedWrite>* forwards) {
   const proto::DataHeader& h = request.header;
   TableShard& shard = *v.shard;
   reply->header.set_num_keys(v.n);
@@ -184,15 +263,33 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
     // A backup copy's or a late task's gradient: acknowledged, not applied.
     shard.CountDroppedTaskAdd();
     reply->header.set_discarded(true);
-    return;
+    return absl::OkStatus();
+  }
+  if (v.range != nullptr && v.clocked) {
+    if (SparseRows* rows = v.range->store->sparse()) {
+      rows->ObserveClock(h.worker_clock());
+    }
   }
   if (v.synced) return ApplySynced(v, request, reply, released, forwards);
   if (v.range == nullptr) {
     // An empty key batch (it names no range): nothing to read or write.
     // Found by the dispatcher fuzzer: it once dereferenced no range here.
-    return;
+    return absl::OkStatus();
   }
   RangeStore& store = *v.range->store;
+  if (OpWrites(v.op) && store.sparse() != nullptr &&
+      store.sparse()->bounded()) {
+    // A bounded table makes room first; the backups hear what moved before
+    // they hear the write.
+    room_.clear();
+    const absl::Status made =
+        v.is_range
+            ? shard.PrepareWriteRange(*v.range, v.begin, v.end, WriteOf(v.op),
+                                      -1, &room_)
+            : shard.PrepareWrite(*v.range, v.keys, WriteOf(v.op), -1, &room_);
+    ForwardRoom(shard, v.range, room_, forwards);
+    if (!made.ok()) return made;
+  }
   const float* in = v.values;
   switch (v.op) {
     case proto::PUT:
@@ -226,45 +323,56 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
                                 /*may_pin=*/!replicated);
     } else {
       Buffer out = pool_->Acquire(v.floats * sizeof(float));
-      store.Get(v.keys, reinterpret_cast<float*>(out.data()), v.vector);
+      DP_RETURN_IF_ERROR(
+          store.Get(v.keys, reinterpret_cast<float*>(out.data()), v.vector));
       reply->values = Payload::Own(std::move(out));
     }
   }
+  return absl::OkStatus();
 }
 
-void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
-                             OutgoingReply* reply,
-                             std::vector<DeferredReply>* released,
-                             std::vector<ForwardedWrite>* forwards) {
+absl::Status Dispatcher::ApplySynced(const Validated& v,
+                                     const IncomingMessage& request,
+                                     OutgoingReply* reply,
+                                     std::vector<DeferredReply>* released,
+                                     std::vector<ForwardedWrite>* forwards) {
   const proto::DataHeader& h = request.header;
   TableShard& shard = *v.shard;
   const bool pull = v.op == proto::PUSH_PULL;
   const size_t first_waiter = waiters_.size();
   // Every synced push waits for its step: acknowledging a held gradient
   // would let it be lost with this server before the step applies it.
+  room_.clear();
   const TableShard::SyncOutcome outcome =
       v.is_range
           ? shard.PushSynced(*v.range, v.begin, v.end, h.worker_rank(),
                              h.worker_clock(), v.values, request.reply_token,
-                             &waiters_)
+                             &waiters_, &room_)
           : shard.PushSyncedKeys(
                 *v.range, v.keys, h.worker_rank(), h.worker_clock(), v.values,
-                request.reply_token, &waiters_, &applied_keys_);
+                request.reply_token, &waiters_, &applied_keys_, &room_);
   reply->header.set_discarded(outcome.result ==
                               TableShard::SyncResult::kDiscarded);
   if (outcome.result == TableShard::SyncResult::kHeld) {
     reply->deferred = true;
     if (pull) pull_waiters_.insert(request.reply_token);
-    return;
+    return absl::OkStatus();
   }
   const bool replicated =
       outcome.result == TableShard::SyncResult::kApplied && Replicated(v);
   if (replicated) {
-    // One rank on a range: the backups get the request's own gradient.
-    const bool own = v.is_range && outcome.applied == v.values;
-    forwards->push_back(StepForward(shard, v.range, v.begin, v.end,
-                                    h.worker_clock(), outcome.applied,
-                                    own ? &request : nullptr));
+    // A bounded table's room first, then the step. A step refused at the
+    // cap closes on the backups with nothing applied (no keys; a range
+    // step of a sparse table is not forwarded).
+    ForwardRoom(shard, v.range, room_, forwards);
+    if (outcome.status.ok() || !v.is_range) {
+      // One rank on a range: the backups get the request's own gradient.
+      const bool own =
+          outcome.status.ok() && v.is_range && outcome.applied == v.values;
+      forwards->push_back(StepForward(shard, v.range, v.begin, v.end,
+                                      h.worker_clock(), outcome.applied,
+                                      own ? &request : nullptr));
+    }
   }
   // The step is applied (or was, for a late push): the values are what a
   // pull at the next clock reads, for this request if it asks and for every
@@ -276,7 +384,8 @@ void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
         ReadRange(*v.range->store, v.begin, v.end, v.floats, 0, !replicated);
   }
   ReleaseStepWaiters(shard, *v.range, v.begin, v.end, v.n, next, replicated,
-                     first_waiter, released);
+                     first_waiter, outcome.status, released);
+  return outcome.status;
 }
 
 ForwardedWrite Dispatcher::StepForward(TableShard& shard,
@@ -327,10 +436,19 @@ ForwardedWrite Dispatcher::StepForward(TableShard& shard,
 void Dispatcher::ReleaseStepWaiters(TableShard& shard, TableShard::Range& range,
                                     Key begin, Key end, uint64_t n, Clock next,
                                     bool replicated, size_t first_waiter,
+                                    const absl::Status& status,
                                     std::vector<DeferredReply>* released) {
   for (size_t i = first_waiter; i < waiters_.size(); ++i) {
     DeferredReply d;
     d.reply_token = waiters_[i];
+    if (!status.ok()) {
+      // The step did not fit in a bounded table: every push of it hears so.
+      pull_waiters_.erase(d.reply_token);
+      SetReplyStatus(Annotate(status, absl::StrCat("server ", self_)),
+                     &d.reply.header);
+      released->push_back(std::move(d));
+      continue;
+    }
     d.reply.header.set_num_keys(n);
     d.reply.header.set_width(shard.width());
     // A PushPull waiter gets the values, whatever op completed the step
@@ -468,6 +586,21 @@ Payload Dispatcher::ReadRange(RangeStore& store, Key begin, Key end,
   Buffer out = pool_->Acquire(floats * sizeof(float));
   store.GetRange(begin, end, reinterpret_cast<float*>(out.data()), vector);
   return Payload::Own(std::move(out));
+}
+
+void Dispatcher::ExpireIdle() {
+  for (const auto& [id, shard] : Tables()) {
+    std::vector<std::pair<TableShard::Range*, std::vector<Key>>> gone;
+    shard->ExpireIdle(/*max_rows=*/4096, &gone);
+    for (auto& [range, keys] : gone) {
+      SparseRows::Room room;
+      room.gone = std::move(keys);
+      std::vector<ForwardedWrite> forwards;
+      ForwardRoom(*shard, range, room, &forwards);
+      // Nobody waits for these: they only keep the backups' rows the same.
+      if (!forwards.empty()) replicator_->Hold(std::move(forwards), {}, 0, 0);
+    }
+  }
 }
 
 void Dispatcher::FillStats(proto::ServerStats* stats) const {

@@ -82,9 +82,12 @@ class Dispatcher {
   // sent from the table without copying (see RangeStore::PinRows).
   // `max_table_bytes` (0: no limit) bounds the table storage this server
   // takes on: see PrepareMap.
+  // `cold_store` (null: none) holds the cold tiers of bounded sparse
+  // tables; it must outlive the dispatcher.
   Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
              const PluginRegistry* plugins, const PinOptions& pin_options = {},
-             ReplicationEnv* env = nullptr, uint64_t max_table_bytes = 0);
+             ReplicationEnv* env = nullptr, uint64_t max_table_bytes = 0,
+             storage::ColdStore* cold_store = nullptr);
 
   // A map with what applying it needs allocated already.
   struct PreparedMap {
@@ -132,6 +135,10 @@ class Dispatcher {
               std::vector<DeferredReply>* released) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Counters and per-table figures.
+  // Bounded sparse tables: idle rows of the ranges this server serves as
+  // primary expire (TTL), a bounded number per range, and the backups are
+  // told (EVICT). Call on the data thread between requests.
+  void ExpireIdle();
   void FillStats(proto::ServerStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
   // The replication figures, which the data thread keeps without atomics.
   // REQUIRES: called on the data thread.
@@ -171,13 +178,24 @@ class Dispatcher {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Validated> ValidateVector(
       Validated v, const IncomingMessage& request) const;
-  // Executes a validated request. Cannot fail. Writes that the ranges'
-  // backups must apply too are appended to `forwards`.
-  void Apply(const Validated& v, const IncomingMessage& request,
-             OutgoingReply* reply, std::vector<DeferredReply>* released,
-             std::vector<ForwardedWrite>* forwards);
-  void ApplySynced(const Validated& v, const IncomingMessage& request,
-                   OutgoingReply* reply, std::vector<DeferredReply>* released,
+  // Executes a validated request. Writes that the ranges' backups must
+  // apply too are appended to `forwards` (also when it fails: what a
+  // bounded table moved before). Fails only for a write a bounded sparse
+  // table refuses whole (kResourceExhausted: nothing changed) and a read
+  // its cold tier fails.
+  absl::Status Apply(const Validated& v, const IncomingMessage& request,
+                     OutgoingReply* reply, std::vector<DeferredReply>* released,
+                     std::vector<ForwardedWrite>* forwards);
+  absl::Status ApplySynced(const Validated& v, const IncomingMessage& request,
+                           OutgoingReply* reply,
+                           std::vector<DeferredReply>* released,
+                           std::vector<ForwardedWrite>* forwards);
+  // What a bounded sparse range's preparation moved (SparseRows::Room), as
+  // the backups must apply it before the write: EVICT of the keys that
+  // left memory, COPY_ROWS of the rows brought back from the cold tier.
+  // Nothing without backups.
+  void ForwardRoom(const TableShard& shard, TableShard::Range* range,
+                   const SparseRows::Room& room,
                    std::vector<ForwardedWrite>* forwards);
   // A BSP step just applied to the part [begin, end) of `range` (sparse:
   // to the range's key batches, applied_keys_) at `clock`: what its backups
@@ -190,9 +208,12 @@ class Dispatcher {
   // (a PushPull's with the values step `next` reads), appended to
   // `released`; `replicated`: the replies wait for the backups, so they
   // copy rather than pin the rows.
+  // A step refused at a bounded table's cap (`status` not OK) answers every
+  // waiter with that error.
   void ReleaseStepWaiters(TableShard& shard, TableShard::Range& range,
                           Key begin, Key end, uint64_t n, Clock next,
                           bool replicated, size_t first_waiter,
+                          const absl::Status& status,
                           std::vector<DeferredReply>* released);
   // The job went on without `ranks` (ClusterMap.retired_ranks): the BSP
   // steps of `shard` held for them are applied now, forwarded to the
@@ -215,6 +236,8 @@ class Dispatcher {
   // The forwarded form of a client write (its header, its frames).
   ForwardedWrite ForwardOf(const Validated& v, const IncomingMessage& request);
   bool Replicated(const Validated& v) const;
+  bool Replicated(const TableShard& shard,
+                  const TableShard::Range& range) const;
   // Backup side: a message from the range's primary (checked here,
   // applied by ApplyReplicated).
   void HandleReplica(const IncomingMessage& request, OutgoingReply* reply);
@@ -239,6 +262,7 @@ class Dispatcher {
   const PinOptions pin_options_;
   ReplicationEnv* const env_;
   const uint64_t max_table_bytes_;          // 0: no limit
+  storage::ColdStore* const cold_store_;    // null: no cold tiers
   std::unique_ptr<Replicator> replicator_;  // null without env
 
   mutable absl::Mutex mu_;
@@ -250,6 +274,8 @@ class Dispatcher {
   // keys a synced sparse step applied.
   std::vector<uint64_t> waiters_;
   std::vector<Key> applied_keys_;
+  // What a bounded table's write preparation moved (ForwardRoom).
+  SparseRows::Room room_;
   // Held BSP requests that want the step's values (PushPulls), by token.
   absl::flat_hash_set<uint64_t> pull_waiters_;
 

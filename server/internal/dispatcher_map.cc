@@ -26,9 +26,14 @@ uint64_t SatMul(uint64_t a, uint64_t b) {
 
 // The bytes a range of `layout` holds once used: dense arrays whole
 // (handler state and named vectors are allocated on first use, but will
-// be), sparse ranges what `store` holds now (nothing when new).
+// be), bounded sparse ranges their cap, other sparse ranges what `store`
+// holds now (nothing when new).
 uint64_t RangeBytes(const TableLayout& layout, KeyRange range,
                     const RangeStore* store) {
+  if (!layout.dense && layout.bounds.max_rows > 0) {
+    return SatMul(layout.bounds.max_rows,
+                  SparseRowBytes(layout.width, layout.state_width));
+  }
   if (!layout.dense) return store == nullptr ? 0 : store->allocated_bytes();
   const uint64_t row_floats =
       SatAdd(SatMul(layout.width, layout.num_vectors), layout.state_width);
@@ -83,7 +88,8 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
     const bool is_new = shard == nullptr;
     if (is_new) {
       auto created =
-          TableShard::Create(table.spec(), {}, plugins_, pin_options_);
+          TableShard::Create(table.spec(), {}, plugins_, pin_options_,
+                             std::max(1, table.ranges_size()), cold_store_);
       if (!created.ok()) {
         fail(id, created.status());
         continue;
@@ -196,21 +202,23 @@ void Dispatcher::RetireRanks(TableShard& shard, absl::Span<const int> ranks,
   size_t answered = 0;
   for (const TableShard::HeldStep& step : complete) {
     const size_t first_waiter = waiters_.size();
+    room_.clear();
     const TableShard::SyncOutcome outcome =
-        shard.CompleteStep(step, &waiters_, &applied_keys_);
+        shard.CompleteStep(step, &waiters_, &applied_keys_, &room_);
     const Key begin = step.part.begin, end = step.part.end;
-    const bool replicated =
-        replicator_ != nullptr &&
-        replicator_->HasBackups(shard.spec().id(), step.range->range().begin);
+    const bool replicated = Replicated(shard, *step.range);
     std::vector<ForwardedWrite> forwards;
     if (replicated) {
-      forwards.push_back(StepForward(shard, step.range, begin, end, step.clock,
-                                     outcome.applied, nullptr));
+      ForwardRoom(shard, step.range, room_, &forwards);
+      if (outcome.status.ok() || !shard.layout().dense) {
+        forwards.push_back(StepForward(shard, step.range, begin, end,
+                                       step.clock, outcome.applied, nullptr));
+      }
     }
     std::vector<DeferredReply> released;
     ReleaseStepWaiters(shard, *step.range, begin, end,
                        shard.layout().dense ? end - begin : 0, step.clock + 1,
-                       replicated, first_waiter, &released);
+                       replicated, first_waiter, outcome.status, &released);
     answered += released.size();
     if (env_ == nullptr) continue;
     for (DeferredReply& d : released) {

@@ -12,7 +12,7 @@ namespace server_internal {
 
 absl::StatusOr<std::unique_ptr<const TableLayout>> TableLayout::Create(
     const proto::TableSpec& spec, const PluginRegistry* plugins,
-    const PinOptions& pins) {
+    const PinOptions& pins, size_t num_ranges, storage::ColdStore* cold_store) {
   if (spec.width() == 0) return absl::InvalidArgumentError("width is 0");
   DP_ASSIGN_OR_RETURN(std::unique_ptr<UpdateHandler> handler,
                       CreateHandler(spec.handler(), plugins), "table '",
@@ -29,6 +29,16 @@ absl::StatusOr<std::unique_ptr<const TableLayout>> TableLayout::Create(
   l->handler = std::move(handler);
   l->pins = pins;
   l->key_space = KeyRange{0, l->dense ? spec.num_keys() : kKeySpaceEnd};
+  if (!l->dense) {
+    l->bounds = RangeBounds::Of(spec, l->width, l->state_width, num_ranges);
+    if (l->bounds.cold && cold_store == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", spec.name(),
+          "' keeps a cold tier (SparseBounds.cold_tier) but this server has "
+          "no --data_dir to keep it in"));
+    }
+    l->cold_store = l->bounds.cold ? cold_store : nullptr;
+  }
   return std::unique_ptr<const TableLayout>(std::move(l));
 }
 
@@ -46,6 +56,25 @@ RangeStore::RangeStore(const TableLayout* layout, KeyRange range)
                        values_->data.get());
     vectors_.resize(layout_->num_vectors - 1);
     rows_.store(range_.size());
+  } else {
+    std::unique_ptr<storage::ColdRange> cold;
+    if (layout_->cold_store != nullptr) {
+      cold = std::make_unique<storage::ColdRange>(
+          layout_->cold_store, layout_->spec.id(), range_.begin,
+          width() + layout_->state_width);
+      // A new store holds no rows: what an earlier store of this range left
+      // in the tier (a backup copying its range afresh) goes.
+      absl::Status cleared = cold->Clear();
+      if (!cleared.ok()) {
+        DP_LOG(WARNING) << "table '" << layout_->spec.name()
+                        << "': cannot clear the cold tier of keys ["
+                        << range_.begin << ", " << range_.end
+                        << "): " << cleared;
+      }
+    }
+    sparse_ = std::make_unique<SparseRows>(
+        &layout_->init, layout_->handler.get(), width(), range_.begin,
+        range_.end, layout_->bounds, std::move(cold));
   }
   UpdateAccounting();
 }
@@ -157,40 +186,6 @@ void RangeStore::PrepareBatchWrite(absl::Span<const Key> keys,
   PrepareWrite(*lo, *hi + 1);
 }
 
-RangeStore::SparseRow RangeStore::SparseRowAt(uint32_t row) const {
-  const size_t chunk = row / kChunkRows, off = row % kChunkRows;
-  const size_t sw = layout_->state_width;
-  return {value_chunks_[chunk].get() + off * width(),
-          sw ? state_chunks_[chunk].get() + off * sw : nullptr};
-}
-
-RangeStore::SparseRow RangeStore::SparseFind(Key key) const {
-  auto it = index_.find(key);
-  if (it == index_.end()) return {nullptr, nullptr};
-  return SparseRowAt(it->second);
-}
-
-RangeStore::SparseRow RangeStore::SparseTouch(Key key) {
-  auto [it, inserted] =
-      index_.try_emplace(key, static_cast<uint32_t>(row_keys_.size()));
-  const uint32_t row = it->second;
-  if (!inserted) return SparseRowAt(row);
-  row_keys_.push_back(key);
-  const size_t chunk = row / kChunkRows;
-  if (chunk == value_chunks_.size()) {
-    value_chunks_.emplace_back(new float[kChunkRows * width()]);
-    if (layout_->state_width) {
-      state_chunks_.emplace_back(new float[kChunkRows * layout_->state_width]);
-    }
-    UpdateAccounting();
-  }
-  SparseRow r = SparseRowAt(row);
-  layout_->init.FillRow(key, width(), r.values);
-  if (r.state != nullptr) layout_->handler->InitState(r.state, 1, width());
-  rows_.store(row_keys_.size(), std::memory_order_relaxed);
-  return r;
-}
-
 void RangeStore::Put(absl::Span<const Key> keys, const float* values,
                      uint32_t vector) {
   PrepareBatchWrite(keys, vector);
@@ -213,8 +208,8 @@ void RangeStore::PutRow(Key key, const float* values, size_t bytes,
     }
     return;
   }
-  const bool existed = SparseFind(key).values != nullptr;
-  SparseRow r = SparseTouch(key);
+  const bool existed = static_cast<bool>(sparse_->Find(key));
+  const SparseRows::Row r = sparse_->Touch(key, SparseRows::Write::kPut);
   std::memcpy(r.values, values, bytes);
   if (existed && r.state != nullptr) {
     layout_->handler->InitState(r.state, 1, width());
@@ -225,8 +220,9 @@ void RangeStore::Add(absl::Span<const Key> keys, const float* values,
                      uint32_t vector) {
   PrepareBatchWrite(keys, vector);
   for (size_t i = 0; i < keys.size(); ++i) {
-    float* row = layout_->dense ? DenseRow(keys[i] - range_.begin, vector)
-                                : SparseTouch(keys[i]).values;
+    float* row = layout_->dense
+                     ? DenseRow(keys[i] - range_.begin, vector)
+                     : sparse_->Touch(keys[i], SparseRows::Write::kAdd).values;
     const float* v = values + i * width();
     for (size_t j = 0; j < width(); ++j) row[j] += v[j];
   }
@@ -240,7 +236,9 @@ void RangeStore::Push(absl::Span<const Key> keys, const float* grads) {
     if (layout_->dense) {
       row = DenseRow(keys[i] - range_.begin, 0, &state);
     } else {
-      SparseRow r = SparseTouch(keys[i]);
+      const SparseRows::Row r =
+          sparse_->Touch(keys[i], SparseRows::Write::kPush);
+      if (!r) continue;  // counted towards admission, not stored
       row = r.values;
       state = r.state;
     }
@@ -248,18 +246,23 @@ void RangeStore::Push(absl::Span<const Key> keys, const float* grads) {
   }
 }
 
-void RangeStore::Get(absl::Span<const Key> keys, float* out, uint32_t vector) {
+absl::Status RangeStore::Get(absl::Span<const Key> keys, float* out,
+                             uint32_t vector) {
   const size_t bytes = width() * sizeof(float);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    float* dst = out + i * width();
-    if (layout_->dense) {
-      std::memcpy(dst, DenseRow(keys[i] - range_.begin, vector), bytes);
-    } else if (const float* row = SparseFind(keys[i]).values) {
-      std::memcpy(dst, row, bytes);
-    } else {
-      layout_->init.FillRow(keys[i], width(), dst);
+  if (layout_->dense) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::memcpy(out + i * width(), DenseRow(keys[i] - range_.begin, vector),
+                  bytes);
     }
+    return absl::OkStatus();
   }
+  sparse_->StartRequest();
+  absl::Status status;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    absl::Status s = sparse_->Read(keys[i], out + i * width());
+    if (!s.ok() && status.ok()) status = s;
+  }
+  return status;
 }
 
 // Range operations: dense ranges take one contiguous pass; sparse ranges go
@@ -291,7 +294,7 @@ void RangeStore::AddRange(Key begin, Key end, const float* values,
   const size_t w = width();
   if (!layout_->dense) {
     for (Key k = begin; k < end; ++k) {
-      float* row = SparseTouch(k).values;
+      float* row = sparse_->Touch(k, SparseRows::Write::kAdd).values;
       const float* v = values + (k - begin) * w;
       for (size_t j = 0; j < w; ++j) row[j] += v[j];
     }
@@ -307,7 +310,8 @@ void RangeStore::PushRange(Key begin, Key end, const float* grads) {
   const size_t w = width();
   if (!layout_->dense) {
     for (Key k = begin; k < end; ++k) {
-      SparseRow r = SparseTouch(k);
+      const SparseRows::Row r = sparse_->Touch(k, SparseRows::Write::kPush);
+      if (!r) continue;  // counted towards admission, not stored
       layout_->handler->Apply(r.values, r.state, grads + (k - begin) * w, 1, w);
     }
     return;
@@ -318,22 +322,22 @@ void RangeStore::PushRange(Key begin, Key end, const float* grads) {
   layout_->handler->Apply(row, state, grads, end - begin, w);
 }
 
-void RangeStore::GetRange(Key begin, Key end, float* out, uint32_t vector) {
+absl::Status RangeStore::GetRange(Key begin, Key end, float* out,
+                                  uint32_t vector) {
   const size_t w = width();
   if (!layout_->dense) {
     // Absent rows read as their initial values and are not created.
+    sparse_->StartRequest();
+    absl::Status status;
     for (Key k = begin; k < end; ++k) {
-      float* dst = out + (k - begin) * w;
-      if (const float* row = SparseFind(k).values) {
-        std::memcpy(dst, row, w * sizeof(float));
-      } else {
-        layout_->init.FillRow(k, w, dst);
-      }
+      absl::Status s = sparse_->Read(k, out + (k - begin) * w);
+      if (!s.ok() && status.ok()) status = s;
     }
-    return;
+    return status;
   }
   std::memcpy(out, DenseRow(begin - range_.begin, vector),
               (end - begin) * w * sizeof(float));
+  return absl::OkStatus();
 }
 
 void RangeStore::RunVector(Key lo, Key hi, const VectorKernel& kernel,
@@ -350,18 +354,30 @@ void RangeStore::RunVector(Key lo, Key hi, const VectorKernel& kernel,
 }
 
 std::optional<uint64_t> RangeStore::ExportRows(uint64_t cursor,
-                                               size_t max_bytes,
-                                               RowChunk* out) const {
+                                               size_t max_bytes, RowChunk* out,
+                                               bool with_cold) const {
   const size_t w = width(), sw = layout_->state_width;
-  const uint64_t total = layout_->dense ? range_.size() : row_keys_.size();
+  if (!layout_->dense) {
+    SparseRows::Chunk c;
+    std::optional<uint64_t> next =
+        sparse_->Export(cursor, max_bytes, with_cold, &c);
+    out->vectors.clear();
+    out->first_key = 0;
+    out->kind = c.kind;
+    out->count = c.keys.size();
+    out->keys = std::move(c.keys);
+    out->data = std::move(c.data);
+    out->has_state = sw > 0 && c.kind != proto::RowChunkInfo::PENDING;
+    return next;
+  }
+  const uint64_t total = range_.size();
   out->keys.clear();
   out->vectors.clear();
   out->data.clear();
-  const bool has_state = sw > 0 && (layout_->dense ? state_ != nullptr : true);
-  if (layout_->dense) {
-    for (uint32_t v = 1; v < layout_->num_vectors; ++v) {
-      if (vectors_[v - 1] != nullptr) out->vectors.push_back(v);
-    }
+  out->kind = proto::RowChunkInfo::ROWS;
+  const bool has_state = sw > 0 && state_ != nullptr;
+  for (uint32_t v = 1; v < layout_->num_vectors; ++v) {
+    if (vectors_[v - 1] != nullptr) out->vectors.push_back(v);
   }
   out->has_state = has_state;
   const size_t row_bytes =
@@ -370,32 +386,18 @@ std::optional<uint64_t> RangeStore::ExportRows(uint64_t cursor,
       total - std::min(cursor, total),
       std::max<uint64_t>(1, max_bytes / std::max<size_t>(1, row_bytes)));
   out->count = n;
-  out->first_key = layout_->dense ? range_.begin + cursor : 0;
+  out->first_key = range_.begin + cursor;
   out->data.resize(out->ExpectedFloats(w, sw));
   float* dst = out->data.data();
-  if (layout_->dense) {
-    std::memcpy(dst, values_->data.get() + cursor * w, n * w * sizeof(float));
+  std::memcpy(dst, values_->data.get() + cursor * w, n * w * sizeof(float));
+  dst += n * w;
+  if (has_state) {
+    std::memcpy(dst, state_.get() + cursor * sw, n * sw * sizeof(float));
+    dst += n * sw;
+  }
+  for (uint32_t v : out->vectors) {
+    std::memcpy(dst, vectors_[v - 1].get() + cursor * w, n * w * sizeof(float));
     dst += n * w;
-    if (has_state) {
-      std::memcpy(dst, state_.get() + cursor * sw, n * sw * sizeof(float));
-      dst += n * sw;
-    }
-    for (uint32_t v : out->vectors) {
-      std::memcpy(dst, vectors_[v - 1].get() + cursor * w,
-                  n * w * sizeof(float));
-      dst += n * w;
-    }
-  } else {
-    out->keys.assign(row_keys_.begin() + cursor,
-                     row_keys_.begin() + cursor + n);
-    float* state_dst = dst + n * w;
-    for (uint64_t i = 0; i < n; ++i) {
-      const SparseRow r = SparseRowAt(static_cast<uint32_t>(cursor + i));
-      std::memcpy(dst + i * w, r.values, w * sizeof(float));
-      if (has_state) {
-        std::memcpy(state_dst + i * sw, r.state, sw * sizeof(float));
-      }
-    }
   }
   const uint64_t next = cursor + n;
   if (next >= total) return std::nullopt;
@@ -409,6 +411,9 @@ absl::Status RangeStore::ImportRows(const RowChunkView& c) {
         absl::StrCat("table '", layout_->spec.name(), "' keys [", range_.begin,
                      ", ", range_.end, "): malformed row chunk: ", why));
   };
+  if (layout_->dense && c.kind != proto::RowChunkInfo::ROWS) {
+    return bad("a dense range holds rows only");
+  }
   if (c.data.size() != c.ExpectedFloats(w, sw)) {
     return bad(absl::StrCat(c.data.size(), " floats, expected ",
                             c.ExpectedFloats(w, sw)));
@@ -455,22 +460,10 @@ absl::Status RangeStore::ImportRows(const RowChunkView& c) {
     return absl::OkStatus();
   }
   if (c.keys.size() != c.count) return bad("key count");
-  for (Key k : c.keys) {
-    if (!range_.Contains(k)) return bad(absl::StrCat("key ", k));
+  if (c.kind != proto::RowChunkInfo::PENDING && c.has_state != (sw > 0)) {
+    return bad("a sparse chunk carries the handler state, and only then");
   }
-  const float* values = c.data.data();
-  const float* state = values + c.count * w;
-  for (size_t i = 0; i < c.count; ++i) {
-    SparseRow r = SparseTouch(c.keys[i]);
-    std::memcpy(r.values, values + i * w, w * sizeof(float));
-    if (sw == 0) continue;
-    if (c.has_state) {
-      std::memcpy(r.state, state + i * sw, sw * sizeof(float));
-    } else {
-      layout_->handler->InitState(r.state, 1, w);
-    }
-  }
-  return absl::OkStatus();
+  return sparse_->Import(c.kind, c.keys, c.data);
 }
 
 uint64_t RangeStore::value_bytes() const {
@@ -487,18 +480,21 @@ void RangeStore::UpdateAccounting() {
     }
     if (state_ != nullptr) state += range_.size() * sw * sizeof(float);
   }
-  values += value_chunks_.size() * kChunkRows * w * sizeof(float);
-  state += state_chunks_.size() * kChunkRows * sw * sizeof(float);
-  // The sparse index: a slot holds a key and a row number, plus one control
-  // byte; and each row's key for walking the rows in order.
-  const uint64_t index =
-      index_.capacity() * (sizeof(Key) + sizeof(uint32_t) + 1) +
-      row_keys_.capacity() * sizeof(Key);
   state_bytes_.store(state, std::memory_order_relaxed);
-  allocated_bytes_.store(values + state + index, std::memory_order_relaxed);
+  allocated_bytes_.store(values + state, std::memory_order_relaxed);
 }
 
 void RangeStore::AddStats(proto::TableStats* out) const {
+  if (sparse_ != nullptr) {
+    const SparseRows& r = *sparse_;
+    out->set_row_cap(out->row_cap() + r.bounds().max_rows);
+    out->set_evicted_rows(out->evicted_rows() + r.evicted());
+    out->set_expired_rows(out->expired_rows() + r.expired());
+    out->set_admitted_rows(out->admitted_rows() + r.admitted());
+    out->set_pending_ids(out->pending_ids() + r.pending_ids());
+    out->set_cold_rows(out->cold_rows() + r.cold_rows());
+    out->set_refused_writes(out->refused_writes() + r.refused());
+  }
   out->set_rows(out->rows() + rows());
   out->set_value_bytes(out->value_bytes() + value_bytes());
   out->set_state_bytes(out->state_bytes() + state_bytes());

@@ -55,6 +55,8 @@
 #include "handlers/plugin_registry.h"
 #include "handlers/vector_kernel.h"
 #include "proto/downpour.pb.h"
+#include "server/internal/sparse_rows.h"
+#include "storage/cold_store.h"
 
 namespace downpour {
 namespace server_internal {
@@ -85,10 +87,14 @@ struct PinOptions {
 // Immutable after Create; thread-safe.
 struct TableLayout {
   // kInvalidArgument / kNotFound for a bad handler or initializer spec, or
-  // a width of 0. `plugins` (may be null) must outlive the layout.
+  // a width of 0; kFailedPrecondition for a cold tier without `cold_store`.
+  // `plugins` (may be null) and `cold_store` (null: this server has no
+  // --data_dir) must outlive the layout. `num_ranges`: the table's ranges
+  // in the map, over which a sparse table's row cap is split.
   static absl::StatusOr<std::unique_ptr<const TableLayout>> Create(
       const proto::TableSpec& spec, const PluginRegistry* plugins,
-      const PinOptions& pins = {});
+      const PinOptions& pins = {}, size_t num_ranges = 1,
+      storage::ColdStore* cold_store = nullptr);
 
   proto::TableSpec spec;
   size_t width = 0;
@@ -102,6 +108,10 @@ struct TableLayout {
   PinOptions pins;
   // The table's whole key space, [0, num_keys) or [0, kKeySpaceEnd).
   KeyRange key_space{0, 0};
+  // Sparse tables: each range's bounds (TableSpec.bounds), and where the
+  // cold tier lives (null without one).
+  RangeBounds bounds;
+  storage::ColdStore* cold_store = nullptr;
 
  private:
   explicit TableLayout(Initializer i) : init(i) {}
@@ -122,6 +132,9 @@ struct RowChunk {
   bool has_state = false;
   std::vector<uint32_t> vectors;  // named vectors > 0 included, ascending
   std::vector<float> data;
+  // Bounded sparse ranges: rows in memory, cold rows (same layout), or
+  // admission counters (one float per key in `data`).
+  proto::RowChunkInfo::Kind kind = proto::RowChunkInfo::ROWS;
 
   // Floats `data` must hold for the fields above.
   size_t ExpectedFloats(size_t width, size_t state_width) const;
@@ -136,15 +149,18 @@ struct RowChunkView {
         keys(c.keys),
         has_state(c.has_state),
         vectors(c.vectors),
-        data(c.data) {}
+        data(c.data),
+        kind(c.kind) {}
   Key first_key = 0;
   uint64_t count = 0;
   absl::Span<const Key> keys;
   bool has_state = false;
   absl::Span<const uint32_t> vectors;
   absl::Span<const float> data;
+  proto::RowChunkInfo::Kind kind = proto::RowChunkInfo::ROWS;
 
   size_t ExpectedFloats(size_t width, size_t state_width) const {
+    if (kind == proto::RowChunkInfo::PENDING) return count;
     return count *
            (width * (1 + vectors.size()) + (has_state ? state_width : 0));
   }
@@ -175,14 +191,16 @@ class RangeStore {
   void Add(absl::Span<const Key> keys, const float* values,
            uint32_t vector = 0);
   void Push(absl::Span<const Key> keys, const float* grads);
-  void Get(absl::Span<const Key> keys, float* out, uint32_t vector = 0);
+  // A sparse read may find a row in the cold tier: a failing tier is the
+  // error (the row then reads as its initial values).
+  absl::Status Get(absl::Span<const Key> keys, float* out, uint32_t vector = 0);
 
   // The same over the keys [begin, end). REQUIRES: [begin, end) lies in
   // range().
   void PutRange(Key begin, Key end, const float* values, uint32_t vector = 0);
   void AddRange(Key begin, Key end, const float* values, uint32_t vector = 0);
   void PushRange(Key begin, Key end, const float* grads);
-  void GetRange(Key begin, Key end, float* out, uint32_t vector = 0);
+  absl::Status GetRange(Key begin, Key end, float* out, uint32_t vector = 0);
 
   // Parameter rows [begin, end) for a reply to send without copying.
   // `release` must run exactly once (on any thread) when the transport no
@@ -209,28 +227,41 @@ class RangeStore {
   // (at least one row). Returns the cursor of the next chunk, or nullopt
   // when this chunk ends the rows present now. Rows created after an export
   // started come after those present when it started, so a walk from 0
-  // until nullopt sees every row. Sparse ranges walk rows in creation
-  // order, dense ones in key order.
+  // until nullopt sees every row. Sparse ranges walk the rows in memory,
+  // then (bounded tables) admission counters and, with `with_cold`, the
+  // cold tier's rows (SparseRows::Export); dense ones walk keys in order.
   std::optional<uint64_t> ExportRows(uint64_t cursor, size_t max_bytes,
-                                     RowChunk* out) const;
+                                     RowChunk* out,
+                                     bool with_cold = true) const;
   // Overwrites the chunk's rows (creating absent sparse rows). kDataLoss
   // if the chunk is malformed (keys outside range(), a block of the wrong
   // size, a vector the table lacks), and then nothing changes.
   absl::Status ImportRows(const RowChunkView& chunk);
 
   // Adds this range's storage figures to `out` (rows, bytes, zero-copy
-  // counters); any thread.
+  // counters, a bounded table's counts); any thread.
   void AddStats(proto::TableStats* out) const;
+  // A sparse range's rows (null for a dense one): bounded tables' writes
+  // are prepared there (SparseRows::Prepare) and a backup applies its
+  // primary's evictions there.
+  SparseRows* sparse() { return sparse_.get(); }
+  const SparseRows* sparse() const { return sparse_.get(); }
 
   // Rows held (dense: all of the range; sparse: those created).
-  uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
+  uint64_t rows() const {
+    return sparse_ != nullptr ? sparse_->rows()
+                              : rows_.load(std::memory_order_relaxed);
+  }
   uint64_t value_bytes() const;
   uint64_t state_bytes() const {
-    return state_bytes_.load(std::memory_order_relaxed);
+    return sparse_ != nullptr ? sparse_->state_bytes()
+                              : state_bytes_.load(std::memory_order_relaxed);
   }
   // Bytes the storage holds, capacity and index included.
   uint64_t allocated_bytes() const {
-    return allocated_bytes_.load(std::memory_order_relaxed);
+    return sparse_ != nullptr
+               ? sparse_->allocated_bytes()
+               : allocated_bytes_.load(std::memory_order_relaxed);
   }
   // Pins not yet released.
   int64_t pinned_replies() const {
@@ -260,12 +291,6 @@ class RangeStore {
     // pins.size(), readable without the lock: writers skip the lock when 0.
     std::atomic<int64_t> num_pins{0};
   };
-  // Sparse rows live in chunks of kChunkRows rows.
-  static constexpr size_t kChunkRows = 1024;
-  struct SparseRow {
-    float* values;
-    float* state;
-  };
 
   size_t width() const { return layout_->width; }
   // Dense: row `row` (from the range's start) of `vector`, allocating a
@@ -281,9 +306,6 @@ class RangeStore {
   void PrepareWrite(Key begin, Key end);
   // The same for the span of rows a batch touches (vector 0 only).
   void PrepareBatchWrite(absl::Span<const Key> keys, uint32_t vector);
-  SparseRow SparseFind(Key key) const;  // values == nullptr when absent
-  SparseRow SparseTouch(Key key);       // creates the row if absent
-  SparseRow SparseRowAt(uint32_t row) const;
   void UpdateAccounting();
 
   const TableLayout* const layout_;
@@ -300,11 +322,8 @@ class RangeStore {
   const std::shared_ptr<std::atomic<int64_t>> live_pins_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
-  // Sparse storage: row i's key is row_keys_[i].
-  absl::flat_hash_map<Key, uint32_t> index_;
-  std::vector<Key> row_keys_;
-  std::vector<std::unique_ptr<float[]>> value_chunks_;
-  std::vector<std::unique_ptr<float[]>> state_chunks_;
+  // Sparse storage.
+  std::unique_ptr<SparseRows> sparse_;
 
   std::atomic<uint64_t> zero_copy_replies_{0};
   std::atomic<uint64_t> pin_waits_{0};

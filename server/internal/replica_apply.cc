@@ -49,10 +49,25 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
       c.vectors = absl::MakeConstSpan(r.chunk().vectors().data(),
                                       r.chunk().vectors_size());
       c.data = request.values;
+      c.kind = r.chunk().kind();
       return range.store->ImportRows(c);
     }
     case proto::Replication::COPY_END:
       return absl::OkStatus();
+    case proto::Replication::EVICT: {
+      // The primary's decision: these rows leave memory here too.
+      SparseRows* rows = range.store->sparse();
+      if (rows == nullptr) {
+        return absl::InvalidArgumentError("an eviction on a dense range");
+      }
+      for (Key k : request.keys) {
+        if (!kr.Contains(k)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("an eviction of key ", k, " outside its range"));
+        }
+      }
+      return rows->Evict(request.keys);
+    }
     case proto::Replication::WRITE:
       break;
     default:

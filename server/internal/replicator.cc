@@ -222,7 +222,9 @@ void Replicator::Hold(std::vector<ForwardedWrite> writes,
     auto m = std::make_shared<Message>();
     m->header = std::move(w.header);
     proto::Replication* r = m->header.mutable_replication();
-    r->set_kind(proto::Replication::WRITE);
+    if (r->kind() == proto::Replication::NONE) {
+      r->set_kind(proto::Replication::WRITE);
+    }
     r->set_range_begin(w.range->range().begin);
     r->set_range_end(w.range->range().end);
     r->set_step_clock(w.step_clock);

@@ -99,7 +99,10 @@ class ReplicationEnv {
 // A write applied to a range, to be applied by its backups too. The header
 // holds the write as the backups must apply it (op, table, keys or range,
 // vector, round and task, client id and sequence, vector command); keys and
-// values are spans into `owner`, which keeps them alive.
+// values are spans into `owner`, which keeps them alive. A header whose
+// replication kind is set already is sent as that kind: a bounded sparse
+// range's EVICT (the keys) or rows brought back from its cold tier
+// (COPY_ROWS with their chunk), in stream order before the write.
 struct ForwardedWrite {
   TableShard::Range* range = nullptr;
   proto::DataHeader header;

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace downpour {
@@ -10,9 +12,11 @@ namespace server_internal {
 
 absl::StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
     const proto::TableSpec& spec, const std::vector<KeyRange>& ranges,
-    const PluginRegistry* plugins, const PinOptions& pin_options) {
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<const TableLayout> layout,
-                      TableLayout::Create(spec, plugins, pin_options));
+    const PluginRegistry* plugins, const PinOptions& pin_options,
+    size_t num_ranges, storage::ColdStore* cold_store) {
+  DP_ASSIGN_OR_RETURN(
+      std::unique_ptr<const TableLayout> layout,
+      TableLayout::Create(spec, plugins, pin_options, num_ranges, cold_store));
   std::unique_ptr<TableShard> shard(new TableShard(std::move(layout)));
   for (const KeyRange& r : ranges) shard->AddRange(r);
   return shard;
@@ -85,7 +89,7 @@ void TableShard::StepApplied(StepAggregator& steps, Clock clock,
 
 TableShard::SyncOutcome TableShard::PushSynced(
     Range& range, Key begin, Key end, int rank, Clock clock, const float* grads,
-    uint64_t waiter, std::vector<uint64_t>* released) {
+    uint64_t waiter, std::vector<uint64_t>* released, SparseRows::Room* room) {
   const size_t n = (end - begin) * width();
   StepAggregator& steps = range.StepsFor({begin, end});
   if (steps.needed() == 1) {
@@ -99,10 +103,12 @@ TableShard::SyncOutcome TableShard::PushSynced(
       staleness_.Applied(rank, clock);
       return {SyncResult::kDiscarded};
     }
-    range.store->PushRange(begin, end, grads);
+    absl::Status room_made = PrepareWriteRange(
+        range, begin, end, SparseRows::Write::kPush, clock, room);
+    if (room_made.ok()) range.store->PushRange(begin, end, grads);
     staleness_.Applied(rank, clock);
     StepApplied(steps, clock, 0, released);
-    return {SyncResult::kApplied, grads};
+    return {SyncResult::kApplied, grads, room_made};
   }
   switch (steps.Add(rank, clock, {}, absl::MakeConstSpan(grads, n), waiter)) {
     case StepAggregator::kLate:
@@ -115,12 +121,14 @@ TableShard::SyncOutcome TableShard::PushSynced(
     case StepAggregator::kComplete:
       break;
   }
-  return ApplyRangeStep(range, steps, begin, end, clock, waiter, released);
+  return ApplyRangeStep(range, steps, begin, end, clock, waiter, released,
+                        room);
 }
 
 TableShard::SyncOutcome TableShard::ApplyRangeStep(
     Range& range, StepAggregator& steps, Key begin, Key end, Clock clock,
-    uint64_t completing, std::vector<uint64_t>* released) {
+    uint64_t completing, std::vector<uint64_t>* released,
+    SparseRows::Room* room) {
   const size_t n = (end - begin) * width();
   // Sum in rank order, so the result does not depend on arrival order.
   sum_.assign(n, 0.0f);
@@ -130,15 +138,17 @@ TableShard::SyncOutcome TableShard::ApplyRangeStep(
   }
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
-  range.store->PushRange(begin, end, sum_.data());
+  absl::Status room_made = PrepareWriteRange(
+      range, begin, end, SparseRows::Write::kPush, clock, room);
+  if (room_made.ok()) range.store->PushRange(begin, end, sum_.data());
   StepApplied(steps, clock, completing, released);
-  return {SyncResult::kApplied, sum_.data()};
+  return {SyncResult::kApplied, sum_.data(), room_made};
 }
 
 TableShard::SyncOutcome TableShard::PushSyncedKeys(
     Range& range, absl::Span<const Key> keys, int rank, Clock clock,
     const float* grads, uint64_t waiter, std::vector<uint64_t>* released,
-    std::vector<Key>* applied_keys) {
+    std::vector<Key>* applied_keys, SparseRows::Room* room) {
   // No shortcut for one rank: even one rank's batch is summed per key
   // (repeats included) and applied in ascending key order.
   StepAggregator& steps = range.StepsFor(range.range());
@@ -154,12 +164,14 @@ TableShard::SyncOutcome TableShard::PushSyncedKeys(
     case StepAggregator::kComplete:
       break;
   }
-  return ApplyKeyStep(range, steps, clock, waiter, released, applied_keys);
+  return ApplyKeyStep(range, steps, clock, waiter, released, applied_keys,
+                      room);
 }
 
 TableShard::SyncOutcome TableShard::ApplyKeyStep(
     Range& range, StepAggregator& steps, Clock clock, uint64_t completing,
-    std::vector<uint64_t>* released, std::vector<Key>* applied_keys) {
+    std::vector<uint64_t>* released, std::vector<Key>* applied_keys,
+    SparseRows::Room* room) {
   const size_t w = width();
   const std::vector<StepAggregator::Push>& pushes = steps.Pushes(clock);
   // The union of the ranks' keys, ascending: rows are then created in the
@@ -187,9 +199,75 @@ TableShard::SyncOutcome TableShard::ApplyKeyStep(
   }
   const float count = static_cast<float>(steps.PushedCount(clock));
   for (float& v : sum_) v /= count;
-  range.store->Push(all, sum_.data());
+  // A step that does not fit changes nothing, and every push of it hears
+  // why; the step is closed either way (held, it would hold the job).
+  absl::Status room_made =
+      PrepareWrite(range, all, SparseRows::Write::kPush, clock, room);
+  if (room_made.ok()) {
+    range.store->Push(all, sum_.data());
+  } else {
+    all.clear();  // the backups close the step with nothing applied too
+  }
   StepApplied(steps, clock, completing, released);
-  return {SyncResult::kApplied, sum_.data()};
+  return {SyncResult::kApplied, sum_.data(), room_made};
+}
+
+absl::Status TableShard::PrepareWrite(Range& range, absl::Span<const Key> keys,
+                                      SparseRows::Write write, Clock except,
+                                      SparseRows::Room* room) {
+  SparseRows* rows = range.store->sparse();
+  if (rows == nullptr || !rows->bounded() || room == nullptr) {
+    return absl::OkStatus();
+  }
+  // The rows of held steps stay: their gradients are applied later.
+  held_keys_.clear();
+  for (const auto& [part, steps] : range.steps) {
+    steps.ForEachHeldKey(except, [this](Key k) { held_keys_.insert(k); });
+  }
+  absl::Status s = rows->Prepare(
+      keys, write, held_keys_.empty() ? nullptr : &held_keys_, room);
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("table '", spec().name(), "': ", s.message()));
+}
+
+absl::Status TableShard::PrepareWriteRange(Range& range, Key begin, Key end,
+                                           SparseRows::Write write,
+                                           Clock except,
+                                           SparseRows::Room* room) {
+  SparseRows* rows = range.store->sparse();
+  if (rows == nullptr || !rows->bounded() || room == nullptr) {
+    return absl::OkStatus();
+  }
+  range_keys_.clear();
+  for (Key k = begin; k < end; ++k) range_keys_.push_back(k);
+  return PrepareWrite(range, range_keys_, write, except, room);
+}
+
+void TableShard::ExpireIdle(
+    size_t max_rows, std::vector<std::pair<Range*, std::vector<Key>>>* gone) {
+  for (const auto& [begin, range] : ranges_) {
+    SparseRows* rows = range->store->sparse();
+    if (rows == nullptr || !rows->bounded() ||
+        range->role != Range::Role::kPrimary || range->lost ||
+        range->handing_to != kNoNode) {
+      continue;
+    }
+    held_keys_.clear();
+    for (const auto& [part, steps] : range->steps) {
+      steps.ForEachHeldKey(-1, [this](Key k) { held_keys_.insert(k); });
+    }
+    SparseRows::Room room;
+    absl::Status s = rows->Expire(
+        max_rows, held_keys_.empty() ? nullptr : &held_keys_, &room);
+    if (!s.ok()) {
+      DP_LOG(WARNING) << "table '" << spec().name() << "' keys ["
+                      << range->range().begin << ", " << range->range().end
+                      << "): expiry stopped: " << s;
+    }
+    if (!room.gone.empty())
+      gone->push_back({range.get(), std::move(room.gone)});
+  }
 }
 
 void TableShard::Retire(absl::Span<const int> ranks,
@@ -221,12 +299,13 @@ void TableShard::Retire(absl::Span<const int> ranks,
 
 TableShard::SyncOutcome TableShard::CompleteStep(
     const HeldStep& step, std::vector<uint64_t>* released,
-    std::vector<Key>* applied_keys) {
+    std::vector<Key>* applied_keys, SparseRows::Room* room) {
   StepAggregator& steps = step.range->StepsFor(step.part);
-  return layout_->dense ? ApplyRangeStep(*step.range, steps, step.part.begin,
-                                         step.part.end, step.clock, 0, released)
-                        : ApplyKeyStep(*step.range, steps, step.clock, 0,
-                                       released, applied_keys);
+  return layout_->dense
+             ? ApplyRangeStep(*step.range, steps, step.part.begin,
+                              step.part.end, step.clock, 0, released, room)
+             : ApplyKeyStep(*step.range, steps, step.clock, 0, released,
+                            applied_keys, room);
 }
 
 void TableShard::RecordApplied(int rank, Clock clock) {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -90,10 +91,13 @@ class TableShard {
     int needed_;
   };
 
-  // kInvalidArgument / kNotFound for a bad handler or initializer spec.
+  // kInvalidArgument / kNotFound for a bad handler or initializer spec;
+  // kFailedPrecondition for a cold tier without `cold_store`. `num_ranges`
+  // and `cold_store`: as TableLayout::Create.
   static absl::StatusOr<std::unique_ptr<TableShard>> Create(
       const proto::TableSpec& spec, const std::vector<KeyRange>& ranges,
-      const PluginRegistry* plugins, const PinOptions& pin_options = {});
+      const PluginRegistry* plugins, const PinOptions& pin_options = {},
+      size_t num_ranges = 1, storage::ColdStore* cold_store = nullptr);
 
   const TableLayout& layout() const { return *layout_; }
   const proto::TableSpec& spec() const { return layout_->spec; }
@@ -135,10 +139,18 @@ class TableShard {
     // kApplied: the gradient the handler applied (the ranks' mean, or the
     // request's own with one rank); valid until the next synced push.
     const float* applied = nullptr;
+    // kApplied on a bounded sparse table: a step that did not fit in the
+    // row cap is closed without changing any row, and every push of it is
+    // answered with this error (kResourceExhausted).
+    absl::Status status;
   };
+  // A bounded sparse range makes room for the rows a step creates first
+  // (PrepareWrite): what moved is appended to `room` (may be null for a
+  // dense table), for the backups.
   SyncOutcome PushSynced(Range& range, Key begin, Key end, int rank,
                          Clock clock, const float* grads, uint64_t waiter,
-                         std::vector<uint64_t>* released);
+                         std::vector<uint64_t>* released,
+                         SparseRows::Room* room = nullptr);
   // The same for a batch of keys (sparse tables): every worker sends each
   // range one batch per clock, possibly empty, so that the range can count
   // ranks. When sync_workers ranks have pushed, each key's gradients are
@@ -149,7 +161,8 @@ class TableShard {
   SyncOutcome PushSyncedKeys(Range& range, absl::Span<const Key> keys, int rank,
                              Clock clock, const float* grads, uint64_t waiter,
                              std::vector<uint64_t>* released,
-                             std::vector<Key>* applied_keys);
+                             std::vector<Key>* applied_keys,
+                             SparseRows::Room* room = nullptr);
 
   // Worker ranks the job went on without (ClusterMap.retired_ranks, all of
   // them, ascending). For each rank not retired before: its held BSP
@@ -175,7 +188,25 @@ class TableShard {
   // appended to `released`.
   SyncOutcome CompleteStep(const HeldStep& step,
                            std::vector<uint64_t>* released,
-                           std::vector<Key>* applied_keys);
+                           std::vector<Key>* applied_keys,
+                           SparseRows::Room* room = nullptr);
+
+  // Bounded sparse tables (TableSpec.bounds), on the range's primary: makes
+  // room for a write of `keys` (SparseRows::Prepare), never evicting a row
+  // that a held BSP step of another clock than `except` pushed. What moved
+  // is appended to `room`. OK at once for other tables.
+  absl::Status PrepareWrite(Range& range, absl::Span<const Key> keys,
+                            SparseRows::Write write, Clock except,
+                            SparseRows::Room* room);
+  // The same for the keys [begin, end) of a sparse range.
+  absl::Status PrepareWriteRange(Range& range, Key begin, Key end,
+                                 SparseRows::Write write, Clock except,
+                                 SparseRows::Room* room);
+  // The primary's expiry between writes (SparseRows::Expire): at most
+  // `max_rows` idle rows of each held primary range leave memory; their
+  // keys are appended to `gone`, by range.
+  void ExpireIdle(size_t max_rows,
+                  std::vector<std::pair<Range*, std::vector<Key>>>* gone);
 
   // An asynchronous push by `rank` at `clock` was applied (for staleness).
   void RecordApplied(int rank, Clock clock);
@@ -200,10 +231,12 @@ class TableShard {
   // rank order, then StepApplied.
   SyncOutcome ApplyRangeStep(Range& range, StepAggregator& steps, Key begin,
                              Key end, Clock clock, uint64_t completing,
-                             std::vector<uint64_t>* released);
+                             std::vector<uint64_t>* released,
+                             SparseRows::Room* room);
   SyncOutcome ApplyKeyStep(Range& range, StepAggregator& steps, Clock clock,
                            uint64_t completing, std::vector<uint64_t>* released,
-                           std::vector<Key>* applied_keys);
+                           std::vector<Key>* applied_keys,
+                           SparseRows::Room* room);
   // Bookkeeping of a step that the handler has just applied.
   void StepApplied(StepAggregator& steps, Clock clock, uint64_t completing,
                    std::vector<uint64_t>* released);
@@ -219,7 +252,9 @@ class TableShard {
   mutable absl::Mutex stats_mu_;
   std::map<Key, std::unique_ptr<Range>> ranges_;
   StalenessTracker staleness_;
-  std::vector<float> sum_;  // the mean of a step, reused across steps
+  std::vector<float> sum_;       // the mean of a step, reused across steps
+  std::vector<Key> range_keys_;  // PrepareWriteRange's keys, reused
+  absl::flat_hash_set<Key> held_keys_;  // PrepareWrite's pinned rows
 
   std::atomic<Clock> max_staleness_{0};
   std::atomic<uint64_t> tracked_pulls_{0};

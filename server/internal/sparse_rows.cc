@@ -1,0 +1,747 @@
+#include "server/internal/sparse_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+
+namespace downpour {
+namespace server_internal {
+namespace {
+
+// Key mixing for the index: ids are often sequential or share low bits.
+inline uint64_t Mix(uint64_t key) { return SplitMix64(key); }
+
+// Export cursors: the phase in the top two bits, a position below.
+constexpr uint64_t kPhaseShift = 62;
+constexpr uint64_t kPositionMask = (uint64_t{1} << kPhaseShift) - 1;
+enum Phase : uint64_t { kMemory = 0, kPendingPhase = 1, kColdPhase = 2 };
+uint64_t Cursor(Phase p, uint64_t position) {
+  return (static_cast<uint64_t>(p) << kPhaseShift) | position;
+}
+
+// Rows a walk of the cold tier returns at most per bucket group.
+constexpr size_t kMinExpirePerWrite = 64;
+// How far an LRU walk for a victim goes past rows it must keep.
+constexpr size_t kMaxVictimWalk = 1 << 16;
+constexpr int kLfuSample = 8;
+
+}  // namespace
+
+RangeBounds RangeBounds::Of(const proto::TableSpec& spec, size_t width,
+                            size_t state_width, size_t num_ranges) {
+  RangeBounds b;
+  if (!spec.has_bounds()) return b;
+  const proto::SparseBounds& s = spec.bounds();
+  const uint64_t n = std::max<size_t>(1, num_ranges);
+  uint64_t cap = s.max_rows() > 0 ? static_cast<uint64_t>(s.max_rows()) : 0;
+  if (cap == 0 && s.max_bytes() > 0) {
+    cap = static_cast<uint64_t>(s.max_bytes()) /
+          SparseRowBytes(width, state_width);
+  }
+  b.max_rows = cap == 0 ? 0 : (cap + n - 1) / n;
+  b.eviction = s.eviction();
+  b.ttl_clocks = std::max<int64_t>(0, s.ttl_clocks());
+  b.ttl = absl::Seconds(std::max<int64_t>(0, s.ttl_seconds()));
+  b.admit_after =
+      static_cast<uint32_t>(std::clamp<int64_t>(s.admit_after(), 1, 1 << 30));
+  if (s.max_pending_ids() > 0) {
+    b.max_pending = (static_cast<uint64_t>(s.max_pending_ids()) + n - 1) / n;
+  } else {
+    b.max_pending = b.max_rows > 0 ? b.max_rows : uint64_t{1} << 20;
+  }
+  b.cold = s.cold_tier();
+  return b;
+}
+
+SparseRows::SparseRows(const Initializer* init, const UpdateHandler* handler,
+                       size_t width, Key begin, Key end, RangeBounds bounds,
+                       std::unique_ptr<storage::ColdRange> cold)
+    : init_(init),
+      handler_(handler),
+      width_(width),
+      state_width_(handler->StateWidth(width)),
+      begin_(begin),
+      end_(end),
+      bounds_(bounds),
+      bounded_(bounds.max_rows > 0 || bounds.ttl_clocks > 0 ||
+               bounds.ttl > absl::ZeroDuration() || bounds.admit_after > 1),
+      cold_(std::move(cold)),
+      rng_(SplitMix64(begin ^ 0x5eed)) {
+  row_buf_.resize(RowFloats());
+  UpdateAccounting();
+}
+
+SparseRows::~SparseRows() = default;
+
+void SparseRows::ObserveClock(int64_t clock) {
+  clock_ = std::max(clock_, clock);
+}
+
+void SparseRows::StartRequest() {
+  now_seconds_ = static_cast<uint32_t>(
+      std::max<int64_t>(0, absl::ToInt64Seconds(absl::Now() - created_)));
+}
+
+uint32_t SparseRows::Stamp() const {
+  return bounds_.ttl_clocks > 0
+             ? static_cast<uint32_t>(std::max<int64_t>(0, clock_))
+             : now_seconds_;
+}
+
+bool SparseRows::Idle(const Meta& m) const {
+  if (bounds_.ttl_clocks > 0) {
+    return clock_ - static_cast<int64_t>(m.stamp) >= bounds_.ttl_clocks;
+  }
+  if (bounds_.ttl > absl::ZeroDuration()) {
+    return static_cast<int64_t>(now_seconds_) - m.stamp >=
+           absl::ToInt64Seconds(bounds_.ttl);
+  }
+  return false;
+}
+
+// --- The index ---------------------------------------------------------
+
+uint32_t SparseRows::Lookup(Key key) const {
+  if (index_.empty()) return kNone;
+  const size_t mask = index_.size() - 1;
+  for (size_t h = Mix(key) & mask;; h = (h + 1) & mask) {
+    const uint32_t s = index_[h];
+    if (s == kNone) return kNone;
+    if (keys_[s] == key) return s;
+  }
+}
+
+void SparseRows::Rehash(size_t capacity) {
+  index_.assign(capacity, kNone);
+  const size_t mask = capacity - 1;
+  for (uint32_t s = 0; s < keys_.size(); ++s) {
+    if (!used_[s]) continue;
+    size_t h = Mix(keys_[s]) & mask;
+    while (index_[h] != kNone) h = (h + 1) & mask;
+    index_[h] = s;
+  }
+}
+
+void SparseRows::IndexInsert(Key key, uint32_t slot) {
+  // Load at most 0.8: short probes, 4 to 8 bytes of index per row.
+  if ((index_used_ + 1) * 5 > index_.size() * 4) {
+    Rehash(std::max<size_t>(16, index_.size() * 2));
+    UpdateAccounting();
+  }
+  const size_t mask = index_.size() - 1;
+  size_t h = Mix(key) & mask;
+  while (index_[h] != kNone) h = (h + 1) & mask;
+  index_[h] = slot;
+  ++index_used_;
+}
+
+void SparseRows::IndexErase(Key key) {
+  const size_t mask = index_.size() - 1;
+  size_t i = Mix(key) & mask;
+  while (index_[i] != kNone && keys_[index_[i]] != key) i = (i + 1) & mask;
+  if (index_[i] == kNone) return;
+  // Backward-shift deletion: later entries of the probe chain move up, so
+  // that no lookup stops early at the hole (no tombstones).
+  for (size_t j = (i + 1) & mask; index_[j] != kNone; j = (j + 1) & mask) {
+    const size_t home = Mix(keys_[index_[j]]) & mask;
+    const bool stays =
+        (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    index_[i] = index_[j];
+    i = j;
+  }
+  index_[i] = kNone;
+  --index_used_;
+}
+
+// --- Rows and recency --------------------------------------------------
+
+SparseRows::Row SparseRows::RowAt(uint32_t slot) const {
+  const size_t chunk = slot / kChunkRows, off = slot % kChunkRows;
+  return {
+      value_chunks_[chunk].get() + off * width_,
+      state_width_ ? state_chunks_[chunk].get() + off * state_width_ : nullptr};
+}
+
+SparseRows::Row SparseRows::Find(Key key) const {
+  const uint32_t s = Lookup(key);
+  return s == kNone ? Row{} : RowAt(s);
+}
+
+void SparseRows::Unlink(uint32_t slot) {
+  Meta& m = meta_[slot];
+  if (m.prev != kNone) {
+    meta_[m.prev].next = m.next;
+  } else {
+    head_ = m.next;
+  }
+  if (m.next != kNone) {
+    meta_[m.next].prev = m.prev;
+  } else {
+    tail_ = m.prev;
+  }
+  m.prev = m.next = kNone;
+}
+
+void SparseRows::LinkFront(uint32_t slot) {
+  Meta& m = meta_[slot];
+  m.prev = kNone;
+  m.next = head_;
+  if (head_ != kNone) meta_[head_].prev = slot;
+  head_ = slot;
+  if (tail_ == kNone) tail_ = slot;
+}
+
+void SparseRows::Use(uint32_t slot) {
+  if (!bounded_) return;
+  Meta& m = meta_[slot];
+  if (m.uses != std::numeric_limits<uint32_t>::max()) ++m.uses;
+  m.stamp = Stamp();
+  if (head_ != slot) {
+    Unlink(slot);
+    LinkFront(slot);
+  }
+}
+
+uint32_t SparseRows::NewSlot(Key key) {
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(keys_.size());
+    keys_.push_back(key);
+    meta_.emplace_back();
+    used_.push_back(0);
+    if (slot / kChunkRows == value_chunks_.size()) {
+      value_chunks_.emplace_back(new float[kChunkRows * width_]);
+      if (state_width_) {
+        state_chunks_.emplace_back(new float[kChunkRows * state_width_]);
+      }
+      UpdateAccounting();
+    }
+  }
+  keys_[slot] = key;
+  used_[slot] = 1;
+  meta_[slot] = Meta();
+  meta_[slot].stamp = Stamp();
+  meta_[slot].uses = 1;
+  IndexInsert(key, slot);
+  LinkFront(slot);
+  live_.fetch_add(1, std::memory_order_relaxed);
+  return slot;
+}
+
+absl::Status SparseRows::Remove(uint32_t slot) {
+  const Key key = keys_[slot];
+  if (cold_ != nullptr) {
+    const Row r = RowAt(slot);
+    std::memcpy(row_buf_.data(), r.values, width_ * sizeof(float));
+    if (state_width_) {
+      std::memcpy(row_buf_.data() + width_, r.state,
+                  state_width_ * sizeof(float));
+    }
+    absl::Status s = cold_->Put(key, row_buf_);
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("cannot move key ", key,
+                                       " to the cold tier: ", s.message()));
+    }
+    if (cold_keys_.insert(key).second) {
+      cold_count_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  Unlink(slot);
+  IndexErase(key);
+  used_[slot] = 0;
+  free_.push_back(slot);
+  live_.fetch_sub(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> SparseRows::BringBack(Key key) {
+  if (cold_ == nullptr || !cold_keys_.contains(key)) return false;
+  absl::StatusOr<bool> found = cold_->Get(key, absl::MakeSpan(row_buf_));
+  if (!found.ok()) return found.status();
+  if (!*found) {
+    // The key set and the tier disagree: trust the tier.
+    cold_keys_.erase(key);
+    cold_count_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  const uint32_t slot = NewSlot(key);
+  const Row r = RowAt(slot);
+  std::memcpy(r.values, row_buf_.data(), width_ * sizeof(float));
+  if (state_width_) {
+    std::memcpy(r.state, row_buf_.data() + width_,
+                state_width_ * sizeof(float));
+  }
+  cold_keys_.erase(key);
+  cold_count_.fetch_sub(1, std::memory_order_relaxed);
+  DP_RETURN_IF_ERROR(cold_->Delete(key));
+  return true;
+}
+
+bool SparseRows::Victims(uint64_t count, absl::flat_hash_set<Key>* keep,
+                         const absl::flat_hash_set<Key>* pinned,
+                         std::vector<uint32_t>* out) {
+  auto eligible = [&](uint32_t s) {
+    return used_[s] && !keep->contains(keys_[s]) &&
+           (pinned == nullptr || !pinned->contains(keys_[s]));
+  };
+  auto take = [&](uint32_t s) {
+    out->push_back(s);
+    keep->insert(keys_[s]);
+    --count;
+  };
+  if (bounds_.eviction == proto::SparseBounds::LFU) {
+    // Sampled LFU (as Redis does): the least used of a few random rows,
+    // the least recently used on a tie. O(1) per victim, no ordered
+    // structure to keep.
+    while (count > 0) {
+      uint32_t best = kNone;
+      int seen = 0;
+      for (int tries = 0; tries < 16 * kLfuSample && seen < kLfuSample;
+           ++tries) {
+        rng_ = SplitMix64(rng_);
+        const uint32_t s = static_cast<uint32_t>(rng_ % keys_.size());
+        if (!eligible(s)) continue;
+        ++seen;
+        if (best == kNone || meta_[s].uses < meta_[best].uses ||
+            (meta_[s].uses == meta_[best].uses &&
+             meta_[s].stamp < meta_[best].stamp)) {
+          best = s;
+        }
+      }
+      if (best == kNone) break;  // mostly kept rows: walk instead
+      take(best);
+    }
+  }
+  // LRU (and what LFU's sampling did not find): one walk from the least
+  // recently used row.
+  const size_t limit = keep->size() + (pinned == nullptr ? 0 : pinned->size()) +
+                       count + kMaxVictimWalk;
+  size_t walked = 0;
+  for (uint32_t s = tail_; s != kNone && count > 0 && walked < limit;
+       s = meta_[s].prev, ++walked) {
+    if (eligible(s)) take(s);
+  }
+  return count == 0;
+}
+
+// --- Admission -----------------------------------------------------------
+
+bool SparseRows::CountPush(Key key) {
+  auto [it, inserted] = pending_.try_emplace(key);
+  Pending& p = it->second;
+  if (inserted) {
+    pending_count_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    pending_order_.erase(p.order);
+  }
+  ++p.count;
+  if (p.count >= bounds_.admit_after) {
+    pending_.erase(it);
+    pending_count_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
+  p.order = next_pending_order_++;
+  pending_order_.emplace(p.order, key);
+  // Bounded: the id pushed least recently is forgotten (deterministic: the
+  // same pushes in the same order forget the same ids on every holder).
+  while (pending_.size() > bounds_.max_pending) {
+    auto oldest = pending_order_.begin();
+    pending_.erase(oldest->second);
+    pending_order_.erase(oldest);
+    pending_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return false;
+}
+
+void SparseRows::ForgetPending(Key key) {
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return;
+  pending_order_.erase(it->second.order);
+  pending_.erase(it);
+  pending_count_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+uint32_t SparseRows::PendingCount(Key key) const {
+  auto it = pending_.find(key);
+  return it == pending_.end() ? 0 : it->second.count;
+}
+
+// --- Writes --------------------------------------------------------------
+
+absl::Status SparseRows::Prepare(absl::Span<const Key> keys, Write write,
+                                 const absl::flat_hash_set<Key>* pinned,
+                                 Room* room) {
+  if (!bounded_) return absl::OkStatus();
+  StartRequest();
+  // What the write needs: rows to create (admission decides for pushes)
+  // and cold rows to bring back.
+  batch_.clear();
+  batch_pushes_.clear();
+  std::vector<Key> back;
+  uint64_t creates = 0;
+  const bool counted = write == Write::kPush && bounds_.admit_after > 1;
+  for (Key k : keys) {
+    if (!batch_.insert(k).second) {
+      if (counted) {
+        auto it = batch_pushes_.find(k);
+        if (it != batch_pushes_.end()) ++it->second;
+      }
+      continue;
+    }
+    if (Lookup(k) != kNone) continue;
+    if (cold_keys_.contains(k)) {
+      back.push_back(k);
+    } else if (counted) {
+      batch_pushes_[k] = 1;
+    } else {
+      ++creates;
+    }
+  }
+  for (const auto& [k, n] : batch_pushes_) {
+    if (PendingCount(k) + n >= bounds_.admit_after) ++creates;
+  }
+  const uint64_t needed = creates + back.size();
+  auto refuse = [&](absl::string_view why) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "keys [", begin_, ", ", end_, ") hold ", live_.load(), " of at most ",
+        bounds_.max_rows, " rows; the write needs ", needed, " more: ", why));
+  };
+  // Idle rows go first (they may make eviction unnecessary), then, if the
+  // cap needs it, the policy's victims; nothing moves unless all can.
+  std::vector<uint32_t> expired, evicted;
+  absl::flat_hash_set<Key> chosen;
+  const size_t expire_limit = std::max<size_t>(kMinExpirePerWrite, 2 * needed);
+  if (bounds_.ttl_clocks > 0 || bounds_.ttl > absl::ZeroDuration()) {
+    size_t walked = 0;
+    for (uint32_t s = tail_;
+         s != kNone && expired.size() < expire_limit && walked < kMaxVictimWalk;
+         s = meta_[s].prev, ++walked) {
+      if (!Idle(meta_[s])) break;  // the list is ordered by last use
+      if (batch_.contains(keys_[s]) ||
+          (pinned != nullptr && pinned->contains(keys_[s]))) {
+        continue;
+      }
+      expired.push_back(s);
+      chosen.insert(keys_[s]);
+    }
+  }
+  if (bounds_.max_rows > 0) {
+    if (needed > bounds_.max_rows) {
+      return refuse("more new rows than the range's cap");
+    }
+    const uint64_t after = live_.load() - expired.size() + needed;
+    if (after > bounds_.max_rows) {
+      uint64_t excess = after - bounds_.max_rows;
+      if (bounds_.eviction == proto::SparseBounds::EVICTION_NONE) {
+        return refuse("the table evicts nothing (SparseBounds.eviction)");
+      }
+      // The write's own keys and the rows chosen so far stay.
+      for (Key k : chosen) batch_.insert(k);
+      if (!Victims(excess, &batch_, pinned, &evicted)) {
+        return refuse(
+            "too many of the other rows are pinned by held BSP "
+            "steps");
+      }
+    }
+  }
+  for (uint32_t s : expired) {
+    const Key k = keys_[s];
+    DP_RETURN_IF_ERROR(Remove(s));
+    room->gone.push_back(k);
+    expired_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (uint32_t s : evicted) {
+    const Key k = keys_[s];
+    DP_RETURN_IF_ERROR(Remove(s));
+    room->gone.push_back(k);
+    evicted_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (Key k : back) {
+    absl::StatusOr<bool> b = BringBack(k);
+    if (!b.ok()) return b.status();
+    if (*b) room->back.push_back(k);
+  }
+  UpdateAccounting();
+  return absl::OkStatus();
+}
+
+SparseRows::Row SparseRows::Touch(Key key, Write write) {
+  uint32_t slot = Lookup(key);
+  if (slot != kNone) {
+    Use(slot);
+    return RowAt(slot);
+  }
+  if (cold_keys_.contains(key)) {
+    // Not prepared (a backup whose primary did not bring it back first:
+    // not expected); bring it back rather than start it over.
+    absl::StatusOr<bool> b = BringBack(key);
+    if (b.ok() && *b) return RowAt(Lookup(key));
+  }
+  if (write == Write::kPush && bounds_.admit_after > 1 && !CountPush(key)) {
+    return {};  // counted, not stored
+  }
+  ForgetPending(key);  // a put or an add admits it at once
+  slot = NewSlot(key);
+  const Row r = RowAt(slot);
+  init_->FillRow(key, width_, r.values);
+  if (r.state != nullptr) handler_->InitState(r.state, 1, width_);
+  if (bounded_) admitted_.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
+absl::Status SparseRows::Read(Key key, float* out) {
+  const uint32_t slot = Lookup(key);
+  if (slot != kNone) {
+    Use(slot);
+    std::memcpy(out, RowAt(slot).values, width_ * sizeof(float));
+    return absl::OkStatus();
+  }
+  if (cold_ != nullptr && cold_keys_.contains(key)) {
+    absl::StatusOr<bool> found = cold_->Get(key, absl::MakeSpan(row_buf_));
+    if (found.ok() && *found) {
+      std::memcpy(out, row_buf_.data(), width_ * sizeof(float));
+      return absl::OkStatus();
+    }
+    init_->FillRow(key, width_, out);
+    return found.ok() ? absl::OkStatus() : found.status();
+  }
+  init_->FillRow(key, width_, out);
+  return absl::OkStatus();
+}
+
+void SparseRows::CopyRows(absl::Span<const Key> keys,
+                          std::vector<float>* data) const {
+  const size_t n = keys.size();
+  data->resize(n * RowFloats());
+  float* values = data->data();
+  float* state = values + n * width_;
+  for (size_t i = 0; i < n; ++i) {
+    const Row r = Find(keys[i]);
+    std::memcpy(values + i * width_, r.values, width_ * sizeof(float));
+    if (state_width_) {
+      std::memcpy(state + i * state_width_, r.state,
+                  state_width_ * sizeof(float));
+    }
+  }
+}
+
+absl::Status SparseRows::Evict(absl::Span<const Key> keys) {
+  for (Key k : keys) {
+    const uint32_t s = Lookup(k);
+    if (s == kNone) continue;
+    DP_RETURN_IF_ERROR(Remove(s));
+    evicted_.fetch_add(1, std::memory_order_relaxed);
+  }
+  UpdateAccounting();
+  return absl::OkStatus();
+}
+
+absl::Status SparseRows::Expire(size_t max_rows,
+                                const absl::flat_hash_set<Key>* pinned,
+                                Room* room) {
+  if (bounds_.ttl_clocks <= 0 && bounds_.ttl <= absl::ZeroDuration()) {
+    return absl::OkStatus();
+  }
+  StartRequest();
+  size_t walked = 0, done = 0;
+  uint32_t s = tail_;
+  while (s != kNone && done < max_rows && walked < kMaxVictimWalk) {
+    const uint32_t prev = meta_[s].prev;
+    if (!Idle(meta_[s])) break;
+    ++walked;
+    if (pinned == nullptr || !pinned->contains(keys_[s])) {
+      const Key k = keys_[s];
+      DP_RETURN_IF_ERROR(Remove(s));
+      room->gone.push_back(k);
+      expired_.fetch_add(1, std::memory_order_relaxed);
+      ++done;
+    }
+    s = prev;
+  }
+  if (done > 0) UpdateAccounting();
+  return absl::OkStatus();
+}
+
+// --- Copies ----------------------------------------------------------------
+
+std::optional<uint64_t> SparseRows::Export(uint64_t cursor, size_t max_bytes,
+                                           bool with_cold, Chunk* out) const {
+  out->keys.clear();
+  out->data.clear();
+  const Phase phase = static_cast<Phase>(cursor >> kPhaseShift);
+  const uint64_t pos = cursor & kPositionMask;
+  auto after_memory = [&]() -> std::optional<uint64_t> {
+    if (!pending_.empty()) return Cursor(kPendingPhase, 0);
+    if (with_cold && cold_ != nullptr && !cold_keys_.empty()) {
+      return Cursor(kColdPhase, 0);
+    }
+    return std::nullopt;
+  };
+  const size_t row_bytes = RowFloats() * sizeof(float) + sizeof(Key);
+  const size_t max_rows = std::max<size_t>(1, max_bytes / row_bytes);
+  if (phase == kMemory) {
+    out->kind = proto::RowChunkInfo::ROWS;
+    uint64_t s = pos;
+    for (; s < keys_.size() && out->keys.size() < max_rows; ++s) {
+      if (used_[s]) out->keys.push_back(keys_[s]);
+    }
+    CopyRows(out->keys, &out->data);
+    if (s < keys_.size()) return Cursor(kMemory, s);
+    return after_memory();
+  }
+  if (phase == kPendingPhase) {
+    out->kind = proto::RowChunkInfo::PENDING;
+    const size_t max_ids = std::max<size_t>(1, max_bytes / 12);
+    auto it = pending_order_.lower_bound(pos);
+    for (; it != pending_order_.end() && out->keys.size() < max_ids; ++it) {
+      out->keys.push_back(it->second);
+      // Counts are below 2^24 (admit_after is checked): exact as floats.
+      out->data.push_back(
+          static_cast<float>(pending_.find(it->second)->second.count));
+    }
+    if (it != pending_order_.end()) return Cursor(kPendingPhase, it->first);
+    if (with_cold && cold_ != nullptr && !cold_keys_.empty()) {
+      return Cursor(kColdPhase, 0);
+    }
+    return std::nullopt;
+  }
+  out->kind = proto::RowChunkInfo::COLD;
+  std::vector<float> rows;
+  absl::StatusOr<std::optional<uint32_t>> next =
+      cold_->Scan(static_cast<uint32_t>(pos), max_rows, &out->keys, &rows);
+  if (!next.ok()) {
+    // A chunk that cannot be read ends the copy short; the receiver's
+    // count then disagrees and the copy is retried by its owner.
+    out->keys.clear();
+    return std::nullopt;
+  }
+  // Rows come as values and state each; a chunk holds all values, then all
+  // state.
+  const size_t n = out->keys.size();
+  out->data.resize(n * RowFloats());
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(out->data.data() + i * width_, rows.data() + i * RowFloats(),
+                width_ * sizeof(float));
+    if (state_width_) {
+      std::memcpy(out->data.data() + n * width_ + i * state_width_,
+                  rows.data() + i * RowFloats() + width_,
+                  state_width_ * sizeof(float));
+    }
+  }
+  if (next->has_value()) return Cursor(kColdPhase, **next);
+  return std::nullopt;
+}
+
+absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
+                                absl::Span<const Key> keys,
+                                absl::Span<const float> data) {
+  const size_t n = keys.size();
+  auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("keys [", begin_, ", ", end_,
+                                            "): malformed row chunk: ", why));
+  };
+  for (Key k : keys) {
+    if (k < begin_ || k >= end_) return bad(absl::StrCat("key ", k));
+  }
+  if (kind == proto::RowChunkInfo::PENDING) {
+    if (data.size() != n) return bad("a count per key");
+    for (size_t i = 0; i < n; ++i) {
+      const float c = data[i];
+      if (!(c >= 1 && c < 16777216.0f)) return bad("a count out of range");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ForgetPending(keys[i]);
+      Pending p;
+      p.count = static_cast<uint32_t>(data[i]);
+      p.order = next_pending_order_++;
+      pending_order_.emplace(p.order, keys[i]);
+      pending_.emplace(keys[i], p);
+      pending_count_.fetch_add(1, std::memory_order_relaxed);
+    }
+    UpdateAccounting();
+    return absl::OkStatus();
+  }
+  if (data.size() != n * RowFloats()) {
+    return bad(absl::StrCat(data.size(), " floats for ", n, " rows"));
+  }
+  const float* values = data.data();
+  const float* state = values + n * width_;
+  if (kind == proto::RowChunkInfo::COLD) {
+    if (cold_ == nullptr) return bad("cold rows for a range without a tier");
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(row_buf_.data(), values + i * width_, width_ * sizeof(float));
+      if (state_width_) {
+        std::memcpy(row_buf_.data() + width_, state + i * state_width_,
+                    state_width_ * sizeof(float));
+      }
+      DP_RETURN_IF_ERROR(cold_->Put(keys[i], row_buf_));
+      if (cold_keys_.insert(keys[i]).second) {
+        cold_count_.fetch_add(1, std::memory_order_relaxed);
+      }
+      // The tier's copy is the row now.
+      const uint32_t s = Lookup(keys[i]);
+      if (s != kNone) {
+        Unlink(s);
+        IndexErase(keys[i]);
+        used_[s] = 0;
+        free_.push_back(s);
+        live_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    UpdateAccounting();
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t s = Lookup(keys[i]);
+    if (s == kNone) {
+      if (cold_ != nullptr && cold_keys_.erase(keys[i]) > 0) {
+        cold_count_.fetch_sub(1, std::memory_order_relaxed);
+        DP_RETURN_IF_ERROR(cold_->Delete(keys[i]));
+      }
+      ForgetPending(keys[i]);
+      s = NewSlot(keys[i]);
+    }
+    const Row r = RowAt(s);
+    std::memcpy(r.values, values + i * width_, width_ * sizeof(float));
+    if (state_width_) {
+      std::memcpy(r.state, state + i * state_width_,
+                  state_width_ * sizeof(float));
+    }
+  }
+  UpdateAccounting();
+  return absl::OkStatus();
+}
+
+// --- Accounting --------------------------------------------------------------
+
+void SparseRows::UpdateAccounting() {
+  const uint64_t values =
+      value_chunks_.size() * kChunkRows * width_ * sizeof(float);
+  const uint64_t state =
+      state_chunks_.size() * kChunkRows * state_width_ * sizeof(float);
+  const uint64_t index = index_.capacity() * sizeof(uint32_t) +
+                         keys_.capacity() * sizeof(Key) +
+                         meta_.capacity() * sizeof(Meta) + used_.capacity() +
+                         free_.capacity() * sizeof(uint32_t);
+  // Admission counters: a hash slot (key, count, order) and an ordered-map
+  // node each; the cold tier's key set: a slot per key.
+  const uint64_t admission =
+      pending_.capacity() * (sizeof(Key) + 17) + pending_order_.size() * 48;
+  const uint64_t cold = cold_keys_.capacity() * (sizeof(Key) + 1);
+  state_bytes_.store(state, std::memory_order_relaxed);
+  allocated_.store(values + state + index + admission + cold,
+                   std::memory_order_relaxed);
+}
+
+}  // namespace server_internal
+}  // namespace downpour
