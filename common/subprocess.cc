@@ -1,5 +1,6 @@
 #include "common/subprocess.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -79,6 +80,21 @@ std::string Subprocess::LogTail(int max_bytes) const {
   if (static_cast<int>(s.size()) > max_bytes)
     s = s.substr(s.size() - max_bytes);
   return s;
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  double total = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(absl::StrCat(dir, "/", e->d_name, "/schedstat"));
+    unsigned long long ns = 0;
+    if (in >> ns) total += static_cast<double>(ns) * 1e-9;
+  }
+  closedir(d);
+  return total;
 }
 
 }  // namespace downpour

@@ -40,6 +40,12 @@ class Subprocess {
   bool exited_ = false;
 };
 
+// CPU seconds that process `pid` has run so far, all threads together (the
+// nanosecond counters of /proc/<pid>/task/*/schedstat); -1 if they cannot
+// be read (no such process, no procfs). For benchmarks that attribute a
+// job's CPU to its daemons.
+double ProcessCpuSeconds(pid_t pid);
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_COMMON_SUBPROCESS_H_

@@ -13,6 +13,9 @@
 //   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl export --table=NAME --out=PREFIX [--scheduler=HOST:PORT]
 //               [--data_dirs=D1,D2 [--checkpoint=ID]]   (offline)
+//   psctl calibrate [--model=F] [--calibration=F] [--scheduler=HOST:PORT]
+//   psctl plan --model=F --calibration=F --workers=1..8 --servers=1..4
+//              [--modes=bsp,ssp,asp] [--json] [--plot=F.png]   (planning.h)
 //
 // restore rolls a running job back to a checkpoint: every table as the
 // checkpoint holds it, the workers' clocks the manifest's; running workers
@@ -51,6 +54,7 @@
 #include "launch/local_cluster.h"
 #include "psctl/cluster_status.h"
 #include "psctl/export.h"
+#include "psctl/planning.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070",
           "status, tables, job: host:port of the ps_scheduler");
@@ -464,7 +468,7 @@ int Main(const std::vector<char*>& args) {
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "usage: psctl status|tables|local|job|checkpoint|checkpoints|"
-                 "restore|export [flags] (psctl --help)\n");
+                 "restore|export|calibrate|plan [flags] (psctl --help)\n");
     return kUsage;
   }
   const std::string command = args[1];
@@ -478,9 +482,11 @@ int Main(const std::vector<char*>& args) {
   if (command == "checkpoints") return Checkpoints(*auth);
   if (command == "restore") return Restore(*auth);
   if (command == "export") return Export(*auth);
+  if (command == "calibrate") return CalibrateCommand(*auth);
+  if (command == "plan") return PlanCommand();
   std::fprintf(stderr,
                "psctl: unknown command '%s' (status, tables, local, job, "
-               "checkpoint, checkpoints, restore, export)\n",
+               "checkpoint, checkpoints, restore, export, calibrate, plan)\n",
                command.c_str());
   return kUsage;
 }
@@ -491,8 +497,9 @@ int Main(const std::vector<char*>& args) {
 int main(int argc, char** argv) {
   downpour::SetUsage(
       "the Downpour operator's command line (usage: psctl "
-      "status|tables|local|job|checkpoint|checkpoints|restore|export "
-      "[--scheduler=HOST:PORT] [--json] [flags])");
+      "status|tables|local|job|checkpoint|checkpoints|restore|export|"
+      "calibrate|plan [--scheduler=HOST:PORT] [--json] [flags])");
+  downpour::TakePlanRanges(&argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (absl::Status s = downpour::ApplyLogFlags(); !s.ok()) {
     std::fprintf(stderr, "psctl: %s\n", s.ToString().c_str());
