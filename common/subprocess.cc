@@ -1,12 +1,13 @@
 #include "common/subprocess.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -83,18 +84,24 @@ std::string Subprocess::LogTail(int max_bytes) const {
 }
 
 double ProcessCpuSeconds(pid_t pid) {
-  const std::string dir = absl::StrCat("/proc/", pid, "/task");
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return -1;
-  double total = 0;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in(absl::StrCat(dir, "/", e->d_name, "/schedstat"));
-    unsigned long long ns = 0;
-    if (in >> ns) total += static_cast<double>(ns) * 1e-9;
+  // utime and stime (fields 14 and 15) count the threads that have exited
+  // too, which a sum over /proc/<pid>/task would lose (gRPC's thread pools
+  // come and go).
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // The command name may hold spaces; fields resume after its ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && (fields >> field); ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
   }
-  closedir(d);
-  return total;
+  if (!fields) return -1;
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 }  // namespace downpour

@@ -40,10 +40,11 @@ class Subprocess {
   bool exited_ = false;
 };
 
-// CPU seconds that process `pid` has run so far, all threads together (the
-// nanosecond counters of /proc/<pid>/task/*/schedstat); -1 if they cannot
-// be read (no such process, no procfs). For benchmarks that attribute a
-// job's CPU to its daemons.
+// CPU seconds that process `pid` has run so far, all its threads together,
+// those that have exited included (/proc/<pid>/stat, in clock ticks: 10 ms
+// at the usual 100 Hz, so measure over seconds); -1 if it cannot be read
+// (no such process, no procfs). For benchmarks that attribute a job's CPU
+// to its daemons.
 double ProcessCpuSeconds(pid_t pid);
 
 }  // namespace downpour
