@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +81,27 @@ std::string Subprocess::LogTail(int max_bytes) const {
   if (static_cast<int>(s.size()) > max_bytes)
     s = s.substr(s.size() - max_bytes);
   return s;
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  // utime and stime (fields 14 and 15) count the threads that have exited
+  // too, which a sum over /proc/<pid>/task would lose (gRPC's thread pools
+  // come and go).
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // The command name may hold spaces; fields resume after its ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && (fields >> field); ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  if (!fields) return -1;
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 }  // namespace downpour

@@ -40,6 +40,13 @@ class Subprocess {
   bool exited_ = false;
 };
 
+// CPU seconds that process `pid` has run so far, all its threads together,
+// those that have exited included (/proc/<pid>/stat, in clock ticks: 10 ms
+// at the usual 100 Hz, so measure over seconds); -1 if it cannot be read
+// (no such process, no procfs). For benchmarks that attribute a job's CPU
+// to its daemons.
+double ProcessCpuSeconds(pid_t pid);
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_COMMON_SUBPROCESS_H_

@@ -15,6 +15,9 @@
 //   psctl export --table=NAME --out=PREFIX [--scheduler=HOST:PORT]
 //               [--data_dirs=D1,D2 [--checkpoint=ID]]   (offline)
 //   psctl version
+//   psctl calibrate [--model=F] [--calibration=F] [--scheduler=HOST:PORT]
+//   psctl plan --model=F --calibration=F --workers=1..8 --servers=1..4
+//              [--modes=bsp,ssp,asp] [-o json] [--plot=F.png] (planning.h)
 //
 // restore rolls a running job back to a checkpoint: every table as the
 // checkpoint holds it, the workers' clocks the manifest's; running workers
@@ -63,6 +66,7 @@
 #include "psctl/cluster_status.h"
 #include "psctl/export.h"
 #include "psctl/output.h"
+#include "psctl/planning.h"
 #include "psctl/psctl.pb.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -540,6 +544,12 @@ constexpr Command kCommands[] = {
     {"restore", Restore},
     {"export", Export},
     {"version", Version},
+    {"calibrate",
+     [](const CommandContext& c) { return CalibrateCommand(c.auth); }},
+    {"plan",
+     [](const CommandContext& c) {
+       return PlanCommand(c.format == OutputFormat::kJson);
+     }},
 };
 
 std::string CommandNames(const char* separator) {
@@ -596,9 +606,12 @@ int main(int argc, char** argv) {
   downpour::ProgramStart start;
   start.usage =
       "the Downpour operator's command line (usage: psctl "
-      "status|tables|local|job|checkpoint|checkpoints|restore|export|version "
-      "[--scheduler=HOST:PORT] [-o json|yaml|wide] [flags])";
+      "status|tables|local|job|checkpoint|checkpoints|restore|export|version|"
+      "calibrate|plan [--scheduler=HOST:PORT] [-o json|yaml|wide] [flags])";
   start.block_termination_signals = true;
+  // `plan` takes --workers and --servers as ranges, which the flag parser
+  // (integers, for `local` and `job`) would refuse.
+  downpour::TakePlanRanges(&argc, argv);
   auto args = downpour::StartProgram(argc, argv, start);
   if (!args.ok()) return 2;
   return downpour::Main(*args);

@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "cluster/scheduler_client.h"
 #include "common/auth.h"
+#include "common/subprocess.h"
 #include "common/usage.h"
 #include "launch/local_cluster.h"
 #include "launch/local_job.h"
@@ -70,6 +71,9 @@ ABSL_FLAG(std::string, data_listen, "",
           "servers' data-plane endpoint (ps_server --data_listen), e.g. "
           "ipc://* for ZeroMQ over Unix sockets; empty: the server's default "
           "(TCP on 127.0.0.1)");
+ABSL_FLAG(int32_t, poll_ms, 200,
+          "how often the job's status is sampled (--overhead: 10 ms); the "
+          "training rates are good to about this over the run's length");
 ABSL_FLAG(bool, overhead, false,
           "time one epoch in-process and with 1 server + 1 worker under "
           "--mode (default bsp), and print the ratio");
@@ -84,6 +88,15 @@ struct RunResult {
   // before the final step, times the steps: the training time without
   // process start-up, data loading and the final evaluation.
   double train_seconds = 0;
+  // Examples per second while every worker trains: from the first sample
+  // where all have reported a step to the last one before any finished
+  // (start-up, the last steps and the final evaluation left out). What
+  // psctl plan predicts; 0 if the run was too short to see such a window.
+  double examples_per_s = 0;
+  // CPU seconds per worker step over the same window (all threads of the
+  // processes): the workers' and the servers' (summed over servers).
+  double worker_cpu_per_step = 0;
+  double server_cpu_per_step = 0;
   double final_accuracy = 0;
   std::vector<double> time_to_target;  // per target; -1: not reached
   int64_t max_staleness = 0;
@@ -179,9 +192,27 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   double last_seen_time = 0;
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   // --overhead polls often: the clock samples bound the timing error.
-  const absl::Duration poll = absl::GetFlag(FLAGS_overhead)
-                                  ? absl::Milliseconds(10)
-                                  : absl::Milliseconds(200);
+  const absl::Duration poll =
+      absl::GetFlag(FLAGS_overhead)
+          ? absl::Milliseconds(10)
+          : absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms));
+  // The steady-state window of examples_per_s: (time, examples) at its
+  // start and at its latest sample.
+  double window_t0 = -1, window_e0 = 0, window_t1 = -1, window_e1 = 0;
+  // CPU of the workers and of the servers, read at each sample of the
+  // window (the window's end is known only afterwards).
+  auto cpu_of = [&](bool servers) {
+    double total = 0;
+    const int count =
+        servers ? (*job)->cluster().num_servers() : (*job)->num_workers();
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid =
+          servers ? (*job)->cluster().server(i).pid() : (*job)->worker(i).pid();
+      total += std::max(0.0, ProcessCpuSeconds(pid));
+    }
+    return total;
+  };
+  double cpu_w0 = 0, cpu_s0 = 0, cpu_w1 = 0, cpu_s1 = 0;
   double last_acc = 0;
   int running = n + b;
   bool failed = false;
@@ -208,6 +239,24 @@ RunResult RunOnce(const std::string& mode, const Security& security,
     }
     r.max_staleness = stale;
     r.discarded = discarded;
+    bool all_started = status->workers_size() == n + b, none_done = true;
+    for (const auto& w : status->workers()) {
+      all_started = all_started && w.clock() >= 1;
+      none_done = none_done && !w.finished() && w.clock() < steps;
+    }
+    if (all_started && none_done) {
+      if (window_t0 < 0) {
+        window_t0 = t;
+        window_e0 = static_cast<double>(examples);
+        cpu_w0 = cpu_of(false);
+        cpu_s0 = cpu_of(true);
+      } else {
+        window_t1 = t;
+        window_e1 = static_cast<double>(examples);
+        cpu_w1 = cpu_of(false);
+        cpu_s1 = cpu_of(true);
+      }
+    }
     if (w0.test_accuracy() > 0) last_acc = w0.test_accuracy();
     for (size_t i = 0; i < targets.size(); ++i) {
       if (last_acc >= targets[i] && r.time_to_target[i] < 0)
@@ -241,6 +290,15 @@ RunResult RunOnce(const std::string& mode, const Security& security,
   if (first_clock >= 0 && last_seen_clock > first_clock) {
     r.train_seconds = (last_seen_time - first_time) * steps /
                       static_cast<double>(last_seen_clock - first_clock);
+  }
+  if (window_t1 > window_t0 && window_t0 >= 0) {
+    r.examples_per_s = (window_e1 - window_e0) / (window_t1 - window_t0);
+    const double worker_steps =
+        (window_e1 - window_e0) / absl::GetFlag(FLAGS_batch);
+    if (worker_steps > 0) {
+      r.worker_cpu_per_step = (cpu_w1 - cpu_w0) / worker_steps;
+      r.server_cpu_per_step = (cpu_s1 - cpu_s0) / worker_steps;
+    }
   }
   r.final_accuracy = last_acc;
   r.ok = !failed && running == 0;
@@ -354,8 +412,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> labels;
   const std::vector<double> targets = downpour::Targets();
   std::string header =
-      "\n| run | seconds | training seconds | final test accuracy |";
-  std::string rule = "|---|---|---|---|";
+      "\n| run | seconds | training seconds | examples/s (all training) | "
+      "final test accuracy |";
+  std::string rule = "|---|---|---|---|---|";
   for (double t : targets) {
     absl::StrAppend(&header, " seconds to ", t * 100, "% |");
     rule += "---|";
@@ -371,11 +430,22 @@ int main(int argc, char** argv) {
       absl::StrAppend(&reached, " ",
                       t < 0 ? "not reached" : absl::StrFormat("%.1f", t), " |");
     }
-    std::printf("| %s | %.1f | %.1f | %.4f |%s %lld | %llu |%s\n",
-                r.label.c_str(), r.seconds, r.train_seconds, r.final_accuracy,
-                reached.c_str(), static_cast<long long>(r.max_staleness),
+    std::printf("| %s | %.1f | %.2f | %.0f | %.4f |%s %lld | %llu |%s\n",
+                r.label.c_str(), r.seconds, r.train_seconds, r.examples_per_s,
+                r.final_accuracy, reached.c_str(),
+                static_cast<long long>(r.max_staleness),
                 static_cast<unsigned long long>(r.discarded),
                 r.ok ? "" : " FAILED");
+  }
+  for (const auto& r : results) {
+    if (r.worker_cpu_per_step <= 0) continue;
+    std::printf(
+        "[%s] CPU per worker step while all trained: workers %.2f ms, "
+        "servers %.2f ms (%.2f cores busy)\n",
+        r.label.c_str(), r.worker_cpu_per_step * 1e3,
+        r.server_cpu_per_step * 1e3,
+        (r.worker_cpu_per_step + r.server_cpu_per_step) * r.examples_per_s /
+            absl::GetFlag(FLAGS_batch));
   }
   std::printf("metrics: %s/metrics.csv\n", dir.c_str());
   downpour::Plot(dir, labels);
