@@ -2,6 +2,7 @@
 // downpour/__init__.py) re-exports it with the pure-Python parts.
 #include "common/malloc_tuning.h"
 #include "pybind11/pybind11.h"
+#include "python/src/clicklog_binding.h"
 #include "python/src/client_binding.h"
 #include "python/src/job_member_binding.h"
 #include "python/src/status.h"
@@ -12,6 +13,7 @@ PYBIND11_MODULE(_downpour, m) {
   downpour::python::RegisterStatus(m);
   downpour::python::RegisterClient(m);
   downpour::python::RegisterJobMember(m);
+  downpour::python::RegisterClickLog(m);
   m.def("tune_allocator", &downpour::TuneAllocatorForLargeMessages,
         "Keeps large blocks in the process heap instead of fresh mmaps "
         "(common/malloc_tuning.h): on VMs where fresh pages are written ~40x "
