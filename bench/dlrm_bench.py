@@ -64,18 +64,29 @@ DOWNPOUR_CONFIGS = ("bsp", "hybrid", "asp", "ssp")
 
 # -- the PyTorch baselines --------------------------------------------------------
 
-class TorchFieldEmbedding(torch.nn.Module):
-    """26 nn.EmbeddingBag(sparse=True), one per field, rows uniform in
-    [-r, r]: what a PyTorch user writes (forward as FieldEmbedding's)."""
+def initial_rows(field: int, n: int, seed: int) -> torch.Tensor:
+    """Rows 0..n-1 of `field` as the Downpour table's initializer makes them
+    (dlrm.py's FieldEmbedding), so that every run starts from the same
+    values."""
+    keys = clicklog.feature_keys(np.arange(n, dtype=np.int64), field)
+    return torch.from_numpy(downpour.initial_rows(
+        keys, dlrm.DIM, init="uniform", init_a=-dlrm.INIT_RANGE,
+        init_b=dlrm.INIT_RANGE, init_seed=seed))
 
-    def __init__(self, cardinalities, dim: int, r: float):
+
+class TorchFieldEmbedding(torch.nn.Module):
+    """26 nn.EmbeddingBag(sparse=True), one per field: what a PyTorch user
+    writes (forward as FieldEmbedding's), starting from the Downpour
+    table's initial rows."""
+
+    def __init__(self, cardinalities, seed: int):
         super().__init__()
         self.tables = torch.nn.ModuleList(
-            torch.nn.EmbeddingBag(n, dim, mode="sum", sparse=True)
+            torch.nn.EmbeddingBag(n, dlrm.DIM, mode="sum", sparse=True)
             for n in cardinalities)
         with torch.no_grad():
-            for t in self.tables:
-                t.weight.uniform_(-r, r)
+            for f, t in enumerate(self.tables):
+                t.weight.copy_(initial_rows(f, t.num_embeddings, seed))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return torch.stack([t(ids[:, f:f + 1]) for f, t in
@@ -98,15 +109,17 @@ class TorchFusedEmbedding(torch.nn.Module):
     (TorchRec's fused layout): one lookup and one sparse gradient per step
     instead of 26. A stronger single-process baseline than the 26 bags."""
 
-    def __init__(self, cardinalities, dim: int, r: float):
+    def __init__(self, cardinalities, seed: int):
         super().__init__()
         offsets = np.concatenate([[0], np.cumsum(cardinalities)[:-1]])
         self.register_buffer("offsets", torch.from_numpy(offsets),
                              persistent=False)
-        self.table = torch.nn.Embedding(int(sum(cardinalities)), dim,
+        self.table = torch.nn.Embedding(int(sum(cardinalities)), dlrm.DIM,
                                         sparse=True)
         with torch.no_grad():
-            self.table.weight.uniform_(-r, r)
+            for f, n in enumerate(cardinalities):
+                self.table.weight[offsets[f]:offsets[f] + n] = initial_rows(
+                    f, n, seed)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.table(ids + self.offsets)
@@ -123,11 +136,10 @@ def torch_worker(args, rank: int, world: int) -> Dict[str, object]:
     torch.set_num_threads(args.threads)
     downpour.tune_allocator()  # the same allocator setting as Downpour's
     gen = clicklog.Generator(seed=args.seed, scale=args.scale)
-    torch.manual_seed(args.seed)
     layer = (TorchFusedEmbedding if args.child_kind == "torch-fused"
              else TorchFieldEmbedding)
-    emb = layer(gen.cardinalities, dlrm.DIM, dlrm.init_range(args.scale))
-    net = dlrm.DLRM(emb)
+    emb = layer(gen.cardinalities, args.seed)
+    net = dlrm.build(emb, args.seed)
     model = net
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(net)

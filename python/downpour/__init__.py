@@ -48,6 +48,7 @@ from downpour._downpour import (  # noqa: E402
     Operation,
     Table,
     TrafficStats,
+    initial_rows,
     tune_allocator,
 )
 from downpour.errors import (  # noqa: E402
@@ -76,5 +77,5 @@ __all__ = [
     "InvalidArgumentError", "NotFoundError", "Operation", "OutOfRangeError",
     "ResourceExhaustedError", "StatusCode", "Table", "TrafficStats",
     "UnauthenticatedError", "UnavailableError", "UnimplementedError",
-    "connect", "errors", "tune_allocator",
+    "connect", "errors", "initial_rows", "tune_allocator",
 ]

@@ -170,6 +170,10 @@ class JobMember:
     def __exit__(self, *args: object) -> None: ...
 
 def tune_allocator() -> None: ...
+def initial_rows(
+    keys: npt.NDArray[np.uint64], width: int, *, init: str = "zeros",
+    init_a: float = 0.0, init_b: float = 0.0, init_seed: int = 0
+) -> FloatArray: ...
 
 # Click logs (python/src/clicklog_binding.cc; downpour.clicklog wraps them).
 CLICKLOG_NUM_DENSE: int

@@ -103,10 +103,21 @@ class DLRM(torch.nn.Module):
                 if not k.startswith("embedding.")}
 
 
-def init_range(scale: float) -> float:
-    """Embedding rows start uniform in [-r, r] (one r for every field, as
-    the Downpour table has one initializer)."""
-    return 0.05
+# Embedding rows start uniform in [-r, r) (one r for every field, as the
+# Downpour table has one initializer): the table's initializer, a pure
+# function of (seed, key, column), which the PyTorch baselines of
+# bench/dlrm_bench.py copy (downpour.initial_rows) so that every run starts
+# from the same values.
+INIT_RANGE = 0.05
+
+
+def build(embedding: Optional[torch.nn.Module], seed: int) -> DLRM:
+    """The DLRM with MLPs initialized from `seed` alone (the same in every
+    configuration, whatever the embedding's construction draws)."""
+    torch.manual_seed(seed)
+    net = DLRM(None)
+    net.embedding = embedding
+    return net
 
 
 class EvalSet:
@@ -205,14 +216,12 @@ def run_worker(args) -> None:
     client = downpour.Client.connect(args.scheduler, op_timeout=120)
     rank, total = member.rank, member.policy.total_workers
     gen = clicklog.Generator(seed=args.seed, scale=args.scale)
-    torch.manual_seed(args.seed)  # rank 0's MLP initialization is the one
-    r = init_range(args.scale)
     emb = dpt.FieldEmbedding(
         FIELDS, DIM, client=client, name="dlrm/emb",
-        optimizer=emb_optimizer(args), init="uniform", init_a=-r, init_b=r,
-        init_seed=args.seed,
+        optimizer=emb_optimizer(args), init="uniform", init_a=-INIT_RANGE,
+        init_b=INIT_RANGE, init_seed=args.seed,
         consistency="asp" if args.mode == "hybrid" else None)
-    net = DLRM(emb)
+    net = build(emb, args.seed)  # rank 0's MLPs are the ones used
     model = dpt.DistributedModel(
         net, client, member, name="dlrm",
         optimizer=dpt.Adagrad(lr=args.lr, initial_accumulator=0.0))

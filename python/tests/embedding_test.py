@@ -61,6 +61,19 @@ def test_feature_keys_are_the_documented_hash():
         dpt.feature_keys(grid, [0, 1])
 
 
+def test_initial_rows_are_the_servers(client):
+    """downpour.initial_rows computes what a fresh row of the table holds."""
+    for init, a, b in [("uniform", -0.05, 0.05), ("normal", 0.0, 1.0),
+                       ("constant", 0.5, 0.0)]:
+        layer = dpt.Embedding(None, 5, client=client, name=fresh("init"),
+                              init=init, init_a=a, init_b=b, init_seed=9)
+        ids = torch.tensor([0, 7, -3, 2**50])
+        keys = dpt.feature_keys(ids)
+        local = downpour.initial_rows(keys, 5, init=init, init_a=a,
+                                      init_b=b, init_seed=9)
+        assert torch.equal(layer.rows(ids), torch.from_numpy(local)), init
+
+
 def _reference_bag(layer, num, ids, mode, **kwargs):
     """A torch.nn.EmbeddingBag holding the layer's current rows for ids."""
     ref = torch.nn.EmbeddingBag(num, layer.embedding_dim, mode=mode, **kwargs)
