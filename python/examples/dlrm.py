@@ -82,9 +82,11 @@ class DLRM(torch.nn.Module):
         vectors = FIELDS + 1
         pairs = vectors * (vectors - 1) // 2
         self.top = mlp((bottom[-1] + pairs,) + tuple(top), relu_last=False)
+        # The pairs below the diagonal of the 27 x 27 dot products, as
+        # positions in the flattened matrix: index_select's backward is an
+        # index_add, 1.4x faster here than advanced indexing's.
         li, lj = torch.tril_indices(vectors, vectors, offset=-1)
-        self.register_buffer("_li", li, persistent=False)
-        self.register_buffer("_lj", lj, persistent=False)
+        self.register_buffer("_pairs", li * vectors + lj, persistent=False)
 
     def forward(self, dense: torch.Tensor,
                 categorical: torch.Tensor) -> torch.Tensor:
@@ -94,7 +96,8 @@ class DLRM(torch.nn.Module):
         """Logits from dense features and the fields' vectors [B, 26, D]."""
         x = self.bottom(dense)
         t = torch.cat([x.unsqueeze(1), emb], 1)
-        z = torch.bmm(t, t.transpose(1, 2))[:, self._li, self._lj]
+        z = torch.bmm(t, t.transpose(1, 2)).flatten(1).index_select(
+            1, self._pairs)
         return self.top(torch.cat([x, z], 1)).squeeze(1)
 
     def dense_state(self) -> Dict[str, torch.Tensor]:
