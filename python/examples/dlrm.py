@@ -409,14 +409,19 @@ def write_curves(out_dir: str, curves: Dict[str, List[Dict[str, float]]],
         f.write(f"set terminal pngcairo size 1400,900\nset output '{png}'\n"
                 "set datafile separator ','\nset grid\nset key bottom right\n"
                 f"set multiplot layout 2,2 title '{title}{best}'\n"
+                # The untrained first snapshot is off the scale: the
+                # curves' later part is where the runs differ.
                 "set xlabel 'examples seen'\nset ylabel 'held-out AUC'\n"
+                "set yrange [0.74:*]\n"
                 f"plot {series(3, 4)}\n"
                 "set ylabel 'held-out log loss'\nset key top right\n"
+                "set yrange [*:0.5]\n"
                 f"plot {series(3, 5)}\n"
                 "set xlabel 'seconds'\nset ylabel 'held-out AUC'\n"
-                "set key bottom right\n"
+                "set key bottom right\nset yrange [0.74:*]\n"
                 f"plot {series(2, 4)}\n"
                 "set ylabel 'held-out log loss'\nset key top right\n"
+                "set yrange [*:0.5]\n"
                 f"plot {series(2, 5)}\nunset multiplot\n")
     try:
         ok = subprocess.run(["gnuplot", script], capture_output=True,
