@@ -180,8 +180,14 @@ class _SparseTable:
             # takes `consistency` on every branch. Until then "asp" is a
             # table that does not follow the job (pushes applied on arrival,
             # no staleness tracking on the servers); other policies need it.
-            if consistency != "asp" or not follows_job:
+            if consistency is None:
                 raise
+            if consistency != "asp" or not follows_job:
+                raise NotImplementedError(
+                    f"table '{name}': consistency={consistency!r} needs "
+                    "Client.create_table(consistency=...), which this build "
+                    "lacks (only 'asp' is emulated, by a table that does "
+                    "not follow the job)") from None
             del kwargs["consistency"]
             kwargs["follows_job"] = False
             self.table = client.create_table(name, **kwargs)
@@ -215,7 +221,8 @@ class _SparseTable:
     @property
     def synced(self) -> bool:
         """Whether the servers aggregate this table's pushes per clock
-        (BSP): every step must then push exactly once."""
+        (BSP): every step must then push exactly once. (Once tables carry
+        their typed policy, ask it instead of the names.)"""
         if self.model is None:
             return False
         if self.consistency is not None:

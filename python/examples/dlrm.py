@@ -405,24 +405,26 @@ def write_curves(out_dir: str, curves: Dict[str, List[Dict[str, float]]],
             f"'< grep \"^{label},\" {path}' using {xcol}:{ycol} with "
             f"linespoints lw 2 title '{label}'" for label in curves)
 
+    # The untrained first snapshot is left off the scale: the curves' later
+    # part is where the runs differ.
+    later = [p for c in curves.values() for p in c[1:]] or \
+        [p for c in curves.values() for p in c]
+    auc_range = f"[{min(p['auc'] for p in later) - 0.005:.4f}:*]"
+    loss_range = f"[*:{max(p['log_loss'] for p in later) + 0.005:.4f}]"
     with open(script, "w") as f:
         f.write(f"set terminal pngcairo size 1400,900\nset output '{png}'\n"
                 "set datafile separator ','\nset grid\nset key bottom right\n"
                 f"set multiplot layout 2,2 title '{title}{best}'\n"
-                # The untrained first snapshot is off the scale: the
-                # curves' later part is where the runs differ.
                 "set xlabel 'examples seen'\nset ylabel 'held-out AUC'\n"
-                "set yrange [0.74:*]\n"
-                f"plot {series(3, 4)}\n"
+                f"set yrange {auc_range}\nplot {series(3, 4)}\n"
                 "set ylabel 'held-out log loss'\nset key top right\n"
-                "set yrange [*:0.5]\n"
-                f"plot {series(3, 5)}\n"
+                f"set yrange {loss_range}\nplot {series(3, 5)}\n"
                 "set xlabel 'seconds'\nset ylabel 'held-out AUC'\n"
-                "set key bottom right\nset yrange [0.74:*]\n"
+                f"set key bottom right\nset yrange {auc_range}\n"
                 f"plot {series(2, 4)}\n"
                 "set ylabel 'held-out log loss'\nset key top right\n"
-                "set yrange [*:0.5]\n"
-                f"plot {series(2, 5)}\nunset multiplot\n")
+                f"set yrange {loss_range}\nplot {series(2, 5)}\n"
+                "unset multiplot\n")
     try:
         ok = subprocess.run(["gnuplot", script], capture_output=True,
                             check=False).returncode == 0
