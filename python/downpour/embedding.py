@@ -437,10 +437,11 @@ class _Layer(torch.nn.Module):
 
 class Embedding(_Layer):
     """``torch.nn.Embedding`` over a Downpour sparse table: forward(input)
-    returns input.shape + (embedding_dim,). num_embeddings: None (any
-    64-bit id) or the bound indices must stay below. padding_idx: its row
-    reads as zeros and takes no gradient; scale_grad_by_freq as in torch;
-    max_norm is not supported; sparse is accepted and ignored (gradients
+    returns input.shape + (embedding_dim,), float32, on input's device (the
+    lookup itself runs on the CPU). num_embeddings: None (any 64-bit id) or
+    the bound indices must stay below. padding_idx: its row reads as zeros
+    and takes no gradient; scale_grad_by_freq as in torch; max_norm and
+    _weight are not supported; sparse is accepted and ignored (gradients
     always go to the servers). The rest is Downpour's: client, name (the
     table's; every worker uses the same), optimizer (the servers' rule,
     default Adagrad(0.05)), init / init_a / init_b / init_seed (the rows'
@@ -450,16 +451,15 @@ class Embedding(_Layer):
     def __init__(self, num_embeddings: Optional[int], embedding_dim: int,
                  padding_idx: Optional[int] = None,
                  max_norm: Optional[float] = None, norm_type: float = 2.0,
-                 scale_grad_by_freq: bool = False, sparse: bool = False, *,
+                 scale_grad_by_freq: bool = False, sparse: bool = False,
+                 _weight: None = None, device=None, dtype=None, *,
                  client: downpour.Client, name: str,
                  optimizer: Optional[ServerOptimizer] = None,
                  init: str = "normal", init_a: float = 0.0,
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
                  consistency: Optional[str] = None, feature: int = 0):
-        if max_norm is not None:
-            raise NotImplementedError("max_norm is not supported (the rows "
-                                      "live on the servers)")
+        _check_torch_args(max_norm, _weight, dtype)
         if padding_idx is not None and num_embeddings is not None:
             if padding_idx < 0:
                 padding_idx += num_embeddings
@@ -489,7 +489,7 @@ class Embedding(_Layer):
             _ids_of(input, self.num_embeddings), self._train(),
             self._to_keys, self.padding_idx)
         return F.embedding(inverse, weight, pad, None, 2.0,
-                           self.scale_grad_by_freq, False)
+                           self.scale_grad_by_freq, False).to(input.device)
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, "
@@ -507,18 +507,14 @@ class EmbeddingBag(_Layer):
                  scale_grad_by_freq: bool = False, mode: str = "mean",
                  sparse: bool = False, _weight: None = None,
                  include_last_offset: bool = False,
-                 padding_idx: Optional[int] = None, *,
-                 client: downpour.Client, name: str,
+                 padding_idx: Optional[int] = None, device=None,
+                 dtype=None, *, client: downpour.Client, name: str,
                  optimizer: Optional[ServerOptimizer] = None,
                  init: str = "normal", init_a: float = 0.0,
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
                  consistency: Optional[str] = None, feature: int = 0):
-        if max_norm is not None:
-            raise NotImplementedError("max_norm is not supported (the rows "
-                                      "live on the servers)")
-        if _weight is not None:
-            raise ValueError("_weight: the rows live on the servers")
+        _check_torch_args(max_norm, _weight, dtype)
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode has to be one of sum, mean or max, got "
                              f"{mode!r}")
@@ -554,10 +550,14 @@ class EmbeddingBag(_Layer):
         weight, inverse, pad = self._table.lookup(
             _ids_of(input, self.num_embeddings), self._train(),
             self._to_keys, self.padding_idx)
+        if offsets is not None:
+            offsets = offsets.cpu()
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.cpu()
         return F.embedding_bag(inverse, weight, offsets, None, 2.0,
                                self.scale_grad_by_freq, self.mode, False,
                                per_sample_weights, self.include_last_offset,
-                               pad)
+                               pad).to(input.device)
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, "
@@ -613,11 +613,23 @@ class FieldEmbedding(_Layer):
         # rows); the keys' bits are what is de-duplicated.
         weight, inverse, _ = self._table.lookup(
             self._keys(input).view(np.int64), self._train())
-        return F.embedding(inverse, weight)
+        return F.embedding(inverse, weight).to(input.device)
 
     def extra_repr(self) -> str:
         return (f"{self.num_fields} fields, {self.embedding_dim}, "
                 f"table='{self.table.name}'")
+
+
+def _check_torch_args(max_norm, _weight, dtype) -> None:
+    """torch's arguments that a table on the servers cannot honour."""
+    if max_norm is not None:
+        raise NotImplementedError("max_norm is not supported (the rows live "
+                                  "on the servers)")
+    if _weight is not None:
+        raise ValueError("_weight: the rows live on the servers (use init, "
+                         "or put values into the table)")
+    if dtype not in (None, torch.float32):
+        raise ValueError(f"dtype: the tables hold float32, not {dtype}")
 
 
 def prefetch_loader(batches: Iterable, prefetch: Callable[[Any], None]

@@ -164,6 +164,26 @@ def test_any_64_bit_id_and_eval_mode(client):
         [2.0, 1.0, 1.0, 2.0]).unsqueeze(1).expand(4, 4))
 
 
+@pytest.mark.parametrize("optimizer", [
+    dpt.Adagrad(0.3), dpt.RowwiseAdagrad(0.3), dpt.Adam(0.1), dpt.Ftrl(1.0),
+    dpt.SGD(10.0)], ids=["adagrad", "rowwise_adagrad", "adam", "ftrl", "sgd"])
+def test_every_server_optimizer_trains(client, optimizer):
+    """Each rule on the servers brings a regression's loss down."""
+    g = torch.Generator().manual_seed(5)
+    layer = dpt.Embedding(50, 4, client=client, name=fresh("opt"),
+                          optimizer=optimizer, init="uniform", init_a=-0.1,
+                          init_b=0.1)
+    truth = torch.randn(50, 4, generator=g)
+    losses = []
+    for _ in range(60):
+        ids = torch.randint(0, 50, (16, 3), generator=g)
+        loss = F.mse_loss(layer(ids), truth[ids])
+        loss.backward()
+        losses.append(loss.item())
+    layer.finish()
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
+
+
 def test_distinct_ids_pulled_and_pushed_once(cluster):
     """1000 lookups of 10 distinct ids: one pull and one push of 10 rows,
     on the wire too (a dedicated client counts the bytes)."""
