@@ -169,12 +169,10 @@ class _SparseTable:
             handler=self.optimizer.handler,
             handler_params=dict(self.optimizer.handler_params),
             follows_job=follows_job)
-        self.own_policy_applied = False
         if consistency is not None:
             kwargs["consistency"] = consistency
         try:
             self.table = client.create_table(name, **kwargs)
-            self.own_policy_applied = consistency is not None
         except TypeError:
             # TODO(issue 22, section 2): remove once Client.create_table
             # takes `consistency` on every branch. Until then "asp" is a
@@ -192,6 +190,7 @@ class _SparseTable:
             kwargs["follows_job"] = False
             self.table = client.create_table(name, **kwargs)
             self.consistency = ("asp", 0)
+        self.follows_job = kwargs["follows_job"]
         self.model = None        # the DistributedModel taking part in
         self._local_clock = 0    # steps outside a job: pushes issued
         self._landed = 0         # steps whose pushes are acknowledged
@@ -223,7 +222,7 @@ class _SparseTable:
         """Whether the servers aggregate this table's pushes per clock
         (BSP): every step must then push exactly once. (Once tables carry
         their typed policy, ask it instead of the names.)"""
-        if self.model is None:
+        if self.model is None or not self.follows_job:
             return False
         if self.consistency is not None:
             return self.consistency[0] == "bsp"
