@@ -21,12 +21,14 @@ using handlers_internal::NewAdamHandler;
 using handlers_internal::NewAssignHandler;
 using handlers_internal::NewFtrlHandler;
 using handlers_internal::NewMomentumHandler;
+using handlers_internal::NewRowwiseAdagradHandler;
 using handlers_internal::NewSgdHandler;
 using handlers_internal::NewSumHandler;
 
 constexpr char kDefaultHandler[] = "sgd";
-constexpr const char* kBuiltinNames[] = {"assign",  "sum",  "sgd", "momentum",
-                                         "adagrad", "adam", "ftrl"};
+constexpr const char* kBuiltinNames[] = {
+    "assign",          "sum",  "sgd", "momentum", "adagrad",
+    "rowwise_adagrad", "adam", "ftrl"};
 
 struct ParamDef {
   const char* name;
@@ -112,7 +114,7 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateBuiltin(
     return NewMomentumHandler(static_cast<float>(p[0]),
                               static_cast<float>(p[1]));
   }
-  if (name == "adagrad") {
+  if (name == "adagrad" || name == "rowwise_adagrad") {
     DP_ASSIGN_OR_RETURN(std::vector<double> p,
                         ReadParams(name, spec,
                                    {{"learning_rate", 0.01},
@@ -123,12 +125,16 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateBuiltin(
     DP_RETURN_IF_ERROR(CheckNonNegative(name, "epsilon", p[2]));
     // With both 0, a zero gradient on a fresh row computes 0 / 0.
     if (static_cast<float>(p[1]) == 0 && static_cast<float>(p[2]) == 0) {
-      return absl::InvalidArgumentError(
-          "handler 'adagrad': epsilon or initial_accumulator must be > 0 "
-          "(with both 0 a zero gradient on a fresh row divides 0 by 0)");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "handler '", name,
+          "': epsilon or initial_accumulator must be > 0 (with both 0 a zero "
+          "gradient on a fresh row divides 0 by 0)"));
     }
-    return NewAdagradHandler(static_cast<float>(p[0]), static_cast<float>(p[1]),
-                             static_cast<float>(p[2]));
+    const float lr = static_cast<float>(p[0]);
+    const float init = static_cast<float>(p[1]);
+    const float eps = static_cast<float>(p[2]);
+    return name == "adagrad" ? NewAdagradHandler(lr, init, eps)
+                             : NewRowwiseAdagradHandler(lr, init, eps);
   }
   if (name == "adam") {
     DP_ASSIGN_OR_RETURN(std::vector<double> p,

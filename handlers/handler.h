@@ -15,6 +15,11 @@
 //   "momentum"  v = mu*v + g; w -= lr*v.     learning_rate=0.01 momentum=0.9
 //   "adagrad"   h += g^2; w -= lr*g/(sqrt(h)+eps).
 //               learning_rate=0.01 initial_accumulator=0 epsilon=1e-8
+//   "rowwise_adagrad"  one accumulator per row (TorchRec / FBGEMM's
+//               row-wise Adagrad, for embeddings: 1 float of state per row
+//               instead of width): h += mean over the row of g^2;
+//               w -= (lr / (sqrt(h) + eps)) * g.
+//               learning_rate=0.01 initial_accumulator=0 epsilon=1e-8
 //   "adam"      bias-corrected Adam (Kingma & Ba) with a per-row step count.
 //               learning_rate=0.001 beta1=0.9 beta2=0.999 epsilon=1e-8
 //   "ftrl"      FTRL-proximal (McMahan et al. 2013), per coordinate.
@@ -25,9 +30,9 @@
 // Parameter checks (kInvalidArgument): every parameter must be one the
 // handler takes (so that a typo such as "learning_rat" is not silently
 // ignored), finite as a float, and in range: learning_rate >= 0,
-// momentum/beta1/beta2 in [0, 1), adam epsilon > 0, adagrad needs
-// epsilon > 0 or initial_accumulator > 0, ftrl alpha > 0 and beta, l1,
-// l2 >= 0.
+// momentum/beta1/beta2 in [0, 1), adam epsilon > 0, adagrad and
+// rowwise_adagrad need epsilon > 0 or initial_accumulator > 0, ftrl
+// alpha > 0 and beta, l1, l2 >= 0.
 #ifndef DOWNPOUR_HANDLERS_HANDLER_H_
 #define DOWNPOUR_HANDLERS_HANDLER_H_
 

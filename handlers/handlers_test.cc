@@ -38,7 +38,7 @@ class Reference {
         a_(rows * width, 0.0),
         b_(rows * width, 0.0),
         t_(rows, 0) {
-    if (name_ == "adagrad") {
+    if (name_ == "adagrad" || name_ == "rowwise_adagrad") {
       std::fill(a_.begin(), a_.end(), Param("initial_accumulator", 0.0));
     }
   }
@@ -46,6 +46,21 @@ class Reference {
   void Step(std::vector<double>& w, const std::vector<double>& g) {
     for (size_t r = 0; r < rows_; ++r) {
       ++t_[r];
+      if (name_ == "rowwise_adagrad") {
+        // One accumulator per row (kept in a_[r * width_]).
+        double mean_sq = 0;
+        for (size_t j = 0; j < width_; ++j) {
+          mean_sq += g[r * width_ + j] * g[r * width_ + j];
+        }
+        double& h = a_[r * width_];
+        h += mean_sq / width_;
+        for (size_t j = 0; j < width_; ++j) {
+          w[r * width_ + j] -= Param("learning_rate", 0.01) *
+                               g[r * width_ + j] /
+                               (std::sqrt(h) + Param("epsilon", 1e-8));
+        }
+        continue;
+      }
       for (size_t j = 0; j < width_; ++j) {
         const size_t i = r * width_ + j;
         StepElement(&w[i], &a_[i], &b_[i], g[i], t_[r]);
@@ -122,6 +137,9 @@ std::vector<Case> AllCases() {
       {"momentum", {{"learning_rate", 0.1}, {"momentum", 0.5}}},
       {"adagrad", {}},
       {"adagrad",
+       {{"learning_rate", 0.2}, {"initial_accumulator", 0.1}, {"epsilon", 0}}},
+      {"rowwise_adagrad", {}},
+      {"rowwise_adagrad",
        {{"learning_rate", 0.2}, {"initial_accumulator", 0.1}, {"epsilon", 0}}},
       {"adam", {}},
       {"adam",
@@ -255,9 +273,10 @@ TEST(HandlersTest, ConcurrentApplyOnDisjointRows) {
 TEST(HandlersTest, StateWidths) {
   const std::map<std::string, std::vector<size_t>> expected = {
       // state width for row widths 1, 3, 17
-      {"assign", {0, 0, 0}},    {"sum", {0, 0, 0}},      {"sgd", {0, 0, 0}},
-      {"momentum", {1, 3, 17}}, {"adagrad", {1, 3, 17}}, {"adam", {3, 7, 35}},
-      {"ftrl", {2, 6, 34}},
+      {"assign", {0, 0, 0}},   {"sum", {0, 0, 0}},
+      {"sgd", {0, 0, 0}},      {"momentum", {1, 3, 17}},
+      {"adagrad", {1, 3, 17}}, {"adam", {3, 7, 35}},
+      {"ftrl", {2, 6, 34}},    {"rowwise_adagrad", {1, 1, 1}},
   };
   for (const auto& [name, widths] : expected) {
     auto handler = CreateHandler(Spec(name), nullptr);
@@ -350,6 +369,10 @@ TEST(HandlersTest, BadParameterValues) {
       {"adagrad", {{"initial_accumulator", -0.1}}},
       {"adagrad", {{"epsilon", -1e-8}}},
       {"adagrad", {{"epsilon", 0}}},  // and initial_accumulator 0
+      {"rowwise_adagrad", {{"learning_rate", -1}}},
+      {"rowwise_adagrad", {{"initial_accumulator", -0.1}}},
+      {"rowwise_adagrad", {{"epsilon", 0}}},
+      {"rowwise_adagrad", {{"momentum", 0.9}}},
       {"adam", {{"learning_rate", -0.001}}},
       {"adam", {{"beta1", 1.0}}},
       {"adam", {{"beta2", 1.5}}},
@@ -374,6 +397,7 @@ TEST(HandlersTest, BadParameterValues) {
       {"sgd", {{"learning_rate", 0}}},
       {"momentum", {{"momentum", 0}}},
       {"adagrad", {{"epsilon", 0}, {"initial_accumulator", 0.1}}},
+      {"rowwise_adagrad", {{"epsilon", 0}, {"initial_accumulator", 0.1}}},
       {"adam", {{"beta1", 0}, {"beta2", 0}}},
       {"ftrl", {{"beta", 0}, {"l1", 0}, {"l2", 0}}},
   };
@@ -395,6 +419,32 @@ TEST(HandlersTest, ValidateChecksPluginNames) {
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_OK(ValidateHandlerSpec(Spec(""), {}));
   EXPECT_OK(ValidateHandlerSpec(Spec("ftrl", {{"l1", 1}}), {}));
+}
+
+// Row-wise Adagrad keeps one accumulator per row: the mean of the row's
+// squared gradients, so every element of a row moves by the same factor.
+TEST(HandlersTest, RowwiseAdagradOneAccumulatorPerRow) {
+  auto handler = CreateHandler(
+      Spec("rowwise_adagrad",
+           {{"learning_rate", 0.5}, {"initial_accumulator", 1.0}}),
+      nullptr);
+  ASSERT_OK(handler);
+  ASSERT_EQ((*handler)->StateWidth(4), 1u);
+  float w[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+  float state[2] = {-1, -1};
+  (*handler)->InitState(state, 2, 4);
+  EXPECT_EQ(state[0], 1.0f);
+  EXPECT_EQ(state[1], 1.0f);
+  // Row 0: mean(g^2) = (4 + 4 + 0 + 0) / 4 = 2, h = 3. Row 1: zeros.
+  const float g[8] = {2, -2, 0, 0, 0, 0, 0, 0};
+  (*handler)->Apply(w, state, g, 2, 4);
+  EXPECT_FLOAT_EQ(state[0], 3.0f);
+  EXPECT_FLOAT_EQ(state[1], 1.0f);
+  const float step = 0.5f / (std::sqrt(3.0f) + 1e-8f);
+  EXPECT_FLOAT_EQ(w[0], -2 * step);
+  EXPECT_FLOAT_EQ(w[1], 2 * step);
+  EXPECT_EQ(w[2], 0.0f);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(w[i], 1.0f);
 }
 
 // FTRL with l1 zeroes coordinates whose accumulated gradient stays small,

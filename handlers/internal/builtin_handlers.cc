@@ -132,6 +132,41 @@ class AdagradHandler final : public UpdateHandler {
   const float lr_, init_, eps_;
 };
 
+// State: one float per row, the running sum of the row's mean squared
+// gradient. The mean is summed in double (a row is short, and the sum must
+// not depend on how the compiler vectorizes it: batch and row-at-a-time
+// Apply give the same bits either way); the step is one multiplier per row.
+class RowwiseAdagradHandler final : public UpdateHandler {
+ public:
+  RowwiseAdagradHandler(float learning_rate, float initial_accumulator,
+                        float epsilon)
+      : lr_(learning_rate), init_(initial_accumulator), eps_(epsilon) {}
+  const std::string& name() const override { return name_; }
+  size_t StateWidth(size_t) const override { return 1; }
+  void InitState(float* state, size_t rows, size_t) const override {
+    std::fill_n(state, rows, init_);
+  }
+  void Apply(float* values, float* state, const float* grads, size_t rows,
+             size_t width) const override {
+    if (width == 0) return;
+    for (size_t r = 0; r < rows; ++r) {
+      const float* g = grads + r * width;
+      double sum = 0;
+      for (size_t i = 0; i < width; ++i) {
+        sum += static_cast<double>(g[i]) * g[i];
+      }
+      const float acc =
+          state[r] + static_cast<float>(sum / static_cast<double>(width));
+      state[r] = acc;
+      SgdKernel(values + r * width, g, width, lr_ / (std::sqrt(acc) + eps_));
+    }
+  }
+
+ private:
+  const std::string name_ = "rowwise_adagrad";
+  const float lr_, init_, eps_;
+};
+
 // State per row: m[width], v[width], then the row's step count t. t is a
 // uint32 stored bit for bit in the last float (hence "copy state bitwise"):
 // a float count would stop at 2^24 steps, where 1 - beta2^t is still
@@ -310,6 +345,11 @@ std::unique_ptr<UpdateHandler> NewAdagradHandler(float learning_rate,
                                                  float epsilon) {
   return std::make_unique<AdagradHandler>(learning_rate, initial_accumulator,
                                           epsilon);
+}
+std::unique_ptr<UpdateHandler> NewRowwiseAdagradHandler(
+    float learning_rate, float initial_accumulator, float epsilon) {
+  return std::make_unique<RowwiseAdagradHandler>(learning_rate,
+                                                 initial_accumulator, epsilon);
 }
 std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate, double beta1,
                                               double beta2, float epsilon) {

@@ -18,6 +18,9 @@ std::unique_ptr<UpdateHandler> NewMomentumHandler(float learning_rate,
 std::unique_ptr<UpdateHandler> NewAdagradHandler(float learning_rate,
                                                  float initial_accumulator,
                                                  float epsilon);
+// One accumulator per row (TorchRec / FBGEMM's row-wise Adagrad).
+std::unique_ptr<UpdateHandler> NewRowwiseAdagradHandler(
+    float learning_rate, float initial_accumulator, float epsilon);
 // beta1 and beta2 stay double: the bias corrections 1 - beta^t are computed
 // in double, once per row (until they round to 1).
 std::unique_ptr<UpdateHandler> NewAdamHandler(float learning_rate, double beta1,

@@ -75,6 +75,7 @@ from downpour._downpour import (  # noqa: E402
     Operation,
     Table,
     TrafficStats,
+    initial_rows,
     tune_allocator,
 )
 from downpour.errors import (  # noqa: E402
@@ -193,5 +194,5 @@ __all__ = [
     "PermissionDeniedError",
     "ResourceExhaustedError", "StatusCode", "Table", "TrafficStats",
     "UnauthenticatedError", "UnavailableError", "UnimplementedError",
-    "__version__", "connect", "errors", "tune_allocator",
+    "__version__", "connect", "errors", "initial_rows", "tune_allocator",
 ]

@@ -129,6 +129,10 @@ class LocalCluster:
                 raise DaemonError(f"{name} exited with status {p.returncode}:\n"
                                   + self.log_tail(f"{name}.log"))
 
+    def server_pids(self) -> List[int]:
+        """Process ids of the servers started (e.g. to read their memory)."""
+        return [p.pid for p in self._servers]
+
     def kill_server(self, i: int) -> None:
         """SIGKILLs server i (a crash, for fault tests); stop() skips it."""
         p = self._servers[i]

@@ -239,6 +239,13 @@ class DistributedModel(torch.nn.Module):
             part_rows = max(1, part_bytes // (4 * width))
             self._params.append(_Param(pname, param, table, part_rows,
                                        replies=2 if self._pipelined else 1))
+        # Embedding layers (downpour/embedding.py) inside the module take
+        # part in the steps: their pushes carry this model's clock and are
+        # landed before a clock is reported.
+        self._sparse = [m for m in module.modules()
+                        if hasattr(m, "_downpour_step_end")]
+        for m in self._sparse:
+            m._downpour_attach(self)
         init_barrier = f"downpour.torch/{name}/init"
         # The tables hold trained values when the job was restored or this
         # member replaces a lost one (even one lost before its first clock
@@ -300,6 +307,8 @@ class DistributedModel(torch.nn.Module):
             if p.sent_clock != c:
                 p.grad.zero_()
                 self._send(i)
+        for m in self._sparse:
+            m._downpour_step_end(c)
         self._examples += examples
         start = time.perf_counter()
         if self._pipelined:
@@ -335,6 +344,8 @@ class DistributedModel(torch.nn.Module):
         then raises RuntimeError)."""
         if self._finished:
             return
+        for m in self._sparse:
+            m._downpour_finish()
         if self._pipelined and self._clock > self._first_clock:
             c = self._clock - 1
             self._land(c)
@@ -438,3 +449,17 @@ class DistributedModel(torch.nn.Module):
             test_accuracy=float(test_accuracy),
             max_staleness=self.client.max_staleness,
             discarded=self.client.discarded_pushes)
+
+
+# The embedding layers and their optimizers live in downpour/embedding.py;
+# downpour.torch.Embedding and the others are the same objects.
+_EMBEDDING_NAMES = ("Embedding", "EmbeddingBag", "FieldEmbedding",
+                    "RowwiseAdagrad", "Ftrl", "feature_keys",
+                    "prefetch_loader")
+
+
+def __getattr__(name: str):
+    if name in _EMBEDDING_NAMES:
+        from downpour import embedding
+        return getattr(embedding, name)
+    raise AttributeError(f"module 'downpour.torch' has no attribute {name!r}")

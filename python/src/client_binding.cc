@@ -15,6 +15,8 @@
 #include "client/client.h"
 #include "common/auth.h"
 #include "common/status_macros.h"
+#include "handlers/initializer.h"
+#include "proto/downpour.pb.h"
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
 #include "python/src/arrays.h"
@@ -264,9 +266,59 @@ std::string OpDoc(const std::string& what, bool writes, bool reads) {
   return doc;
 }
 
+// The values fresh rows of `keys` hold in a table declared with these init
+// arguments (handlers/initializer.h), computed here without a server.
+py::array_t<float> InitialRows(const py::handle& keys, uint32_t width,
+                               const std::string& init, float init_a,
+                               float init_b, uint64_t init_seed) {
+  proto::InitializerSpec spec;
+  spec.set_seed(init_seed);
+  if (init == "zeros") {
+    spec.set_kind(proto::InitializerSpec::ZEROS);
+  } else if (init == "constant") {
+    spec.set_kind(proto::InitializerSpec::CONSTANT);
+    spec.set_value(init_a);
+  } else if (init == "uniform") {
+    spec.set_kind(proto::InitializerSpec::UNIFORM);
+    spec.set_low(init_a);
+    spec.set_high(init_b);
+  } else if (init == "normal") {
+    spec.set_kind(proto::InitializerSpec::NORMAL);
+    spec.set_mean(init_a);
+    spec.set_stddev(init_b);
+  } else {
+    throw py::value_error(absl::StrCat("unknown initializer '", init,
+                                       "' (zeros, constant, uniform, normal)"));
+  }
+  const Initializer initializer = ValueOrThrow(Initializer::Create(spec));
+  auto k = py::array_t<uint64_t, py::array::c_style>::ensure(keys);
+  if (!k || k.ndim() != 1) {
+    throw py::value_error("keys must be a 1-D array of uint64 keys");
+  }
+  py::array_t<float> out({k.shape(0), static_cast<py::ssize_t>(width)});
+  const uint64_t* src = k.data();
+  float* dst = out.mutable_data();
+  const size_t n = static_cast<size_t>(k.shape(0));
+  {
+    py::gil_scoped_release release;
+    for (size_t i = 0; i < n; ++i) {
+      initializer.FillRow(src[i], width, dst + i * width);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterClient(py::module_& m) {
+  m.def("initial_rows", &InitialRows, arg("keys"), arg("width"), py::kw_only(),
+        arg("init") = "zeros", arg("init_a") = 0.0f, arg("init_b") = 0.0f,
+        arg("init_seed") = 0,
+        "The values that fresh rows of `keys` (a 1-D uint64 array) hold in a "
+        "table declared with these init arguments (create_table's): a pure "
+        "function of (init_seed, key, column), computed without a server. "
+        "Returns float32 [len(keys), width].");
+
   py::class_<Table>(m, "Table",
                     "A declared table (returned by Client.create_table and "
                     "Client.open_table). Cheap to copy; immutable.")

@@ -5,6 +5,7 @@
 #include "common/malloc_tuning.h"
 #include "common/version.h"
 #include "pybind11/pybind11.h"
+#include "python/src/clicklog_binding.h"
 #include "python/src/client_binding.h"
 #include "python/src/job_member_binding.h"
 #include "python/src/status.h"
@@ -21,6 +22,7 @@ PYBIND11_MODULE(_downpour, m) {
   // (downpour/__init__.py checks it at import).
   m.attr("_pybind11_version") = py::make_tuple(
       PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR, PYBIND11_VERSION_PATCH);
+  downpour::python::RegisterClickLog(m);
   m.def("tune_allocator", &downpour::TuneAllocatorForLargeMessages,
         "Keeps large blocks in the process heap instead of fresh mmaps "
         "(common/malloc_tuning.h): on VMs where fresh pages are written ~40x "
