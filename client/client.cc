@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -530,8 +532,49 @@ class ClientImpl final : public Client {
   }
 };
 
+// "ssp:3" -> SSP, 3. kInvalidArgument for another name.
+absl::Status ParseTableConsistency(const std::string& name,
+                                   proto::TableSpec* spec) {
+  if (name.empty()) return absl::OkStatus();
+  if (name == "bsp") {
+    spec->set_consistency(proto::BSP);
+  } else if (name == "asp") {
+    spec->set_consistency(proto::ASP);
+  } else if (absl::StartsWith(name, "ssp:")) {
+    int64_t s = -1;
+    if (!absl::SimpleAtoi(name.substr(4), &s) || s < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", spec->name(), "': consistency '", name,
+                       "': the staleness bound of ssp:N is a number >= 0"));
+    }
+    spec->set_consistency(proto::SSP);
+    spec->set_staleness(s);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", spec->name(), "': consistency '", name,
+                     "' is not bsp, ssp:N or asp"));
+  }
+  return absl::OkStatus();
+}
+
+std::string TableConsistency(const proto::TableSpec& spec) {
+  if (!spec.follows_job()) return "";
+  switch (spec.consistency()) {
+    case proto::BSP:
+      return "bsp";
+    case proto::SSP:
+      return absl::StrCat("ssp:", spec.staleness());
+    case proto::ASP:
+      return "asp";
+    default:
+      return "";
+  }
+}
+
 Table TableFromSpec(const proto::TableSpec& spec) {
   Table t;
+  t.consistency = TableConsistency(spec);
+  t.bounded = spec.has_bounds();
   t.id = spec.id();
   t.name = spec.name();
   t.width = spec.width();
@@ -573,6 +616,29 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
   spec.set_allow_non_finite(o.allow_non_finite);
   spec.set_num_workers(o.tracked_workers);
   spec.set_follows_job(o.follows_job);
+  DP_RETURN_IF_ERROR(ParseTableConsistency(o.consistency, &spec));
+  if (o.bounds.has_value()) {
+    const TableOptions::Bounds& b = *o.bounds;
+    proto::SparseBounds* p = spec.mutable_bounds();
+    p->set_max_rows(b.max_rows);
+    p->set_max_bytes(b.max_bytes);
+    if (b.eviction == "none" || b.eviction.empty()) {
+      p->set_eviction(proto::SparseBounds::EVICTION_NONE);
+    } else if (b.eviction == "lru") {
+      p->set_eviction(proto::SparseBounds::LRU);
+    } else if (b.eviction == "lfu") {
+      p->set_eviction(proto::SparseBounds::LFU);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", o.name, "': eviction '", b.eviction,
+                       "' is not none, lru or lfu"));
+    }
+    p->set_ttl_clocks(b.ttl_clocks);
+    p->set_ttl_seconds(b.ttl_seconds);
+    p->set_admit_after(b.admit_after);
+    p->set_max_pending_ids(b.max_pending_ids);
+    p->set_cold_tier(b.cold_tier);
+  }
   spec.mutable_handler()->set_name(o.handler);
   for (const auto& [k, v] : o.handler_params) {
     (*spec.mutable_handler()->mutable_params())[k] = v;

@@ -41,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,39 @@ struct TableOptions {
   // infinity is refused (kInvalidArgument naming the key) instead of
   // poisoning its row and the handler's state for good.
   bool allow_non_finite = false;
+  // A table that follows the job may keep a consistency policy of its own:
+  // "bsp", "ssp:N" or "asp" ("": the job's). The hybrid of recommendation
+  // models: dense layers under the job's BSP, embedding tables "asp" or
+  // "ssp:N". The scheduler enforces it (sync_workers, the staleness bound
+  // of JobMember::WaitClock for the table); servers measure each table's
+  // staleness. kInvalidArgument without follows_job or for another name.
+  std::string consistency;
+  // Sparse tables: bounded memory (docs/ARCHITECTURE.md, "Bounded sparse
+  // tables"). Absent: rows are created on first write and kept for ever.
+  struct Bounds {
+    // The table's row cap, split evenly over its ranges; or a cap in bytes
+    // (values, handler state and about 32 bytes of index per row). One of
+    // the two, unless only a TTL or admission bounds the table.
+    int64_t max_rows = 0;
+    int64_t max_bytes = 0;
+    // What makes room at the cap: "none" (a write that would create rows
+    // beyond it is refused whole, kResourceExhausted), "lru" or "lfu".
+    std::string eviction = "none";
+    // A row neither read nor written for this many clocks or seconds
+    // expires (0: never; one of the two).
+    int64_t ttl_clocks = 0;
+    int64_t ttl_seconds = 0;
+    // An id gets a row once pushed this many times (1: at once); until
+    // then its pushes are counted, not stored, and pulls read its initial
+    // values. Counters for ids not yet admitted: at most max_pending_ids
+    // (0: as many as the cap).
+    int64_t admit_after = 1;
+    int64_t max_pending_ids = 0;
+    // Evicted rows move to the servers' RocksDB (--data_dir) and come
+    // back when written; without it they are dropped (read as initial).
+    bool cold_tier = false;
+  };
+  std::optional<Bounds> bounds;
 };
 
 // A declared table. Cheap to copy. Operations address its named vector
@@ -117,6 +151,10 @@ struct Table {
   std::vector<std::string> vectors;  // TableOptions::vectors
   uint32_t vector = 0;
   bool allow_non_finite = false;  // TableOptions::allow_non_finite
+  // The policy the table enforces ("bsp", "ssp:N", "asp"; "" for a table
+  // that does not follow the job) and whether its memory is bounded.
+  std::string consistency;
+  bool bounded = false;
 
   // The same table, addressing the named vector `vector_name` (kNotFound if
   // the table has none of that name).

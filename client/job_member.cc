@@ -10,6 +10,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cluster/scheduler_client.h"
@@ -309,21 +311,54 @@ class JobMemberImpl final : public JobMember {
 
   absl::StatusOr<Clock> WaitClock(Clock clock,
                                   absl::Duration timeout) override {
+    return Wait(clock, policy_, kNoTable, timeout);
+  }
+
+  absl::StatusOr<Clock> WaitClockForTable(Clock clock, TableId table,
+                                          const std::string& consistency,
+                                          absl::Duration timeout) override {
+    // The table's own policy over the job's workers (the scheduler reads
+    // the same from the table's spec: ConsistencyPolicy::ForTable).
+    ConsistencyPolicy p = policy_;
+    if (consistency == "bsp") {
+      p.kind = ConsistencyPolicy::Kind::kBsp;
+      p.staleness = 0;
+    } else if (consistency == "asp") {
+      p.kind = ConsistencyPolicy::Kind::kAsp;
+    } else if (absl::StartsWith(consistency, "ssp:")) {
+      Clock s = 0;
+      if (!absl::SimpleAtoi(consistency.substr(4), &s) || s < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table consistency '", consistency, "'"));
+      }
+      p.kind = ConsistencyPolicy::Kind::kSsp;
+      p.staleness = s;
+    } else if (!consistency.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table consistency '", consistency, "'"));
+    }
+    return Wait(clock, p, consistency.empty() ? kNoTable : table, timeout);
+  }
+
+  // Waits as `policy` bounds a worker at `clock` (the scheduler applies
+  // table `table`'s own policy, or the job's for kNoTable).
+  absl::StatusOr<Clock> Wait(Clock clock, const ConsistencyPolicy& policy,
+                             TableId table, absl::Duration timeout) {
     // Without backups the gating clock is the minimum of all clocks: ours
     // (queued, our pushes acknowledged) and the others', of which the
     // reporter keeps a lower bound. If that already lets this clock
     // proceed, the scheduler would answer at once: do not ask.
     const Clock known =
         std::min(reporter_->own_clock(), reporter_->others_lower_bound());
-    if (policy_.is_asp() ||
-        (policy_.backup_workers == 0 && policy_.Allows(clock, known))) {
+    if (policy.is_asp() ||
+        (policy.backup_workers == 0 && policy.Allows(clock, known))) {
       return known;
     }
     DP_ASSIGN_OR_RETURN(Clock gating,
                         RetryThroughOutage(
                             [&](absl::Duration left) {
                               return scheduler_.WaitClock(id_, rank_, clock,
-                                                          left);
+                                                          left, table);
                             },
                             timeout),
                         "worker ", rank_, " at clock ", clock);

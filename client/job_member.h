@@ -189,6 +189,14 @@ class JobMember {
   // straggler to skip ahead. kDeadlineExceeded after `timeout`.
   virtual absl::StatusOr<Clock> WaitClock(Clock clock,
                                           absl::Duration timeout) = 0;
+  // The same, as the table of id `table` with consistency `consistency`
+  // (Table::consistency: "bsp", "ssp:N", "asp"; "" the job's) bounds it:
+  // before reading an embedding table of its own policy (the hybrid). Its
+  // bound over the job's workers' clocks; kNotFound for a table the
+  // scheduler does not know.
+  virtual absl::StatusOr<Clock> WaitClockForTable(
+      Clock clock, TableId table, const std::string& consistency,
+      absl::Duration timeout) = 0;
   // Blocks until every worker of the job (N + b) has reached the barrier
   // `name`; a barrier can be reused once released. kDeadlineExceeded
   // after `timeout` (this member is then no longer counted as arrived).

@@ -140,7 +140,8 @@ absl::StatusOr<proto::AdvanceClockReply> SchedulerClient::AdvanceClock(
 
 absl::StatusOr<int64_t> SchedulerClient::WaitClock(NodeId id, int rank,
                                                    int64_t clock,
-                                                   absl::Duration timeout) {
+                                                   absl::Duration timeout,
+                                                   TableId table) {
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + absl::Seconds(5));
   proto::WaitClockRequest req;
@@ -148,6 +149,7 @@ absl::StatusOr<int64_t> SchedulerClient::WaitClock(NodeId id, int rank,
   req.set_rank(rank);
   req.set_clock(clock);
   req.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  req.set_table_id(table);
   proto::WaitClockReply reply;
   grpc::Status s = stub_->WaitClock(&ctx, req, &reply);
   if (!s.ok()) return FromGrpcStatus(s, "wait clock");

@@ -63,8 +63,11 @@ class SchedulerClient {
       const proto::AdvanceClockRequest& req);
   // Blocks until a worker at `clock` may proceed; returns the gating clock.
   // `id` is the calling worker's node id, which must hold `rank`.
+  // `table` (kNoTable: the job's policy): wait as that table's own policy
+  // bounds it (WaitClockRequest.table_id).
   absl::StatusOr<int64_t> WaitClock(NodeId id, int rank, int64_t clock,
-                                    absl::Duration timeout);
+                                    absl::Duration timeout,
+                                    TableId table = kNoTable);
   absl::StatusOr<proto::JobStatus> GetJobStatus();
 
   // Replication (see server/internal/replicator.h).

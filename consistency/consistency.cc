@@ -92,6 +92,29 @@ void ConsistencyPolicy::ToJob(proto::JobConfig* job) const {
   job->set_backup_workers(static_cast<uint32_t>(backup_workers));
 }
 
+ConsistencyPolicy ConsistencyPolicy::ForTable(
+    const proto::TableSpec& spec) const {
+  if (!spec.follows_job()) return *this;
+  ConsistencyPolicy p = *this;
+  switch (spec.consistency()) {
+    case proto::BSP:
+      p.kind = Kind::kBsp;
+      p.staleness = 0;
+      break;
+    case proto::SSP:
+      p.kind = Kind::kSsp;
+      p.staleness = spec.staleness();
+      break;
+    case proto::ASP:
+      p.kind = Kind::kAsp;
+      p.staleness = 0;
+      break;
+    default:
+      break;  // the job's
+  }
+  return p;
+}
+
 std::string ConsistencyPolicy::ToString() const {
   std::string s = kind == Kind::kBsp   ? "BSP"
                   : kind == Kind::kSsp ? absl::StrCat("SSP(s=", staleness, ")")

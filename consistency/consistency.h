@@ -39,6 +39,7 @@
 namespace downpour {
 namespace proto {
 class JobConfig;  // proto/downpour.proto
+class TableSpec;
 }  // namespace proto
 
 using Clock = int64_t;
@@ -64,6 +65,13 @@ struct ConsistencyPolicy {
   void ToJob(proto::JobConfig* job) const;
   // "BSP with 4 workers", "SSP(s=3) with 2 workers + 1 backup".
   std::string ToString() const;
+  // The policy a table of this job enforces: its own (TableSpec
+  // .consistency and .staleness, for a table that follows the job and
+  // declares one: the hybrid of dense layers under BSP and embeddings
+  // under ASP or SSP), over this job's workers; else this one. The one
+  // reading of those fields: the scheduler fills a table's sync_workers
+  // and num_workers, and bounds WaitClock for the table, with it.
+  ConsistencyPolicy ForTable(const proto::TableSpec& spec) const;
 
   bool is_bsp() const { return kind == Kind::kBsp; }
   bool is_asp() const { return kind == Kind::kAsp; }

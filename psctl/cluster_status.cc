@@ -15,6 +15,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "consistency/consistency.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/downpour.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
@@ -120,6 +121,21 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
     psctl::TableSummary* s = out.add_tables();
     *s->mutable_spec() = t.spec();
     tables[t.spec().name()] = s;
+    // The policy the table enforces: its own, or the job's
+    // (ConsistencyPolicy::ForTable reads the same fields).
+    s->set_policy("none");
+    if (t.spec().follows_job()) {
+      absl::StatusOr<ConsistencyPolicy> job =
+          ConsistencyPolicy::FromJob(out.job().job());
+      if (job.ok()) {
+        const ConsistencyPolicy p = job->ForTable(t.spec());
+        s->set_policy(p.is_bsp()   ? "bsp"
+                      : p.is_asp() ? "asp"
+                                   : absl::StrCat("ssp:", p.staleness));
+      } else {
+        s->set_policy("job");
+      }
+    }
     absl::flat_hash_map<uint64_t, bool> alive;
     for (const proto::NodeInfo& n : out.map().nodes()) {
       alive[n.id()] = n.state() == proto::ALIVE;
@@ -176,6 +192,13 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
       t->set_max_staleness(std::max(t->max_staleness(), ts.max_staleness()));
       t->set_discarded_pushes(t->discarded_pushes() + ts.discarded_pushes());
       t->set_aggregated_steps(t->aggregated_steps() + ts.aggregated_steps());
+      t->set_row_cap(t->row_cap() + ts.row_cap());
+      t->set_evicted_rows(t->evicted_rows() + ts.evicted_rows());
+      t->set_expired_rows(t->expired_rows() + ts.expired_rows());
+      t->set_admitted_rows(t->admitted_rows() + ts.admitted_rows());
+      t->set_pending_ids(t->pending_ids() + ts.pending_ids());
+      t->set_cold_rows(t->cold_rows() + ts.cold_rows());
+      t->set_refused_writes(t->refused_writes() + ts.refused_writes());
     }
   }
   return out;
@@ -308,13 +331,44 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
   return out;
 }
 
+namespace {
+// A bounded sparse table's bounds in a few words: "cap 1000000 lru ttl 50c
+// admit 3 cold"; "-" for others.
+std::string BoundsText(const proto::TableSpec& spec) {
+  if (!spec.has_bounds()) return "-";
+  const proto::SparseBounds& b = spec.bounds();
+  std::vector<std::string> parts;
+  if (b.max_rows() > 0) parts.push_back(absl::StrCat("cap ", b.max_rows()));
+  if (b.max_bytes() > 0) {
+    parts.push_back(absl::StrCat("cap ", b.max_bytes(), "B"));
+  }
+  if (b.eviction() != proto::SparseBounds::EVICTION_NONE) {
+    parts.push_back(absl::AsciiStrToLower(
+        proto::SparseBounds::Eviction_Name(b.eviction())));
+  }
+  if (b.ttl_clocks() > 0)
+    parts.push_back(absl::StrCat("ttl ", b.ttl_clocks(), "c"));
+  if (b.ttl_seconds() > 0) {
+    parts.push_back(absl::StrCat("ttl ", b.ttl_seconds(), "s"));
+  }
+  if (b.admit_after() > 1) {
+    parts.push_back(absl::StrCat("admit ", b.admit_after()));
+  }
+  if (b.cold_tier()) parts.push_back("cold");
+  return absl::StrJoin(parts, " ");
+}
+}  // namespace
+
 std::string FormatTables(const psctl::ClusterStatus& s, bool wide) {
   std::vector<std::vector<std::string>> rows = {
-      {"TABLE", "ID", "KIND", "WIDTH", "KEYS", "HANDLER", "SYNC", "RANGES",
-       "BACKUPS", "ROWS", "BYTES", "STALENESS", "DISCARDED", "FLAGS"}};
+      {"TABLE", "ID", "KIND", "WIDTH", "KEYS", "HANDLER", "POLICY", "SYNC",
+       "RANGES", "BACKUPS", "ROWS", "BYTES", "STALENESS", "DISCARDED", "BOUNDS",
+       "FLAGS"}};
   if (wide) {
     rows[0].insert(rows[0].end(),
-                   {"VALUE_BYTES", "STATE_BYTES", "INIT", "AGGREGATED_STEPS"});
+                   {"VALUE_BYTES", "STATE_BYTES", "INIT", "AGGREGATED_STEPS",
+                    "ROW_CAP", "EVICTED", "EXPIRED", "ADMITTED", "PENDING_IDS",
+                    "COLD_ROWS", "REFUSED"});
   }
   for (const psctl::TableSummary& t : s.tables()) {
     const proto::TableSpec& spec = t.spec();
@@ -332,18 +386,22 @@ std::string FormatTables(const psctl::ClusterStatus& s, bool wide) {
          proto::TableKind_Name(spec.kind()), absl::StrCat(spec.width()),
          spec.kind() == proto::DENSE ? absl::StrCat(spec.num_keys()) : "-",
          spec.handler().name().empty() ? "sgd" : spec.handler().name(),
-         absl::StrCat(spec.sync_workers()), absl::StrCat(t.ranges()),
-         absl::StrCat(t.backups()), absl::StrCat(t.rows()),
+         t.policy(), absl::StrCat(spec.sync_workers()),
+         absl::StrCat(t.ranges()), absl::StrCat(t.backups()),
+         absl::StrCat(t.rows()),
          Human(static_cast<double>(t.value_bytes() + t.state_bytes())),
          absl::StrCat(t.max_staleness()), absl::StrCat(t.discarded_pushes()),
-         flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
+         BoundsText(spec), flags.empty() ? "ok" : absl::StrJoin(flags, ",")});
     if (wide) {
       rows.back().insert(
           rows.back().end(),
           {absl::StrCat(t.value_bytes()), absl::StrCat(t.state_bytes()),
            absl::AsciiStrToLower(
                proto::InitializerSpec::Kind_Name(spec.init().kind())),
-           absl::StrCat(t.aggregated_steps())});
+           absl::StrCat(t.aggregated_steps()), absl::StrCat(t.row_cap()),
+           absl::StrCat(t.evicted_rows()), absl::StrCat(t.expired_rows()),
+           absl::StrCat(t.admitted_rows()), absl::StrCat(t.pending_ids()),
+           absl::StrCat(t.cold_rows()), absl::StrCat(t.refused_writes())});
     }
   }
   return TextTable(rows);

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/sparse_row_bytes.h"
 #include "handlers/handler.h"
 
 namespace downpour {
@@ -67,14 +68,39 @@ uint64_t RangeBytes(const proto::TableSpec& spec, Key begin, Key end) {
   return SatMul(end - begin, TableRowBytes(spec));
 }
 
+namespace {
+// A bounded sparse table's bytes per range (0: not bounded by a cap).
+uint64_t SparseRangeBytes(const proto::TableMap& table) {
+  const proto::TableSpec& spec = table.spec();
+  if (spec.kind() != proto::SPARSE || !spec.has_bounds()) return 0;
+  uint64_t state = 0;
+  if (!absl::StartsWith(spec.handler().name(), kPluginHandlerPrefix)) {
+    auto handler = CreateHandler(spec.handler(), nullptr);
+    if (handler.ok()) state = (*handler)->StateWidth(spec.width());
+  }
+  const uint64_t rows = RangeRowCap(
+      static_cast<uint64_t>(std::max<int64_t>(0, spec.bounds().max_rows())),
+      static_cast<uint64_t>(std::max<int64_t>(0, spec.bounds().max_bytes())),
+      spec.width(), state, std::max(1, table.ranges_size()));
+  return SatMul(rows, SparseRowBytes(spec.width(), state));
+}
+}  // namespace
+
+uint64_t HeldBytes(const proto::TableMap& table,
+                   const proto::RangeAssignment& r) {
+  if (table.spec().kind() == proto::DENSE) {
+    return SatMul(r.end() - r.begin(), TableRowBytes(table.spec()));
+  }
+  return SparseRangeBytes(table);
+}
+
 absl::flat_hash_map<NodeId, uint64_t> CommittedBytes(
     const proto::ClusterMap& map) {
   absl::flat_hash_map<NodeId, uint64_t> out;
   for (const proto::TableMap& t : map.tables()) {
-    if (t.spec().kind() != proto::DENSE) continue;
-    const uint64_t row = TableRowBytes(t.spec());
     for (const proto::RangeAssignment& r : t.ranges()) {
-      const uint64_t bytes = SatMul(r.end() - r.begin(), row);
+      const uint64_t bytes = HeldBytes(t, r);
+      if (bytes == 0) continue;
       ForEachHolder(r, [&](NodeId n) { out[n] = SatAdd(out[n], bytes); });
     }
   }
@@ -99,13 +125,16 @@ absl::flat_hash_map<NodeId, uint64_t> RoomLeft(const proto::ClusterMap& map) {
 
 absl::Status CheckTableFits(const proto::ClusterMap& map,
                             const proto::TableMap& placed) {
-  if (placed.spec().kind() != proto::DENSE) return absl::OkStatus();
-  const uint64_t row = TableRowBytes(placed.spec());
+  const bool dense = placed.spec().kind() == proto::DENSE;
+  const uint64_t row =
+      dense ? TableRowBytes(placed.spec())
+            : SparseRowBytes(placed.spec().width(), 0);  // for the message
   // Each server's share, in the order servers first appear.
   std::vector<NodeId> order;
   absl::flat_hash_map<NodeId, uint64_t> share;
   for (const proto::RangeAssignment& r : placed.ranges()) {
-    const uint64_t bytes = SatMul(r.end() - r.begin(), row);
+    const uint64_t bytes = HeldBytes(placed, r);
+    if (bytes == 0) continue;
     ForEachHolder(r, [&](NodeId n) {
       if (!share.contains(n)) order.push_back(n);
       share[n] = SatAdd(share[n], bytes);
@@ -118,9 +147,11 @@ absl::Status CheckTableFits(const proto::ClusterMap& map,
     const proto::NodeInfo* node = FindNode(map, n);
     return absl::ResourceExhaustedError(absl::StrCat(
         "table '", placed.spec().name(), "' would need ", HumanBytes(share[n]),
-        " (", share[n], " bytes: ", HumanBytes(row), " per row) on server ", n,
-        " ('", node == nullptr ? "" : node->name(), "'), which has ",
-        HumanBytes(left->second), " left of its table memory limit of ",
+        " (", share[n], " bytes: ", HumanBytes(row), " per row",
+        dense ? "" : " and more for handler state, at its row cap",
+        ") on server ", n, " ('", node == nullptr ? "" : node->name(),
+        "'), which has ", HumanBytes(left->second),
+        " left of its table memory limit of ",
         HumanBytes(node == nullptr ? 0 : node->memory_limit_bytes()),
         " (ps_server --max_table_bytes)"));
   }

@@ -11,8 +11,11 @@
 // catching up), rows x (width x vectors + handler state) floats: the
 // dense arrays a server allocates for the range (the values at once,
 // handler state and named vectors on first use, all counted from the
-// start). Sparse tables hold only the rows written, so they cost nothing
-// at declaration; their growth is not checked here. Plugin handlers' state
+// start). A bounded sparse table (TableSpec.bounds with a row cap) costs
+// its cap: each range ceil(cap / ranges) rows of SparseRowBytes
+// (common/sparse_row_bytes.h). Other sparse tables hold only the rows
+// written, so they cost nothing at declaration; their growth is not
+// checked here. Plugin handlers' state
 // is unknown to the scheduler (it loads no plugins) and counted as 0; the
 // server counts it exactly and refuses what it cannot hold (reported
 // through AckEpoch). Arithmetic saturates at UINT64_MAX, so a 2^64-key
@@ -38,6 +41,10 @@ uint64_t TableRowBytes(const proto::TableSpec& spec);
 // Bytes one holder of [begin, end) of `spec` allocates (0 for sparse
 // tables).
 uint64_t RangeBytes(const proto::TableSpec& spec, Key begin, Key end);
+// Bytes one holder of a range of `table` commits: RangeBytes for dense
+// tables, a bounded sparse table's per-range cap, 0 otherwise.
+uint64_t HeldBytes(const proto::TableMap& table,
+                   const proto::RangeAssignment& r);
 
 // Per server: the bytes of every range of `map`'s tables it holds.
 absl::flat_hash_map<NodeId, uint64_t> CommittedBytes(

@@ -159,8 +159,7 @@ bool Refill(proto::ClusterMap* map, int replicas,
     const TableId table = t.spec().id();
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       if (r.lost() || !Alive(*map, r.primary())) continue;
-      const uint64_t bytes =
-          room == nullptr ? 0 : RangeBytes(t.spec(), r.begin(), r.end());
+      const uint64_t bytes = room == nullptr ? 0 : HeldBytes(t, r);
       auto fits = [&](NodeId s) {
         if (excluded != nullptr && excluded->contains({s, table})) {
           return false;

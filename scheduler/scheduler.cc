@@ -371,15 +371,29 @@ class SchedulerImpl final : public Scheduler,
         !s.ok()) {
       return Err(s);
     }
+    // The job's policy, or the table's own (the hybrid: an SSP embedding
+    // table waits for its bound, whatever the job's).
+    ConsistencyPolicy policy = job_.policy();
+    if (req->table_id() != 0) {
+      const proto::TableMap* table = nullptr;
+      for (const proto::TableMap& t : map_.tables()) {
+        if (t.spec().id() == req->table_id()) table = &t;
+      }
+      if (table == nullptr) {
+        return Err(absl::NotFoundError(absl::StrCat(
+            "wait clock: table ", req->table_id(), " is not in the map")));
+      }
+      policy = policy.ForTable(table->spec());
+    }
     auto may = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_.mu) {
-      return lock_.stopping || !job_.failure().ok() ||
-             job_.MayProceed(req->clock());
+      return lock_.stopping || !job_.failure().ok() || policy.is_asp() ||
+             policy.Allows(req->clock(), job_.GatingClock());
     };
     if (!lock_.mu.AwaitWithTimeout(absl::Condition(&may), *timeout)) {
       return Err(absl::DeadlineExceededError(
           absl::StrCat("worker ", req->rank(), " at clock ", req->clock(),
                        " still blocked by gating clock ", job_.GatingClock(),
-                       " (", job_.policy().ToString(), ")")));
+                       " (", policy.ToString(), ")")));
     }
     if (lock_.stopping) {
       return Err(absl::UnavailableError("scheduler shutting down"));

@@ -30,8 +30,9 @@ absl::StatusOr<proto::TableSpec> SpecToDeclare(
           policy.ToString(), ") but sets sync_workers ", spec.sync_workers(),
           " and num_workers ", spec.num_workers(), " itself; leave both 0"));
     }
-    spec.set_sync_workers(policy.sync_workers());
-    spec.set_num_workers(policy.tracked_workers());
+    const ConsistencyPolicy table = policy.ForTable(spec);
+    spec.set_sync_workers(table.sync_workers());
+    spec.set_num_workers(table.tracked_workers());
   }
   // A malformed spec fails at once, without waiting for servers.
   DP_RETURN_IF_ERROR(ValidateTableShape(spec));

@@ -22,10 +22,17 @@ namespace downpour {
 inline constexpr int kMaxTableVectors = 64;
 // Floats per key.
 inline constexpr uint32_t kMaxTableWidth = 1u << 20;
+// Bounded sparse tables: a cap of at most 2^40 rows (far beyond any
+// server's memory: capacity.h refuses what does not fit), TTLs below 2^31
+// (a row's stamp is 32 bits), and an admission threshold of at most 10^6
+// pushes (counts are exact in a float).
+inline constexpr int64_t kMaxTableRows = int64_t{1} << 40;
+inline constexpr int64_t kMaxTtl = (int64_t{1} << 31) - 1;
+inline constexpr int64_t kMaxAdmitAfter = 1000000;
 
 // The checks that need no servers: name, kind, width, key count, named
-// vectors and the initializer (the servers' Initializer::Create check).
-// kInvalidArgument.
+// vectors, a sparse table's bounds and the initializer (the servers'
+// Initializer::Create check). kInvalidArgument naming the field.
 absl::Status ValidateTableShape(const proto::TableSpec& spec);
 
 // The whole check of a new table: its shape, then its update handler against

@@ -171,25 +171,7 @@ class _SparseTable:
             follows_job=follows_job)
         if consistency is not None:
             kwargs["consistency"] = consistency
-        try:
-            self.table = client.create_table(name, **kwargs)
-        except TypeError:
-            # TODO(issue 22, section 2): remove once Client.create_table
-            # takes `consistency` on every branch. Until then "asp" is a
-            # table that does not follow the job (pushes applied on arrival,
-            # no staleness tracking on the servers); other policies need it.
-            if consistency is None:
-                raise
-            if consistency != "asp" or not follows_job:
-                raise NotImplementedError(
-                    f"table '{name}': consistency={consistency!r} needs "
-                    "Client.create_table(consistency=...), which this build "
-                    "lacks (only 'asp' is emulated, by a table that does "
-                    "not follow the job)") from None
-            del kwargs["consistency"]
-            kwargs["follows_job"] = False
-            self.table = client.create_table(name, **kwargs)
-            self.consistency = ("asp", 0)
+        self.table = client.create_table(name, **kwargs)
         self.follows_job = kwargs["follows_job"]
         self.model = None        # the DistributedModel taking part in
         self._local_clock = 0    # steps outside a job: pushes issued
@@ -224,8 +206,9 @@ class _SparseTable:
         their typed policy, ask it instead of the names.)"""
         if self.model is None or not self.follows_job:
             return False
-        if self.consistency is not None:
-            return self.consistency[0] == "bsp"
+        # The table's own policy (Table.consistency), else the job's.
+        if self.table.consistency:
+            return self.table.consistency == "bsp"
         return self.model.policy.is_bsp
 
     def _set_clock(self, clock: int) -> None:
@@ -319,6 +302,12 @@ class _SparseTable:
         return weight, pulled.inverse, pad
 
     def _issue_pull(self, pulled: _Pulled, clock: int) -> None:
+        if (self.model is not None and self.follows_job
+                and self.table.consistency.startswith("ssp:")):
+            # An SSP table of its own (the hybrid in an ASP or SSP job): its
+            # bound gates the read, whatever the job's (the scheduler
+            # applies the table's policy: JobMember.wait_clock(table=)).
+            self.model.member.wait_clock(clock, table=self.table)
         self._set_clock(clock)
         pulled.op = self.client.pull(self.table, pulled.keys,
                                      pulled.values.numpy(), async_op=True)

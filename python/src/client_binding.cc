@@ -173,8 +173,37 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
                   const std::map<std::string, double>& handler_params,
                   uint32_t sync_workers, uint32_t tracked_workers,
                   const std::vector<std::string>& vectors, bool follows_job,
-                  bool allow_non_finite) {
+                  bool allow_non_finite, const std::string& consistency,
+                  const py::object& max_rows, const py::object& max_bytes,
+                  const py::object& eviction, const py::object& ttl_clocks,
+                  const py::object& ttl_seconds, const py::object& admit_after,
+                  const py::object& max_pending_ids,
+                  const py::object& cold_tier) {
   TableOptions o;
+  o.consistency = consistency;
+  // Any bound given makes the table bounded (TableOptions::Bounds).
+  TableOptions::Bounds b;
+  bool bounded = false;
+  auto take = [&](const py::object& v, int64_t* field) {
+    if (v.is_none()) return;
+    *field = v.cast<int64_t>();
+    bounded = true;
+  };
+  take(max_rows, &b.max_rows);
+  take(max_bytes, &b.max_bytes);
+  take(ttl_clocks, &b.ttl_clocks);
+  take(ttl_seconds, &b.ttl_seconds);
+  take(admit_after, &b.admit_after);
+  take(max_pending_ids, &b.max_pending_ids);
+  if (!eviction.is_none()) {
+    b.eviction = eviction.cast<std::string>();
+    bounded = true;
+  }
+  if (!cold_tier.is_none()) {
+    b.cold_tier = cold_tier.cast<bool>();
+    bounded = true;
+  }
+  if (bounded) o.bounds = b;
   o.name = name;
   o.num_keys = num_keys;
   o.width = width;
@@ -332,6 +361,12 @@ void RegisterClient(py::module_& m) {
                     "the named vector operations address (0: parameters)")
       .def_readonly("allow_non_finite", &Table::allow_non_finite,
                     "pushes may hold NaN or infinity")
+      .def_readonly("consistency", &Table::consistency,
+                    "the table's own policy ('bsp', 'ssp:N', 'asp'; '' for "
+                    "a table that follows the job's, or no job)")
+      .def_readonly("bounded", &Table::bounded,
+                    "a sparse table of bounded memory (cap, eviction, TTL, "
+                    "admission, cold tier)")
       .def(
           "with_vector",
           [](const Table& t, const std::string& name) {
@@ -412,6 +447,11 @@ void RegisterClient(py::module_& m) {
            arg("sync_workers") = 0, arg("tracked_workers") = 0,
            arg("vectors") = std::vector<std::string>(),
            arg("follows_job") = false, arg("allow_non_finite") = false,
+           arg("consistency") = "", arg("max_rows") = py::none(),
+           arg("max_bytes") = py::none(), arg("eviction") = py::none(),
+           arg("ttl_clocks") = py::none(), arg("ttl_seconds") = py::none(),
+           arg("admit_after") = py::none(), arg("max_pending_ids") = py::none(),
+           arg("cold_tier") = py::none(),
            "Declares a table and waits until every server serves it; "
            "declaring an identical one again returns it "
            "(AlreadyExistsError for a different one of the same name).\n\n"
@@ -432,7 +472,18 @@ void RegisterClient(py::module_& m) {
            "leave both 0): what a training program's tables use. "
            "allow_non_finite: accept pushes holding NaN or infinity (by "
            "default they are InvalidArgumentError naming the key, so that "
-           "they cannot poison a row and its handler state).")
+           "they cannot poison a row and its handler state). "
+           "consistency: a table that follows the job may keep a policy of "
+           "its own, 'bsp', 'ssp:N' or 'asp' (the hybrid: dense layers "
+           "under the job's BSP, embeddings asynchronous).\n\n"
+           "Bounded sparse tables (any of these makes the table bounded): "
+           "max_rows or max_bytes (the table's cap, split over its ranges), "
+           "eviction ('none': writes beyond the cap are ResourceExhausted; "
+           "'lru', 'lfu'), ttl_clocks or ttl_seconds (idle rows expire), "
+           "admit_after (pushes an id needs before it gets a row; until "
+           "then pulls read its initial values), max_pending_ids (the "
+           "admission counters kept), cold_tier (evicted rows go to the "
+           "servers' RocksDB instead of being dropped).")
       .def("open_table", &OpenTable, arg("name"),
            "A table declared elsewhere; NotFoundError if there is none.")
       .def("check_table", &CheckTable, arg("table"),

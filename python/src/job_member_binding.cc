@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/client.h"
 #include "client/job_member.h"
 #include "common/auth.h"
 #include "common/logging.h"
@@ -303,21 +304,28 @@ void RegisterJobMember(py::module_& m) {
           "A lower bound on every other worker's clock.")
       .def(
           "wait_clock",
-          [](const PyJobMember& self, Clock clock, double timeout) {
+          [](const PyJobMember& self, Clock clock, double timeout,
+             const std::optional<Table>& table) {
             auto member = self.Get();
+            const absl::Duration t = Seconds(timeout, "timeout");
             absl::StatusOr<Clock> gating;
             {
               py::gil_scoped_release release;
-              gating = member->WaitClock(clock, Seconds(timeout, "timeout"));
+              gating = table.has_value()
+                           ? member->WaitClockForTable(clock, table->id,
+                                                       table->consistency, t)
+                           : member->WaitClock(clock, t);
             }
             return ValueOrThrow(std::move(gating));
           },
-          arg("clock"), arg("timeout") = 120.0,
+          arg("clock"), arg("timeout") = 120.0, arg("table") = py::none(),
           "Blocks (GIL released) until the policy lets a worker at `clock` "
           "start that iteration; returns a lower bound on the gating clock "
           "(with backup workers, a value above `clock` tells a straggler to "
           "skip ahead). At once under ASP. DeadlineExceededError after "
-          "`timeout` seconds.")
+          "`timeout` seconds. With `table`, the table's own policy "
+          "(Table.consistency, e.g. an 'ssp:2' embedding table) bounds the "
+          "wait instead of the job's.")
       .def(
           "barrier",
           [](const PyJobMember& self, const std::string& name, double timeout) {

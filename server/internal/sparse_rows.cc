@@ -37,12 +37,10 @@ RangeBounds RangeBounds::Of(const proto::TableSpec& spec, size_t width,
   if (!spec.has_bounds()) return b;
   const proto::SparseBounds& s = spec.bounds();
   const uint64_t n = std::max<size_t>(1, num_ranges);
-  uint64_t cap = s.max_rows() > 0 ? static_cast<uint64_t>(s.max_rows()) : 0;
-  if (cap == 0 && s.max_bytes() > 0) {
-    cap = static_cast<uint64_t>(s.max_bytes()) /
-          SparseRowBytes(width, state_width);
-  }
-  b.max_rows = cap == 0 ? 0 : (cap + n - 1) / n;
+  b.max_rows =
+      RangeRowCap(static_cast<uint64_t>(std::max<int64_t>(0, s.max_rows())),
+                  static_cast<uint64_t>(std::max<int64_t>(0, s.max_bytes())),
+                  width, state_width, n);
   b.eviction = s.eviction();
   b.ttl_clocks = std::max<int64_t>(0, s.ttl_clocks());
   b.ttl = absl::Seconds(std::max<int64_t>(0, s.ttl_seconds()));

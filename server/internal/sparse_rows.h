@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/sparse_row_bytes.h"
 #include "common/types.h"
 #include "handlers/handler.h"
 #include "handlers/initializer.h"
@@ -55,14 +56,6 @@
 
 namespace downpour {
 namespace server_internal {
-
-// What a row of a bounded sparse table costs besides its floats (see
-// above); the scheduler and the servers convert SparseBounds.max_bytes to
-// rows with it.
-constexpr uint64_t kSparseRowOverheadBytes = 32;
-inline uint64_t SparseRowBytes(size_t width, size_t state_width) {
-  return (width + state_width) * sizeof(float) + kSparseRowOverheadBytes;
-}
 
 // SparseBounds as one range applies them.
 struct RangeBounds {
