@@ -90,7 +90,7 @@ uint32_t SparseRows::Stamp() const {
              : now_seconds_;
 }
 
-bool SparseRows::Idle(const Meta& m) const {
+bool SparseRows::Idle(const Slot& m) const {
   if (bounds_.ttl_clocks > 0) {
     return clock_ - static_cast<int64_t>(m.stamp) >= bounds_.ttl_clocks;
   }
@@ -109,16 +109,16 @@ uint32_t SparseRows::Lookup(Key key) const {
   for (size_t h = Mix(key) & mask;; h = (h + 1) & mask) {
     const uint32_t s = index_[h];
     if (s == kNone) return kNone;
-    if (keys_[s] == key) return s;
+    if (At(s).key == key) return s;
   }
 }
 
 void SparseRows::Rehash(size_t capacity) {
   index_.assign(capacity, kNone);
   const size_t mask = capacity - 1;
-  for (uint32_t s = 0; s < keys_.size(); ++s) {
-    if (!used_[s]) continue;
-    size_t h = Mix(keys_[s]) & mask;
+  for (uint32_t s = 0; s < num_slots_; ++s) {
+    if (At(s).uses == 0) continue;
+    size_t h = Mix(At(s).key) & mask;
     while (index_[h] != kNone) h = (h + 1) & mask;
     index_[h] = s;
   }
@@ -140,12 +140,12 @@ void SparseRows::IndexInsert(Key key, uint32_t slot) {
 void SparseRows::IndexErase(Key key) {
   const size_t mask = index_.size() - 1;
   size_t i = Mix(key) & mask;
-  while (index_[i] != kNone && keys_[index_[i]] != key) i = (i + 1) & mask;
+  while (index_[i] != kNone && At(index_[i]).key != key) i = (i + 1) & mask;
   if (index_[i] == kNone) return;
   // Backward-shift deletion: later entries of the probe chain move up, so
   // that no lookup stops early at the hole (no tombstones).
   for (size_t j = (i + 1) & mask; index_[j] != kNone; j = (j + 1) & mask) {
-    const size_t home = Mix(keys_[index_[j]]) & mask;
+    const size_t home = Mix(At(index_[j]).key) & mask;
     const bool stays =
         (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
     if (stays) continue;
@@ -171,14 +171,14 @@ SparseRows::Row SparseRows::Find(Key key) const {
 }
 
 void SparseRows::Unlink(uint32_t slot) {
-  Meta& m = meta_[slot];
+  Slot& m = At(slot);
   if (m.prev != kNone) {
-    meta_[m.prev].next = m.next;
+    At(m.prev).next = m.next;
   } else {
     head_ = m.next;
   }
   if (m.next != kNone) {
-    meta_[m.next].prev = m.prev;
+    At(m.next).prev = m.prev;
   } else {
     tail_ = m.prev;
   }
@@ -186,17 +186,17 @@ void SparseRows::Unlink(uint32_t slot) {
 }
 
 void SparseRows::LinkFront(uint32_t slot) {
-  Meta& m = meta_[slot];
+  Slot& m = At(slot);
   m.prev = kNone;
   m.next = head_;
-  if (head_ != kNone) meta_[head_].prev = slot;
+  if (head_ != kNone) At(head_).prev = slot;
   head_ = slot;
   if (tail_ == kNone) tail_ = slot;
 }
 
 void SparseRows::Use(uint32_t slot) {
   if (!bounded_) return;
-  Meta& m = meta_[slot];
+  Slot& m = At(slot);
   if (m.uses != std::numeric_limits<uint32_t>::max()) ++m.uses;
   m.stamp = Stamp();
   if (head_ != slot) {
@@ -207,35 +207,35 @@ void SparseRows::Use(uint32_t slot) {
 
 uint32_t SparseRows::NewSlot(Key key) {
   uint32_t slot;
-  if (!free_.empty()) {
-    slot = free_.back();
-    free_.pop_back();
+  if (free_head_ != kNone) {
+    slot = free_head_;
+    free_head_ = At(slot).next;
   } else {
-    slot = static_cast<uint32_t>(keys_.size());
-    keys_.push_back(key);
-    meta_.emplace_back();
-    used_.push_back(0);
+    slot = num_slots_++;
     if (slot / kChunkRows == value_chunks_.size()) {
       value_chunks_.emplace_back(new float[kChunkRows * width_]);
       if (state_width_) {
         state_chunks_.emplace_back(new float[kChunkRows * state_width_]);
       }
+      slot_chunks_.emplace_back(new Slot[kChunkRows]);
       UpdateAccounting();
     }
   }
-  keys_[slot] = key;
-  used_[slot] = 1;
-  meta_[slot] = Meta();
-  meta_[slot].stamp = Stamp();
-  meta_[slot].uses = 1;
+  Slot& m = At(slot);
+  m = Slot();
+  m.key = key;
+  m.stamp = Stamp();
+  // Indexed before it counts as used (uses > 0): a rehash on the way must
+  // not index it a second time.
   IndexInsert(key, slot);
+  m.uses = 1;
   LinkFront(slot);
   live_.fetch_add(1, std::memory_order_relaxed);
   return slot;
 }
 
 absl::Status SparseRows::Remove(uint32_t slot) {
-  const Key key = keys_[slot];
+  const Key key = At(slot).key;
   if (cold_ != nullptr) {
     const Row r = RowAt(slot);
     std::memcpy(row_buf_.data(), r.values, width_ * sizeof(float));
@@ -253,12 +253,18 @@ absl::Status SparseRows::Remove(uint32_t slot) {
       cold_count_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  Unlink(slot);
-  IndexErase(key);
-  used_[slot] = 0;
-  free_.push_back(slot);
-  live_.fetch_sub(1, std::memory_order_relaxed);
+  FreeSlot(slot);
   return absl::OkStatus();
+}
+
+void SparseRows::FreeSlot(uint32_t slot) {
+  Slot& m = At(slot);
+  Unlink(slot);
+  IndexErase(m.key);
+  m.uses = 0;
+  m.next = free_head_;
+  free_head_ = slot;
+  live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 absl::StatusOr<bool> SparseRows::BringBack(Key key) {
@@ -288,12 +294,12 @@ bool SparseRows::Victims(uint64_t count, absl::flat_hash_set<Key>* keep,
                          const absl::flat_hash_set<Key>* pinned,
                          std::vector<uint32_t>* out) {
   auto eligible = [&](uint32_t s) {
-    return used_[s] && !keep->contains(keys_[s]) &&
-           (pinned == nullptr || !pinned->contains(keys_[s]));
+    return (At(s).uses != 0) && !keep->contains(At(s).key) &&
+           (pinned == nullptr || !pinned->contains(At(s).key));
   };
   auto take = [&](uint32_t s) {
     out->push_back(s);
-    keep->insert(keys_[s]);
+    keep->insert(At(s).key);
     --count;
   };
   if (bounds_.eviction == proto::SparseBounds::LFU) {
@@ -306,12 +312,11 @@ bool SparseRows::Victims(uint64_t count, absl::flat_hash_set<Key>* keep,
       for (int tries = 0; tries < 16 * kLfuSample && seen < kLfuSample;
            ++tries) {
         rng_ = SplitMix64(rng_);
-        const uint32_t s = static_cast<uint32_t>(rng_ % keys_.size());
+        const uint32_t s = static_cast<uint32_t>(rng_ % num_slots_);
         if (!eligible(s)) continue;
         ++seen;
-        if (best == kNone || meta_[s].uses < meta_[best].uses ||
-            (meta_[s].uses == meta_[best].uses &&
-             meta_[s].stamp < meta_[best].stamp)) {
+        if (best == kNone || At(s).uses < At(best).uses ||
+            (At(s).uses == At(best).uses && At(s).stamp < At(best).stamp)) {
           best = s;
         }
       }
@@ -325,7 +330,7 @@ bool SparseRows::Victims(uint64_t count, absl::flat_hash_set<Key>* keep,
                        count + kMaxVictimWalk;
   size_t walked = 0;
   for (uint32_t s = tail_; s != kNone && count > 0 && walked < limit;
-       s = meta_[s].prev, ++walked) {
+       s = At(s).prev, ++walked) {
     if (eligible(s)) take(s);
   }
   return count == 0;
@@ -423,14 +428,14 @@ absl::Status SparseRows::Prepare(absl::Span<const Key> keys, Write write,
     size_t walked = 0;
     for (uint32_t s = tail_;
          s != kNone && expired.size() < expire_limit && walked < kMaxVictimWalk;
-         s = meta_[s].prev, ++walked) {
-      if (!Idle(meta_[s])) break;  // the list is ordered by last use
-      if (batch_.contains(keys_[s]) ||
-          (pinned != nullptr && pinned->contains(keys_[s]))) {
+         s = At(s).prev, ++walked) {
+      if (!Idle(At(s))) break;  // the list is ordered by last use
+      if (batch_.contains(At(s).key) ||
+          (pinned != nullptr && pinned->contains(At(s).key))) {
         continue;
       }
       expired.push_back(s);
-      chosen.insert(keys_[s]);
+      chosen.insert(At(s).key);
     }
   }
   if (bounds_.max_rows > 0) {
@@ -453,13 +458,13 @@ absl::Status SparseRows::Prepare(absl::Span<const Key> keys, Write write,
     }
   }
   for (uint32_t s : expired) {
-    const Key k = keys_[s];
+    const Key k = At(s).key;
     DP_RETURN_IF_ERROR(Remove(s));
     room->gone.push_back(k);
     expired_.fetch_add(1, std::memory_order_relaxed);
   }
   for (uint32_t s : evicted) {
-    const Key k = keys_[s];
+    const Key k = At(s).key;
     DP_RETURN_IF_ERROR(Remove(s));
     room->gone.push_back(k);
     evicted_.fetch_add(1, std::memory_order_relaxed);
@@ -554,11 +559,11 @@ absl::Status SparseRows::Expire(size_t max_rows,
   size_t walked = 0, done = 0;
   uint32_t s = tail_;
   while (s != kNone && done < max_rows && walked < kMaxVictimWalk) {
-    const uint32_t prev = meta_[s].prev;
-    if (!Idle(meta_[s])) break;
+    const uint32_t prev = At(s).prev;
+    if (!Idle(At(s))) break;
     ++walked;
-    if (pinned == nullptr || !pinned->contains(keys_[s])) {
-      const Key k = keys_[s];
+    if (pinned == nullptr || !pinned->contains(At(s).key)) {
+      const Key k = At(s).key;
       DP_RETURN_IF_ERROR(Remove(s));
       room->gone.push_back(k);
       expired_.fetch_add(1, std::memory_order_relaxed);
@@ -590,11 +595,11 @@ std::optional<uint64_t> SparseRows::Export(uint64_t cursor, size_t max_bytes,
   if (phase == kMemory) {
     out->kind = proto::RowChunkInfo::ROWS;
     uint64_t s = pos;
-    for (; s < keys_.size() && out->keys.size() < max_rows; ++s) {
-      if (used_[s]) out->keys.push_back(keys_[s]);
+    for (; s < num_slots_ && out->keys.size() < max_rows; ++s) {
+      if ((At(s).uses != 0)) out->keys.push_back(At(s).key);
     }
     CopyRows(out->keys, &out->data);
-    if (s < keys_.size()) return Cursor(kMemory, s);
+    if (s < num_slots_) return Cursor(kMemory, s);
     return after_memory();
   }
   if (phase == kPendingPhase) {
@@ -688,13 +693,7 @@ absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
       }
       // The tier's copy is the row now.
       const uint32_t s = Lookup(keys[i]);
-      if (s != kNone) {
-        Unlink(s);
-        IndexErase(keys[i]);
-        used_[s] = 0;
-        free_.push_back(s);
-        live_.fetch_sub(1, std::memory_order_relaxed);
-      }
+      if (s != kNone) FreeSlot(s);
     }
     UpdateAccounting();
     return absl::OkStatus();
@@ -728,9 +727,7 @@ void SparseRows::UpdateAccounting() {
   const uint64_t state =
       state_chunks_.size() * kChunkRows * state_width_ * sizeof(float);
   const uint64_t index = index_.capacity() * sizeof(uint32_t) +
-                         keys_.capacity() * sizeof(Key) +
-                         meta_.capacity() * sizeof(Meta) + used_.capacity() +
-                         free_.capacity() * sizeof(uint32_t);
+                         slot_chunks_.size() * kChunkRows * sizeof(Slot);
   // Admission counters: a hash slot (key, count, order) and an ordered-map
   // node each; the cold tier's key set: a slot per key.
   const uint64_t admission =

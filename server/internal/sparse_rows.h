@@ -27,8 +27,9 @@
 //
 // Memory: a row costs its values and handler state plus about
 // kSparseRowOverheadBytes: its key (8), recency links (8), a stamp and a
-// use count (8), and its index slot (4 bytes at a load of at most 0.8).
-// Freed rows are reused.
+// use count (8), and its index slot (4 bytes at a load of 0.4 to 0.8).
+// Rows, keys and metadata live in chunks of 1024 rows (growth never copies
+// them); freed rows are reused.
 //
 // Not thread-safe: the range's data thread uses it. The counters are
 // atomics, readable from any thread.
@@ -200,11 +201,14 @@ class SparseRows {
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
   static constexpr size_t kChunkRows = 1024;
-  struct Meta {
-    uint32_t prev = kNone;  // towards more recent
-    uint32_t next = kNone;  // towards less recent
+  // A row's key and metadata, 24 bytes, kept in chunks like its floats
+  // (growth never copies, and no vector doubles its capacity).
+  struct Slot {
+    Key key = 0;
+    uint32_t prev = kNone;  // towards more recent (free: unused)
+    uint32_t next = kNone;  // towards less recent (free: the next free)
     uint32_t stamp = 0;     // last use: a clock, or seconds since creation
-    uint32_t uses = 0;      // LFU: reads and writes, saturating
+    uint32_t uses = 0;      // LFU: reads and writes, saturating; 0: free
   };
   struct Pending {
     uint32_t count = 0;
@@ -212,7 +216,7 @@ class SparseRows {
   };
 
   uint32_t Stamp() const;
-  bool Idle(const Meta& m) const;
+  bool Idle(const Slot& m) const;
 
   // The index: open addressing over slot numbers, linear probing,
   // backward-shift deletion.
@@ -230,6 +234,8 @@ class SparseRows {
   void Use(uint32_t slot);
   // Takes `slot` out of memory: to the cold tier, or dropped.
   absl::Status Remove(uint32_t slot);
+  // Unindexes and frees `slot` (its row is gone from memory).
+  void FreeSlot(uint32_t slot);
   // Appends `count` eviction victims to `out`, rows named neither by
   // `keep` nor `pinned` (each victim is added to `keep`). False if there
   // are not enough.
@@ -256,10 +262,15 @@ class SparseRows {
 
   std::vector<uint32_t> index_;  // power-of-2 capacity; kNone: empty
   size_t index_used_ = 0;
-  std::vector<Key> keys_;       // by slot
-  std::vector<Meta> meta_;      // by slot
-  std::vector<uint8_t> used_;   // by slot: 1 if it holds a row
-  std::vector<uint32_t> free_;  // freed slots
+  Slot& At(uint32_t slot) {
+    return slot_chunks_[slot / kChunkRows][slot % kChunkRows];
+  }
+  const Slot& At(uint32_t slot) const {
+    return slot_chunks_[slot / kChunkRows][slot % kChunkRows];
+  }
+  std::vector<std::unique_ptr<Slot[]>> slot_chunks_;
+  uint32_t num_slots_ = 0;      // slots ever used
+  uint32_t free_head_ = kNone;  // freed slots, linked through `next`
   std::vector<std::unique_ptr<float[]>> value_chunks_;
   std::vector<std::unique_ptr<float[]>> state_chunks_;
   uint32_t head_ = kNone, tail_ = kNone;  // most and least recent
