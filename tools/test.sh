@@ -68,6 +68,9 @@ TSAN_TARGETS=(
   //transport:transport_test
   //server:dispatcher_test
   //server:range_store_test
+  //server:sparse_rows_test
+  //storage:cold_store_test
+  //tests:bounded_table_test
   //server:zero_copy_pull_test
   //scheduler:scheduler_test
   //scheduler:scheduler_process_test
