@@ -157,6 +157,31 @@ void WriteServerMetrics(bool ready, const proto::ServerStats& stats,
                static_cast<double>(t.pin_copies()));
     w->Gauge("downpour_table_pinned_replies", "Zero-copy replies not yet sent",
              l, static_cast<double>(t.pinned_replies()));
+    // Bounded sparse tables (TableSpec.bounds).
+    w->Gauge("downpour_table_row_cap",
+             "Rows this server may hold in memory for the table (the caps of "
+             "the ranges it holds; 0: no cap)",
+             l, static_cast<double>(t.row_cap()));
+    w->Counter("downpour_table_evicted_rows_total",
+               "Rows that left memory to make room (to the cold tier, or "
+               "dropped)",
+               l, static_cast<double>(t.evicted_rows()));
+    w->Counter("downpour_table_expired_rows_total",
+               "Rows that left memory idle for the table's TTL", l,
+               static_cast<double>(t.expired_rows()));
+    w->Counter("downpour_table_admitted_rows_total",
+               "Rows created (for a table with admit_after > 1: ids that "
+               "reached their push count)",
+               l, static_cast<double>(t.admitted_rows()));
+    w->Gauge("downpour_table_pending_ids",
+             "Admission counters of ids without a row yet", l,
+             static_cast<double>(t.pending_ids()));
+    w->Gauge("downpour_table_cold_rows", "Rows in the cold tier (RocksDB)", l,
+             static_cast<double>(t.cold_rows()));
+    w->Counter("downpour_table_refused_writes_total",
+               "Writes refused at the table's cap (no eviction, or too many "
+               "rows pinned)",
+               l, static_cast<double>(t.refused_writes()));
   }
 }
 

@@ -231,6 +231,8 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
   EXPECT_EQ(after[0].types.at("downpour_server_request_duration_seconds"),
             "histogram");
   EXPECT_EQ(after[0].types.at("downpour_table_rows"), "gauge");
+  EXPECT_EQ(after[0].types.at("downpour_table_evicted_rows_total"), "counter");
+  EXPECT_EQ(after[0].types.at("downpour_table_row_cap"), "gauge");
 }
 
 TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
