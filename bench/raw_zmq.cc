@@ -96,7 +96,14 @@ RawClient::~RawClient() {
 
 void RawClient::Quit() {
   zmq_send(s_, "Q", 1, 0);
-  Receive();
+  // The peer may exit before its answer is written: wait briefly, and do
+  // not mind if none comes.
+  int timeout = 1000;
+  zmq_setsockopt(s_, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  zmq_msg_t m;
+  zmq_msg_init(&m);
+  zmq_msg_recv(&m, s_, 0);
+  zmq_msg_close(&m);
 }
 
 void RawClient::Grow(size_t size) {
