@@ -167,8 +167,11 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
             keys_s[0] / raw_keys_s[0], keys_s[1] / 1e6, raw_keys_s[1] / 1e6,
             keys_s[1] / raw_keys_s[1], vs_ref(0).c_str(), vs_ref(1).c_str());
         std::fflush(stdout);
-        std::fprintf(stderr, "  sparse, %s, width %d, %d server(s): done\n",
-                     dist.c_str(), width, servers);
+        std::fprintf(stderr,
+                     "  sparse, %s, width %d, %d server(s): done (%d push "
+                     "batches in %.3f s, %d pull batches in %.3f s)\n",
+                     dist.c_str(), width, servers, ps_n[0], ps_s[0], ps_n[1],
+                     ps_s[1]);
       }
     }
     client.reset();
