@@ -105,9 +105,15 @@ DataClient::~DataClient() {
 
 void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
                       absl::Time deadline, ReplyCallback done) {
+  bool wake = false;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
+      // Only the first of a batch wakes the I/O thread: it takes the whole
+      // queue each time it reads the eventfd, so whatever joins a queue
+      // that is not empty goes out with it (a write to the eventfd is a
+      // system call per request otherwise).
+      wake = queue_.empty() && resets_.empty();
       queue_.push_back(
           Queued{endpoint, std::move(request), deadline, std::move(done)});
       done = nullptr;
@@ -119,18 +125,22 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
     done(absl::UnavailableError("data client is shutting down"), nullptr);
     return;
   }
-  uint64_t one = 1;
-  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
-  (void)unused;
+  if (wake) Wake();
 }
 
 void DataClient::Reset(const std::string& endpoint, absl::Status why) {
+  bool wake;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    wake = queue_.empty() && resets_.empty();
     // Applied after the sends queued before it, before those queued after.
     resets_.push_back({queue_.size(), {endpoint, std::move(why)}});
   }
+  if (wake) Wake();
+}
+
+void DataClient::Wake() {
   uint64_t one = 1;
   ssize_t unused = ::write(event_fd_, &one, sizeof(one));
   (void)unused;
@@ -281,6 +291,8 @@ void DataClient::Loop::FailAll(const absl::Status& status) {
 }
 
 bool DataClient::Loop::DrainQueue() {
+  // Read before the queue is taken: a request queued after the swap below
+  // finds the queue empty and writes the eventfd again (see Send).
   uint64_t count;
   ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
   (void)unused;

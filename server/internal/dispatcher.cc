@@ -19,6 +19,42 @@ namespace server_internal {
 
 using Role = TableShard::Range::Role;
 
+namespace {
+
+// A dense batch goes run by run (k, k + 1, ...) when its runs average at
+// least this many keys: one range call per run is a pass over contiguous
+// rows, where a key at a time costs a handler call per row.
+constexpr size_t kMinRunsPerKey = 16;
+
+// The number of runs of consecutive keys in `keys` if they average at
+// least `min_run` keys each, else 0 (stops counting as soon as they
+// cannot).
+size_t CountRuns(absl::Span<const Key> keys, size_t min_run) {
+  if (keys.empty()) return 0;
+  const size_t most = keys.size() / min_run;
+  size_t runs = 1;
+  for (size_t i = 1; i < keys.size(); ++i) {
+    runs += keys[i] != keys[i - 1] + 1;
+    if (runs > most) return 0;
+  }
+  return runs;
+}
+
+// Calls fn(offset, begin, end) for each run [begin, end) of consecutive
+// keys, in order; offset: the run's first index in `keys`.
+template <typename Fn>
+void ForEachRun(absl::Span<const Key> keys, Fn fn) {
+  size_t start = 0;
+  for (size_t i = 1; i <= keys.size(); ++i) {
+    if (i == keys.size() || keys[i] != keys[i - 1] + 1) {
+      fn(start, keys[start], keys[i - 1] + 1);
+      start = i;
+    }
+  }
+}
+
+}  // namespace
+
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
                        const PluginRegistry* plugins,
                        const PinOptions& pin_options, ReplicationEnv* env,
@@ -194,21 +230,27 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
   }
   RangeStore& store = *v.range->store;
   const float* in = v.values;
-  switch (v.op) {
-    case proto::PUT:
-      v.is_range ? store.PutRange(v.begin, v.end, in, v.vector)
-                 : store.Put(v.keys, in, v.vector);
-      break;
-    case proto::ADD:
-      v.is_range ? store.AddRange(v.begin, v.end, in, v.vector)
-                 : store.Add(v.keys, in, v.vector);
-      break;
-    case proto::PUSH:
-    case proto::PUSH_PULL:
-      v.is_range ? store.PushRange(v.begin, v.end, in) : store.Push(v.keys, in);
-      break;
-    default:
-      break;
+  if (!v.is_range && shard.layout().dense && OpWrites(v.op) &&
+      ApplyDenseRuns(v, store)) {
+    // Done run by run (below): a sorted batch of a dense table.
+  } else {
+    switch (v.op) {
+      case proto::PUT:
+        v.is_range ? store.PutRange(v.begin, v.end, in, v.vector)
+                   : store.Put(v.keys, in, v.vector);
+        break;
+      case proto::ADD:
+        v.is_range ? store.AddRange(v.begin, v.end, in, v.vector)
+                   : store.Add(v.keys, in, v.vector);
+        break;
+      case proto::PUSH:
+      case proto::PUSH_PULL:
+        v.is_range ? store.PushRange(v.begin, v.end, in)
+                   : store.Push(v.keys, in);
+        break;
+      default:
+        break;
+    }
   }
   const bool replicated = OpWrites(v.op) && Replicated(v);
   if (replicated) forwards->push_back(ForwardOf(v, request));
@@ -226,10 +268,42 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
                                 /*may_pin=*/!replicated);
     } else {
       Buffer out = pool_->Acquire(v.floats * sizeof(float));
-      store.Get(v.keys, reinterpret_cast<float*>(out.data()), v.vector);
+      float* dst = reinterpret_cast<float*>(out.data());
+      const size_t runs =
+          shard.layout().dense ? CountRuns(v.keys, kMinRunsPerKey) : 0;
+      if (runs > 0) {
+        ForEachRun(v.keys, [&](size_t at, Key begin, Key end) {
+          store.GetRange(begin, end, dst + at * shard.width(), v.vector);
+        });
+      } else {
+        store.Get(v.keys, dst, v.vector);
+      }
       reply->values = Payload::Own(std::move(out));
     }
   }
+}
+
+bool Dispatcher::ApplyDenseRuns(const Validated& v, RangeStore& store) {
+  if (CountRuns(v.keys, kMinRunsPerKey) == 0) return false;
+  const size_t width = v.shard->width();
+  ForEachRun(v.keys, [&](size_t at, Key begin, Key end) {
+    const float* in = v.values + at * width;
+    switch (v.op) {
+      case proto::PUT:
+        store.PutRange(begin, end, in, v.vector);
+        break;
+      case proto::ADD:
+        store.AddRange(begin, end, in, v.vector);
+        break;
+      case proto::PUSH:
+      case proto::PUSH_PULL:
+        store.PushRange(begin, end, in);
+        break;
+      default:
+        break;
+    }
+  });
+  return true;
 }
 
 void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,
