@@ -1,8 +1,8 @@
 // ps_bench: throughput and latency of Downpour against raw ZeroMQ, measured
 // in the same run on the same machine.
 //
-//   bazel build -c opt //bench:ps_bench //server:ps_server \
-//       //scheduler:ps_scheduler
+//   bazel build -c opt //bench:ps_bench //server:ps_server
+//       //scheduler:ps_scheduler   (one command)
 //   bazel-bin/bench/ps_bench            # all sections
 //   bazel-bin/bench/ps_bench --sections=dense --max_mb=16
 //   bazel-bin/bench/ps_bench --sections=dense --servers=1 --min_kb=16384
