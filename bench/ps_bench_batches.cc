@@ -252,31 +252,39 @@ void SmallSection(const SectionEnv& env) {
     Check(client->PullSync(*t, key, absl::MakeSpan(one)), "warm");
   }
   // A 4-byte pull moves a header, 8 bytes of key and 4 of value; raw
-  // ZeroMQ moves the 8 and the 4 (plus its 9-byte request frame).
+  // ZeroMQ moves the 8 and the 4 (plus its 9-byte request frame). Each
+  // measure alternates raw and Downpour in short slices, 4 rounds per
+  // --rounds, and reports the median of the rounds' figures and ratios:
+  // the machine's other load comes in bursts, which a median of
+  // side-by-side pairs leaves out.
   constexpr size_t kReq = sizeof(Key), kRep = sizeof(float);
-  std::vector<double> us, raw_us;
   constexpr int kDepths[] = {8, 64};
-  double rate[2] = {0, 0}, raw_rate[2] = {0, 0};  // ops, per depth
-  double secs[2] = {0, 0}, raw_secs[2] = {0, 0};
-  const double budget = env.seconds / 2;
-  for (int round = 0; round < env.rounds; ++round) {
-    std::vector<double> r = raw.Latencies(kReq, kRep, budget, 20000);
-    raw_us.insert(raw_us.end(), r.begin(), r.end());
-    const absl::Time stop = absl::Now() + absl::Seconds(budget);
-    size_t count = 0;
-    while (count < 20000 && absl::Now() < stop) {
+  const int rounds = 4 * env.rounds;
+  const double slice = env.seconds / 4;
+  // [measure][round]: p50 and p99 one at a time, then rates per depth.
+  std::vector<double> ps[4], rw[4], ratio[4];
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<double> r = raw.Latencies(kReq, kRep, slice, 20000);
+    std::vector<double> us;
+    const absl::Time stop = absl::Now() + absl::Seconds(slice);
+    while (us.size() < 20000 && absl::Now() < stop) {
       const absl::Time a = absl::Now();
       Check(client->PullSync(*t, key, absl::MakeSpan(one)), "pull");
       us.push_back(absl::ToDoubleMicroseconds(absl::Now() - a));
-      ++count;
     }
+    std::sort(r.begin(), r.end());
+    std::sort(us.begin(), us.end());
+    ps[0].push_back(us[us.size() / 2]);
+    rw[0].push_back(r[r.size() / 2]);
+    ps[1].push_back(us[us.size() * 99 / 100]);
+    rw[1].push_back(r[r.size() * 99 / 100]);
     for (int d = 0; d < 2; ++d) {
       const int depth = kDepths[d];
       std::vector<std::vector<float>> outs(depth, std::vector<float>(1));
       std::vector<Ticket> inflight(depth);
       int done = 0;
       const absl::Time start = absl::Now();
-      const absl::Time end = start + absl::Seconds(budget);
+      const absl::Time end = start + absl::Seconds(slice);
       for (int i = 0; i < depth; ++i) {
         inflight[i] = client->Pull(*t, key, absl::MakeSpan(outs[i]));
       }
@@ -289,33 +297,29 @@ void SmallSection(const SectionEnv& env) {
       for (int i = 0; i < depth; ++i) {
         Check(client->Wait(inflight[(done + i) % depth]), "drain");
       }
-      rate[d] += done;
-      secs[d] += absl::ToDoubleSeconds(absl::Now() - start);
+      ps[2 + d].push_back(done / absl::ToDoubleSeconds(absl::Now() - start));
       // As many raw messages as Downpour's pulls, at the same depth.
-      const int iters = std::max(depth * 4, done);
-      raw_rate[d] += iters;
-      raw_secs[d] += iters / raw.Messages(kReq, kRep, depth, iters);
+      rw[2 + d].push_back(
+          raw.Messages(kReq, kRep, depth, std::max(depth * 4, done)));
     }
-    std::fprintf(stderr, "  small requests, round %d: done\n", round + 1);
+    for (int m = 0; m < 4; ++m) ratio[m].push_back(ps[m].back() / rw[m].back());
   }
-  std::sort(us.begin(), us.end());
+  std::fprintf(stderr, "  small requests: done (%d rounds)\n", rounds);
   std::printf(
       "\n## Small requests (4-byte pull, 1 server; raw ZeroMQ: an 8-byte "
-      "request answered with 4 bytes; alternated %d times)\n\n",
-      env.rounds);
+      "request answered with 4 bytes; medians of %d rounds, each raw and "
+      "Downpour side by side)\n\n",
+      rounds);
   std::printf("| measure | Downpour | raw ZeroMQ | Downpour/raw |\n");
   std::printf("|---|---|---|---|\n");
-  const double p50 = us[us.size() / 2], raw_p50 = Median(raw_us);
   std::printf("| latency p50, one at a time | %.0f us | %.0f us | %.2fx |\n",
-              p50, raw_p50, p50 / raw_p50);
-  std::sort(raw_us.begin(), raw_us.end());
+              Median(ps[0]), Median(rw[0]), Median(ratio[0]));
   std::printf("| latency p99, one at a time | %.0f us | %.0f us | %.2fx |\n",
-              us[us.size() * 99 / 100], raw_us[raw_us.size() * 99 / 100],
-              us[us.size() * 99 / 100] / raw_us[raw_us.size() * 99 / 100]);
+              Median(ps[1]), Median(rw[1]), Median(ratio[1]));
   for (int d = 0; d < 2; ++d) {
-    const double ps = rate[d] / secs[d], rw = raw_rate[d] / raw_secs[d];
     std::printf("| pulls/s, %d in flight | %.1fk | %.1fk | %.2f |\n",
-                kDepths[d], ps / 1e3, rw / 1e3, ps / rw);
+                kDepths[d], Median(ps[2 + d]) / 1e3, Median(rw[2 + d]) / 1e3,
+                Median(ratio[2 + d]));
   }
   std::fflush(stdout);
   client.reset();

@@ -55,8 +55,14 @@ RangeLocator::RangeLocator(const proto::TableMap& table) {
 }
 
 bool Consecutive(const Key* keys, size_t n) {
-  if (n == 0) return true;
-  return CheckBlock(keys + 1, n - 1, 0, ~Key{0}, keys[0]).consecutive;
+  // Blocks of 256: keys that are not consecutive are told from the first.
+  for (size_t i = 1; i < n; i += 256) {
+    const size_t m = std::min<size_t>(256, n - i);
+    if (!CheckBlock(keys + i, m, 0, ~Key{0}, keys[i - 1]).consecutive) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::StatusOr<BatchSplit> PlanSplit(const RangeLocator& ranges,
@@ -65,48 +71,59 @@ absl::StatusOr<BatchSplit> PlanSplit(const RangeLocator& ranges,
   BatchSplit out;
   const size_t n = selection.size();
   if (n == 0) return out;
-  const Key k0 = keys[selection.at(0)];
-  const int r0 = ranges.Find(k0);
-  if (r0 < 0) return Outside(k0);
-  if (selection.list == nullptr) {
-    // The common case first: the first key's range holds them all (one
-    // server, or sorted keys within one range). Blocks of 256 keys, so that
-    // a batch spread over several ranges leaves this path early.
-    const Key* k = keys.data() + selection.first;
-    const Key lo = ranges.begin(r0), span = ranges.end(r0) - lo;
-    bool inside = true, consecutive = true;
-    Key prev = k0 - 1;
-    for (size_t i = 0; i < n && inside; i += 256) {
-      const size_t m = std::min<size_t>(256, n - i);
-      const BlockCheck b = CheckBlock(k + i, m, lo, span, prev);
-      inside = b.inside;
-      consecutive = consecutive && b.consecutive;
-      prev = k[i + m - 1];
-    }
-    if (inside) {
-      out.groups.push_back({r0, n, 0});
-      out.consecutive = consecutive;
-      return out;
-    }
-  }
-  // Key by key: counts per range, where each range's keys start, and
-  // whether the ranges come in runs.
   absl::InlinedVector<size_t, 4> counts(ranges.size(), 0),
       starts(ranges.size(), 0);
-  int prev_range = -1;
-  Key prev_key = k0 - 1;
-  for (size_t i = 0; i < n; ++i) {
+  int last_range = -1;
+  Key prev = keys[selection.at(0)] - 1;
+  size_t i = 0;
+  // Adds the selection's [from, to), all in range r, to the plan.
+  auto add_run = [&](int r, size_t from, size_t to) {
+    if (r < last_range) out.runs = false;
+    if (counts[r] == 0) starts[r] = from;
+    counts[r] += to - from;
+    last_range = r;
+  };
+  if (selection.list == nullptr) {
+    // Run by run, each checked in blocks of keys without a branch per key:
+    // one range's keys (one server, or sorted keys), or each range's in a
+    // run (sorted keys over several), cost a read of the keys. Runs that
+    // turn out short (scattered keys) go key by key below.
+    const Key* k = keys.data() + selection.first;
+    size_t runs = 0;
+    while (i < n && (runs < 16 || runs * 256 < i)) {
+      const int r = ranges.Find(k[i]);
+      if (r < 0) return Outside(k[i]);
+      const Key lo = ranges.begin(r), span = ranges.end(r) - lo;
+      size_t j = i;
+      for (size_t m = 256; j < n; j += m) {
+        m = std::min<size_t>(256, n - j);
+        const BlockCheck b = CheckBlock(k + j, m, lo, span, prev);
+        if (!b.inside) break;
+        out.consecutive = out.consecutive && b.consecutive;
+        prev = k[j + m - 1];
+      }
+      for (; j < n && k[j] - lo < span; ++j) {
+        out.consecutive = out.consecutive && k[j] == prev + 1;
+        prev = k[j];
+      }
+      add_run(r, i, j);
+      i = j;
+      ++runs;
+    }
+  }
+  // Key by key: a list of positions (a retried part), or scattered keys.
+  for (; i < n; ++i) {
     const Key k = keys[selection.at(i)];
     const int r = ranges.Find(k);
     if (r < 0) return Outside(k);
-    if (r != prev_range) {
-      if (r < prev_range) out.runs = false;
+    if (r != last_range) {
+      if (r < last_range) out.runs = false;
       if (counts[r] == 0) starts[r] = i;
-      prev_range = r;
+      last_range = r;
     }
     ++counts[r];
-    out.consecutive = out.consecutive && k == prev_key + 1;
-    prev_key = k;
+    out.consecutive = out.consecutive && k == prev + 1;
+    prev = k;
   }
   for (int r = 0; r < ranges.size(); ++r) {
     if (counts[r] > 0) out.groups.push_back({r, counts[r], starts[r]});
