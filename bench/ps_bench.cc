@@ -500,9 +500,11 @@ void MemorySection() {
 }
 
 // The key-batch sections' view of this program's flags and clusters.
-bench::SectionEnv SectionEnvFromFlags(const std::string& raw_endpoint) {
+bench::SectionEnv SectionEnvFromFlags(const std::string& raw_endpoint,
+                                      int raw_pid) {
   bench::SectionEnv env;
   env.raw_endpoint = raw_endpoint;
+  env.raw_pid = raw_pid;
   env.seconds = absl::GetFlag(FLAGS_seconds);
   env.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   env.servers.clear();
@@ -552,7 +554,8 @@ int main(int argc, char** argv) {
     return sections.find(name) != std::string::npos;
   };
   std::printf("# ps_bench (%s)\n", absl::FormatTime(absl::Now()).c_str());
-  const downpour::bench::SectionEnv env = downpour::SectionEnvFromFlags(ep);
+  const downpour::bench::SectionEnv env =
+      downpour::SectionEnvFromFlags(ep, child);
   if (wants("dense")) downpour::DenseSection(ep);
   if (wants("sparse")) {
     downpour::bench::SparseOptions o;

@@ -1,11 +1,17 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/ps_bench_sections.h"
 #include "bench/raw_zmq.h"
@@ -19,6 +25,23 @@ void Check(const absl::Status& s, const char* what) {
     std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
     std::exit(1);
   }
+}
+
+// CPU seconds (user + system) a process has used so far.
+double CpuSeconds(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces): state is the
+  // 3rd field, utime the 14th, stime the 15th.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+  if (f.size() < 13) return 0;
+  double utime = 0, stime = 0;
+  (void)absl::SimpleAtod(f[11], &utime);
+  (void)absl::SimpleAtod(f[12], &stime);
+  return (utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 double Median(std::vector<double> v) {
@@ -263,6 +286,7 @@ void SmallSection(const SectionEnv& env) {
   const double slice = env.seconds / 4;
   // [measure][round]: p50 and p99 one at a time, then rates per depth.
   std::vector<double> ps[4], rw[4], ratio[4];
+  double cpu_ps = 0, cpu_raw = 0, ops_ps = 0, ops_raw = 0;
   for (int round = 0; round < rounds; ++round) {
     std::vector<double> r = raw.Latencies(kReq, kRep, slice, 20000);
     std::vector<double> us;
@@ -280,6 +304,8 @@ void SmallSection(const SectionEnv& env) {
     rw[1].push_back(r[r.size() * 99 / 100]);
     for (int d = 0; d < 2; ++d) {
       const int depth = kDepths[d];
+      const double cpu0 =
+          CpuSeconds(getpid()) + CpuSeconds(cluster->server(0).pid());
       std::vector<std::vector<float>> outs(depth, std::vector<float>(1));
       std::vector<Ticket> inflight(depth);
       int done = 0;
@@ -298,9 +324,21 @@ void SmallSection(const SectionEnv& env) {
         Check(client->Wait(inflight[(done + i) % depth]), "drain");
       }
       ps[2 + d].push_back(done / absl::ToDoubleSeconds(absl::Now() - start));
+      const double cpu1 =
+          CpuSeconds(getpid()) + CpuSeconds(cluster->server(0).pid());
       // As many raw messages as Downpour's pulls, at the same depth.
-      rw[2 + d].push_back(
-          raw.Messages(kReq, kRep, depth, std::max(depth * 4, done)));
+      const int iters = std::max(depth * 4, done);
+      const double raw0 = CpuSeconds(getpid()) + CpuSeconds(env.raw_pid);
+      rw[2 + d].push_back(raw.Messages(kReq, kRep, depth, iters));
+      const double raw1 = CpuSeconds(getpid()) + CpuSeconds(env.raw_pid);
+      if (d == 1) {
+        // Both processes' CPU time per request: what a request costs, which
+        // the machine's other load disturbs less than the rate does.
+        cpu_ps += cpu1 - cpu0;
+        cpu_raw += raw1 - raw0;
+        ops_ps += done;
+        ops_raw += iters;
+      }
     }
     for (int m = 0; m < 4; ++m) ratio[m].push_back(ps[m].back() / rw[m].back());
   }
@@ -321,6 +359,11 @@ void SmallSection(const SectionEnv& env) {
                 kDepths[d], Median(ps[2 + d]) / 1e3, Median(rw[2 + d]) / 1e3,
                 Median(ratio[2 + d]));
   }
+  const double us_ps = 1e6 * cpu_ps / ops_ps, us_raw = 1e6 * cpu_raw / ops_raw;
+  std::printf(
+      "| CPU per pull, 64 in flight (client and server processes) | %.1f us "
+      "| %.1f us | %.2fx |\n",
+      us_ps, us_raw, us_ps / us_raw);
   std::fflush(stdout);
   client.reset();
   Check(cluster->Stop(), "stop cluster");

@@ -25,6 +25,7 @@ namespace bench {
 // What every section needs from ps_bench's main.
 struct SectionEnv {
   std::string raw_endpoint;  // the raw ZeroMQ peer (bench/raw_zmq.h)
+  int raw_pid = -1;          // its process
   double seconds = 2;        // time budget of one measurement
   int rounds = 1;            // raw and Downpour alternated this many times
   std::vector<int> servers = {1, 2};  // server counts to measure
