@@ -82,6 +82,11 @@ ABSL_FLAG(std::vector<std::string>, keyed_strides,
           std::vector<std::string>({"1", "2"}),
           "keyed: distance between the batch's keys (1: every key)");
 ABSL_FLAG(int, keyed_reps, 3, "keyed: batches per operation and round");
+ABSL_FLAG(int, small_count, 0,
+          "small: > 0: only this many pulls, 64 in flight, and their time "
+          "(to count their system calls and context switches)");
+ABSL_FLAG(bool, small_raw, false,
+          "small: with --small_count, raw ZeroMQ's messages instead");
 
 namespace downpour {
 namespace {
@@ -574,7 +579,12 @@ int main(int argc, char** argv) {
     o.reps = std::max(1, absl::GetFlag(FLAGS_keyed_reps));
     downpour::bench::KeyedSection(env, o);
   }
-  if (wants("small") || wants("latency")) downpour::bench::SmallSection(env);
+  if (wants("small") || wants("latency")) {
+    downpour::bench::SmallOptions o;
+    o.count = absl::GetFlag(FLAGS_small_count);
+    o.raw = absl::GetFlag(FLAGS_small_raw);
+    downpour::bench::SmallSection(env, o);
+  }
   if (wants("memory")) downpour::MemorySection();
   if (wants("replication")) downpour::ReplicationSection(ep);
   downpour::bench::RawClient(ep).Quit();

@@ -260,7 +260,7 @@ void KeyedSection(const SectionEnv& env, const KeyedOptions& o) {
   }
 }
 
-void SmallSection(const SectionEnv& env) {
+void SmallSection(const SectionEnv& env, const SmallOptions& options) {
   RawClient raw(env.raw_endpoint);
   auto cluster = env.start(1, "small");
   auto client = env.connect(*cluster);
@@ -274,13 +274,35 @@ void SmallSection(const SectionEnv& env) {
   for (int i = 0; i < 200; ++i) {
     Check(client->PullSync(*t, key, absl::MakeSpan(one)), "warm");
   }
+  constexpr size_t kReq = sizeof(Key), kRep = sizeof(float);
+  if (options.count > 0) {
+    const absl::Time start = absl::Now();
+    if (options.raw) {
+      raw.Messages(kReq, kRep, 64, options.count);
+    } else {
+      std::vector<std::vector<float>> outs(64, std::vector<float>(1));
+      std::vector<Ticket> inflight(64);
+      for (int i = 0; i < options.count; ++i) {
+        if (i >= 64) Check(client->Wait(inflight[i % 64]), "pull");
+        inflight[i % 64] = client->Pull(*t, key, absl::MakeSpan(outs[i % 64]));
+      }
+      for (int i = 0; i < std::min(64, options.count); ++i) {
+        Check(client->Wait(inflight[i]), "drain");
+      }
+    }
+    std::printf("\n%d %s pulls, 64 in flight: %.3f s\n", options.count,
+                options.raw ? "raw ZeroMQ" : "Downpour",
+                absl::ToDoubleSeconds(absl::Now() - start));
+    client.reset();
+    Check(cluster->Stop(), "stop cluster");
+    return;
+  }
   // A 4-byte pull moves a header, 8 bytes of key and 4 of value; raw
   // ZeroMQ moves the 8 and the 4 (plus its 9-byte request frame). Each
   // measure alternates raw and Downpour in short slices, 4 rounds per
   // --rounds, and reports the median of the rounds' figures and ratios:
   // the machine's other load comes in bursts, which a median of
   // side-by-side pairs leaves out.
-  constexpr size_t kReq = sizeof(Key), kRep = sizeof(float);
   constexpr int kDepths[] = {8, 64};
   const int rounds = 4 * env.rounds;
   const double slice = env.seconds / 4;

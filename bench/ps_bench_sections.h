@@ -54,7 +54,15 @@ struct KeyedOptions {
 };
 void KeyedSection(const SectionEnv& env, const KeyedOptions& options);
 
-void SmallSection(const SectionEnv& env);
+struct SmallOptions {
+  // > 0: only `count` pulls with 64 in flight, through Downpour or (raw)
+  // raw ZeroMQ, and their wall time; for counting what a request costs
+  // (perf stat -e raw_syscalls:sys_enter,context-switches -- ps_bench ...)
+  // at two counts, so that start-up cancels out.
+  int count = 0;
+  bool raw = false;
+};
+void SmallSection(const SectionEnv& env, const SmallOptions& options = {});
 
 }  // namespace bench
 }  // namespace downpour
