@@ -404,6 +404,7 @@ class ClientImpl final : public Client {
       if (map_ != nullptr && view->epoch() <= map_->epoch()) return;
       old = map_;
       map_ = view;
+      epoch_.store(view->epoch(), std::memory_order_release);
     }
     if (old == nullptr || data_ == nullptr) return;
     // Requests in flight to a server the map now calls dead will get no
@@ -462,6 +463,10 @@ class ClientImpl final : public Client {
               OutgoingRequest req, absl::Time deadline,
               DataClient::ReplyCallback done) {
     data_->Send(endpoint, std::move(req), deadline, std::move(done));
+    // Without the map's lock when it has not moved (nearly always). If
+    // this misses a new map, its Reset was queued after this send (the
+    // data client's lock orders the two) and fails it.
+    if (epoch_.load(std::memory_order_acquire) == routed_epoch) return;
     std::shared_ptr<const ClusterMapView> now = Map();
     if (now->epoch() == routed_epoch) return;
     const proto::NodeInfo* n = now->FindNode(server);
@@ -546,6 +551,7 @@ class ClientImpl final : public Client {
 
   mutable absl::Mutex map_mu_;
   std::shared_ptr<const ClusterMapView> map_ ABSL_GUARDED_BY(map_mu_);
+  std::atomic<Epoch> epoch_{0};  // map_'s, set with it
 
   absl::Mutex ops_mu_;
   absl::flat_hash_map<Ticket, std::shared_ptr<OpState>> ops_
@@ -1130,13 +1136,13 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
       op->Release();
     });
   };
-  const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
   absl::Status outcome = status;
   if (outcome.ok()) {
     CountReceived(*reply);
     outcome = ReplyStatus(reply->header);
   }
   if (!outcome.ok()) {
+    const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
     if (may_retry && Retriable(outcome)) return retry();
     CloseSeq(part.seq);
     op->Fail(Annotate(outcome, context()));

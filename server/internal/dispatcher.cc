@@ -53,6 +53,34 @@ void ForEachRun(absl::Span<const Key> keys, Fn fn) {
   }
 }
 
+// A write of a dense key batch whose keys come in long runs (k, k + 1,
+// ...): applied as one range write per run, the same as key by key (a
+// handler applied to a run of rows equals it applied row by row). False,
+// changing nothing, when the runs are too short for it to pay.
+bool ApplyDenseRuns(proto::Op op, absl::Span<const Key> keys,
+                    const float* values, uint32_t vector, size_t width,
+                    RangeStore& store) {
+  if (CountRuns(keys, kMinRunsPerKey) == 0) return false;
+  ForEachRun(keys, [&](size_t at, Key begin, Key end) {
+    const float* in = values + at * width;
+    switch (op) {
+      case proto::PUT:
+        store.PutRange(begin, end, in, vector);
+        break;
+      case proto::ADD:
+        store.AddRange(begin, end, in, vector);
+        break;
+      case proto::PUSH:
+      case proto::PUSH_PULL:
+        store.PushRange(begin, end, in);
+        break;
+      default:
+        break;
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 Dispatcher::Dispatcher(NodeId self, size_t max_message_bytes, BufferPool* pool,
@@ -231,7 +259,7 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
   RangeStore& store = *v.range->store;
   const float* in = v.values;
   if (!v.is_range && shard.layout().dense && OpWrites(v.op) &&
-      ApplyDenseRuns(v, store)) {
+      ApplyDenseRuns(v.op, v.keys, v.values, v.vector, shard.width(), store)) {
     // Done run by run (below): a sorted batch of a dense table.
   } else {
     switch (v.op) {
@@ -281,29 +309,6 @@ void Dispatcher::Apply(const Validated& v, const IncomingMessage& request,
       reply->values = Payload::Own(std::move(out));
     }
   }
-}
-
-bool Dispatcher::ApplyDenseRuns(const Validated& v, RangeStore& store) {
-  if (CountRuns(v.keys, kMinRunsPerKey) == 0) return false;
-  const size_t width = v.shard->width();
-  ForEachRun(v.keys, [&](size_t at, Key begin, Key end) {
-    const float* in = v.values + at * width;
-    switch (v.op) {
-      case proto::PUT:
-        store.PutRange(begin, end, in, v.vector);
-        break;
-      case proto::ADD:
-        store.AddRange(begin, end, in, v.vector);
-        break;
-      case proto::PUSH:
-      case proto::PUSH_PULL:
-        store.PushRange(begin, end, in);
-        break;
-      default:
-        break;
-    }
-  });
-  return true;
 }
 
 void Dispatcher::ApplySynced(const Validated& v, const IncomingMessage& request,

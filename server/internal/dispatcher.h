@@ -176,11 +176,6 @@ class Dispatcher {
   void Apply(const Validated& v, const IncomingMessage& request,
              OutgoingReply* reply, std::vector<DeferredReply>* released,
              std::vector<ForwardedWrite>* forwards);
-  // A write of a dense key batch whose keys come in long runs (k, k + 1,
-  // ...): applied as one range write per run, the same as key by key
-  // (a handler applied to a run of rows equals it applied row by row).
-  // False, changing nothing, when the runs are too short for it to pay.
-  bool ApplyDenseRuns(const Validated& v, RangeStore& store);
   void ApplySynced(const Validated& v, const IncomingMessage& request,
                    OutgoingReply* reply, std::vector<DeferredReply>* released,
                    std::vector<ForwardedWrite>* forwards);
