@@ -67,6 +67,8 @@ ABSL_FLAG(std::vector<std::string>, server_flags, {},
 ABSL_FLAG(int, depth, 2, "dense requests in flight");
 ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
 ABSL_FLAG(int, client_max_mb, 128, "ClientOptions::max_message_bytes, in MiB");
+ABSL_FLAG(int, client_part_kb, -1,
+          "ClientOptions::part_bytes, in KiB (-1: the default; 0: off)");
 ABSL_FLAG(int, rounds, 1,
           "dense, sparse, keyed, small: raw and Downpour measured "
           "alternately this many times per size and direction");
@@ -163,6 +165,10 @@ std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
   co.max_message_bytes =
       size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
   co.op_timeout = absl::Seconds(120);
+  if (absl::GetFlag(FLAGS_client_part_kb) >= 0) {
+    co.part_bytes =
+        size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_part_kb))} << 10;
+  }
   auto auth = ClusterAuth::FromFlags(kGrpcClient);
   Check(auth.status(), "read --cluster_secret_file and --tls_*");
   co.auth = *auth;
