@@ -79,6 +79,9 @@ ABSL_FLAG(std::vector<std::string>, sparse_widths,
           std::vector<std::string>({"8", "64"}), "sparse: table widths");
 ABSL_FLAG(int, sparse_batch, 100000, "sparse: keys a batch");
 ABSL_FLAG(int, sparse_max_batches, 40, "sparse: batches per measurement");
+ABSL_FLAG(bool, sparse_on_dense, false,
+          "sparse: the same batches to a dense table (a row store that "
+          "costs an array index), to see the rest of the path");
 ABSL_FLAG(int64_t, keyed_keys, 10000000, "keyed: keys in the batch");
 ABSL_FLAG(std::vector<std::string>, keyed_strides,
           std::vector<std::string>({"1", "2"}),
@@ -575,6 +578,7 @@ int main(int argc, char** argv) {
         downpour::Ints(absl::GetFlag(FLAGS_sparse_widths), "sparse_widths");
     o.batch = std::max(1, absl::GetFlag(FLAGS_sparse_batch));
     o.max_batches = std::max(2, absl::GetFlag(FLAGS_sparse_max_batches));
+    o.dense = absl::GetFlag(FLAGS_sparse_on_dense);
     downpour::bench::SparseSection(env, o);
   }
   if (wants("keyed")) {

@@ -102,18 +102,20 @@ std::vector<std::vector<Key>> MakeBatches(const std::string& dist,
 void SparseSection(const SectionEnv& env, const SparseOptions& o) {
   RawClient raw(env.raw_endpoint);
   std::printf(
-      "\n## Sparse batches (%llu distinct hashed keys, %zu keys a batch with "
+      "\n## %s batches (%llu distinct %s keys, %zu keys a batch with "
       "repeats, handler adagrad, one batch at a time; raw ZeroMQ moves the "
       "same bytes in one message: keys + values for a push, keys out and "
       "values back for a pull; alternated %d times)\n\n",
-      static_cast<unsigned long long>(o.distinct), o.batch, env.rounds);
+      o.dense ? "Dense-table key" : "Sparse",
+      static_cast<unsigned long long>(o.distinct), o.dense ? "dense" : "hashed",
+      o.batch, env.rounds);
   std::printf(
       "| keys | width | servers | push keys/s | raw push | push/raw | pull "
       "keys/s | raw pull | pull/raw | push/ref | pull/ref |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<Key> all(o.distinct);
   for (uint64_t i = 0; i < o.distinct; ++i) {
-    all[i] = i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
+    all[i] = o.dense ? i : i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
   }
   for (int servers : env.servers) {
     auto cluster = env.start(servers, absl::StrCat("sparse", servers));
@@ -121,7 +123,8 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
     for (int width : o.widths) {
       TableOptions to;
       to.name = absl::StrCat("sparse", width);
-      to.sparse = true;
+      to.sparse = !o.dense;
+      to.num_keys = o.dense ? o.distinct : 0;
       to.width = width;
       to.handler = "adagrad";
       auto t = client->CreateTable(to);
@@ -177,7 +180,8 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
           raw_keys_s[pull] =
               raw_n[pull] * static_cast<double>(o.batch) / raw_s[pull];
         }
-        const Reference* ref = ReferenceFor(dist, width, servers);
+        const Reference* ref =
+            o.dense ? nullptr : ReferenceFor(dist, width, servers);
         auto vs_ref = [&](int pull) {
           if (ref == nullptr) return std::string("-");
           return absl::StrFormat("%.2fx",

@@ -42,6 +42,9 @@ struct SparseOptions {
   size_t batch = 100'000;         // keys a batch (repeats allowed)
   uint64_t distinct = 1'000'000;  // rows of the table
   int max_batches = 40;           // per measurement
+  // The same batches to a dense table of `distinct` rows (keys 0, 1, ...):
+  // the path around the row store with a store that costs an array index.
+  bool dense = false;
 };
 void SparseSection(const SectionEnv& env, const SparseOptions& options);
 
