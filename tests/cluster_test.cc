@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -305,6 +306,41 @@ TEST_F(ClusterTest, BatchesInSmallPartsKeepTheCallersOrder) {
     ASSERT_OK(
         client->GetSync(on_sparse ? sparse : dense, keys, absl::MakeSpan(got)));
     EXPECT_EQ(got, want);
+  }
+}
+
+// Sorted batches on a dense table that the server reads without a row
+// lookup per key: runs of consecutive keys, and keys every 2 or 3 rows
+// (and repeats), each read from one pass over their span.
+TEST_F(ClusterTest, SortedBatchesReadTheirRows) {
+  constexpr uint32_t kWidth = 3;
+  constexpr uint64_t kKeys = 12000;  // three ranges of 4000
+  TableOptions o;
+  o.name = "sorted_reads";
+  o.width = kWidth;
+  o.num_keys = kKeys;
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
+  std::vector<float> all(kKeys * kWidth);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<float>(i);
+  ASSERT_OK(suite_.client().PutSync(t, Keys::Range(0, kKeys), all));
+  for (const uint64_t stride : {1, 2, 3}) {
+    std::vector<Key> keys;
+    for (Key k = 5; k < kKeys; k += stride) {
+      keys.push_back(k);
+      if (k % 1000 == 7) keys.push_back(k);  // a repeat now and then
+    }
+    // Runs of consecutive keys with gaps between them.
+    if (stride == 1) {
+      keys.erase(std::remove_if(keys.begin(), keys.end(),
+                                [](Key k) { return k % 100 < 3; }),
+                 keys.end());
+    }
+    std::vector<float> got(keys.size() * kWidth), want;
+    for (Key k : keys) {
+      for (uint32_t j = 0; j < kWidth; ++j) want.push_back(all[k * kWidth + j]);
+    }
+    ASSERT_OK(suite_.client().PullSync(t, keys, absl::MakeSpan(got)));
+    EXPECT_EQ(got, want) << "stride " << stride;
   }
 }
 
