@@ -2,15 +2,17 @@
 // in the same run on the same machine.
 //
 //   bazel build -c opt //bench:ps_bench //server:ps_server
-//   //scheduler:ps_scheduler bazel-bin/bench/ps_bench            # all sections
+//       //scheduler:ps_scheduler   (one command)
+//   bazel-bin/bench/ps_bench            # all sections
 //   bazel-bin/bench/ps_bench --sections=dense --max_mb=16
 //   bazel-bin/bench/ps_bench --sections=dense --servers=1 --min_kb=16384
+//   bazel-bin/bench/ps_bench --sections=sparse,keyed,small --rounds=2
 //
 // Sections: dense (push/pull by size, 1 and 2 servers, beside raw ZeroMQ),
-// sparse (power-law keys, width 8 and 64), latency (small pulls), memory
-// (server RSS against raw table bytes), replication (r = 2 against r = 1,
-// and a backup's catch-up copy). Every loop is bounded in count and
-// time.
+// sparse, keyed and small (key batches and small requests, beside raw
+// ZeroMQ: bench/ps_bench_sections.h), memory (server RSS against raw table
+// bytes), replication (r = 2 against r = 1, and a backup's catch-up copy).
+// Every loop is bounded in count and time.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -30,10 +32,13 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/ps_bench_sections.h"
+#include "bench/raw_zmq.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/auth.h"
@@ -51,23 +56,47 @@ ABSL_FLAG(std::string, bin_dir, "",
           "folder with scheduler/ and server/ binaries "
           "(default: next to this binary's folder)");
 ABSL_FLAG(std::string, work_dir, "/tmp/ps_bench", "logs of the daemons");
-ABSL_FLAG(std::string, sections, "dense,sparse,latency,memory,replication",
-          "what to run");
+ABSL_FLAG(std::string, sections, "dense,sparse,keyed,small,memory,replication",
+          "what to run (latency: the same as small)");
 ABSL_FLAG(int, max_mb, 64, "largest dense message, in MiB");
 ABSL_FLAG(int, min_kb, 4, "smallest dense message, in KiB (sizes grow by 4x)");
 ABSL_FLAG(std::string, servers, "1,2",
-          "dense: server counts to measure (1, 2)");
+          "dense, sparse, keyed: server counts to measure (1, 2)");
 ABSL_FLAG(std::vector<std::string>, server_flags, {},
           "extra flags for every ps_server, e.g. --zero_copy_min_kb=-1");
 ABSL_FLAG(int, depth, 2, "dense requests in flight");
 ABSL_FLAG(double, seconds, 2.0, "time budget per measurement");
 ABSL_FLAG(int, client_max_mb, 128, "ClientOptions::max_message_bytes, in MiB");
+ABSL_FLAG(int, client_part_kb, -1,
+          "ClientOptions::part_bytes, in KiB (-1: the default; 0: off)");
 ABSL_FLAG(int, rounds, 1,
-          "dense: raw and Downpour measured alternately this "
-          "many times per size and direction");
+          "dense, sparse, keyed, small: raw and Downpour measured "
+          "alternately this many times per size and direction");
+ABSL_FLAG(std::vector<std::string>, sparse_dists,
+          std::vector<std::string>({"uniform", "zipf"}),
+          "sparse: key distributions (uniform, zipf: s = 1.1)");
+ABSL_FLAG(std::vector<std::string>, sparse_widths,
+          std::vector<std::string>({"8", "64"}), "sparse: table widths");
+ABSL_FLAG(int, sparse_batch, 100000, "sparse: keys a batch");
+ABSL_FLAG(int, sparse_max_batches, 40, "sparse: batches per measurement");
+ABSL_FLAG(bool, sparse_on_dense, false,
+          "sparse: the same batches to a dense table (a row store that "
+          "costs an array index), to see the rest of the path");
+ABSL_FLAG(int64_t, keyed_keys, 10000000, "keyed: keys in the batch");
+ABSL_FLAG(std::vector<std::string>, keyed_strides,
+          std::vector<std::string>({"1", "2"}),
+          "keyed: distance between the batch's keys (1: every key)");
+ABSL_FLAG(int, keyed_reps, 3, "keyed: batches per operation and round");
+ABSL_FLAG(int, small_count, 0,
+          "small: > 0: only this many pulls, 64 in flight, and their time "
+          "(to count their system calls and context switches)");
+ABSL_FLAG(bool, small_raw, false,
+          "small: with --small_count, raw ZeroMQ's messages instead");
 
 namespace downpour {
 namespace {
+
+using bench::RawClient;
 
 void Check(const absl::Status& s, const char* what) {
   if (!s.ok()) {
@@ -75,120 +104,6 @@ void Check(const absl::Status& s, const char* what) {
     std::exit(1);
   }
 }
-
-// ---------------------------------------------------------------------------
-// Raw ZeroMQ baseline: a child process with a ROUTER socket. A request whose
-// first byte is 'P' asks for a reply of the size in the rest; anything else
-// gets a 1-byte reply. Buffers are reused on both sides, sends are zero-copy.
-
-void NoFree(void*, void*) {}
-
-[[noreturn]] void RawServer(int endpoint_pipe) {
-  TuneAllocatorForLargeMessages();
-  void* ctx = zmq_ctx_new();
-  // Ends with the parent (or on its 'Q' message).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  void* s = zmq_socket(ctx, ZMQ_ROUTER);
-  zmq_bind(s, "tcp://127.0.0.1:*");
-  char ep[256];
-  size_t len = sizeof(ep);
-  zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len);
-  ssize_t unused = write(endpoint_pipe, ep, strlen(ep) + 1);
-  (void)unused;
-  close(endpoint_pipe);
-  std::vector<char> big(size_t{256} << 20);
-  std::memset(big.data(), 1, big.size());
-  while (true) {
-    zmq_msg_t id, body;
-    zmq_msg_init(&id);
-    zmq_msg_init(&body);
-    if (zmq_msg_recv(&id, s, 0) < 0) break;
-    zmq_msg_recv(&body, s, 0);
-    const char* d = static_cast<const char*>(zmq_msg_data(&body));
-    const bool quit = zmq_msg_size(&body) == 1 && d[0] == 'Q';
-    size_t reply = 1;
-    if (zmq_msg_size(&body) == 9 && d[0] == 'P') std::memcpy(&reply, d + 1, 8);
-    zmq_msg_send(&id, s, ZMQ_SNDMORE);
-    zmq_msg_t r;
-    zmq_msg_init_data(&r, big.data(), std::min(reply, big.size()), NoFree,
-                      nullptr);
-    zmq_msg_send(&r, s, 0);
-    zmq_msg_close(&body);
-    if (quit) break;
-  }
-  _exit(0);
-}
-
-class RawClient {
- public:
-  explicit RawClient(const std::string& endpoint) {
-    ctx_ = zmq_ctx_new();
-    s_ = zmq_socket(ctx_, ZMQ_DEALER);
-    int timeout = 60000;  // a lost peer fails the run instead of hanging it
-    zmq_setsockopt(s_, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
-    zmq_connect(s_, endpoint.c_str());
-  }
-  ~RawClient() {
-    zmq_close(s_);
-    zmq_ctx_term(ctx_);
-  }
-  // Tells the peer process to exit (once, at the end of the run).
-  void Quit() {
-    zmq_send(s_, "Q", 1, 0);
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    zmq_msg_recv(&m, s_, 0);
-    zmq_msg_close(&m);
-  }
-  // Bytes per second moving `size` bytes per request (push: request carries
-  // them; pull: reply carries them), `depth` in flight.
-  double Run(size_t size, bool pull, int depth, int iters) {
-    if (buf_.size() < size) {
-      buf_.resize(size);
-      std::memset(buf_.data(), 2, size);
-    }
-    auto send = [&] {
-      zmq_msg_t m;
-      if (pull) {
-        char req[9] = {'P'};
-        std::memcpy(req + 1, &size, 8);
-        zmq_send(s_, req, 9, 0);
-      } else {
-        zmq_msg_init_data(&m, buf_.data(), size, NoFree, nullptr);
-        zmq_msg_send(&m, s_, 0);
-      }
-    };
-    auto recv = [&] {
-      zmq_msg_t m;
-      zmq_msg_init(&m);
-      if (zmq_msg_recv(&m, s_, 0) < 0) {
-        std::fprintf(stderr, "raw zmq peer did not answer\n");
-        std::exit(1);
-      }
-      zmq_msg_close(&m);
-    };
-    for (int i = 0; i < depth; ++i) send();  // warm-up
-    for (int i = 0; i < depth; ++i) recv();
-    const absl::Time start = absl::Now();
-    int sent = 0, got = 0;
-    for (; sent < std::min(depth, iters); ++sent) send();
-    while (got < iters) {
-      recv();
-      ++got;
-      if (sent < iters) {
-        send();
-        ++sent;
-      }
-    }
-    return size * static_cast<double>(iters) /
-           absl::ToDoubleSeconds(absl::Now() - start);
-  }
-
- private:
-  void* ctx_;
-  void* s_;
-  std::vector<char> buf_;
-};
 
 int ItersFor(size_t bytes) {
   const double budget =
@@ -253,6 +168,10 @@ std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
   co.max_message_bytes =
       size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
   co.op_timeout = absl::Seconds(120);
+  if (absl::GetFlag(FLAGS_client_part_kb) >= 0) {
+    co.part_bytes =
+        size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_part_kb))} << 10;
+  }
   auto auth = ClusterAuth::FromFlags(kGrpcClient);
   Check(auth.status(), "read --cluster_secret_file and --tls_*");
   co.auth = *auth;
@@ -354,117 +273,6 @@ void DenseSection(const std::string& raw_endpoint) {
                 pct(r.ps[1][1], r.raw[1][1]).c_str());
   }
   std::fflush(stdout);
-}
-
-void SparseSection() {
-  auto cluster = StartCluster(2, "sparse");
-  auto client = Connect(*cluster);
-  constexpr uint64_t kDistinct = 1'000'000;
-  constexpr size_t kBatch = 100'000;
-  std::printf(
-      "\n## Sparse batches (1M distinct keys, power law s=1.1, %zu keys a "
-      "batch, 2 servers)\n\n",
-      kBatch);
-  std::printf("| width | push keys/s | pull keys/s |\n|---|---|---|\n");
-  // Zipf ranks by inverse transform over a precomputed CDF.
-  std::vector<double> cdf(kDistinct);
-  double sum = 0;
-  for (uint64_t i = 0; i < kDistinct; ++i)
-    cdf[i] = (sum += 1.0 / std::pow(i + 1.0, 1.1));
-  std::mt19937_64 rng(42);
-  std::uniform_real_distribution<double> u(0, sum);
-  std::vector<Key> keys(kBatch);
-  for (uint32_t width : {8u, 64u}) {
-    TableOptions o;
-    o.name = absl::StrCat("sparse", width);
-    o.sparse = true;
-    o.width = width;
-    o.handler = "adagrad";
-    auto t = client->CreateTable(o);
-    Check(t.status(), "create sparse table");
-    // Touch every distinct key once so the table holds 1M rows.
-    std::vector<Key> all(kDistinct);
-    for (uint64_t i = 0; i < kDistinct; ++i)
-      all[i] = i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
-    std::vector<float> init(kDistinct * width, 0.0f);
-    Check(client->PutSync(*t, all, init), "fill");
-    std::vector<float> vals(kBatch * width, 0.01f), out(kBatch * width);
-    double push_s = 0, pull_s = 0;
-    int batches = 0;
-    const absl::Time stop =
-        absl::Now() + absl::Seconds(2 * absl::GetFlag(FLAGS_seconds));
-    while (batches < 50 && absl::Now() < stop) {
-      for (Key& k : keys) {
-        const uint64_t rank =
-            std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-        k = all[std::min(rank, kDistinct - 1)];
-      }
-      absl::Time a = absl::Now();
-      Check(client->PushSync(*t, keys, vals), "sparse push");
-      absl::Time b = absl::Now();
-      Check(client->PullSync(*t, keys, absl::MakeSpan(out)), "sparse pull");
-      pull_s += absl::ToDoubleSeconds(absl::Now() - b);
-      push_s += absl::ToDoubleSeconds(b - a);
-      ++batches;
-    }
-    std::printf("| %u | %.2fM | %.2fM |\n", width,
-                batches * kBatch / push_s / 1e6,
-                batches * kBatch / pull_s / 1e6);
-    std::fflush(stdout);
-  }
-  client.reset();
-  Check(cluster->Stop(), "stop cluster");
-}
-
-void LatencySection() {
-  auto cluster = StartCluster(1, "latency");
-  auto client = Connect(*cluster);
-  TableOptions o;
-  o.name = "tiny";
-  o.num_keys = 1024;
-  auto t = client->CreateTable(o);
-  Check(t.status(), "create table");
-  std::vector<Key> key = {7};
-  std::vector<float> out(1);
-  std::vector<double> us;
-  for (int i = 0; i < 200; ++i)
-    Check(client->PullSync(*t, key, absl::MakeSpan(out)), "warm");
-  const absl::Time stop =
-      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  while (us.size() < 20000 && absl::Now() < stop) {
-    absl::Time a = absl::Now();
-    Check(client->PullSync(*t, key, absl::MakeSpan(out)), "pull");
-    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - a));
-  }
-  std::sort(us.begin(), us.end());
-  std::printf("\n## Small operations (4-byte pull, 1 server)\n\n");
-  std::printf("| measure | value |\n|---|---|\n");
-  std::printf("| latency p50, one at a time | %.0f us |\n", us[us.size() / 2]);
-  std::printf("| latency p99, one at a time | %.0f us |\n",
-              us[us.size() * 99 / 100]);
-  std::printf("| pulls/s, one at a time | %.1fk |\n",
-              us.size() / std::accumulate(us.begin(), us.end(), 0.0) * 1e3);
-  for (int depth : {8, 64}) {
-    std::vector<std::vector<float>> outs(depth, std::vector<float>(1));
-    std::vector<Ticket> inflight(depth);
-    int done = 0;
-    const absl::Time start = absl::Now();
-    const absl::Time end = start + absl::Seconds(absl::GetFlag(FLAGS_seconds));
-    for (int i = 0; i < depth; ++i)
-      inflight[i] = client->Pull(*t, key, absl::MakeSpan(outs[i]));
-    while (absl::Now() < end && done < 2'000'000) {
-      const int slot = done % depth;
-      Check(client->Wait(inflight[slot]), "pull");
-      inflight[slot] = client->Pull(*t, key, absl::MakeSpan(outs[slot]));
-      ++done;
-    }
-    for (int i = 0; i < depth; ++i)
-      Check(client->Wait(inflight[(done + i) % depth]), "drain");
-    std::printf("| pulls/s, %d in flight | %.1fk |\n", depth,
-                done / absl::ToDoubleSeconds(absl::Now() - start) / 1e3);
-  }
-  client.reset();
-  Check(cluster->Stop(), "stop cluster");
 }
 
 // p50 of one-at-a-time operations, in microseconds.
@@ -705,6 +513,42 @@ void MemorySection() {
   Check(cluster->Stop(), "stop cluster");
 }
 
+// The key-batch sections' view of this program's flags and clusters.
+bench::SectionEnv SectionEnvFromFlags(const std::string& raw_endpoint,
+                                      int raw_pid) {
+  bench::SectionEnv env;
+  env.raw_endpoint = raw_endpoint;
+  env.raw_pid = raw_pid;
+  env.seconds = absl::GetFlag(FLAGS_seconds);
+  env.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  env.servers.clear();
+  for (int servers : {1, 2}) {
+    if (absl::GetFlag(FLAGS_servers).find(absl::StrCat(servers)) !=
+        std::string::npos) {
+      env.servers.push_back(servers);
+    }
+  }
+  env.start = [](int servers, const std::string& tag) {
+    return StartCluster(servers, tag);
+  };
+  env.connect = [](const LocalCluster& cluster) { return Connect(cluster); };
+  return env;
+}
+
+std::vector<int> Ints(const std::vector<std::string>& flag, const char* name) {
+  std::vector<int> out;
+  for (const std::string& s : flag) {
+    int v;
+    if (!absl::SimpleAtoi(s, &v) || v <= 0) {
+      std::fprintf(stderr, "--%s: '%s' is not a positive number\n", name,
+                   s.c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace downpour
 
@@ -715,28 +559,45 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   downpour::TuneAllocatorForLargeMessages();
   // The raw ZeroMQ peer is forked before any thread starts.
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    downpour::RawServer(fds[1]);
-  }
-  close(fds[1]);
-  char ep[256] = {0};
-  if (read(fds[0], ep, sizeof(ep)) <= 0) return 1;
-  close(fds[0]);
+  pid_t child = -1;
+  const std::string ep = downpour::bench::StartRawServer(&child);
+  if (ep.empty()) return 1;
 
   const std::string sections = absl::GetFlag(FLAGS_sections);
+  auto wants = [&](const char* name) {
+    return sections.find(name) != std::string::npos;
+  };
   std::printf("# ps_bench (%s)\n", absl::FormatTime(absl::Now()).c_str());
-  if (sections.find("dense") != std::string::npos) downpour::DenseSection(ep);
-  if (sections.find("sparse") != std::string::npos) downpour::SparseSection();
-  if (sections.find("latency") != std::string::npos) downpour::LatencySection();
-  if (sections.find("memory") != std::string::npos) downpour::MemorySection();
-  if (sections.find("replication") != std::string::npos) {
-    downpour::ReplicationSection(ep);
+  const downpour::bench::SectionEnv env =
+      downpour::SectionEnvFromFlags(ep, child);
+  if (wants("dense")) downpour::DenseSection(ep);
+  if (wants("sparse")) {
+    downpour::bench::SparseOptions o;
+    o.dists = absl::GetFlag(FLAGS_sparse_dists);
+    o.widths =
+        downpour::Ints(absl::GetFlag(FLAGS_sparse_widths), "sparse_widths");
+    o.batch = std::max(1, absl::GetFlag(FLAGS_sparse_batch));
+    o.max_batches = std::max(2, absl::GetFlag(FLAGS_sparse_max_batches));
+    o.dense = absl::GetFlag(FLAGS_sparse_on_dense);
+    downpour::bench::SparseSection(env, o);
   }
-  downpour::RawClient(ep).Quit();
+  if (wants("keyed")) {
+    downpour::bench::KeyedOptions o;
+    o.keys = std::max<int64_t>(1, absl::GetFlag(FLAGS_keyed_keys));
+    o.strides =
+        downpour::Ints(absl::GetFlag(FLAGS_keyed_strides), "keyed_strides");
+    o.reps = std::max(1, absl::GetFlag(FLAGS_keyed_reps));
+    downpour::bench::KeyedSection(env, o);
+  }
+  if (wants("small") || wants("latency")) {
+    downpour::bench::SmallOptions o;
+    o.count = absl::GetFlag(FLAGS_small_count);
+    o.raw = absl::GetFlag(FLAGS_small_raw);
+    downpour::bench::SmallSection(env, o);
+  }
+  if (wants("memory")) downpour::MemorySection();
+  if (wants("replication")) downpour::ReplicationSection(ep);
+  downpour::bench::RawClient(ep).Quit();
   int status;
   waitpid(child, &status, 0);
   return 0;

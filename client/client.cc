@@ -110,13 +110,37 @@ struct OpState {
   }
 };
 
+// The positions in the caller's batch of a part's keys when they are not
+// one run of it: gathered into pooled buffers for the request, and
+// scattered back from the reply by the same positions. Immutable once
+// built; shared by the part, its retries and its reply callback.
+class Gathered {
+ public:
+  Gathered(Buffer positions, size_t count)
+      : positions_(std::move(positions)), count_(count) {}
+  absl::Span<const size_t> positions() const {
+    return absl::MakeConstSpan(
+        reinterpret_cast<const size_t*>(positions_.data()), count_);
+  }
+
+ private:
+  const Buffer positions_;
+  const size_t count_;
+};
+
 // A piece of an operation sent to one server: a key range, a contiguous
-// slice [first, first + count) of the caller's batch, or scattered indices.
+// slice [first, first + count) of the caller's batch, or scattered keys.
 struct Part {
-  bool is_range = false;
+  bool is_range = false;  // a part of a key-range operation
   Key begin = 0, end = 0;
   size_t first = 0, count = 0;
-  std::vector<size_t> indices;  // empty for ranges and slices
+  // Scattered keys (a batch's part that is not one run of it): their
+  // positions. Null for ranges and slices.
+  std::shared_ptr<const Gathered> gathered;
+  // A slice whose keys are k, k + 1, ..., k + count - 1: sent as the key
+  // range [k, k + count), without its keys (the server does the same to a
+  // range of keys as to the batch of them).
+  bool consecutive = false;
   NodeId server = kNoNode;
   int attempt = 0;
   // The write's sequence number, fixed at its first send so that a retry
@@ -126,7 +150,8 @@ struct Part {
   Key range_begin = 0, range_end = 0;
 
   size_t size() const {
-    return is_range ? end - begin : (indices.empty() ? count : indices.size());
+    return is_range ? end - begin
+                    : (gathered ? gathered->positions().size() : count);
   }
   // Offset, in keys, of a range or slice within the caller's arrays.
   size_t offset(const OpState& op) const {
@@ -134,19 +159,47 @@ struct Part {
   }
   Key first_key(const OpState& op) const {
     if (is_range) return begin;
-    return op.keys.batch()[indices.empty() ? first : indices[0]];
+    return op.keys.batch()[gathered ? gathered->positions()[0] : first];
   }
 };
 
 // The positions in the caller's batch that `scope` covers: all `size` of
 // them for a first routing (scope == nullptr), else the retried part's.
-std::vector<size_t> Positions(const Part* scope, size_t size) {
-  if (scope != nullptr && !scope->indices.empty()) return scope->indices;
-  const size_t first = scope ? scope->first : 0;
-  const size_t count = scope ? scope->count : size;
-  std::vector<size_t> all(count);
-  for (size_t i = 0; i < count; ++i) all[i] = first + i;
-  return all;
+Selection SelectionOf(const Part* scope, size_t size) {
+  if (scope == nullptr) return Selection::Slice(0, size);
+  if (scope->gathered) return Selection::List(scope->gathered->positions());
+  return Selection::Slice(scope->first, scope->count);
+}
+
+// Copies rows of `width` floats; fixed widths compile to a few moves
+// instead of a call to memcpy per row.
+using RowCopy = void (*)(float* dst, const float* src, size_t width);
+template <size_t kWidth>
+void CopyFixed(float* dst, const float* src, size_t) {
+  std::memcpy(dst, src, kWidth * sizeof(float));
+}
+void CopyAny(float* dst, const float* src, size_t width) {
+  std::memcpy(dst, src, width * sizeof(float));
+}
+RowCopy RowCopyFor(size_t width) {
+  switch (width) {
+    case 1:
+      return &CopyFixed<1>;
+    case 2:
+      return &CopyFixed<2>;
+    case 4:
+      return &CopyFixed<4>;
+    case 8:
+      return &CopyFixed<8>;
+    case 16:
+      return &CopyFixed<16>;
+    case 32:
+      return &CopyFixed<32>;
+    case 64:
+      return &CopyFixed<64>;
+    default:
+      return &CopyAny;
+  }
 }
 
 // Runs closures after a delay on one thread (retries must not block the
@@ -353,6 +406,7 @@ class ClientImpl final : public Client {
       if (map_ != nullptr && view->epoch() <= map_->epoch()) return;
       old = map_;
       map_ = view;
+      epoch_.store(view->epoch(), std::memory_order_release);
     }
     if (old == nullptr || data_ == nullptr) return;
     // Requests in flight to a server the map now calls dead will get no
@@ -411,6 +465,10 @@ class ClientImpl final : public Client {
               OutgoingRequest req, absl::Time deadline,
               DataClient::ReplyCallback done) {
     data_->Send(endpoint, std::move(req), deadline, std::move(done));
+    // Without the map's lock when it has not moved (nearly always). If
+    // this misses a new map, its Reset was queued after this send (the
+    // data client's lock orders the two) and fails it.
+    if (epoch_.load(std::memory_order_acquire) == routed_epoch) return;
     std::shared_ptr<const ClusterMapView> now = Map();
     if (now->epoch() == routed_epoch) return;
     const proto::NodeInfo* n = now->FindNode(server);
@@ -461,8 +519,14 @@ class ClientImpl final : public Client {
   void RouteSyncedBatch(const std::shared_ptr<OpState>& op, const Part* scope,
                         const proto::TableMap& table,
                         const ClusterMapView& map);
+  // A batch's parts, cut at `max_rows` keys (and options_.part_bytes).
+  void RouteBatch(const std::shared_ptr<OpState>& op, const Part* scope,
+                  const proto::TableMap& table, const ClusterMapView& map,
+                  size_t max_rows);
+  // Sends one part; a scattered part's frames may come gathered already.
   void Send(const std::shared_ptr<OpState>& op, Part part,
-            const ClusterMapView& map);
+            const ClusterMapView& map, Payload key_frame = Payload(),
+            Payload value_frame = Payload());
   // A vector command's part: the command restricted to the part's keys.
   void SendVector(const std::shared_ptr<OpState>& op, Part part,
                   const ClusterMapView& map, const proto::NodeInfo& node);
@@ -489,6 +553,7 @@ class ClientImpl final : public Client {
 
   mutable absl::Mutex map_mu_;
   std::shared_ptr<const ClusterMapView> map_ ABSL_GUARDED_BY(map_mu_);
+  std::atomic<Epoch> epoch_{0};  // map_'s, set with it
 
   absl::Mutex ops_mu_;
   absl::flat_hash_map<Ticket, std::shared_ptr<OpState>> ops_
@@ -710,15 +775,14 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
              !t.allow_non_finite) {
     // Checked here too (the servers check each part), so that a bad
     // gradient is refused whole, before any part of it is applied.
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (std::isfinite(in[i])) continue;
+    const size_t i = FirstNonFinite(in);
+    if (i < in.size()) {
       const size_t row = i / t.width;
       const Key key = keys.is_range() ? keys.begin() + row : keys.batch()[row];
       invalid = absl::InvalidArgumentError(absl::StrCat(
           OpName(op), " table '", t.name, "': the gradient of key ", key,
           " (column ", i % t.width, ") is ", in[i],
           "; pushes must be finite (TableOptions::allow_non_finite)"));
-      break;
     }
   }
   if (!invalid.ok()) {
@@ -787,11 +851,6 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
         absl::StrCat(OpName(op->op), " table '", op->table.name, "': key ", k,
                      " is outside the table's key space")));
   };
-  auto fail = [&](const absl::Status& s) {
-    op->Fail(Annotate(
-        s, absl::StrCat(OpName(op->op), " table '", op->table.name, "'")));
-  };
-
   if (op->keys.is_range()) {
     const Key b = scope ? scope->begin : op->keys.begin();
     const Key e = scope ? scope->end : op->keys.end();
@@ -817,32 +876,107 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
     return;
   }
 
-  // Batch: group key indices by owning range, in the caller's order.
-  absl::Span<const Key> keys = op->keys.batch();
+  // Batch: split by owning range, in the caller's order.
   if (op->op == proto::PUSH && op->clock >= 0 &&
       table->spec().sync_workers() > 0 &&
       table->spec().kind() == proto::SPARSE) {
     return RouteSyncedBatch(op, scope, *table, *map);
   }
-  absl::StatusOr<std::vector<OwnerGroup>> groups =
-      SplitByOwner(*table, keys, Positions(scope, keys.size()));
-  if (!groups.ok()) return fail(groups.status());
-  for (const OwnerGroup& group : *groups) {
-    const std::vector<size_t>& idx = group.positions;
-    for (size_t c = 0; c < idx.size(); c += max_rows) {
-      const size_t n = std::min(max_rows, idx.size() - c);
-      Part p;
-      p.server = group.server;
-      p.attempt = scope ? scope->attempt : 0;
-      p.seq = scope ? scope->seq : 0;
-      if (idx[c + n - 1] - idx[c] == n - 1) {
-        p.first = idx[c];  // contiguous: zero-copy slice
-        p.count = n;
-      } else {
-        p.indices.assign(idx.begin() + c, idx.begin() + c + n);
+  RouteBatch(op, scope, *table, *map, max_rows);
+}
+
+void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
+                            const Part* scope, const proto::TableMap& table,
+                            const ClusterMapView& map, size_t max_rows) {
+  absl::Span<const Key> keys = op->keys.batch();
+  const Selection selection = SelectionOf(scope, keys.size());
+  const RangeLocator ranges(table);
+  // One pass over the keys; nothing is sent before every key is known to
+  // be in the key space, so a bad key fails the whole batch.
+  absl::StatusOr<BatchSplit> split = PlanSplit(ranges, keys, selection);
+  if (!split.ok()) {
+    op->Fail(Annotate(split.status(), absl::StrCat(OpName(op->op), " table '",
+                                                   op->table.name, "'")));
+    return;
+  }
+  const size_t width = op->table.width;
+  // Parts of about options_.part_bytes, so that this thread gathers the
+  // next part while the I/O thread sends the last and the server applies
+  // the one before. An exactly-once task add is cut only at the message
+  // limit: its copies must cut their keys alike.
+  size_t rows = max_rows;
+  if (options_.part_bytes > 0 && op->round == 0) {
+    rows = std::min(
+        rows, std::max<size_t>(1, options_.part_bytes /
+                                      (width * sizeof(float) + sizeof(Key))));
+  }
+  auto part_for = [&](int range) {
+    Part p;
+    p.server = ranges.server(range);
+    p.attempt = scope ? scope->attempt : 0;
+    p.seq = scope ? scope->seq : 0;
+    return p;
+  };
+  // A run of consecutive keys goes as a key range, except to a table that
+  // aggregates clocked pushes, where a batch and a range are not the same
+  // request (dense ones take ranges only).
+  const bool ranges_ok =
+      op->clock < 0 || table.spec().sync_workers() == 0 || !OpWrites(op->op);
+  if (split->runs && selection.list == nullptr) {
+    // Each range's keys are one run of the caller's arrays: slices of them,
+    // sent without copying.
+    for (const BatchSplit::Group& g : split->groups) {
+      for (size_t c = 0; c < g.count; c += rows) {
+        Part p = part_for(g.range);
+        p.first = selection.first + g.start + c;
+        p.count = std::min(rows, g.count - c);
+        p.consecutive =
+            ranges_ok &&
+            (split->consecutive || Consecutive(keys.data() + p.first, p.count));
+        Send(op, std::move(p), map);
       }
-      Send(op, std::move(p), *map);
     }
+    return;
+  }
+  // Scattered: each range's keys, values and positions are gathered into
+  // pooled buffers, a part at a time in the caller's order, and each part
+  // is sent as soon as it is full.
+  struct Open {
+    size_t capacity = 0, n = 0;
+    Buffer keys, values, positions;
+  };
+  absl::InlinedVector<size_t, 4> left(ranges.size(), 0);
+  for (const BatchSplit::Group& g : split->groups) left[g.range] = g.count;
+  absl::InlinedVector<Open, 4> open(ranges.size());
+  const bool writes = OpWrites(op->op);
+  const RowCopy copy = RowCopyFor(width);
+  const int only = split->groups.size() == 1 ? split->groups[0].range : -1;
+  for (size_t i = 0; i < selection.size(); ++i) {
+    const size_t pos = selection.at(i);
+    const Key k = keys[pos];
+    const int r = only >= 0 ? only : ranges.Find(k);
+    Open& o = open[r];
+    if (o.capacity == 0) {
+      o.capacity = std::min(rows, left[r]);
+      o.keys = pool_.Acquire(o.capacity * sizeof(Key));
+      o.positions = pool_.Acquire(o.capacity * sizeof(size_t));
+      if (writes) o.values = pool_.Acquire(o.capacity * width * sizeof(float));
+    }
+    reinterpret_cast<Key*>(o.keys.data())[o.n] = k;
+    reinterpret_cast<size_t*>(o.positions.data())[o.n] = pos;
+    if (writes) {
+      copy(reinterpret_cast<float*>(o.values.data()) + o.n * width,
+           op->in + pos * width, width);
+    }
+    if (++o.n < o.capacity) continue;
+    Part p = part_for(r);
+    p.gathered = std::make_shared<Gathered>(std::move(o.positions), o.n);
+    Payload key_frame = Payload::Own(std::move(o.keys));
+    Payload value_frame =
+        writes ? Payload::Own(std::move(o.values)) : Payload();
+    left[r] -= o.n;
+    o = Open();
+    Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
   }
 }
 
@@ -865,8 +999,13 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
   // parts go out in the same order on every run.
   SplitOptions split;
   split.every_range = scope == nullptr;
+  const Selection selection = SelectionOf(scope, keys.size());
+  std::vector<size_t> positions(selection.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    positions[i] = selection.at(i);
+  }
   absl::StatusOr<std::vector<OwnerGroup>> groups =
-      SplitByOwner(table, keys, Positions(scope, keys.size()), split);
+      SplitByOwner(table, keys, positions, split);
   if (!groups.ok()) {
     op->Fail(Annotate(groups.status(), absl::StrCat(OpName(op->op), " table '",
                                                     op->table.name, "'")));
@@ -904,14 +1043,17 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
       p.first = idx.empty() ? 0 : idx.front();  // contiguous: zero-copy
       p.count = idx.size();
     } else {
-      p.indices = idx;
+      Buffer b = pool_.Acquire(idx.size() * sizeof(size_t));
+      std::memcpy(b.data(), idx.data(), idx.size() * sizeof(size_t));
+      p.gathered = std::make_shared<Gathered>(std::move(b), idx.size());
     }
     Send(op, std::move(p), map);
   }
 }
 
 void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
-                      const ClusterMapView& map) {
+                      const ClusterMapView& map, Payload key_frame,
+                      Payload value_frame) {
   const proto::NodeInfo* node = map.FindNode(part.server);
   if (node == nullptr || node->state() != proto::ALIVE) {
     // No live server holds the range (a failover would have named one).
@@ -927,6 +1069,7 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
     return SendVector(op, std::move(part), map, *node);
   const size_t width = op->table.width;
   const size_t n = part.size();
+  const bool writes = OpWrites(op->op);
   OutgoingRequest req;
   proto::DataHeader& h = req.header;
   h.set_op(op->op);
@@ -939,7 +1082,7 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   h.set_vector_id(op->table.vector);
   h.set_round(op->round);
   h.set_task_id(op->task);
-  if (OpWrites(op->op)) {
+  if (writes) {
     if (part.seq == 0) part.seq = OpenSeq();
     h.set_client_id(client_id_);
     h.set_seq(part.seq);
@@ -949,43 +1092,54 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
     h.set_batch_range_begin(part.range_begin);
     h.set_batch_range_end(part.range_end);
   }
-  auto release = [op] { op->Release(); };
   if (part.is_range) {
     h.set_is_range(true);
     h.set_range_begin(part.begin);
     h.set_range_end(part.end);
+  } else if (part.consecutive && n > 0) {
+    const Key first = op->keys.batch()[part.first];
+    h.set_is_range(true);
+    h.set_range_begin(first);
+    h.set_range_end(first + n);
   }
-  if (part.indices.empty()) {
+  if (!part.gathered) {
+    // A range or a slice of the caller's arrays: referenced, not copied.
     const size_t off = part.offset(*op);
-    if (!part.is_range) {
+    auto release = [op] { op->Release(); };
+    if (!part.is_range && !part.consecutive) {
       op->Hold();
       req.keys = Payload::Borrow(op->keys.batch().data() + off, n * sizeof(Key),
                                  release);
     }
-    if (OpWrites(op->op)) {
+    if (writes) {
       op->Hold();
       req.values = Payload::Borrow(op->in + off * width,
                                    n * width * sizeof(float), release);
     }
+  } else if (key_frame.size() == n * sizeof(Key)) {
+    // Gathered by the caller (RouteBatch).
+    req.keys = std::move(key_frame);
+    req.values = std::move(value_frame);
   } else {
     // Scattered keys: gather into pooled buffers.
+    absl::Span<const size_t> pos = part.gathered->positions();
     Buffer kb = pool_.Acquire(n * sizeof(Key));
     Key* kd = reinterpret_cast<Key*>(kb.data());
-    for (size_t j = 0; j < n; ++j) kd[j] = op->keys.batch()[part.indices[j]];
+    for (size_t j = 0; j < n; ++j) kd[j] = op->keys.batch()[pos[j]];
     req.keys = Payload::Own(std::move(kb));
-    if (OpWrites(op->op)) {
+    if (writes) {
+      const RowCopy copy = RowCopyFor(width);
       Buffer vb = pool_.Acquire(n * width * sizeof(float));
       float* vd = reinterpret_cast<float*>(vb.data());
       for (size_t j = 0; j < n; ++j) {
-        std::memcpy(vd + j * width, op->in + part.indices[j] * width,
-                    width * sizeof(float));
+        copy(vd + j * width, op->in + pos[j] * width, width);
       }
       req.values = Payload::Own(std::move(vb));
     }
   }
   op->Hold();  // for the reply
   CountSent(req);
-  std::string endpoint = node->data_endpoint();
+  const std::string& endpoint = node->data_endpoint();
   const NodeId server = part.server;
   SendTo(endpoint, server, map.epoch(), std::move(req), op->deadline,
          [this, op, part = std::move(part), endpoint](
@@ -1048,13 +1202,13 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
       op->Release();
     });
   };
-  const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
   absl::Status outcome = status;
   if (outcome.ok()) {
     CountReceived(*reply);
     outcome = ReplyStatus(reply->header);
   }
   if (!outcome.ok()) {
+    const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
     if (may_retry && Retriable(outcome)) return retry();
     CloseSeq(part.seq);
     op->Fail(Annotate(outcome, context()));
@@ -1080,13 +1234,15 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
       op->Fail(absl::DataLossError(
           absl::StrCat(context(), ": reply holds ", reply->values.size(),
                        " floats, expected ", n * width)));
-    } else if (part.indices.empty()) {
+    } else if (!part.gathered) {
       std::memcpy(op->out + part.offset(*op) * width, reply->values.data(),
                   n * width * sizeof(float));
     } else {
+      absl::Span<const size_t> pos = part.gathered->positions();
+      const RowCopy copy = RowCopyFor(width);
+      const float* v = reply->values.data();
       for (size_t j = 0; j < n; ++j) {
-        std::memcpy(op->out + part.indices[j] * width,
-                    reply->values.data() + j * width, width * sizeof(float));
+        copy(op->out + pos[j] * width, v + j * width, width);
       }
     }
   }

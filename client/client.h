@@ -63,6 +63,12 @@ struct ClientOptions {
   absl::Duration op_timeout = absl::Seconds(30);
   // Parts larger than this are cut into several requests.
   size_t max_message_bytes = size_t{64} << 20;
+  // Key batches go in parts of about this many bytes (keys and values),
+  // so that the SDK gathers the next part while the last is on the wire
+  // and the server applies the one before. 0: cut only at
+  // max_message_bytes. Not for AddOnce (its copies must cut their keys
+  // alike) nor for a synced sparse push (one part per range).
+  size_t part_bytes = size_t{1} << 20;
   absl::Duration connect_timeout = absl::Seconds(30);
   // The cluster's security (common/auth.h): with a secret the data plane
   // uses CURVE and scheduler calls carry its token (a client without it is

@@ -104,5 +104,117 @@ TEST(SplitByOwnerTest, KeyOutsideTheKeySpaceIsOutOfRange) {
               StatusIs(absl::StatusCode::kOutOfRange));
 }
 
+TEST(RangeLocatorTest, FindsTheRangeOrNone) {
+  const RangeLocator ranges(Table());
+  ASSERT_EQ(ranges.size(), 3);
+  EXPECT_EQ(ranges.Find(0), 0);
+  EXPECT_EQ(ranges.Find(9), 0);
+  EXPECT_EQ(ranges.Find(10), 1);
+  EXPECT_EQ(ranges.Find(29), 2);
+  EXPECT_EQ(ranges.Find(30), -1);
+  EXPECT_EQ(ranges.server(1), 8u);
+  // Many ranges (a binary search), with a gap between two of them.
+  proto::TableMap many;
+  for (Key b = 0; b < 200; b += 10) {
+    if (b == 50) continue;  // the gap [50, 60)
+    proto::RangeAssignment* r = many.add_ranges();
+    r->set_begin(b);
+    r->set_end(b + 10);
+    r->set_primary(static_cast<NodeId>(b / 10));
+  }
+  const RangeLocator m(many);
+  for (Key k = 0; k < 210; ++k) {
+    const int r = m.Find(k);
+    if (k >= 200 || (k >= 50 && k < 60)) {
+      EXPECT_EQ(r, -1) << k;
+    } else {
+      ASSERT_GE(r, 0) << k;
+      EXPECT_EQ(m.server(r), k / 10) << k;
+    }
+  }
+  EXPECT_EQ(RangeLocator(proto::TableMap()).Find(0), -1);
+}
+
+TEST(PlanSplitTest, OneRangeIsOneRunAndSaysWhetherTheKeysAreConsecutive) {
+  const RangeLocator ranges(Table());
+  const std::vector<Key> run = {3, 4, 5, 6, 7};
+  ASSERT_OK_AND_ASSIGN(BatchSplit s,
+                       PlanSplit(ranges, run, Selection::Slice(0, 5)));
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0].range, 0);
+  EXPECT_EQ(s.groups[0].count, 5u);
+  EXPECT_EQ(s.groups[0].start, 0u);
+  EXPECT_TRUE(s.runs);
+  EXPECT_TRUE(s.consecutive);
+  ASSERT_OK_AND_ASSIGN(s, PlanSplit(ranges, run, Selection::Slice(1, 3)));
+  EXPECT_EQ(s.groups[0].count, 3u);
+  EXPECT_TRUE(s.consecutive);
+  const std::vector<Key> gaps = {3, 5, 4, 4};
+  ASSERT_OK_AND_ASSIGN(s, PlanSplit(ranges, gaps, Selection::Slice(0, 4)));
+  EXPECT_TRUE(s.runs);
+  EXPECT_FALSE(s.consecutive);
+}
+
+TEST(PlanSplitTest, SortedKeysOverSeveralRangesAreRuns) {
+  const RangeLocator ranges(Table());
+  const std::vector<Key> keys = {1, 2, 2, 15, 16, 22};
+  ASSERT_OK_AND_ASSIGN(BatchSplit s,
+                       PlanSplit(ranges, keys, Selection::Slice(0, 6)));
+  EXPECT_TRUE(s.runs);
+  EXPECT_FALSE(s.consecutive);
+  ASSERT_EQ(s.groups.size(), 3u);
+  EXPECT_EQ(s.groups[0].count, 3u);
+  EXPECT_EQ(s.groups[0].start, 0u);
+  EXPECT_EQ(s.groups[1].range, 1);
+  EXPECT_EQ(s.groups[1].count, 2u);
+  EXPECT_EQ(s.groups[1].start, 3u);
+  EXPECT_EQ(s.groups[2].start, 5u);
+}
+
+TEST(PlanSplitTest, ScatteredKeysAreCountedPerRange) {
+  const RangeLocator ranges(Table());
+  const std::vector<Key> keys = {25, 3, 12, 9, 3, 21, 0};
+  ASSERT_OK_AND_ASSIGN(BatchSplit s,
+                       PlanSplit(ranges, keys, Selection::Slice(0, 7)));
+  EXPECT_FALSE(s.runs);
+  ASSERT_EQ(s.groups.size(), 3u);
+  EXPECT_EQ(s.groups[0].count, 4u);
+  EXPECT_EQ(s.groups[1].count, 1u);
+  EXPECT_EQ(s.groups[2].count, 2u);
+  // Only positions 4 and 1 (a retried part).
+  const std::vector<size_t> some = {4, 1};
+  ASSERT_OK_AND_ASSIGN(s, PlanSplit(ranges, keys, Selection::List(some)));
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0].count, 2u);
+}
+
+TEST(PlanSplitTest, TheFirstKeyOutsideIsOutOfRange) {
+  const RangeLocator ranges(Table());
+  // Past the first blocks of the fast path, then in the key-by-key path.
+  std::vector<Key> keys(1000, 5);
+  keys[700] = 31;
+  keys[900] = 30;
+  auto s = PlanSplit(ranges, keys, Selection::Slice(0, keys.size()));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_EQ(s.status().message(), "key 31 is outside the table's key space");
+  keys[700] = 15;  // two ranges now: the key-by-key path finds key 30
+  s = PlanSplit(ranges, keys, Selection::Slice(0, keys.size()));
+  EXPECT_EQ(s.status().message(), "key 30 is outside the table's key space");
+  ASSERT_OK_AND_ASSIGN(BatchSplit empty,
+                       PlanSplit(ranges, keys, Selection::Slice(0, 0)));
+  EXPECT_TRUE(empty.groups.empty());
+}
+
+TEST(PlanSplitTest, ConsecutiveRuns) {
+  std::vector<Key> keys(1001);
+  std::iota(keys.begin(), keys.end(), Key{40});
+  EXPECT_TRUE(Consecutive(keys.data(), keys.size()));
+  EXPECT_TRUE(Consecutive(keys.data(), 0));
+  EXPECT_TRUE(Consecutive(keys.data() + 7, 1));
+  keys[998] = 2000;
+  EXPECT_FALSE(Consecutive(keys.data(), keys.size()));
+  EXPECT_TRUE(Consecutive(keys.data(), 998));
+}
+
 }  // namespace
 }  // namespace downpour

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -208,6 +209,139 @@ TEST_F(ClusterTest, RangeOperationsSpanServers) {
   EXPECT_EQ(b[6], v[300 * 3]);
   EXPECT_EQ(b[9], v[1 * 3]);
   EXPECT_EQ(b[12], 2.0f);
+}
+
+// Batches cut into parts of a few keys (ClientOptions::part_bytes): runs
+// of consecutive keys go as key ranges, scattered keys are gathered, keys
+// may repeat; every operation must land as if applied key by key in the
+// caller's order (a put of a key twice keeps the second), and every read
+// must come back in the caller's order. Checked against a model after each
+// operation.
+TEST_F(ClusterTest, BatchesInSmallPartsKeepTheCallersOrder) {
+  const uint32_t seed = TestSeed(7);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  constexpr uint32_t kWidth = 2;
+  constexpr uint64_t kDenseKeys = 300;  // three ranges of 100
+  ClientOptions co;
+  co.scheduler_address = suite_.cluster().scheduler_address();
+  co.part_bytes = 4 * (sizeof(Key) + kWidth * sizeof(float));  // 4 keys
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
+  TableOptions o;
+  o.name = "small_parts_dense";
+  o.width = kWidth;
+  o.num_keys = kDenseKeys;
+  o.handler = "sum";
+  ASSERT_OK_AND_ASSIGN(Table dense, client->CreateTable(o));
+  o.name = "small_parts_sparse";
+  o.sparse = true;
+  o.num_keys = 0;
+  ASSERT_OK_AND_ASSIGN(Table sparse, client->CreateTable(o));
+  std::mt19937_64 rng(seed);
+  absl::flat_hash_map<Key, std::vector<float>> model[2];
+  auto sparse_key = [](uint64_t i) {
+    return i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
+  };
+  // A batch: runs of consecutive keys, scattered keys and repeats.
+  auto batch = [&](bool on_sparse) {
+    std::vector<Key> keys;
+    const int pieces = 1 + rng() % 4;
+    for (int p = 0; p < pieces; ++p) {
+      const uint64_t start = rng() % kDenseKeys;
+      const int n = 1 + rng() % 40;
+      const bool run = rng() % 2;
+      for (int i = 0; i < n; ++i) {
+        const uint64_t id = run ? (start + i) % kDenseKeys : rng() % kDenseKeys;
+        keys.push_back(on_sparse ? sparse_key(id) : id);
+      }
+    }
+    if (rng() % 2 == 0) std::sort(keys.begin(), keys.end());
+    return keys;
+  };
+  for (int step = 0; step < 120; ++step) {
+    const bool on_sparse = rng() % 2;
+    const Table& t = on_sparse ? sparse : dense;
+    auto& m = model[on_sparse];
+    const std::vector<Key> keys = batch(on_sparse);
+    std::vector<float> vals(keys.size() * kWidth);
+    for (float& v : vals) v = static_cast<float>(static_cast<int>(rng() % 9));
+    const int op = rng() % 4;
+    absl::Status st;
+    std::vector<float> out(vals.size(), -1);
+    switch (op) {
+      case 0:
+        st = client->PutSync(t, keys, vals);
+        break;
+      case 1:
+        st = client->AddSync(t, keys, vals);
+        break;
+      case 2:
+        st = client->PushSync(t, keys, vals);
+        break;
+      default:
+        st = client->PullSync(t, keys, absl::MakeSpan(out));
+    }
+    ASSERT_OK(st) << "step " << step << " op " << op;
+    std::vector<float> want;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::vector<float>& row = m[keys[i]];
+      row.resize(kWidth, 0.0f);
+      for (uint32_t j = 0; j < kWidth; ++j) {
+        const float v = vals[i * kWidth + j];
+        if (op == 0) row[j] = v;
+        if (op == 1 || op == 2) row[j] += v;
+        if (op == 3) want.push_back(row[j]);
+      }
+    }
+    if (op == 3) EXPECT_EQ(out, want) << "step " << step;
+  }
+  // Every key touched, read back in one batch per table.
+  for (int on_sparse = 0; on_sparse < 2; ++on_sparse) {
+    std::vector<Key> keys;
+    std::vector<float> want;
+    for (const auto& [k, row] : model[on_sparse]) {
+      keys.push_back(k);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    std::vector<float> got(want.size());
+    ASSERT_OK(
+        client->GetSync(on_sparse ? sparse : dense, keys, absl::MakeSpan(got)));
+    EXPECT_EQ(got, want);
+  }
+}
+
+// Sorted batches on a dense table that the server reads without a row
+// lookup per key: runs of consecutive keys, and keys every 2 or 3 rows
+// (and repeats), each read from one pass over their span.
+TEST_F(ClusterTest, SortedBatchesReadTheirRows) {
+  constexpr uint32_t kWidth = 3;
+  constexpr uint64_t kKeys = 12000;  // three ranges of 4000
+  TableOptions o;
+  o.name = "sorted_reads";
+  o.width = kWidth;
+  o.num_keys = kKeys;
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
+  std::vector<float> all(kKeys * kWidth);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<float>(i);
+  ASSERT_OK(suite_.client().PutSync(t, Keys::Range(0, kKeys), all));
+  for (const uint64_t stride : {1, 2, 3}) {
+    std::vector<Key> keys;
+    for (Key k = 5; k < kKeys; k += stride) {
+      keys.push_back(k);
+      if (k % 1000 == 7) keys.push_back(k);  // a repeat now and then
+    }
+    // Runs of consecutive keys with gaps between them.
+    if (stride == 1) {
+      keys.erase(std::remove_if(keys.begin(), keys.end(),
+                                [](Key k) { return k % 100 < 3; }),
+                 keys.end());
+    }
+    std::vector<float> got(keys.size() * kWidth), want;
+    for (Key k : keys) {
+      for (uint32_t j = 0; j < kWidth; ++j) want.push_back(all[k * kWidth + j]);
+    }
+    ASSERT_OK(suite_.client().PullSync(t, keys, absl::MakeSpan(got)));
+    EXPECT_EQ(got, want) << "stride " << stride;
+  }
 }
 
 // Server-side vector algebra (Sandblaster): every command on vectors spread

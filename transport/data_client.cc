@@ -67,6 +67,9 @@ class DataClient::Loop {
                       std::greater<>>
       deadlines_;
   MultipartMessage msg_;
+  IncomingMessage reply_;     // reused: a header parsed into, per reply
+  std::deque<Queued> batch_;  // the queue taken from Send, being sent
+  std::deque<std::pair<size_t, std::pair<std::string, absl::Status>>> resets_;
   Buffer scratch_;
   std::string header_bytes_;
 };
@@ -105,9 +108,15 @@ DataClient::~DataClient() {
 
 void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
                       absl::Time deadline, ReplyCallback done) {
+  bool wake = false;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
+      // Only the first of a batch wakes the I/O thread: it takes the whole
+      // queue each time it reads the eventfd, so whatever joins a queue
+      // that is not empty goes out with it (a write to the eventfd is a
+      // system call per request otherwise).
+      wake = queue_.empty() && resets_.empty();
       queue_.push_back(
           Queued{endpoint, std::move(request), deadline, std::move(done)});
       done = nullptr;
@@ -119,18 +128,22 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
     done(absl::UnavailableError("data client is shutting down"), nullptr);
     return;
   }
-  uint64_t one = 1;
-  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
-  (void)unused;
+  if (wake) Wake();
 }
 
 void DataClient::Reset(const std::string& endpoint, absl::Status why) {
+  bool wake;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    wake = queue_.empty() && resets_.empty();
     // Applied after the sends queued before it, before those queued after.
     resets_.push_back({queue_.size(), {endpoint, std::move(why)}});
   }
+  if (wake) Wake();
+}
+
+void DataClient::Wake() {
   uint64_t one = 1;
   ssize_t unused = ::write(event_fd_, &one, sizeof(one));
   (void)unused;
@@ -189,11 +202,22 @@ void DataClient::Loop::SendOne(Queued q) {
   }
   pending_[id] = Pending{std::move(q.done), q.deadline, socket};
   deadlines_.emplace(q.deadline, id);
+  if (deadlines_.size() > 2 * pending_.size() + 1024) {
+    // Answered requests leave their deadline behind until it passes (the
+    // op timeout, tens of seconds): rebuilt from what is pending, so that
+    // a busy client's heap holds what is in flight, not every request of
+    // the last half minute.
+    std::vector<std::pair<absl::Time, uint64_t>> live;
+    live.reserve(pending_.size());
+    for (const auto& [pid, p] : pending_) live.emplace_back(p.deadline, pid);
+    deadlines_ = decltype(deadlines_)(std::greater<>(), std::move(live));
+  }
 }
 
 void DataClient::Loop::ReceiveFrom(void* socket) {
+  IncomingMessage& reply = reply_;
   while (msg_.Receive(socket, ZMQ_DONTWAIT)) {
-    IncomingMessage reply;
+    reply.values = {};
     if (msg_.size() != 2 ||
         !reply.header.ParseFromArray(msg_.data(0), msg_.frame_size(0))) {
       DP_LOG(WARNING) << "dropping malformed reply of " << msg_.size()
@@ -281,16 +305,19 @@ void DataClient::Loop::FailAll(const absl::Status& status) {
 }
 
 bool DataClient::Loop::DrainQueue() {
+  // Read before the queue is taken: a request queued after the swap below
+  // finds the queue empty and writes the eventfd again (see Send).
   uint64_t count;
   ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
   (void)unused;
-  std::deque<Queued> batch;
-  std::deque<std::pair<size_t, std::pair<std::string, absl::Status>>> resets;
+  // Swapped with the shared queue, so that neither allocates afresh.
+  std::deque<Queued>& batch = batch_;
+  auto& resets = resets_;
   bool stopping;
   {
     absl::MutexLock lock(&owner_->mu_);
     batch.swap(owner_->queue_);
-    resets.swap(owner_->resets_);
+    if (!owner_->resets_.empty()) resets.swap(owner_->resets_);
     stopping = owner_->stopping_;
   }
   for (size_t i = 0; i <= batch.size(); ++i) {
@@ -303,6 +330,7 @@ bool DataClient::Loop::DrainQueue() {
     }
     if (i < batch.size()) SendOne(std::move(batch[i]));
   }
+  batch.clear();
   return !stopping;
 }
 

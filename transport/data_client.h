@@ -79,6 +79,8 @@ class DataClient {
   class Loop;
 
   DataClient(const DataClientOptions& options, BufferPool* pool, int event_fd);
+  // Wakes the I/O thread (a write to the eventfd).
+  void Wake();
 
   const DataClientOptions options_;
   BufferPool* const pool_;

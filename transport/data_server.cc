@@ -235,6 +235,8 @@ void DataServer::Loop(Handler handler) {
   MultipartMessage msg;
   std::vector<transport_internal::Frame> frames;  // msg's, identity excluded
   Buffer key_scratch, value_scratch;
+  OutgoingReply reply;
+  IncomingMessage request;
   std::vector<zmq_pollitem_t> items = {{socket_, 0, ZMQ_POLLIN, 0},
                                        {nullptr, event_fd_, ZMQ_POLLIN, 0}};
   if (zap_ != nullptr) {
@@ -264,8 +266,13 @@ void DataServer::Loop(Handler handler) {
       const size_t bytes_in = msg.total_bytes(1);
       counters_.bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
 
-      OutgoingReply reply;
-      IncomingMessage request;
+      // Reused from one request to the next (a header is cleared, not
+      // built and destroyed, per request).
+      reply.header.Clear();
+      reply.values = Payload();
+      reply.deferred = false;
+      request.header.Clear();  // a frame-less message parses nothing
+      request.reply_token = 0;
       frames.clear();
       for (size_t i = 1; i < msg.size(); ++i) {
         frames.push_back({msg.data(i), msg.frame_size(i)});

@@ -45,6 +45,23 @@ absl::Status HandingOver(const std::string& table,
       ErrorReason::kHandingOver);
 }
 
+// Whether every key lies in `range`: four keys a step, no branch per key.
+bool AllIn(absl::Span<const Key> keys, KeyRange range) {
+  const Key lo = range.begin, span = range.end - range.begin;
+  const Key* k = keys.data();
+  const size_t n = keys.size();
+  uint64_t outside = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    outside |= static_cast<uint64_t>(k[i] - lo >= span) |
+               static_cast<uint64_t>(k[i + 1] - lo >= span) |
+               static_cast<uint64_t>(k[i + 2] - lo >= span) |
+               static_cast<uint64_t>(k[i + 3] - lo >= span);
+  }
+  for (; i < n; ++i) outside |= static_cast<uint64_t>(k[i] - lo >= span);
+  return outside == 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
@@ -159,7 +176,17 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
         return not_owner(named.begin);
       }
     }
-    for (Key k : v.keys) {
+    if (v.range == nullptr && !v.keys.empty() && v.keys[0] < space.end &&
+        h.batch_range_end() == 0) {
+      v.range = serving(v.keys[0]);
+    }
+    // The common case without a branch per key: the first key's range
+    // (inside the key space) holds them all. Otherwise the loop below
+    // finds the first key at fault.
+    const bool one_range =
+        v.range != nullptr && AllIn(v.keys, v.range->range());
+    if (!one_range && h.batch_range_end() == 0) v.range = nullptr;
+    for (Key k : one_range ? absl::Span<const Key>() : v.keys) {
       if (k >= space.end) return outside(k);
       if (v.range != nullptr && v.range->range().Contains(k)) continue;
       if (h.batch_range_end() > 0) return not_owner(k);
@@ -208,8 +235,8 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
       !spec.allow_non_finite()) {
     // A NaN or infinity would poison the row and its handler state (an
     // accumulator keeps it for good): refused, before anything changes.
-    for (size_t i = 0; i < request.values.size(); ++i) {
-      if (std::isfinite(request.values[i])) continue;
+    const size_t i = FirstNonFinite(request.values);
+    if (i < request.values.size()) {
       const size_t row = i / width;
       const Key key = v.is_range ? v.begin + row : v.keys[row];
       return absl::InvalidArgumentError(absl::StrCat(

@@ -63,16 +63,17 @@ bool SendPayload(void* socket, Payload* payload, int flags) {
   if (size == 0) {
     zmq_msg_init(&msg);
     if (auto release = payload->TakeReleaseCallback()) release();
+  } else if (size <= 256) {
+    // Tiny frames are cheaper to copy than to reference (an owned buffer
+    // then goes back to its pool on this thread, not on ZeroMQ's).
+    zmq_msg_init_size(&msg, size);
+    std::memcpy(zmq_msg_data(&msg), payload->data(), size);
+    *payload = Payload();
   } else if (payload->owned()) {
     void* data = const_cast<void*>(payload->data());
     PoolBlock* block = payload->DetachOwned();
     DP_TSAN_RELEASE(block);
     zmq_msg_init_data(&msg, data, size, &ReturnToPool, block);
-  } else if (size <= 256) {
-    // Tiny frames are cheaper to copy than to reference.
-    zmq_msg_init_size(&msg, size);
-    std::memcpy(zmq_msg_data(&msg), payload->data(), size);
-    if (auto release = payload->TakeReleaseCallback()) release();
   } else if (auto release = payload->TakeReleaseCallback()) {
     auto* hint = new std::function<void()>(std::move(release));
     DP_TSAN_RELEASE(hint);
