@@ -218,6 +218,15 @@ void RangeStore::PutRow(Key key, const float* values, size_t bytes,
 
 void RangeStore::Add(absl::Span<const Key> keys, const float* values,
                      uint32_t vector) {
+  if (!layout_->dense) {
+    const size_t w = width();
+    sparse_->TouchBatch(keys, SparseRows::Write::kAdd,
+                        [&](size_t i, SparseRows::Row r) {
+                          const float* v = values + i * w;
+                          for (size_t j = 0; j < w; ++j) r.values[j] += v[j];
+                        });
+    return;
+  }
   PrepareBatchWrite(keys, vector);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = layout_->dense
@@ -229,6 +238,16 @@ void RangeStore::Add(absl::Span<const Key> keys, const float* values,
 }
 
 void RangeStore::Push(absl::Span<const Key> keys, const float* grads) {
+  if (!layout_->dense) {
+    const UpdateHandler& h = *layout_->handler;
+    const size_t w = width();
+    // Pushes of keys not yet admitted are counted, not stored: no row.
+    sparse_->TouchBatch(keys, SparseRows::Write::kPush,
+                        [&](size_t i, SparseRows::Row r) {
+                          h.Apply(r.values, r.state, grads + i * w, 1, w);
+                        });
+    return;
+  }
   PrepareBatchWrite(keys, 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* state = nullptr;
@@ -257,12 +276,7 @@ absl::Status RangeStore::Get(absl::Span<const Key> keys, float* out,
     return absl::OkStatus();
   }
   sparse_->StartRequest();
-  absl::Status status;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    absl::Status s = sparse_->Read(keys[i], out + i * width());
-    if (!s.ok() && status.ok()) status = s;
-  }
-  return status;
+  return sparse_->ReadBatch(keys, out);
 }
 
 // Range operations: dense ranges take one contiguous pass; sparse ranges go

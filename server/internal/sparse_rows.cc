@@ -113,6 +113,65 @@ uint32_t SparseRows::Lookup(Key key) const {
   }
 }
 
+void SparseRows::LookupBatch(absl::Span<const Key> keys,
+                             uint32_t* slots) const {
+  const size_t n = keys.size();
+  if (index_.empty()) {
+    std::fill_n(slots, n, kNone);
+    return;
+  }
+  // Three stages, kAhead keys apart: hash and prefetch the index entry;
+  // read it and prefetch the slot; probe and prefetch the row. Each miss
+  // then overlaps the others' instead of following them.
+  constexpr size_t kAhead = 8;
+  const size_t mask = index_.size() - 1;
+  size_t home[kBatchBlock];
+  for (size_t i = 0; i < n + 2 * kAhead; ++i) {
+    if (i < n) {
+      home[i] = Mix(keys[i]) & mask;
+      __builtin_prefetch(&index_[home[i]]);
+    }
+    if (i >= kAhead && i - kAhead < n) {
+      const uint32_t s = index_[home[i - kAhead]];
+      if (s != kNone) __builtin_prefetch(&At(s));
+    }
+    if (i >= 2 * kAhead && i - 2 * kAhead < n) {
+      const size_t j = i - 2 * kAhead;
+      uint32_t s;
+      for (size_t h = home[j];; h = (h + 1) & mask) {
+        s = index_[h];
+        if (s == kNone || At(s).key == keys[j]) break;
+      }
+      slots[j] = s;
+      if (s != kNone) {
+        const Row r = RowAt(s);
+        __builtin_prefetch(r.values, 1);
+        if (r.state != nullptr) __builtin_prefetch(r.state, 1);
+      }
+    }
+  }
+}
+
+absl::Status SparseRows::ReadBatch(absl::Span<const Key> keys, float* out) {
+  uint32_t slots[kBatchBlock];
+  absl::Status status;
+  for (size_t b = 0; b < keys.size(); b += kBatchBlock) {
+    const size_t n = std::min(kBatchBlock, keys.size() - b);
+    LookupBatch(keys.subspan(b, n), slots);
+    for (size_t i = 0; i < n; ++i) {
+      float* dst = out + (b + i) * width_;
+      if (slots[i] != kNone) {
+        Use(slots[i]);
+        std::memcpy(dst, RowAt(slots[i]).values, width_ * sizeof(float));
+        continue;
+      }
+      absl::Status s = Read(keys[b + i], dst);
+      if (!s.ok() && status.ok()) status = s;
+    }
+  }
+  return status;
+}
+
 void SparseRows::Rehash(size_t capacity) {
   index_.assign(capacity, kNone);
   const size_t mask = capacity - 1;

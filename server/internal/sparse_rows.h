@@ -36,6 +36,7 @@
 #ifndef DOWNPOUR_SERVER_INTERNAL_SPARSE_ROWS_H_
 #define DOWNPOUR_SERVER_INTERNAL_SPARSE_ROWS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -134,6 +135,32 @@ class SparseRows {
   // Prepare covered the key (a backup's writes follow the primary's
   // decisions). Counts as use.
   Row Touch(Key key, Write write);
+  // Touch over a batch, calling fn(i, row) for each key i that has (or
+  // gets) a row. The same as Touch key by key, in order, but the lookups
+  // of the next keys are overlapped (a lookup is two cache misses: the
+  // index, then the row's slot; a batch of random ids is memory-bound).
+  template <typename F>
+  void TouchBatch(absl::Span<const Key> keys, Write write, F fn) {
+    uint32_t slots[kBatchBlock];
+    for (size_t b = 0; b < keys.size(); b += kBatchBlock) {
+      const size_t n = std::min(kBatchBlock, keys.size() - b);
+      LookupBatch(keys.subspan(b, n), slots);
+      for (size_t i = 0; i < n; ++i) {
+        // A key repeated in the block, or absent when looked up: created by
+        // the first Touch, found by the later ones.
+        uint32_t s = slots[i];
+        if (s == kNone || At(s).key != keys[b + i] || At(s).uses == 0) {
+          const Row r = Touch(keys[b + i], write);
+          if (r) fn(b + i, r);
+          continue;
+        }
+        Use(s);
+        fn(b + i, RowAt(s));
+      }
+    }
+  }
+  // Read over a batch (out: keys.size() rows), with overlapped lookups.
+  absl::Status ReadBatch(absl::Span<const Key> keys, float* out);
   // The values of `key` into out[width]: from memory, else the cold tier,
   // else its initial values. Creates nothing. Counts as use. A cold tier
   // that fails is the error (out then holds the initial values).
@@ -221,6 +248,10 @@ class SparseRows {
   // The index: open addressing over slot numbers, linear probing,
   // backward-shift deletion.
   uint32_t Lookup(Key key) const;  // kNone if absent
+  // Lookup of up to kBatchBlock keys into `slots`, with the index entries
+  // and slots of later keys prefetched while earlier ones are resolved.
+  static constexpr size_t kBatchBlock = 64;
+  void LookupBatch(absl::Span<const Key> keys, uint32_t* slots) const;
   void IndexInsert(Key key, uint32_t slot);
   void IndexErase(Key key);
   void Rehash(size_t capacity);
