@@ -1,0 +1,269 @@
+// embedding_bench: bounded sparse tables (TableSpec.bounds) on real
+// daemons.
+//
+//   bazel build -c opt //bench:embedding_bench //server:ps_server \
+//       //scheduler:ps_scheduler
+//   bazel-bin/bench/embedding_bench                  # both sections
+//   bazel-bin/bench/embedding_bench --sections=cold --ids=4000000
+//
+// Sections:
+//  - memory: bytes a row costs a server (its storage's own count, and the
+//    server's RSS growth) at width 16, for sgd (no state), row-wise Adagrad
+//    (one float) and Adagrad (a float per element), against the row's
+//    floats plus its handler state.
+//  - cold: a table ten times larger than its memory budget (a row cap of
+//    ids / 10 with LRU eviction to the cold tier) against the same table
+//    held wholly in memory, trained on the same Zipf(s) stream of ids
+//    (batches of distinct ids, pull then push, Adagrad); every id is
+//    written once first, so the capped table holds 90% of its rows in
+//    RocksDB. The goal: the capped table at half the speed or better.
+// Every loop is bounded; progress lines go to stderr.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "clicklog/zipf.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "cluster/server_admin_client.h"
+#include "common/malloc_tuning.h"
+#include "common/random.h"
+#include "launch/local_cluster.h"
+
+ABSL_FLAG(std::string, bin_dir, "", "folder with scheduler/ and server/");
+ABSL_FLAG(std::string, work_dir, "/tmp/embedding_bench", "daemons' files");
+ABSL_FLAG(std::string, sections, "memory,cold", "what to run");
+ABSL_FLAG(int64_t, rows, 1000000, "memory: rows written");
+ABSL_FLAG(int64_t, ids, 2000000, "cold: distinct ids of the table");
+ABSL_FLAG(int, batch, 10000, "cold: ids a batch (distinct)");
+ABSL_FLAG(double, zipf, 1.1, "cold: the ids' power law");
+ABSL_FLAG(double, seconds, 10, "cold: training time per table and round");
+ABSL_FLAG(int, rounds, 2, "cold: in-memory and capped, alternated");
+ABSL_FLAG(int, servers, 2, "servers");
+
+namespace downpour {
+namespace {
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+Key IdKey(uint64_t id) { return SplitMix64(id) % (kKeySpaceEnd - 1); }
+
+std::unique_ptr<LocalCluster> StartCluster(const std::string& name,
+                                           bool durable) {
+  LocalClusterOptions o;
+  o.bin_dir = absl::GetFlag(FLAGS_bin_dir).empty()
+                  ? BinDirOfThisProgram()
+                  : absl::GetFlag(FLAGS_bin_dir);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir) + "/" + name;
+  std::system(("rm -rf " + o.work_dir + " && mkdir -p " + o.work_dir).c_str());
+  o.num_servers = absl::GetFlag(FLAGS_servers);
+  o.durable = durable;
+  o.server_flags = {"--max_table_bytes=0", "--minloglevel=1"};
+  o.scheduler_flags = {"--minloglevel=1"};
+  auto c = LocalCluster::Start(o);
+  Check(c.status(), "start cluster");
+  return std::move(*c);
+}
+
+uint64_t Rss(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/statm"));
+  uint64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+proto::TableStats Stats(LocalCluster& c, const std::string& table) {
+  SchedulerClient sched(c.scheduler_address());
+  auto map = sched.GetClusterMap();
+  Check(map.status(), "map");
+  proto::TableStats sum;
+  for (const auto& n : map->nodes()) {
+    if (n.role() != proto::SERVER) continue;
+    ServerAdminClient admin(n.admin_address());
+    auto stats = admin.GetStats(absl::Seconds(10));
+    Check(stats.status(), "stats");
+    for (const auto& t : stats->tables()) {
+      if (t.name() != table) continue;
+      sum.set_rows(sum.rows() + t.rows());
+      sum.set_allocated_bytes(sum.allocated_bytes() + t.allocated_bytes());
+      sum.set_cold_rows(sum.cold_rows() + t.cold_rows());
+      sum.set_evicted_rows(sum.evicted_rows() + t.evicted_rows());
+    }
+  }
+  return sum;
+}
+
+void MemorySection() {
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  std::printf(
+      "\n## Memory per row (width 16, %lld rows over %d servers, a bounded "
+      "table with LRU, every row written)\n\n",
+      static_cast<long long>(rows), absl::GetFlag(FLAGS_servers));
+  std::printf(
+      "| handler | floats + state (bytes) | storage bytes/row | RSS "
+      "bytes/row | storage / (floats + state) |\n|---|---|---|---|---|\n");
+  for (const auto& [handler, state] : std::vector<std::pair<std::string, int>>{
+           {"sgd", 0}, {"rowwise_adagrad", 1}, {"adagrad", 16}}) {
+    auto cluster = StartCluster("memory-" + handler, false);
+    std::vector<uint64_t> before;
+    for (int i = 0; i < cluster->num_servers(); ++i) {
+      before.push_back(Rss(cluster->server(i).pid()));
+    }
+    ClientOptions co;
+    co.scheduler_address = cluster->scheduler_address();
+    auto client = Client::Connect(co);
+    Check(client.status(), "connect");
+    TableOptions o;
+    o.name = "emb";
+    o.sparse = true;
+    o.width = 16;
+    o.handler = handler;
+    TableOptions::Bounds b;
+    b.max_rows = rows * 2;
+    b.eviction = "lru";
+    o.bounds = b;
+    auto t = (*client)->CreateTable(o);
+    Check(t.status(), "create");
+    std::vector<Key> keys(10000);
+    std::vector<float> g(keys.size() * 16, 0.01f);
+    for (int64_t r = 0; r < rows; r += keys.size()) {
+      for (size_t i = 0; i < keys.size(); ++i) keys[i] = IdKey(r + i);
+      Check((*client)->PushSync(*t, keys, g), "push");
+    }
+    const proto::TableStats s = Stats(*cluster, "emb");
+    uint64_t rss = 0;
+    for (int i = 0; i < cluster->num_servers(); ++i) {
+      rss += Rss(cluster->server(i).pid()) - before[i];
+    }
+    const double floats = (16 + state) * 4.0;
+    const double per_row = static_cast<double>(s.allocated_bytes()) / s.rows();
+    std::printf("| %s | %.0f | %.1f | %.1f | %.2f |\n", handler.c_str(), floats,
+                per_row, static_cast<double>(rss) / s.rows(), per_row / floats);
+    std::fflush(stdout);
+    client->reset();
+    Check(cluster->Stop(), "stop");
+  }
+}
+
+// Pull-then-push training of `batches` batches (or until the time is up)
+// on `t`; keys/s over both.
+double Train(Client& client, const Table& t, std::mt19937_64& rng,
+             const clicklog::ZipfSampler& zipf, absl::Duration budget) {
+  const int batch = absl::GetFlag(FLAGS_batch);
+  std::vector<Key> keys;
+  std::vector<float> values(batch * 16), grads(batch * 16, 0.01f);
+  absl::flat_hash_set<uint64_t> seen;
+  uint64_t done = 0;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < budget) {
+    keys.clear();
+    seen.clear();
+    while (static_cast<int>(keys.size()) < batch) {
+      const uint64_t id = zipf.Sample(rng(), [&] { return rng(); });
+      if (seen.insert(id).second) keys.push_back(IdKey(id));
+    }
+    Check(client.PullSync(t, keys, absl::MakeSpan(values)), "pull");
+    Check(client.PushSync(t, keys, grads), "push");
+    done += 2 * keys.size();
+  }
+  return done / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void ColdSection() {
+  const int64_t ids = absl::GetFlag(FLAGS_ids);
+  const double s = absl::GetFlag(FLAGS_zipf);
+  std::printf(
+      "\n## The cold tier (%lld ids, width 16, Adagrad, Zipf(%.2f) batches "
+      "of %d distinct ids, pull then push; capped: a cap of ids/10 rows, "
+      "LRU, the rest in RocksDB)\n\n",
+      static_cast<long long>(ids), s, absl::GetFlag(FLAGS_batch));
+  std::printf(
+      "| round | in memory (keys/s) | capped + cold tier (keys/s) | capped / "
+      "in memory | rows in memory | cold rows |\n|---|---|---|---|---|---|\n");
+  clicklog::ZipfSampler zipf(ids, s);
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    double rate[2] = {0, 0};
+    proto::TableStats capped_stats;
+    for (int capped = 0; capped < 2; ++capped) {
+      auto cluster = StartCluster(capped ? "capped" : "memory", capped);
+      ClientOptions co;
+      co.scheduler_address = cluster->scheduler_address();
+      auto client = Client::Connect(co);
+      Check(client.status(), "connect");
+      TableOptions o;
+      o.name = "emb";
+      o.sparse = true;
+      o.width = 16;
+      o.handler = "adagrad";
+      if (capped) {
+        TableOptions::Bounds b;
+        b.max_rows = ids / 10;
+        b.eviction = "lru";
+        b.cold_tier = true;
+        o.bounds = b;
+      }
+      auto t = (*client)->CreateTable(o);
+      Check(t.status(), "create");
+      // Every id once (in batches smaller than a range's cap).
+      std::vector<Key> keys(std::min<int64_t>(10000, ids / 40));
+      std::vector<float> g(keys.size() * 16, 0.01f);
+      for (int64_t r = 0; r < ids; r += keys.size()) {
+        const size_t n = std::min<int64_t>(keys.size(), ids - r);
+        keys.resize(n);
+        for (size_t i = 0; i < n; ++i) keys[i] = IdKey(r + i);
+        g.resize(n * 16);
+        Check((*client)->PushSync(*t, keys, g), "fill");
+        if (r % 500000 == 0) {
+          std::fprintf(stderr, "  cold: %s, filled %lld of %lld ids\n",
+                       capped ? "capped" : "in memory",
+                       static_cast<long long>(r), static_cast<long long>(ids));
+        }
+      }
+      std::mt19937_64 rng(round * 7 + 1);
+      rate[capped] = Train(**client, *t, rng, zipf,
+                           absl::Seconds(absl::GetFlag(FLAGS_seconds)));
+      if (capped) capped_stats = Stats(*cluster, "emb");
+      std::fprintf(stderr, "  cold: round %d, %s: %.2fM keys/s\n", round,
+                   capped ? "capped" : "in memory", rate[capped] / 1e6);
+      client->reset();
+      Check(cluster->Stop(), "stop");
+    }
+    std::printf("| %d | %.2fM | %.2fM | %.2f | %llu | %llu |\n", round,
+                rate[0] / 1e6, rate[1] / 1e6, rate[1] / rate[0],
+                static_cast<unsigned long long>(capped_stats.rows()),
+                static_cast<unsigned long long>(capped_stats.cold_rows()));
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+}  // namespace downpour
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  downpour::TuneAllocatorForLargeMessages();
+  const std::string sections = absl::GetFlag(FLAGS_sections);
+  std::printf("# embedding_bench (%s)\n",
+              absl::FormatTime(absl::Now()).c_str());
+  if (sections.find("memory") != std::string::npos) {
+    downpour::MemorySection();
+  }
+  if (sections.find("cold") != std::string::npos) downpour::ColdSection();
+  return 0;
+}
