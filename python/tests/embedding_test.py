@@ -11,6 +11,9 @@ Client and model, as in torch_test.py.
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
 import threading
 
 import numpy as np
@@ -471,3 +474,70 @@ def test_trains_beside_distributed_model(mode):
         assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
         if mode == "ssp":
             assert staleness <= 1
+
+
+def _psctl_tables(scheduler: str) -> dict:
+    """psctl tables -o json, by table name."""
+    out = subprocess.run(
+        [os.path.join(bin_dir(), "psctl", "psctl"), "tables", "-o", "json",
+         f"--scheduler={scheduler}", "--interval_ms=0"],
+        check=True, capture_output=True, text=True, timeout=60).stdout
+    return {t["spec"]["name"]: t for t in json.loads(out)["tables"]}
+
+
+@pytest.mark.parametrize("policy,bound", [("asp", None), ("ssp:1", 1)])
+def test_hybrid_dense_bsp_embeddings_of_their_own_policy(policy, bound):
+    """The hybrid: a BSP job whose dense layer is aggregated per step (bit
+    for bit the same on every worker) while its embedding table keeps a
+    policy of its own (applied on arrival, staleness bounded by its own
+    bound): declared per table, filled in by the scheduler, measured per
+    table by the servers and shown by psctl."""
+    workers, steps = 2, 30
+    ids_all, y_all = click_data(9, n=1024)
+    name = fresh("hybrid")
+
+    def body(i, member, client):
+        torch.manual_seed(3)
+        emb = dpt.FieldEmbedding(3, 4, client=client, name=f"{name}/emb",
+                                 optimizer=dpt.Adagrad(0.2),
+                                 init="uniform", init_a=-0.1, init_b=0.1,
+                                 consistency=policy)
+        net = ClickNet(emb)
+        model = dpt.DistributedModel(net, client, member,
+                                     optimizer=dpt.SGD(lr=0.2), name=name)
+        losses = []
+        for step in range(steps):
+            b = (step * workers + member.rank) * 32 % len(y_all)
+            loss = F.binary_cross_entropy_with_logits(
+                model(ids_all[b:b + 32]), y_all[b:b + 32])
+            loss.backward()
+            model.step(loss.item(), examples=32)
+            losses.append(loss.item())
+        model.finish()
+        model.pull()
+        return (losses, emb.table.consistency,
+                {k: v.clone() for k, v in net.fc.state_dict().items()})
+
+    with job(name, "bsp", workers) as cluster:
+        got = run_workers(cluster, workers, body)
+        tables = _psctl_tables(cluster.scheduler_address)
+    emb_table = tables[f"{name}/emb"]
+    assert emb_table["policy"] == policy
+    assert emb_table["spec"]["sync_workers"] == 0  # applied on arrival
+    dense = [t for n, t in tables.items()
+             if n.startswith(f"{name}/") and n != f"{name}/emb"]
+    assert dense and all(t["policy"] == "bsp" and
+                         t["spec"]["sync_workers"] == workers for t in dense)
+    # (proto3 JSON writes 64-bit numbers as strings)
+    assert int(emb_table["aggregated_steps"]) == 0
+    assert all(int(t["aggregated_steps"]) > 0 for t in dense)
+    if bound is not None:
+        assert int(emb_table["max_staleness"]) <= bound, emb_table
+    # The dense layer: the same on every worker, bit for bit.
+    _, consistency0, fc0 = got[0]
+    for rank in range(workers):
+        losses, consistency, fc = got[rank]
+        assert consistency == policy
+        for k in fc0:
+            assert torch.equal(fc[k], fc0[k]), (rank, k)
+        assert np.mean(losses[-10:]) < np.mean(losses[:10]), losses
