@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace downpour {
 namespace storage {
@@ -101,6 +102,39 @@ absl::Status ColdRange::Put(uint64_t key, absl::Span<const float> row) {
       absl::string_view(reinterpret_cast<const char*>(row.data()),
                         row.size() * sizeof(float)),
       {.sync = false, .wal = false});
+}
+
+absl::Status ColdRange::PutBatch(absl::Span<const uint64_t> keys,
+                                 absl::Span<const float> rows) {
+  WriteBatch batch;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    batch.Put(Key(keys[i]),
+              absl::string_view(
+                  reinterpret_cast<const char*>(rows.data() + i * row_floats_),
+                  row_floats_ * sizeof(float)));
+  }
+  return store_->db().Write(&batch, {.sync = false, .wal = false});
+}
+
+absl::Status ColdRange::GetBatch(absl::Span<const uint64_t> keys,
+                                 absl::Span<float> rows,
+                                 std::vector<bool>* found) {
+  std::vector<std::string> k(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) k[i] = Key(keys[i]);
+  found->assign(keys.size(), false);
+  absl::Status bad;
+  DP_RETURN_IF_ERROR(
+      store_->db().MultiGet(k, [&](size_t i, absl::string_view v) {
+        if (v.size() != row_floats_ * sizeof(float)) {
+          bad = absl::DataLossError(absl::StrCat(
+              "cold tier ", store_->dir(), ": row of key ", keys[i],
+              " of table ", table_, " has ", v.size(), " bytes"));
+          return;
+        }
+        std::memcpy(rows.data() + i * row_floats_, v.data(), v.size());
+        (*found)[i] = true;
+      }));
+  return bad;
 }
 
 absl::StatusOr<bool> ColdRange::Get(uint64_t key, absl::Span<float> row) {

@@ -71,6 +71,14 @@ class ColdRange {
             size_t row_floats);
 
   absl::Status Put(uint64_t key, absl::Span<const float> row);
+  // Puts of `keys.size()` rows (rows: one after another) as one write.
+  absl::Status PutBatch(absl::Span<const uint64_t> keys,
+                        absl::Span<const float> rows);
+  // Gets of several rows at once (one MultiGet): row i into
+  // rows[i * row_floats ...] and found[i]. kDataLoss for a stored row of
+  // the wrong size.
+  absl::Status GetBatch(absl::Span<const uint64_t> keys, absl::Span<float> rows,
+                        std::vector<bool>* found);
   // False if absent. kDataLoss for a stored row of the wrong size.
   absl::StatusOr<bool> Get(uint64_t key, absl::Span<float> row);
   absl::Status Delete(uint64_t key);

@@ -197,7 +197,7 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(
     // Rows are rewritten and deleted often: compactions on; point reads of
     // rows that exist (the server knows which keys are cold): a block cache
     // and Bloom filters; floats do not compress.
-    options.write_buffer_size = 16 << 20;
+    options.write_buffer_size = 32 << 20;
     options.max_write_buffer_number = 3;
     options.max_background_jobs = 2;
     options.compression = rocksdb::kNoCompression;
@@ -283,6 +283,7 @@ absl::Status Database::Scan(
   // them out of the block cache.
   r.fill_cache = false;
   r.readahead_size = 4 << 20;
+  r.total_order_seek = true;
   std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(r));
   for (it->Seek(S(prefix)); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
@@ -297,10 +298,30 @@ absl::Status Database::Scan(
   return Convert(&s, "scan");
 }
 
+absl::Status Database::MultiGet(
+    const std::vector<std::string>& keys,
+    const std::function<void(size_t, absl::string_view)>& fn) {
+  const size_t n = keys.size();
+  if (n == 0) return absl::OkStatus();
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) slices[i] = S(keys[i]);
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  rep_->db->MultiGet(rocksdb::ReadOptions(), rep_->db->DefaultColumnFamily(), n,
+                     slices.data(), values.data(), statuses.data());
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok()) return Convert(&statuses[i], "multiget");
+    fn(i, absl::string_view(values[i].data(), values[i].size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Database::ScanFrom(
     absl::string_view prefix, absl::string_view start,
     const std::function<bool(absl::string_view, absl::string_view)>& fn) {
   rocksdb::ReadOptions r;
+  r.total_order_seek = true;  // across prefixes (a cold tier's buckets)
   std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(r));
   for (it->Seek(S(start)); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();

@@ -35,6 +35,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -109,6 +110,12 @@ class Database {
   absl::Status Write(WriteBatch* batch, const WriteOptions& options);
   // kNotFound if absent.
   absl::StatusOr<std::string> Get(absl::string_view key);
+  // Gets of several keys at once (RocksDB's batched MultiGet: one pass
+  // through the memtables and files): calls fn(i, value) for each key i
+  // found. Absent keys are skipped; another error is returned.
+  absl::Status MultiGet(
+      const std::vector<std::string>& keys,
+      const std::function<void(size_t, absl::string_view)>& fn);
   // Calls fn(key, value) for every key that starts with `prefix`, in key
   // order, until it returns false. The views are valid during the call
   // only.

@@ -234,6 +234,12 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
     return;
   }
   if (forwards.empty()) return;
+  if (!OpWrites(v->op) && v->op != proto::VECTOR) {
+    // A read that moved rows between memory and the cold tier: the backups
+    // follow, but the reader need not wait (nothing it wrote is at stake).
+    replicator_->Hold(std::move(forwards), {}, 0, 0);
+    return;
+  }
   // Hold this reply, and those the request released, until every backup of
   // the ranges it wrote holds the write.
   std::vector<DeferredReply> held;
@@ -391,6 +397,21 @@ absl::Status Dispatcher::Apply(const Validated& v,
             : shard.PrepareWrite(*v.range, v.keys, WriteOf(v.op), -1, &room_);
     ForwardRoom(shard, v.range, room_, forwards);
     if (!made.ok()) return made;
+  }
+  if (OpReads(v.op) && !OpWrites(v.op) && store.sparse() != nullptr &&
+      store.sparse()->bounds().cold) {
+    // Cold rows read come back into memory ("on access"), so that the push
+    // that usually follows finds them there. Best effort: a read never
+    // fails for want of room, it is then served from the tier.
+    room_.clear();
+    const absl::Status made =
+        v.is_range
+            ? shard.PrepareWriteRange(*v.range, v.begin, v.end,
+                                      SparseRows::Write::kRead, -1, &room_)
+            : shard.PrepareWrite(*v.range, v.keys, SparseRows::Write::kRead, -1,
+                                 &room_);
+    ForwardRoom(shard, v.range, room_, forwards);
+    (void)made;
   }
   const float* in = v.values;
   if (!v.is_range && shard.layout().dense && OpWrites(v.op) &&

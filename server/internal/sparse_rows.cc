@@ -155,6 +155,8 @@ void SparseRows::LookupBatch(absl::Span<const Key> keys,
 absl::Status SparseRows::ReadBatch(absl::Span<const Key> keys, float* out) {
   uint32_t slots[kBatchBlock];
   absl::Status status;
+  std::vector<Key> cold;
+  std::vector<size_t> cold_at;
   for (size_t b = 0; b < keys.size(); b += kBatchBlock) {
     const size_t n = std::min(kBatchBlock, keys.size() - b);
     LookupBatch(keys.subspan(b, n), slots);
@@ -163,10 +165,26 @@ absl::Status SparseRows::ReadBatch(absl::Span<const Key> keys, float* out) {
       if (slots[i] != kNone) {
         Use(slots[i]);
         std::memcpy(dst, RowAt(slots[i]).values, width_ * sizeof(float));
-        continue;
+      } else if (cold_ != nullptr && cold_keys_.contains(keys[b + i])) {
+        cold.push_back(keys[b + i]);
+        cold_at.push_back(b + i);
+      } else {
+        init_->FillRow(keys[b + i], width_, dst);
       }
-      absl::Status s = Read(keys[b + i], dst);
-      if (!s.ok() && status.ok()) status = s;
+    }
+  }
+  if (cold.empty()) return status;
+  // The batch's cold rows in one read of the tier.
+  const size_t rf = RowFloats();
+  cold_buf_.resize(cold.size() * rf);
+  std::vector<bool> found;
+  status = cold_->GetBatch(cold, absl::MakeSpan(cold_buf_), &found);
+  for (size_t i = 0; i < cold.size(); ++i) {
+    float* dst = out + cold_at[i] * width_;
+    if (status.ok() && found[i]) {
+      std::memcpy(dst, cold_buf_.data() + i * rf, width_ * sizeof(float));
+    } else {
+      init_->FillRow(cold[i], width_, dst);
     }
   }
   return status;
@@ -293,26 +311,36 @@ uint32_t SparseRows::NewSlot(Key key) {
   return slot;
 }
 
-absl::Status SparseRows::Remove(uint32_t slot) {
-  const Key key = At(slot).key;
+absl::Status SparseRows::Remove(absl::Span<const uint32_t> slots) {
+  if (slots.empty()) return absl::OkStatus();
   if (cold_ != nullptr) {
-    const Row r = RowAt(slot);
-    std::memcpy(row_buf_.data(), r.values, width_ * sizeof(float));
-    if (state_width_) {
-      std::memcpy(row_buf_.data() + width_, r.state,
-                  state_width_ * sizeof(float));
+    // One write for all of them: a RocksDB write per row costs more than
+    // the rest of the eviction together.
+    const size_t rf = RowFloats();
+    cold_buf_.resize(slots.size() * rf);
+    cold_keys_buf_.resize(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const Row r = RowAt(slots[i]);
+      cold_keys_buf_[i] = At(slots[i]).key;
+      std::memcpy(cold_buf_.data() + i * rf, r.values, width_ * sizeof(float));
+      if (state_width_) {
+        std::memcpy(cold_buf_.data() + i * rf + width_, r.state,
+                    state_width_ * sizeof(float));
+      }
     }
-    absl::Status s = cold_->Put(key, row_buf_);
+    absl::Status s = cold_->PutBatch(cold_keys_buf_, cold_buf_);
     if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("cannot move key ", key,
-                                       " to the cold tier: ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("cannot move ", slots.size(),
+                                 " rows to the cold tier: ", s.message()));
     }
-    if (cold_keys_.insert(key).second) {
-      cold_count_.fetch_add(1, std::memory_order_relaxed);
+    for (Key k : cold_keys_buf_) {
+      if (cold_keys_.insert(k).second) {
+        cold_count_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
   }
-  FreeSlot(slot);
+  for (uint32_t s : slots) FreeSlot(s);
   return absl::OkStatus();
 }
 
@@ -327,26 +355,37 @@ void SparseRows::FreeSlot(uint32_t slot) {
 }
 
 absl::StatusOr<bool> SparseRows::BringBack(Key key) {
-  if (cold_ == nullptr || !cold_keys_.contains(key)) return false;
-  absl::StatusOr<bool> found = cold_->Get(key, absl::MakeSpan(row_buf_));
-  if (!found.ok()) return found.status();
-  if (!*found) {
-    // The key set and the tier disagree: trust the tier.
-    cold_keys_.erase(key);
-    cold_count_.fetch_sub(1, std::memory_order_relaxed);
-    return false;
+  std::vector<Key> back;
+  DP_RETURN_IF_ERROR(BringBack(absl::MakeConstSpan(&key, 1), &back));
+  return !back.empty();
+}
+
+absl::Status SparseRows::BringBack(absl::Span<const Key> keys,
+                                   std::vector<Key>* back) {
+  if (cold_ == nullptr || keys.empty()) return absl::OkStatus();
+  const size_t rf = RowFloats();
+  cold_buf_.resize(keys.size() * rf);
+  std::vector<bool> found;
+  DP_RETURN_IF_ERROR(cold_->GetBatch(keys, absl::MakeSpan(cold_buf_), &found));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (cold_keys_.erase(keys[i]) > 0) {
+      cold_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    // A key the set named but the tier lacks: the tier is the truth.
+    if (!found[i]) continue;
+    const uint32_t slot = NewSlot(keys[i]);
+    const Row r = RowAt(slot);
+    std::memcpy(r.values, cold_buf_.data() + i * rf, width_ * sizeof(float));
+    if (state_width_) {
+      std::memcpy(r.state, cold_buf_.data() + i * rf + width_,
+                  state_width_ * sizeof(float));
+    }
+    // The tier's copy stays, stale (the key set no longer names it): a
+    // delete per row would cost as much as the read; the next eviction
+    // overwrites it, and copies skip what the set does not name.
+    back->push_back(keys[i]);
   }
-  const uint32_t slot = NewSlot(key);
-  const Row r = RowAt(slot);
-  std::memcpy(r.values, row_buf_.data(), width_ * sizeof(float));
-  if (state_width_) {
-    std::memcpy(r.state, row_buf_.data() + width_,
-                state_width_ * sizeof(float));
-  }
-  cold_keys_.erase(key);
-  cold_count_.fetch_sub(1, std::memory_order_relaxed);
-  DP_RETURN_IF_ERROR(cold_->Delete(key));
-  return true;
+  return absl::OkStatus();
 }
 
 bool SparseRows::Victims(uint64_t count, absl::flat_hash_set<Key>* keep,
@@ -464,7 +503,7 @@ absl::Status SparseRows::Prepare(absl::Span<const Key> keys, Write write,
       back.push_back(k);
     } else if (counted) {
       batch_pushes_[k] = 1;
-    } else {
+    } else if (write != Write::kRead) {
       ++creates;
     }
   }
@@ -516,23 +555,16 @@ absl::Status SparseRows::Prepare(absl::Span<const Key> keys, Write write,
       }
     }
   }
-  for (uint32_t s : expired) {
-    const Key k = At(s).key;
-    DP_RETURN_IF_ERROR(Remove(s));
-    room->gone.push_back(k);
-    expired_.fetch_add(1, std::memory_order_relaxed);
-  }
-  for (uint32_t s : evicted) {
-    const Key k = At(s).key;
-    DP_RETURN_IF_ERROR(Remove(s));
-    room->gone.push_back(k);
-    evicted_.fetch_add(1, std::memory_order_relaxed);
-  }
-  for (Key k : back) {
-    absl::StatusOr<bool> b = BringBack(k);
-    if (!b.ok()) return b.status();
-    if (*b) room->back.push_back(k);
-  }
+  std::vector<Key> gone;
+  for (uint32_t s : expired) gone.push_back(At(s).key);
+  for (uint32_t s : evicted) gone.push_back(At(s).key);
+  expired.insert(expired.end(), evicted.begin(), evicted.end());
+  DP_RETURN_IF_ERROR(Remove(expired));
+  room->gone.insert(room->gone.end(), gone.begin(), gone.end());
+  expired_.fetch_add(expired.size() - evicted.size(),
+                     std::memory_order_relaxed);
+  evicted_.fetch_add(evicted.size(), std::memory_order_relaxed);
+  DP_RETURN_IF_ERROR(BringBack(back, &room->back));
   UpdateAccounting();
   return absl::OkStatus();
 }
@@ -598,12 +630,13 @@ void SparseRows::CopyRows(absl::Span<const Key> keys,
 }
 
 absl::Status SparseRows::Evict(absl::Span<const Key> keys) {
+  std::vector<uint32_t> slots;
   for (Key k : keys) {
     const uint32_t s = Lookup(k);
-    if (s == kNone) continue;
-    DP_RETURN_IF_ERROR(Remove(s));
-    evicted_.fetch_add(1, std::memory_order_relaxed);
+    if (s != kNone) slots.push_back(s);
   }
+  DP_RETURN_IF_ERROR(Remove(slots));
+  evicted_.fetch_add(slots.size(), std::memory_order_relaxed);
   UpdateAccounting();
   return absl::OkStatus();
 }
@@ -616,20 +649,21 @@ absl::Status SparseRows::Expire(size_t max_rows,
   }
   StartRequest();
   size_t walked = 0, done = 0;
+  std::vector<uint32_t> victims;
   uint32_t s = tail_;
   while (s != kNone && done < max_rows && walked < kMaxVictimWalk) {
     const uint32_t prev = At(s).prev;
     if (!Idle(At(s))) break;
     ++walked;
     if (pinned == nullptr || !pinned->contains(At(s).key)) {
-      const Key k = At(s).key;
-      DP_RETURN_IF_ERROR(Remove(s));
-      room->gone.push_back(k);
-      expired_.fetch_add(1, std::memory_order_relaxed);
+      victims.push_back(s);
       ++done;
     }
     s = prev;
   }
+  for (uint32_t v : victims) room->gone.push_back(At(v).key);
+  DP_RETURN_IF_ERROR(Remove(victims));
+  expired_.fetch_add(victims.size(), std::memory_order_relaxed);
   if (done > 0) UpdateAccounting();
   return absl::OkStatus();
 }
@@ -687,6 +721,21 @@ std::optional<uint64_t> SparseRows::Export(uint64_t cursor, size_t max_bytes,
     out->keys.clear();
     return std::nullopt;
   }
+  // Rows brought back leave a stale copy in the tier: only what the key set
+  // names is cold.
+  {
+    size_t kept = 0;
+    const size_t rf = RowFloats();
+    for (size_t i = 0; i < out->keys.size(); ++i) {
+      if (!cold_keys_.contains(out->keys[i])) continue;
+      out->keys[kept] = out->keys[i];
+      std::memmove(rows.data() + kept * rf, rows.data() + i * rf,
+                   rf * sizeof(float));
+      ++kept;
+    }
+    out->keys.resize(kept);
+    rows.resize(kept * rf);
+  }
   // Rows come as values and state each; a chunk holds all values, then all
   // state.
   const size_t n = out->keys.size();
@@ -740,19 +789,23 @@ absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
   const float* state = values + n * width_;
   if (kind == proto::RowChunkInfo::COLD) {
     if (cold_ == nullptr) return bad("cold rows for a range without a tier");
+    cold_keys_buf_.clear();
+    cold_buf_.clear();
     for (size_t i = 0; i < n; ++i) {
-      std::memcpy(row_buf_.data(), values + i * width_, width_ * sizeof(float));
-      if (state_width_) {
-        std::memcpy(row_buf_.data() + width_, state + i * state_width_,
-                    state_width_ * sizeof(float));
-      }
-      DP_RETURN_IF_ERROR(cold_->Put(keys[i], row_buf_));
-      if (cold_keys_.insert(keys[i]).second) {
+      // A row in memory here is newer than a cold copy (a checkpoint's copy
+      // of the tier holds stale rows of keys that were in memory).
+      if (Lookup(keys[i]) != kNone) continue;
+      cold_keys_buf_.push_back(keys[i]);
+      cold_buf_.insert(cold_buf_.end(), values + i * width_,
+                       values + (i + 1) * width_);
+      cold_buf_.insert(cold_buf_.end(), state + i * state_width_,
+                       state + (i + 1) * state_width_);
+    }
+    DP_RETURN_IF_ERROR(cold_->PutBatch(cold_keys_buf_, cold_buf_));
+    for (Key k : cold_keys_buf_) {
+      if (cold_keys_.insert(k).second) {
         cold_count_.fetch_add(1, std::memory_order_relaxed);
       }
-      // The tier's copy is the row now.
-      const uint32_t s = Lookup(keys[i]);
-      if (s != kNone) FreeSlot(s);
     }
     UpdateAccounting();
     return absl::OkStatus();
@@ -760,9 +813,9 @@ absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
   for (size_t i = 0; i < n; ++i) {
     uint32_t s = Lookup(keys[i]);
     if (s == kNone) {
+      // In memory now: the tier's copy, if any, is stale (see BringBack).
       if (cold_ != nullptr && cold_keys_.erase(keys[i]) > 0) {
         cold_count_.fetch_sub(1, std::memory_order_relaxed);
-        DP_RETURN_IF_ERROR(cold_->Delete(keys[i]));
       }
       ForgetPending(keys[i]);
       s = NewSlot(keys[i]);

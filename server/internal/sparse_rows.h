@@ -77,8 +77,9 @@ struct RangeBounds {
 class SparseRows {
  public:
   // What a write does to a row that is absent: a push counts towards its
-  // admission; a put or an add creates it at once.
-  enum class Write { kPut, kAdd, kPush };
+  // admission; a put or an add creates it at once. kRead: a read, which
+  // creates nothing but brings cold rows back (Prepare only).
+  enum class Write { kPut, kAdd, kPush, kRead };
   struct Row {
     float* values = nullptr;
     float* state = nullptr;
@@ -263,8 +264,8 @@ class SparseRows {
   void Unlink(uint32_t slot);
   void LinkFront(uint32_t slot);
   void Use(uint32_t slot);
-  // Takes `slot` out of memory: to the cold tier, or dropped.
-  absl::Status Remove(uint32_t slot);
+  // Takes `slots` out of memory: to the cold tier (one write), or dropped.
+  absl::Status Remove(absl::Span<const uint32_t> slots);
   // Unindexes and frees `slot` (its row is gone from memory).
   void FreeSlot(uint32_t slot);
   // Appends `count` eviction victims to `out`, rows named neither by
@@ -275,6 +276,9 @@ class SparseRows {
                std::vector<uint32_t>* out);
   // Brings cold `key` back into a new slot. False if it was not there.
   absl::StatusOr<bool> BringBack(Key key);
+  // The same for `keys` (one read); those brought back are appended to
+  // `back`.
+  absl::Status BringBack(absl::Span<const Key> keys, std::vector<Key>* back);
   // Counts a push of absent `key`: true when it is admitted now.
   bool CountPush(Key key);
   void ForgetPending(Key key);
@@ -314,6 +318,8 @@ class SparseRows {
   // Keys in the cold tier, so that an absent key costs no disk read.
   absl::flat_hash_set<Key> cold_keys_;
   std::vector<float> row_buf_;
+  std::vector<float> cold_buf_;     // rows to or from the tier, reused
+  std::vector<Key> cold_keys_buf_;  // their keys
   absl::flat_hash_set<Key> batch_;  // Prepare's keys, reused
   absl::flat_hash_map<Key, uint32_t> batch_pushes_;
 
