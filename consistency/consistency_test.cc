@@ -296,4 +296,28 @@ TEST(StalenessTest, BackupWorkersCountOnlyTheFastest) {
 }
 
 }  // namespace
+TEST(ConsistencyPolicyTest, ATableKeepsItsOwnPolicyOverTheJobsWorkers) {
+  auto job = ConsistencyPolicy::Parse("bsp", 0, 4, 1);
+  ASSERT_TRUE(job.ok());
+  proto::TableSpec spec;
+  // Not following the job: the job's policy (nothing to enforce).
+  spec.set_consistency(proto::ASP);
+  EXPECT_TRUE(job->ForTable(spec).is_bsp());
+  spec.set_follows_job(true);
+  const ConsistencyPolicy asp = job->ForTable(spec);
+  EXPECT_TRUE(asp.is_asp());
+  EXPECT_EQ(asp.sync_workers(), 0u);     // applied on arrival
+  EXPECT_EQ(asp.tracked_workers(), 5u);  // staleness over N + b
+  spec.set_consistency(proto::SSP);
+  spec.set_staleness(2);
+  const ConsistencyPolicy ssp = job->ForTable(spec);
+  EXPECT_EQ(ssp.bound(), 2);
+  EXPECT_TRUE(ssp.Allows(5, 3));
+  EXPECT_FALSE(ssp.Allows(6, 3));
+  EXPECT_EQ(ssp.num_workers, 4);
+  // Unspecified: the job's.
+  spec.set_consistency(proto::CONSISTENCY_UNSPECIFIED);
+  EXPECT_EQ(job->ForTable(spec).sync_workers(), 4u);
+}
+
 }  // namespace downpour

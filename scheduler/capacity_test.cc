@@ -138,5 +138,34 @@ TEST(CapacityTest, RefillOnlyChoosesServersWithRoom) {
   EXPECT_FALSE(Refill(&again, 2, nullptr, &excluded));
 }
 
+TEST(CapacityTest, ABoundedSparseTableCostsItsCap) {
+  proto::ClusterMap map = Servers(2, 10 << 20);  // 10 MiB each
+  proto::TableSpec spec;
+  spec.set_name("emb");
+  spec.set_kind(proto::SPARSE);
+  spec.set_width(16);
+  spec.mutable_handler()->set_name("adagrad");  // 16 floats of state
+  // Unbounded: nothing at declaration.
+  EXPECT_OK(CheckTableFits(map, Placed(map, spec, 1)));
+  // 100k rows over 2 ranges: 50k rows of (32 floats + 32 bytes) = 8 MB a
+  // server: fits in 10 MiB.
+  spec.mutable_bounds()->set_max_rows(100000);
+  const proto::TableMap placed = Placed(map, spec, 1);
+  EXPECT_OK(CheckTableFits(map, placed));
+  EXPECT_EQ(HeldBytes(placed, placed.ranges(0)), 50000u * (32 * 4 + 32));
+  // With a backup each server holds both ranges: 16 MB > 10 MiB.
+  absl::Status s = CheckTableFits(map, Placed(map, spec, 2));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'emb'"));
+  // max_bytes is the same cap in bytes.
+  spec.mutable_bounds()->set_max_rows(0);
+  spec.mutable_bounds()->set_max_bytes(int64_t{100000} * (32 * 4 + 32));
+  EXPECT_EQ(HeldBytes(Placed(map, spec, 1), placed.ranges(0)),
+            50000u * (32 * 4 + 32));
+  // Committed once in the map: the room left shrinks.
+  *map.add_tables() = placed;
+  EXPECT_EQ(CommittedBytes(map).at(1), 50000u * (32 * 4 + 32));
+}
+
 }  // namespace
 }  // namespace downpour

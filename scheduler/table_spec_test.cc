@@ -3,6 +3,7 @@
 // and the problem.
 #include "scheduler/table_spec.h"
 
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -137,6 +138,117 @@ TEST(TableSpecTest, HandlersAreCheckedAgainstThePlugins) {
   s = ValidateTableSpec(spec, {});
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), HasSubstr("learnin_rate"));
+}
+
+proto::TableSpec Sparse() {
+  proto::TableSpec spec;
+  spec.set_name("emb");
+  spec.set_kind(proto::SPARSE);
+  spec.set_width(16);
+  spec.mutable_handler()->set_name("adagrad");
+  return spec;
+}
+
+TEST(TableSpecTest, BoundsAreCheckedFieldByField) {
+  proto::TableSpec ok = Sparse();
+  ok.mutable_bounds()->set_max_rows(1000);
+  ok.mutable_bounds()->set_eviction(proto::SparseBounds::LRU);
+  ok.mutable_bounds()->set_admit_after(3);
+  ok.mutable_bounds()->set_ttl_clocks(100);
+  EXPECT_OK(ValidateTableShape(ok));
+  // Admission or a TTL alone bound a table too.
+  proto::TableSpec admit_only = Sparse();
+  admit_only.mutable_bounds()->set_admit_after(2);
+  EXPECT_OK(ValidateTableShape(admit_only));
+
+  struct Case {
+    std::function<void(proto::TableSpec*)> change;
+    const char* why;
+  };
+  const Case cases[] = {
+      {[](proto::TableSpec* s) { s->mutable_bounds()->set_max_rows(0); },
+       "a cap of 0 rows"},
+      {[](proto::TableSpec* s) { s->mutable_bounds()->set_max_rows(-1); },
+       "bounds.max_rows: -1 is negative"},
+      {[](proto::TableSpec* s) { s->mutable_bounds()->set_max_bytes(1 << 20); },
+       "not both"},
+      {[](proto::TableSpec* s) {
+         s->mutable_bounds()->set_max_rows(int64_t{1} << 41);
+       },
+       "beyond"},
+      {[](proto::TableSpec* s) { s->mutable_bounds()->set_ttl_seconds(-5); },
+       "bounds.ttl_seconds"},
+      {[](proto::TableSpec* s) {
+         s->mutable_bounds()->set_ttl_clocks(1);
+         s->mutable_bounds()->set_ttl_seconds(1);
+       },
+       "one TTL"},
+      {[](proto::TableSpec* s) { s->mutable_bounds()->set_admit_after(0); },
+       "bounds.admit_after: 0 not in [1"},
+      {[](proto::TableSpec* s) {
+         s->mutable_bounds()->set_admit_after(kMaxAdmitAfter + 1);
+       },
+       "bounds.admit_after"},
+      {[](proto::TableSpec* s) {
+         s->mutable_bounds()->set_eviction(
+             static_cast<proto::SparseBounds::Eviction>(9));
+       },
+       "unknown policy 9"},
+      {[](proto::TableSpec* s) { s->mutable_bounds()->set_cold_tier(true); },
+       ""},  // fine with a cap
+      {[](proto::TableSpec* s) {
+         s->set_kind(proto::DENSE);
+         s->set_num_keys(10);
+       },
+       "for sparse tables"},
+  };
+  for (const Case& c : cases) {
+    proto::TableSpec spec = Sparse();
+    spec.mutable_bounds()->set_max_rows(100);
+    spec.mutable_bounds()->set_admit_after(1);
+    c.change(&spec);
+    absl::Status s = ValidateTableShape(spec);
+    if (std::string(c.why).empty()) {
+      EXPECT_OK(s);
+      continue;
+    }
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << c.why;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.why));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("table 'emb'"));
+  }
+  // Eviction or a cold tier without a cap has nothing to make room under.
+  proto::TableSpec no_cap = Sparse();
+  no_cap.mutable_bounds()->set_ttl_clocks(5);
+  no_cap.mutable_bounds()->set_admit_after(1);
+  no_cap.mutable_bounds()->set_eviction(proto::SparseBounds::LFU);
+  EXPECT_THAT(ValidateTableShape(no_cap),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(TableSpecTest, ATablesOwnPolicyNeedsTheJobAndABound) {
+  proto::TableSpec spec = Sparse();
+  spec.set_follows_job(true);
+  spec.set_consistency(proto::SSP);
+  spec.set_staleness(2);
+  EXPECT_OK(ValidateTableShape(spec));
+  spec.set_staleness(-1);
+  EXPECT_THAT(ValidateTableShape(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  spec.set_staleness(0);
+  spec.set_consistency(proto::ASP);
+  EXPECT_OK(ValidateTableShape(spec));
+  spec.set_staleness(3);  // a bound for a policy without one
+  EXPECT_THAT(ValidateTableShape(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  spec.set_staleness(0);
+  spec.set_follows_job(false);
+  absl::Status s = ValidateTableShape(spec);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("follows_job"));
+  spec.set_follows_job(true);
+  spec.set_consistency(static_cast<proto::Consistency>(42));
+  EXPECT_THAT(ValidateTableShape(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
