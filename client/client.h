@@ -140,7 +140,8 @@ struct TableOptions {
     int64_t admit_after = 1;
     int64_t max_pending_ids = 0;
     // Evicted rows move to the servers' RocksDB (--data_dir) and come
-    // back when written; without it they are dropped (read as initial).
+    // back when read or written; without it they are dropped (read as
+    // initial values).
     bool cold_tier = false;
   };
   std::optional<Bounds> bounds;

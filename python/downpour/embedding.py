@@ -49,6 +49,14 @@ the hybrid of dense BSP and asynchronous embeddings. Outside a job (no
 DistributedModel) pushes carry no clock and a forward first waits for the
 previous push, so it reads its own writes.
 
+Bounded memory. ``bounds=dict(max_rows=..., eviction="lru", ...)`` declares
+the table with a row cap and the other bounds of ``Client.create_table``
+(max_rows, max_bytes, eviction, ttl_clocks, ttl_seconds, admit_after,
+max_pending_ids, cold_tier): the servers keep at most the cap in memory,
+evicting (or refusing writes), expiring, admitting ids by frequency, or
+moving rows to a cold tier. A row that left memory without a cold tier
+reads as its initial values again.
+
 Prefetch. ``layer.prefetch(next_input)`` pulls the next batch's rows while
 this step computes (``prefetch_loader`` does it around any iterable of
 batches). The values then miss the updates of the step in progress:
@@ -125,6 +133,22 @@ def _parse_consistency(consistency: Optional[str]):
                      f"{consistency!r}")
 
 
+_BOUNDS = ("max_rows", "max_bytes", "eviction", "ttl_clocks", "ttl_seconds",
+           "admit_after", "max_pending_ids", "cold_tier")
+
+
+def _check_bounds(bounds: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The table's memory bounds as create_table's keywords; a misspelt
+    name is an error here rather than a table left unbounded."""
+    if bounds is None:
+        return {}
+    unknown = sorted(set(bounds) - set(_BOUNDS))
+    if unknown:
+        raise ValueError(f"unknown bounds {unknown}; known: "
+                         f"{', '.join(_BOUNDS)}")
+    return dict(bounds)
+
+
 class _Pulled:
     """One lookup's rows: the batch's ids, their distinct values and keys,
     the local index of each id, the pulled values and the pull in flight.
@@ -158,7 +182,8 @@ class _SparseTable:
     def __init__(self, client: downpour.Client, name: str, width: int,
                  optimizer: Optional[ServerOptimizer], init: str,
                  init_a: float, init_b: float, init_seed: int,
-                 follows_job: bool, consistency: Optional[str]):
+                 follows_job: bool, consistency: Optional[str],
+                 bounds: Optional[Dict[str, Any]]):
         self.client = client
         self.width = width
         self.optimizer = optimizer or Adagrad(lr=0.05)
@@ -171,6 +196,7 @@ class _SparseTable:
             follows_job=follows_job)
         if consistency is not None:
             kwargs["consistency"] = consistency
+        kwargs.update(_check_bounds(bounds))
         self.table = client.create_table(name, **kwargs)
         self.follows_job = kwargs["follows_job"]
         self.model = None        # the DistributedModel taking part in
@@ -362,7 +388,8 @@ class _Layer(torch.nn.Module):
     def __init__(self, embedding_dim: int, client: downpour.Client, name: str,
                  optimizer: Optional[ServerOptimizer], init: str,
                  init_a: float, init_b: float, init_seed: int,
-                 follows_job: bool, consistency: Optional[str]):
+                 follows_job: bool, consistency: Optional[str],
+                 bounds: Optional[Dict[str, Any]]):
         super().__init__()
         if embedding_dim < 1:
             raise ValueError(f"embedding_dim must be >= 1, got "
@@ -370,7 +397,7 @@ class _Layer(torch.nn.Module):
         self.embedding_dim = embedding_dim
         self._table = _SparseTable(client, name, embedding_dim, optimizer,
                                    init, init_a, init_b, init_seed,
-                                   follows_job, consistency)
+                                   follows_job, consistency, bounds)
 
     @property
     def table(self) -> downpour.Table:
@@ -434,7 +461,8 @@ class Embedding(_Layer):
     table's; every worker uses the same), optimizer (the servers' rule,
     default Adagrad(0.05)), init / init_a / init_b / init_seed (the rows'
     initial values, a pure function of seed, key and column: torch's
-    N(0, 1) by default), follows_job, consistency (module docstring)."""
+    N(0, 1) by default), follows_job, consistency, bounds (module
+    docstring)."""
 
     def __init__(self, num_embeddings: Optional[int], embedding_dim: int,
                  padding_idx: Optional[int] = None,
@@ -446,7 +474,8 @@ class Embedding(_Layer):
                  init: str = "normal", init_a: float = 0.0,
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
-                 consistency: Optional[str] = None, feature: int = 0):
+                 consistency: Optional[str] = None, feature: int = 0,
+                 bounds: Optional[Dict[str, Any]] = None):
         _check_torch_args(max_norm, _weight, dtype)
         if padding_idx is not None and num_embeddings is not None:
             if padding_idx < 0:
@@ -454,7 +483,8 @@ class Embedding(_Layer):
             if not 0 <= padding_idx < num_embeddings:
                 raise ValueError("padding_idx must be within num_embeddings")
         super().__init__(embedding_dim, client, name, optimizer, init, init_a,
-                         init_b, init_seed, follows_job, consistency)
+                         init_b, init_seed, follows_job, consistency,
+                         bounds)
         self.num_embeddings = num_embeddings
         self.padding_idx = padding_idx
         self.scale_grad_by_freq = scale_grad_by_freq
@@ -501,7 +531,8 @@ class EmbeddingBag(_Layer):
                  init: str = "normal", init_a: float = 0.0,
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
-                 consistency: Optional[str] = None, feature: int = 0):
+                 consistency: Optional[str] = None, feature: int = 0,
+                 bounds: Optional[Dict[str, Any]] = None):
         _check_torch_args(max_norm, _weight, dtype)
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode has to be one of sum, mean or max, got "
@@ -512,7 +543,8 @@ class EmbeddingBag(_Layer):
             if not 0 <= padding_idx < num_embeddings:
                 raise ValueError("padding_idx must be within num_embeddings")
         super().__init__(embedding_dim, client, name, optimizer, init, init_a,
-                         init_b, init_seed, follows_job, consistency)
+                         init_b, init_seed, follows_job, consistency,
+                         bounds)
         self.num_embeddings = num_embeddings
         self.mode = mode
         self.scale_grad_by_freq = scale_grad_by_freq
@@ -568,10 +600,12 @@ class FieldEmbedding(_Layer):
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
                  consistency: Optional[str] = None,
+                 bounds: Optional[Dict[str, Any]] = None,
                  fields: Optional[Sequence[int]] = None,
                  cardinalities: Optional[Sequence[int]] = None):
         super().__init__(embedding_dim, client, name, optimizer, init, init_a,
-                         init_b, init_seed, follows_job, consistency)
+                         init_b, init_seed, follows_job, consistency,
+                         bounds)
         self.num_fields = num_fields
         self.fields = list(fields) if fields is not None else \
             list(range(num_fields))

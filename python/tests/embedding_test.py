@@ -541,3 +541,32 @@ def test_hybrid_dense_bsp_embeddings_of_their_own_policy(policy, bound):
         for k in fc0:
             assert torch.equal(fc[k], fc0[k]), (rank, k)
         assert np.mean(losses[-10:]) < np.mean(losses[:10]), losses
+
+
+def test_bounded_embedding_keeps_its_cap(cluster, client):
+    """A layer declared with bounds: the servers keep at most the cap in
+    memory and evict the least recently used rows beyond it; the ids of
+    the last batch are all in memory and read what training made of them,
+    not their initial values."""
+    name = fresh("bounded")
+    cap = 64
+    emb = dpt.Embedding(None, 4, client=client, name=name,
+                        optimizer=dpt.SGD(0.5), init="constant",
+                        init_a=0.0, bounds=dict(max_rows=cap,
+                                                eviction="lru"))
+    assert emb.table.bounded
+    for step in range(20):
+        ids = torch.arange(step * 16, step * 16 + 16)  # 320 ids in all
+        emb(ids).sum().backward()
+    with torch.no_grad():
+        last = emb(ids)  # waits for the last push outside a job
+    assert torch.all(last == -0.5), last  # trained once, not evicted
+    table = _psctl_tables(cluster.scheduler_address)[name]
+    assert cap <= int(table["row_cap"]) <= cap + 16  # ceil per range
+    assert 0 < int(table["rows"]) <= int(table["row_cap"]), table
+    assert int(table["evicted_rows"]) >= 320 - int(table["row_cap"]), table
+    # The first ids left memory: they read as initial values again.
+    assert torch.all(emb.rows(torch.arange(0, 16)) == 0)
+    with pytest.raises(ValueError, match="unknown bounds"):
+        dpt.Embedding(None, 4, client=client, name=fresh("bad"),
+                      bounds=dict(max_row=10))
