@@ -1,0 +1,332 @@
+#include "scheduler/moves.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/capacity.h"
+#include "scheduler/placement.h"
+
+namespace downpour {
+namespace {
+
+using Ids = google::protobuf::RepeatedField<uint64_t>;
+
+bool Contains(const Ids& list, NodeId id) {
+  return std::find(list.begin(), list.end(), id) != list.end();
+}
+
+bool Erase(Ids* list, NodeId id) {
+  auto it = std::find(list->begin(), list->end(), id);
+  if (it == list->end()) return false;
+  list->erase(it);
+  return true;
+}
+
+bool Holds(const proto::RangeAssignment& r, NodeId id) {
+  return r.primary() == id || Contains(r.replicas(), id) ||
+         Contains(r.catching_up(), id);
+}
+
+const proto::NodeInfo* Node(const proto::ClusterMap& map, NodeId id) {
+  for (const proto::NodeInfo& n : map.nodes()) {
+    if (n.id() == id) return &n;
+  }
+  return nullptr;
+}
+
+bool Alive(const proto::ClusterMap& map, NodeId id) {
+  const proto::NodeInfo* n = Node(map, id);
+  return n != nullptr && n->state() == proto::ALIVE;
+}
+
+// The bytes one holder of `r` keeps (at least 1).
+uint64_t Weight(const proto::TableSpec& spec, const proto::RangeAssignment& r,
+                const RangeSizes* sizes) {
+  uint64_t w = RangeBytes(spec, r.begin(), r.end());
+  if (w == 0 && sizes != nullptr) {
+    auto it = sizes->find({spec.id(), r.begin()});
+    if (it != sizes->end()) w = it->second;
+  }
+  return std::max<uint64_t>(1, w);
+}
+
+// A range that may start a move: served, its primary alive, nothing under
+// way on it.
+bool Movable(const proto::ClusterMap& map, const proto::RangeAssignment& r) {
+  return !r.lost() && r.move_to() == kNoNode && r.handing_to() == kNoNode &&
+         Alive(map, r.primary());
+}
+
+struct Planner {
+  proto::ClusterMap* map;
+  const MoveOptions& options;
+  absl::flat_hash_map<NodeId, uint64_t>* room;
+  const absl::flat_hash_set<std::pair<NodeId, TableId>>* excluded;
+  const RangeSizes* sizes;
+  // Live servers that may receive ranges, and what each holds (bytes and
+  // ranges; a move's source no longer counted, its target counted).
+  std::vector<NodeId> receivers;
+  absl::flat_hash_map<NodeId, uint64_t> bytes;
+  absl::flat_hash_map<NodeId, int> ranges;
+  int under_way = 0;
+
+  void Count() {
+    for (NodeId s : LiveServers(*map)) {
+      if (!Draining(*map, s)) receivers.push_back(s);
+      bytes[s] = 0;
+      ranges[s] = 0;
+    }
+    for (const proto::TableMap& t : map->tables()) {
+      for (const proto::RangeAssignment& r : t.ranges()) {
+        if (r.move_to() != kNoNode) ++under_way;
+        const uint64_t w = Weight(t.spec(), r, sizes);
+        auto add = [&](NodeId s) {
+          if (s == r.move_from() && r.move_to() != kNoNode) return;
+          auto b = bytes.find(s);
+          if (b == bytes.end()) return;
+          b->second += w;
+          ++ranges[s];
+        };
+        add(r.primary());
+        for (NodeId s : r.replicas()) add(s);
+        for (NodeId s : r.catching_up()) add(s);
+      }
+    }
+  }
+
+  bool Fits(NodeId s, TableId table, uint64_t w) const {
+    if (excluded != nullptr && excluded->contains({s, table})) return false;
+    if (room == nullptr) return true;
+    auto left = room->find(s);
+    return left == room->end() || left->second >= w;
+  }
+
+  // The receiver holding the least that can take `r`; kNoNode if none.
+  NodeId Target(const proto::TableSpec& spec, const proto::RangeAssignment& r,
+                uint64_t w) const {
+    NodeId best = kNoNode;
+    for (NodeId s : receivers) {
+      if (Holds(r, s) || !Fits(s, spec.id(), w)) continue;
+      if (best == kNoNode || bytes.at(s) < bytes.at(best) ||
+          (bytes.at(s) == bytes.at(best) && ranges.at(s) < ranges.at(best))) {
+        best = s;
+      }
+    }
+    return best;
+  }
+
+  void Start(proto::RangeAssignment* r, NodeId from, NodeId to, uint64_t w) {
+    r->set_move_from(from);
+    r->set_move_to(to);
+    r->add_catching_up(to);
+    bytes[to] += w;
+    ++ranges[to];
+    if (auto b = bytes.find(from); b != bytes.end()) {
+      b->second -= std::min(b->second, w);
+      --ranges[from];
+    }
+    if (room != nullptr) {
+      if (auto left = room->find(to); left != room->end()) {
+        left->second -= std::min(left->second, w);
+      }
+    }
+    ++under_way;
+  }
+
+  // Every range off the draining servers.
+  bool Drain() {
+    bool changed = false;
+    for (proto::TableMap& t : *map->mutable_tables()) {
+      for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+        // A copy not finished holds nothing the others lack: dropped.
+        for (int i = r.catching_up_size() - 1; i >= 0; --i) {
+          const NodeId s = r.catching_up(i);
+          if (Draining(*map, s) && s != r.move_to()) {
+            r.mutable_catching_up()->erase(r.mutable_catching_up()->begin() +
+                                           i);
+            changed = true;
+          }
+        }
+        if (under_way >= options.max_moves || !Movable(*map, r)) continue;
+        std::vector<NodeId> holders = {r.primary()};
+        holders.insert(holders.end(), r.replicas().begin(), r.replicas().end());
+        for (NodeId from : holders) {
+          if (!Draining(*map, from)) continue;
+          const uint64_t w = Weight(t.spec(), r, sizes);
+          const NodeId to = Target(t.spec(), r, w);
+          if (to == kNoNode) continue;  // nowhere to go now: later
+          Start(&r, from, to, w);
+          changed = true;
+          break;  // one move at a time per range
+        }
+      }
+    }
+    return changed;
+  }
+
+  // One move from the fullest server that has a range to give to the
+  // emptiest, never overshooting; false if there is none.
+  bool BalanceOnce() {
+    if (receivers.size() < 2) return false;
+    std::vector<NodeId> donors = receivers;
+    std::sort(donors.begin(), donors.end(), [&](NodeId a, NodeId b) {
+      return bytes[a] != bytes[b] ? bytes[a] > bytes[b] : a < b;
+    });
+    NodeId to = donors.back();
+    for (NodeId s : donors) {
+      if (bytes[s] == bytes[to] && ranges[s] < ranges[to]) to = s;
+    }
+    for (NodeId from : donors) {
+      if (from == to || bytes[from] <= bytes[to]) break;
+      const uint64_t gap = bytes[from] - bytes[to];
+      proto::RangeAssignment* best = nullptr;
+      uint64_t best_w = 0;
+      for (proto::TableMap& t : *map->mutable_tables()) {
+        for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+          if (!Movable(*map, r) || Holds(r, to)) continue;
+          if (r.primary() != from && !Contains(r.replicas(), from)) continue;
+          const uint64_t w = Weight(t.spec(), r, sizes);
+          if (w > gap / 2 || w <= best_w || !Fits(to, t.spec().id(), w)) {
+            continue;
+          }
+          best = &r;
+          best_w = w;
+        }
+      }
+      if (best != nullptr) {
+        Start(best, from, to, best_w);
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+bool Draining(const proto::ClusterMap& map, NodeId server) {
+  const proto::NodeInfo* n = Node(map, server);
+  return n != nullptr && n->state() == proto::ALIVE && n->draining();
+}
+
+bool StartMoves(proto::ClusterMap* map, const MoveOptions& options,
+                absl::flat_hash_map<NodeId, uint64_t>* room,
+                const absl::flat_hash_set<std::pair<NodeId, TableId>>* excluded,
+                const RangeSizes* sizes) {
+  Planner p{map, options, room, excluded, sizes};
+  p.Count();
+  bool changed = p.Drain();
+  if (!options.balance) return changed;
+  while (p.under_way < options.max_moves && p.BalanceOnce()) changed = true;
+  return changed;
+}
+
+bool SettleMoves(
+    proto::ClusterMap* map,
+    const absl::flat_hash_set<std::pair<TableId, Key>>* no_handover) {
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.move_to() == kNoNode) continue;
+      const NodeId from = r.move_from(), to = r.move_to();
+      auto done = [&] {
+        r.clear_move_from();
+        r.clear_move_to();
+        changed = true;
+      };
+      if (!Alive(*map, to) || !Holds(r, to) || r.lost()) {
+        // The target is gone: the old holders keep the range.
+        if (r.handing_to() == to) r.clear_handing_to();
+        Erase(r.mutable_catching_up(), to);
+        done();
+        continue;
+      }
+      if (!Holds(r, from)) {  // the source left (died): to stays a backup
+        done();
+        continue;
+      }
+      if (r.primary() == to ||
+          (Contains(r.replicas(), to) && r.primary() != from)) {
+        // The target holds everything and the source is a backup.
+        Erase(r.mutable_replicas(), from);
+        Erase(r.mutable_catching_up(), from);
+        done();
+        continue;
+      }
+      if (Contains(r.replicas(), to) && r.handing_to() == kNoNode &&
+          Alive(*map, from) &&
+          (no_handover == nullptr ||
+           !no_handover->contains({t.spec().id(), r.begin()}))) {
+        r.set_handing_to(to);  // the source is the primary
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+bool CancelMovesFrom(proto::ClusterMap* map, NodeId server) {
+  bool changed = false;
+  for (proto::TableMap& t : *map->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.move_to() == kNoNode || r.move_from() != server) continue;
+      const NodeId to = r.move_to();
+      if (r.primary() != to) {
+        if (r.handing_to() == to) r.clear_handing_to();
+        Erase(r.mutable_catching_up(), to);
+        Erase(r.mutable_replicas(), to);
+      }
+      r.clear_move_from();
+      r.clear_move_to();
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+int MovesUnderWay(const proto::ClusterMap& map) {
+  int n = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      n += r.move_to() != kNoNode;
+    }
+  }
+  return n;
+}
+
+int RangesHeld(const proto::ClusterMap& map, NodeId server) {
+  int n = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) n += Holds(r, server);
+  }
+  return n;
+}
+
+int MovesFrom(const proto::ClusterMap& map, NodeId server) {
+  int n = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      n += r.move_to() != kNoNode && r.move_from() == server;
+    }
+  }
+  return n;
+}
+
+absl::Status CheckDrainable(const proto::ClusterMap& map, NodeId server,
+                            int replicas) {
+  int others = 0;
+  for (NodeId s : LiveServers(map)) {
+    others += s != server && !Draining(map, s);
+  }
+  const int need = std::max(1, replicas);
+  if (others >= need) return absl::OkStatus();
+  const proto::NodeInfo* n = Node(map, server);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot drain server ", server, " ('", n == nullptr ? "" : n->name(),
+      "'): ", others, " other live server(s) would be left to hold its ",
+      RangesHeld(map, server), " range(s), and each range needs ", need,
+      " holder(s) (--replicas); add a server first"));
+}
+
+}  // namespace downpour
