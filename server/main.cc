@@ -1,12 +1,15 @@
 // ps_server: serves key ranges of tables. See server/server.h.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "common/auth.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
@@ -145,20 +148,31 @@ int main(int argc, char** argv) {
     DP_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  downpour::OnTerminationSignal(
-      [s = server->get(), grace, start_wait, drain_on_sigterm, drain_timeout] {
-        // A scale-down: the ranges go to the other servers first.
-        if (drain_on_sigterm && s->DrainAndLeave(drain_timeout)) {
-          s->Shutdown();
-          return;
-        }
-        // Kubernetes stops every pod of the job at once; the scheduler then
-        // takes a last checkpoint, which needs this server's data.
-        s->AwaitLastCheckpoint(start_wait, grace);
-        s->Shutdown();
-      });
+  // The handler runs on its own thread; main() destroys the server only
+  // once the handler is done with it.
+  auto handler_done = std::make_shared<absl::Notification>();
+  auto signalled = std::make_shared<std::atomic<bool>>(false);
+  downpour::OnTerminationSignal([s = server->get(), grace, start_wait,
+                                 drain_on_sigterm, drain_timeout, handler_done,
+                                 signalled] {
+    signalled->store(true);
+    const absl::Time since = absl::Now();
+    // A scale-down: the ranges go to the other servers first, then Wait()
+    // returns. (When the whole job stops, the scheduler refuses or calls
+    // the drain off.)
+    if (!drain_on_sigterm || !s->DrainAndLeave(drain_timeout)) {
+      // Kubernetes stops every pod of the job at once; the scheduler then
+      // takes a last checkpoint, which needs this server's data.
+      s->AwaitLastCheckpoint(start_wait, grace, since);
+      s->Shutdown();
+    }
+    handler_done->Notify();
+  });
   absl::Status status = (*server)->Wait();
   (*server)->Shutdown();
+  if (signalled->load()) {
+    handler_done->WaitForNotificationWithTimeout(absl::Seconds(10));
+  }
   if (!status.ok()) {
     DP_LOG(ERROR) << status;
     return 1;

@@ -245,7 +245,13 @@ class ServerImpl final : public Server {
   void Shutdown() override {
     {
       absl::MutexLock lock(&mu_);
-      if (shut_down_) return;
+      if (shut_down_) {
+        // Another thread is shutting down (the signal handler, main() once
+        // a drained server's Wait returned): return once it has finished,
+        // so that nobody destroys the server under it.
+        mu_.Await(absl::Condition(&shutdown_finished_));
+        return;
+      }
       shut_down_ = true;
     }
     DP_LOG(INFO) << "shutting down";
@@ -263,14 +269,15 @@ class ServerImpl final : public Server {
     if (data_ != nullptr) data_->Stop();
     peers_.reset();  // fails forwards in flight; their closures are dropped
     if (!done_.HasBeenNotified()) done_.Notify();
+    absl::MutexLock lock(&mu_);
+    shutdown_finished_ = true;
   }
 
   bool DrainAndLeave(absl::Duration timeout) override;
 
-  bool AwaitLastCheckpoint(absl::Duration start_wait,
-                           absl::Duration grace) override {
+  bool AwaitLastCheckpoint(absl::Duration start_wait, absl::Duration grace,
+                           absl::Time since) override {
     if (checkpointer_ == nullptr || db_ == nullptr) return false;
-    const absl::Time since = absl::Now();
     // Not ready: Kubernetes stops sending it new clients, while the job's
     // own keep working until the checkpoint is written.
     if (admin_health_ != nullptr) admin_health_->SetReady(false);
@@ -363,6 +370,7 @@ class ServerImpl final : public Server {
   bool id_mismatch_logged_ = false;  // heartbeat thread only
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status exit_status_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -104,11 +104,12 @@ class Server {
   // Stops every thread and closes the sockets. Idempotent.
   virtual void Shutdown() = 0;
   // Before Shutdown on SIGTERM, with a data dir: reports not ready and
-  // keeps serving until a checkpoint that starts within `start_wait` has
-  // completed (the scheduler takes one when it is stopped too), for at
-  // most `grace`. True if one completed.
+  // keeps serving until a checkpoint that starts within `start_wait` of
+  // `since` (the signal; a drain may have come first) has completed (the
+  // scheduler takes one when it is stopped too), until `since` + `grace`
+  // at most. True if one completed.
   virtual bool AwaitLastCheckpoint(absl::Duration start_wait,
-                                   absl::Duration grace) = 0;
+                                   absl::Duration grace, absl::Time since) = 0;
 };
 
 }  // namespace downpour
