@@ -40,6 +40,11 @@ ABSL_FLAG(bool, rebalance, true,
           "only off drained servers)");
 ABSL_FLAG(int32_t, max_range_moves, 2,
           "key ranges being moved at once (scale out, drains)");
+ABSL_FLAG(std::string, balance, "bytes",
+          "what --rebalance evens out: bytes (the table memory each server "
+          "holds) or load (each range's requests and rows per second as its "
+          "primary measures them: hot ranges move to the least busy "
+          "servers)");
 ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
@@ -109,6 +114,12 @@ int main(int argc, char** argv) {
   options.ranges_per_table = absl::GetFlag(FLAGS_ranges_per_table);
   options.rebalance = absl::GetFlag(FLAGS_rebalance);
   options.max_range_moves = absl::GetFlag(FLAGS_max_range_moves);
+  const std::string balance = absl::GetFlag(FLAGS_balance);
+  if (balance != "bytes" && balance != "load") {
+    DP_LOG(ERROR) << "--balance=" << balance << ": bytes or load";
+    return 2;
+  }
+  options.balance_load = balance == "load";
   if (options.ranges_per_table < 0 || options.ranges_per_table > 4096) {
     DP_LOG(ERROR) << "--ranges_per_table=" << options.ranges_per_table
                   << ": must be in [0, 4096]";

@@ -40,10 +40,12 @@ bool Alive(const proto::ClusterMap& map, NodeId id) {
   return n != nullptr && n->state() == proto::ALIVE;
 }
 
-// The bytes one holder of `r` keeps (at least 1).
+// The bytes one holder of `r` keeps, or its load (at least 1).
 uint64_t Weight(const proto::TableSpec& spec, const proto::RangeAssignment& r,
-                const RangeSizes* sizes) {
-  uint64_t w = RangeBytes(spec, r.begin(), r.end());
+                const RangeSizes* sizes, MoveOptions::Balance by) {
+  uint64_t w = by == MoveOptions::Balance::kBytes
+                   ? RangeBytes(spec, r.begin(), r.end())
+                   : 0;
   if (w == 0 && sizes != nullptr) {
     auto it = sizes->find({spec.id(), r.begin()});
     if (it != sizes->end()) w = it->second;
@@ -80,7 +82,7 @@ struct Planner {
     for (const proto::TableMap& t : map->tables()) {
       for (const proto::RangeAssignment& r : t.ranges()) {
         if (r.move_to() != kNoNode) ++under_way;
-        const uint64_t w = Weight(t.spec(), r, sizes);
+        const uint64_t w = Weight(t.spec(), r, sizes, options.by);
         auto add = [&](NodeId s) {
           if (s == r.move_from() && r.move_to() != kNoNode) return;
           auto b = bytes.find(s);
@@ -153,7 +155,7 @@ struct Planner {
         holders.insert(holders.end(), r.replicas().begin(), r.replicas().end());
         for (NodeId from : holders) {
           if (!Draining(*map, from)) continue;
-          const uint64_t w = Weight(t.spec(), r, sizes);
+          const uint64_t w = Weight(t.spec(), r, sizes, options.by);
           const NodeId to = Target(t.spec(), r, w);
           if (to == kNoNode) continue;  // nowhere to go now: later
           Start(&r, from, to, w);
@@ -169,6 +171,16 @@ struct Planner {
   // emptiest, never overshooting; false if there is none.
   bool BalanceOnce() {
     if (receivers.size() < 2) return false;
+    if (options.by == MoveOptions::Balance::kLoad) {
+      // Relieve only a server clearly above the mean.
+      double total = 0, most = 0;
+      for (NodeId s : receivers) {
+        total += bytes[s];
+        most = std::max<double>(most, bytes[s]);
+      }
+      const double mean = total / receivers.size();
+      if (most <= mean * (1 + options.load_tolerance)) return false;
+    }
     std::vector<NodeId> donors = receivers;
     std::sort(donors.begin(), donors.end(), [&](NodeId a, NodeId b) {
       return bytes[a] != bytes[b] ? bytes[a] > bytes[b] : a < b;
@@ -186,7 +198,7 @@ struct Planner {
         for (proto::RangeAssignment& r : *t.mutable_ranges()) {
           if (!Movable(*map, r) || Holds(r, to)) continue;
           if (r.primary() != from && !Contains(r.replicas(), from)) continue;
-          const uint64_t w = Weight(t.spec(), r, sizes);
+          const uint64_t w = Weight(t.spec(), r, sizes, options.by);
           if (w > gap / 2 || w <= best_w || !Fits(to, t.spec().id(), w)) {
             continue;
           }

@@ -29,7 +29,10 @@
 //     still and every move strictly evens the pair out).
 // A range's weight is the bytes one holder keeps: dense tables from their
 // shape (capacity.h), sparse ones as their primary reports them (`sizes`;
-// at least 1 byte, so that equal tables spread by range count).
+// at least 1 byte, so that equal tables spread by range count). Under
+// Balance::kLoad it is the range's load instead (load follows the keys:
+// the busiest server gives a hot range to the least busy one), as long as
+// the busiest is above the mean by more than the tolerance.
 //
 // Thread-compatible; no I/O.
 #ifndef DOWNPOUR_SCHEDULER_MOVES_H_
@@ -53,9 +56,19 @@ struct MoveOptions {
   int max_moves = 2;
   // Move ranges for balance, not only off draining servers.
   bool balance = true;
+  // What is balanced: the bytes each server holds, or its load (each
+  // range's measured requests and rows per second, as `sizes` gives them
+  // then, counted on every holder). Under kLoad a server is relieved only
+  // when its load exceeds the mean by more than `load_tolerance` (rates
+  // are noisy; a move costs a copy).
+  enum class Balance { kBytes, kLoad };
+  Balance by = Balance::kBytes;
+  double load_tolerance = 0.1;
 };
 
-// Bytes per (table, range begin), as primaries report them.
+// A weight per (table, range begin): under Balance::kBytes the bytes of
+// sparse ranges as their primaries report them (dense ones are known from
+// their shape); under kLoad each range's load.
 using RangeSizes = absl::flat_hash_map<std::pair<TableId, Key>, uint64_t>;
 
 // Whether `server` is listed ALIVE and draining.

@@ -1,5 +1,6 @@
 #include "scheduler/moves.h"
 
+#include <iostream>
 #include <map>
 #include <vector>
 
@@ -299,6 +300,60 @@ TEST(MovesTest, SparseRangesWeighAsReported) {
   // Server 1 holds 2000 bytes, the others 20 and 0: one big range moves.
   ASSERT_EQ(MovesUnderWay(map), 1);
   EXPECT_EQ(MovesFrom(map, 1), 1);
+}
+
+// Load follows the keys: with skewed loads, the busiest server gives hot
+// ranges to the least busy until none is more than the tolerance above the
+// mean (as far as whole ranges allow).
+TEST(MovesTest, UnderLoadBalancingHotRangesSpreadOut) {
+  proto::ClusterMap map = MapWithServers(4);
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_id(1);
+  t->mutable_spec()->set_kind(proto::SPARSE);
+  t->mutable_spec()->set_width(1);
+  PlaceTable(t, LiveServers(map), 1, 32);  // 8 ranges per server
+  // Zipf-like: range i has load 1000 / (i + 1); the hottest all on server
+  // 1 and 2 at first (ranges 0, 4, 8, ... on server 1).
+  RangeSizes load;
+  for (int i = 0; i < t->ranges_size(); ++i) {
+    load[{1, t->ranges(i).begin()}] = 1000 / (i + 1) + 1;
+  }
+  auto server_load = [&](NodeId s) {
+    uint64_t sum = 0;
+    for (const auto& r : t->ranges()) {
+      if (r.primary() == s) sum += load[{1, r.begin()}];
+    }
+    return sum;
+  };
+  auto imbalance = [&] {
+    uint64_t total = 0, most = 0;
+    for (NodeId s = 1; s <= 4; ++s) {
+      total += server_load(s);
+      most = std::max(most, server_load(s));
+    }
+    return static_cast<double>(most) / (total / 4.0);
+  };
+  const double before = imbalance();
+  MoveOptions o;
+  o.by = MoveOptions::Balance::kLoad;
+  o.max_moves = 1;
+  for (int step = 0; step < 100; ++step) {
+    if (!StartMoves(&map, o, nullptr, nullptr, &load)) break;
+    for (auto& r : *t->mutable_ranges()) {
+      if (r.move_to() == kNoNode) continue;
+      ASSERT_OK(MarkInSync(&map, 1, r.begin(), r.primary(), r.move_to()));
+      SettleMoves(&map);
+      ASSERT_OK(HandOver(&map, 1, r.begin(), r.primary(), r.handing_to()));
+      SettleMoves(&map);
+    }
+  }
+  EXPECT_EQ(MovesUnderWay(map), 0);
+  std::cout << "busiest server's load / mean: " << before << " -> "
+            << imbalance() << std::endl;
+  EXPECT_GT(before, 1.3);
+  EXPECT_LE(imbalance(), 1.1 + 1e-9);
+  // Within the tolerance: nothing moves.
+  EXPECT_FALSE(StartMoves(&map, o, nullptr, nullptr, &load));
 }
 
 }  // namespace

@@ -65,6 +65,8 @@ TableRegistryOptions TableOptionsOf(const SchedulerOptions& o) {
   t.min_ranges = o.ranges_per_table;
   t.rebalance = o.rebalance;
   t.max_moves = std::max(1, o.max_range_moves);
+  t.balance_by = o.balance_load ? MoveOptions::Balance::kLoad
+                                : MoveOptions::Balance::kBytes;
   return t;
 }
 CheckpointOptions CheckpointOptionsOf(const SchedulerOptions& o) {
@@ -233,7 +235,7 @@ class SchedulerImpl final : public Scheduler,
     membership_.Heard(node->id(), absl::Now());
     membership_.RecordApplied(node->id(), req->applied_epoch());
     if (node->role() == proto::SERVER && req->ranges_size() > 0) {
-      tables_.ReportSizes(node->id(), *req);
+      tables_.ReportRanges(node->id(), *req, absl::Now());
     }
     tables_.ResolvePending();
     reply->set_epoch(durable_.published().epoch());

@@ -167,6 +167,10 @@ struct SchedulerOptions {
   // servers), at most `max_range_moves` at a time.
   bool rebalance = true;
   int max_range_moves = 2;
+  // Rebalance by load (each range's requests and rows per second, as its
+  // primary measures them) instead of table bytes: a server more than 10%
+  // above the mean load gives its hot ranges to the least busy servers.
+  bool balance_load = false;
   // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
   // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;

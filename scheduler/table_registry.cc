@@ -404,9 +404,17 @@ bool TableRegistry::Rebalance() {
   o.replicas = options_.replicas;
   o.max_moves = options_.max_moves;
   o.balance = options_.rebalance;
+  o.by = options_.balance_by;
+  RangeSizes load;
+  if (o.by == MoveOptions::Balance::kLoad) {
+    for (const auto& [key, l] : loads_) {
+      load[key] = static_cast<uint64_t>(l.rate);
+    }
+  }
   const int before = MovesUnderWay(*map_);
   absl::flat_hash_map<NodeId, uint64_t> room = RoomLeft(*map_);
-  if (StartMoves(map_, o, &room, &refused_, &sizes_)) {
+  if (StartMoves(map_, o, &room, &refused_,
+                 o.by == MoveOptions::Balance::kLoad ? &load : &sizes_)) {
     changed = true;
     const int after = MovesUnderWay(*map_);
     if (after > before) {
@@ -430,17 +438,37 @@ bool TableRegistry::HoldsRanges(NodeId id) const {
   return HoldsAnyRange(*map_, id);
 }
 
-void TableRegistry::ReportSizes(NodeId primary,
-                                const proto::HeartbeatRequest& req) {
+void TableRegistry::ReportRanges(NodeId primary,
+                                 const proto::HeartbeatRequest& req,
+                                 absl::Time now) {
   for (const proto::RangeLoad& r : req.ranges()) {
     const proto::TableMap* t = FindTableById(r.table_id());
-    if (t == nullptr || t->spec().kind() == proto::DENSE) continue;
+    if (t == nullptr) continue;
+    bool is_primary = false;
     for (const proto::RangeAssignment& a : t->ranges()) {
-      if (a.begin() == r.begin() && a.primary() == primary) {
-        sizes_[{r.table_id(), r.begin()}] = r.bytes();
+      if (a.begin() == r.begin() && a.end() == r.end() &&
+          a.primary() == primary) {
+        is_primary = true;
         break;
       }
     }
+    if (!is_primary) continue;
+    const std::pair<TableId, Key> key{r.table_id(), r.begin()};
+    if (t->spec().kind() != proto::DENSE) sizes_[key] = r.bytes();
+    Load& l = loads_[key];
+    // Counters start again on a new primary: a new baseline then.
+    if (l.primary == primary && r.requests() >= l.requests &&
+        r.keys() >= l.keys && now > l.at) {
+      const double seconds = absl::ToDoubleSeconds(now - l.at);
+      const double rate =
+          static_cast<double>(r.requests() - l.requests + r.keys() - l.keys) /
+          seconds;
+      l.rate = l.at == absl::Time() ? rate : 0.5 * l.rate + 0.5 * rate;
+    }
+    l.primary = primary;
+    l.requests = r.requests();
+    l.keys = r.keys();
+    l.at = now;
   }
 }
 

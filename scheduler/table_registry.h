@@ -62,6 +62,9 @@ struct TableRegistryOptions {
   // else only off drained servers.
   bool rebalance = true;
   int max_moves = 2;
+  // What rebalancing evens out: table bytes per server, or load (each
+  // range's requests and rows per second, from the primaries' reports).
+  MoveOptions::Balance balance_by = MoveOptions::Balance::kBytes;
 };
 
 // The spec a declaration of `spec` asks for: its id cleared, and for a
@@ -129,9 +132,12 @@ class TableRegistry {
   // called off and refused (kUnavailable), moves under way cancelled.
   // Returns whether the map changed (the caller bumps the epoch).
   bool StopMoving();
-  // Bytes of the sparse ranges as their primaries report them (the weights
-  // of moves.h; dense ranges are known from their shape).
-  void ReportSizes(NodeId primary, const proto::HeartbeatRequest& req);
+  // A primary's figures for its ranges (HeartbeatRequest.ranges): the
+  // bytes of sparse ranges, and every range's load (requests and rows per
+  // second, smoothed over the reports): the weights of moves.h. `now`: when
+  // the report arrived.
+  void ReportRanges(NodeId primary, const proto::HeartbeatRequest& req,
+                    absl::Time now);
   uint64_t moves_started() const { return moves_started_; }
   uint64_t moves_done() const { return moves_done_; }
   // Server `id` came back as a new process: ranges only it held are lost
@@ -202,6 +208,15 @@ class TableRegistry {
   // When the handovers under way began (CancelSlowHandOvers).
   absl::Time handover_started_ = absl::InfiniteFuture();
   RangeSizes sizes_;
+  // Each range's load: the counters of its primary's last report and the
+  // smoothed rate (requests + rows per second).
+  struct Load {
+    NodeId primary = kNoNode;
+    uint64_t requests = 0, keys = 0;
+    absl::Time at;
+    double rate = 0;
+  };
+  absl::flat_hash_map<std::pair<TableId, Key>, Load> loads_;
   bool moving_stopped_ = false;
   // Moves whose handover was cancelled as too slow, and until when they
   // wait before handing over again (the range takes writes meanwhile).
