@@ -71,6 +71,8 @@ struct Planner {
   std::vector<NodeId> receivers;
   absl::flat_hash_map<NodeId, uint64_t> bytes;
   absl::flat_hash_map<NodeId, int> ranges;
+  // Per table, the ranges each server holds (counted the same way).
+  absl::flat_hash_map<TableId, absl::flat_hash_map<NodeId, int>> per_table;
   int under_way = 0;
 
   void Count() {
@@ -89,6 +91,7 @@ struct Planner {
           if (b == bytes.end()) return;
           b->second += w;
           ++ranges[s];
+          ++per_table[t.spec().id()][s];
         };
         add(r.primary());
         for (NodeId s : r.replicas()) add(s);
@@ -118,15 +121,18 @@ struct Planner {
     return best;
   }
 
-  void Start(proto::RangeAssignment* r, NodeId from, NodeId to, uint64_t w) {
+  void Start(TableId table, proto::RangeAssignment* r, NodeId from, NodeId to,
+             uint64_t w) {
     r->set_move_from(from);
     r->set_move_to(to);
     r->add_catching_up(to);
     bytes[to] += w;
     ++ranges[to];
+    ++per_table[table][to];
     if (auto b = bytes.find(from); b != bytes.end()) {
       b->second -= std::min(b->second, w);
       --ranges[from];
+      --per_table[table][from];
     }
     if (room != nullptr) {
       if (auto left = room->find(to); left != room->end()) {
@@ -158,7 +164,7 @@ struct Planner {
           const uint64_t w = Weight(t.spec(), r, sizes, options.by);
           const NodeId to = Target(t.spec(), r, w);
           if (to == kNoNode) continue;  // nowhere to go now: later
-          Start(&r, from, to, w);
+          Start(t.spec().id(), &r, from, to, w);
           changed = true;
           break;  // one move at a time per range
         }
@@ -167,19 +173,60 @@ struct Planner {
     return changed;
   }
 
-  // One move from the fullest server that has a range to give to the
-  // emptiest, never overshooting; false if there is none.
+  int Count(TableId table, NodeId s) {
+    auto t = per_table.find(table);
+    if (t == per_table.end()) return 0;
+    auto c = t->second.find(s);
+    return c == t->second.end() ? 0 : c->second;
+  }
+
+  // Balance::kBytes, first: per table, one range from the server holding
+  // the most of it to the one holding the fewest, while they differ by two
+  // or more (ties: by bytes held), so that every table's ranges (and so
+  // its traffic) spread over the servers; false if none is that uneven.
+  bool SpreadTableOnce() {
+    if (receivers.size() < 2) return false;
+    for (proto::TableMap& t : *map->mutable_tables()) {
+      const TableId id = t.spec().id();
+      NodeId from = kNoNode, to = kNoNode;
+      for (NodeId s : receivers) {
+        auto more = [&](NodeId a, NodeId b) {
+          return Count(id, a) != Count(id, b) ? Count(id, a) > Count(id, b)
+                                              : bytes[a] > bytes[b];
+        };
+        if (from == kNoNode || more(s, from)) from = s;
+        if (to == kNoNode || more(to, s)) to = s;
+      }
+      if (Count(id, from) - Count(id, to) < 2) continue;
+      for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+        if (!Movable(*map, r) || Holds(r, to)) continue;
+        if (r.primary() != from && !Contains(r.replicas(), from)) continue;
+        const uint64_t w = Weight(t.spec(), r, sizes, options.by);
+        if (!Fits(to, id, w)) continue;
+        Start(id, &r, from, to, w);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Then one move from the fullest server (bytes, or load) that has a
+  // range to give to the emptiest, while the fullest is more than the
+  // tolerance above the mean, never overshooting; under kBytes only of a
+  // table the giver holds more of (the tables stay spread). False if there
+  // is none.
   bool BalanceOnce() {
     if (receivers.size() < 2) return false;
-    if (options.by == MoveOptions::Balance::kLoad) {
-      // Relieve only a server clearly above the mean.
+    {
+      // Relieve only a server clearly above the mean: sparse sizes grow
+      // and loads are noisy, and a move costs a copy.
       double total = 0, most = 0;
       for (NodeId s : receivers) {
         total += bytes[s];
         most = std::max<double>(most, bytes[s]);
       }
       const double mean = total / receivers.size();
-      if (most <= mean * (1 + options.load_tolerance)) return false;
+      if (most <= mean * (1 + options.tolerance)) return false;
     }
     std::vector<NodeId> donors = receivers;
     std::sort(donors.begin(), donors.end(), [&](NodeId a, NodeId b) {
@@ -189,25 +236,28 @@ struct Planner {
     for (NodeId s : donors) {
       if (bytes[s] == bytes[to] && ranges[s] < ranges[to]) to = s;
     }
+    const bool by_bytes = options.by == MoveOptions::Balance::kBytes;
     for (NodeId from : donors) {
       if (from == to || bytes[from] <= bytes[to]) break;
       const uint64_t gap = bytes[from] - bytes[to];
       proto::RangeAssignment* best = nullptr;
+      TableId best_table = kNoTable;
       uint64_t best_w = 0;
       for (proto::TableMap& t : *map->mutable_tables()) {
+        const TableId id = t.spec().id();
+        if (by_bytes && Count(id, from) <= Count(id, to)) continue;
         for (proto::RangeAssignment& r : *t.mutable_ranges()) {
           if (!Movable(*map, r) || Holds(r, to)) continue;
           if (r.primary() != from && !Contains(r.replicas(), from)) continue;
           const uint64_t w = Weight(t.spec(), r, sizes, options.by);
-          if (w > gap / 2 || w <= best_w || !Fits(to, t.spec().id(), w)) {
-            continue;
-          }
+          if (w > gap / 2 || w <= best_w || !Fits(to, id, w)) continue;
           best = &r;
+          best_table = id;
           best_w = w;
         }
       }
       if (best != nullptr) {
-        Start(best, from, to, best_w);
+        Start(best_table, best, from, to, best_w);
         return true;
       }
     }
@@ -230,6 +280,11 @@ bool StartMoves(proto::ClusterMap* map, const MoveOptions& options,
   p.Count();
   bool changed = p.Drain();
   if (!options.balance) return changed;
+  if (options.by == MoveOptions::Balance::kBytes) {
+    while (p.under_way < options.max_moves && p.SpreadTableOnce()) {
+      changed = true;
+    }
+  }
   while (p.under_way < options.max_moves && p.BalanceOnce()) changed = true;
   return changed;
 }

@@ -23,10 +23,14 @@
 // Which ranges move (StartMoves), at most `max_moves` at a time:
 //   - every range held by a draining server (NodeInfo.draining), to the
 //     live, non-draining server with room that holds the least;
-//   - then, for balance, from the live server holding the most bytes to
-//     the one holding the least, a range of weight w only if 2w <= their
-//     difference (the move never overshoots, so a balanced cluster stays
-//     still and every move strictly evens the pair out).
+//   - then, for balance: per table, from the server holding the most of
+//     its ranges to the one holding the fewest while they differ by two or
+//     more (every table's ranges, and so its traffic, spread out);
+//   - then from the live server holding the most bytes to the one holding
+//     the least, while the most is more than 10% above the mean, a range
+//     of weight w only if 2w <= their difference (the move never
+//     overshoots, so a balanced cluster stays still and every move evens
+//     the pair out), of a table the giver holds more of.
 // A range's weight is the bytes one holder keeps: dense tables from their
 // shape (capacity.h), sparse ones as their primary reports them (`sizes`;
 // at least 1 byte, so that equal tables spread by range count). Under
@@ -58,12 +62,12 @@ struct MoveOptions {
   bool balance = true;
   // What is balanced: the bytes each server holds, or its load (each
   // range's measured requests and rows per second, as `sizes` gives them
-  // then, counted on every holder). Under kLoad a server is relieved only
-  // when its load exceeds the mean by more than `load_tolerance` (rates
-  // are noisy; a move costs a copy).
+  // then, counted on every holder). A server is relieved only when it
+  // holds more than the mean by more than `tolerance` (sparse tables grow,
+  // rates are noisy, and a move costs a copy).
   enum class Balance { kBytes, kLoad };
   Balance by = Balance::kBytes;
-  double load_tolerance = 0.1;
+  double tolerance = 0.1;
 };
 
 // A weight per (table, range begin): under Balance::kBytes the bytes of
