@@ -53,11 +53,20 @@ uint64_t Weight(const proto::TableSpec& spec, const proto::RangeAssignment& r,
   return std::max<uint64_t>(1, w);
 }
 
+int Holders(const proto::RangeAssignment& r) {
+  return 1 + r.replicas_size() + r.catching_up_size();
+}
+
 // A range that may start a move: served, its primary alive, nothing under
-// way on it.
-bool Movable(const proto::ClusterMap& map, const proto::RangeAssignment& r) {
+// way on it, and all its holders there (a range short of them is refilled
+// first: a move's source leaves it once the target is in sync, which must
+// not leave it with fewer than r).
+bool Movable(const proto::ClusterMap& map, const proto::RangeAssignment& r,
+             int replicas) {
   return !r.lost() && r.move_to() == kNoNode && r.handing_to() == kNoNode &&
-         Alive(map, r.primary());
+         Alive(map, r.primary()) &&
+         Holders(r) >= std::min<int>(std::max(1, replicas),
+                                     static_cast<int>(LiveServers(map).size()));
 }
 
 struct Planner {
@@ -156,7 +165,9 @@ struct Planner {
             changed = true;
           }
         }
-        if (under_way >= options.max_moves || !Movable(*map, r)) continue;
+        if (under_way >= options.max_moves ||
+            !Movable(*map, r, options.replicas))
+          continue;
         std::vector<NodeId> holders = {r.primary()};
         holders.insert(holders.end(), r.replicas().begin(), r.replicas().end());
         for (NodeId from : holders) {
@@ -199,7 +210,7 @@ struct Planner {
       }
       if (Count(id, from) - Count(id, to) < 2) continue;
       for (proto::RangeAssignment& r : *t.mutable_ranges()) {
-        if (!Movable(*map, r) || Holds(r, to)) continue;
+        if (!Movable(*map, r, options.replicas) || Holds(r, to)) continue;
         if (r.primary() != from && !Contains(r.replicas(), from)) continue;
         const uint64_t w = Weight(t.spec(), r, sizes, options.by);
         if (!Fits(to, id, w)) continue;
@@ -247,7 +258,7 @@ struct Planner {
         const TableId id = t.spec().id();
         if (by_bytes && Count(id, from) <= Count(id, to)) continue;
         for (proto::RangeAssignment& r : *t.mutable_ranges()) {
-          if (!Movable(*map, r) || Holds(r, to)) continue;
+          if (!Movable(*map, r, options.replicas) || Holds(r, to)) continue;
           if (r.primary() != from && !Contains(r.replicas(), from)) continue;
           const uint64_t w = Weight(t.spec(), r, sizes, options.by);
           if (w > gap / 2 || w <= best_w || !Fits(to, id, w)) continue;
@@ -290,7 +301,7 @@ bool StartMoves(proto::ClusterMap* map, const MoveOptions& options,
 }
 
 bool SettleMoves(
-    proto::ClusterMap* map,
+    proto::ClusterMap* map, int replicas,
     const absl::flat_hash_set<std::pair<TableId, Key>>* no_handover) {
   bool changed = false;
   for (proto::TableMap& t : *map->mutable_tables()) {
@@ -315,9 +326,13 @@ bool SettleMoves(
       }
       if (r.primary() == to ||
           (Contains(r.replicas(), to) && r.primary() != from)) {
-        // The target holds everything and the source is a backup.
-        Erase(r.mutable_replicas(), from);
-        Erase(r.mutable_catching_up(), from);
+        // The target holds everything and the source is a backup: it
+        // leaves, unless the range would be left short of r holders (it
+        // lost one meanwhile): then it stays, an ordinary backup.
+        if (Holders(r) - 1 >= std::max(1, replicas)) {
+          Erase(r.mutable_replicas(), from);
+          Erase(r.mutable_catching_up(), from);
+        }
         done();
         continue;
       }

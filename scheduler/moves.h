@@ -20,7 +20,9 @@
 // backup. Nothing else moves a range that has a move under way (handovers
 // for balance, further moves).
 //
-// Which ranges move (StartMoves), at most `max_moves` at a time:
+// Which ranges move (StartMoves), at most `max_moves` at a time, among the
+// ranges that have all their holders (a range short of them is refilled
+// first, placement.h's Refill):
 //   - every range held by a draining server (NodeInfo.draining), to the
 //     live, non-draining server with room that holds the least;
 //   - then, for balance: per table, from the server holding the most of
@@ -90,12 +92,14 @@ bool StartMoves(
 
 // Moves every move on as far as the map allows (steps 2 and 3 above) and
 // cancels those whose target no longer holds the range or is not alive, or
-// whose source left it. Ranges in `no_handover` (table, begin) do not start
-// their handover now (one was just cancelled as too slow: the range takes
-// writes again for a while). Idempotent; call after every change of
-// holders. Returns whether anything changed.
+// whose source left it. A source leaves only a range that keeps `replicas`
+// holders without it (one lost meanwhile: it stays as a backup). Ranges in
+// `no_handover` (table, begin) do not start their handover now (one was
+// just cancelled as too slow: the range takes writes again for a while).
+// Idempotent; call after every change of holders. Returns whether anything
+// changed.
 bool SettleMoves(
-    proto::ClusterMap* map,
+    proto::ClusterMap* map, int replicas,
     const absl::flat_hash_set<std::pair<TableId, Key>>* no_handover = nullptr);
 
 // Cancels the moves off `server` (a drain called off): a target still

@@ -73,7 +73,7 @@ void ExpectInSync(const proto::ClusterMap& map, int in_sync,
 int Drive(proto::ClusterMap* map, const MoveOptions& o, int in_sync) {
   int steps = 0;
   StartMoves(map, o);
-  SettleMoves(map);
+  SettleMoves(map, o.replicas);
   for (bool progress = true; progress && steps < 1000;) {
     progress = false;
     for (auto& t : *map->mutable_tables()) {
@@ -89,9 +89,9 @@ int Drive(proto::ClusterMap* map, const MoveOptions& o, int in_sync) {
         }
         ++steps;
         progress = true;
-        SettleMoves(map);
+        SettleMoves(map, o.replicas);
         StartMoves(map, o);
-        SettleMoves(map);
+        SettleMoves(map, o.replicas);
         ExpectInSync(*map, in_sync, absl::StrCat("step ", steps));
         EXPECT_LE(MovesUnderWay(*map), o.max_moves);
       }
@@ -151,12 +151,12 @@ TEST(MovesTest, AMoveOfAPrimaryEndsWithAHandover) {
   EXPECT_EQ(r->move_from(), 1u);
   EXPECT_EQ(r->move_to(), 2u);
   EXPECT_TRUE(Has(r->catching_up(), 2));
-  EXPECT_FALSE(SettleMoves(&map));  // still copying
+  EXPECT_FALSE(SettleMoves(&map, o.replicas));  // still copying
   ASSERT_OK(MarkInSync(&map, t->spec().id(), r->begin(), 1, 2));
-  EXPECT_TRUE(SettleMoves(&map));
+  EXPECT_TRUE(SettleMoves(&map, o.replicas));
   EXPECT_EQ(r->handing_to(), 2u);  // 1 stops writing, then reports
   ASSERT_OK(HandOver(&map, t->spec().id(), r->begin(), 1, 2));
-  EXPECT_TRUE(SettleMoves(&map));
+  EXPECT_TRUE(SettleMoves(&map, o.replicas));
   EXPECT_EQ(r->primary(), 2u);
   EXPECT_TRUE(r->replicas().empty());  // 1 left the range
   EXPECT_EQ(r->move_to(), kNoNode);
@@ -207,7 +207,7 @@ TEST(MovesTest, AMoveWhoseTargetDiesIsCancelled) {
   // Killed while copying: the old primary keeps the range.
   Node(&map, 3)->set_state(proto::DEAD);
   RemoveServer(&map, 3);
-  EXPECT_TRUE(SettleMoves(&map));
+  EXPECT_TRUE(SettleMoves(&map, o.replicas));
   EXPECT_EQ(t->ranges(i).primary(), from);
   EXPECT_EQ(t->ranges(i).move_to(), kNoNode);
   EXPECT_FALSE(Holds(t->ranges(i), 3));
@@ -220,11 +220,11 @@ TEST(MovesTest, AMoveWhoseTargetDiesIsCancelled) {
   while (t->ranges(i).move_to() == kNoNode) ++i;
   proto::RangeAssignment* r = t->mutable_ranges(i);
   ASSERT_OK(MarkInSync(&map, t->spec().id(), r->begin(), r->primary(), 3));
-  SettleMoves(&map);
+  SettleMoves(&map, o.replicas);
   ASSERT_EQ(r->handing_to(), 3u);
   Node(&map, 3)->set_state(proto::DEAD);
   RemoveServer(&map, 3);
-  SettleMoves(&map);
+  SettleMoves(&map, o.replicas);
   EXPECT_EQ(r->handing_to(), kNoNode);
   EXPECT_EQ(r->move_to(), kNoNode);
   EXPECT_FALSE(Holds(*r, 3));
@@ -245,11 +245,55 @@ TEST(MovesTest, AMoveWhoseSourceDiesLeavesTheTargetAsABackup) {
   const NodeId from = r->move_from();
   Node(&map, from)->set_state(proto::DEAD);
   RemoveServer(&map, from);
-  SettleMoves(&map);
+  SettleMoves(&map, o.replicas);
   EXPECT_EQ(r->move_to(), kNoNode);
   EXPECT_TRUE(Has(r->catching_up(), 4));  // still copied to: a backup
   EXPECT_NE(r->primary(), from);
   EXPECT_FALSE(Holds(*r, from));
+}
+
+// The race tests/elastic_test.cc found: a range that lost a holder (its
+// other holder died) must not start a move (a refill comes first), and a
+// move whose range lost a holder meanwhile keeps its source: a move never
+// leaves a range with fewer than r holders.
+TEST(MovesTest, NoMoveLeavesARangeShortOfHolders) {
+  proto::ClusterMap map = MapWithServers(3);
+  proto::TableMap* t = AddTable(&map, 3, 2);
+  MoveOptions o;
+  o.replicas = 2;
+  o.max_moves = 1;
+  // Range 0 (1 -> {2}) loses 2: one holder left, nothing may move it.
+  Node(&map, 2)->set_state(proto::DEAD);
+  RemoveServer(&map, 2);
+  AddServer(&map);  // 4: empty, so that something wants to move
+  StartMoves(&map, o);
+  EXPECT_EQ(t->ranges(0).move_to(), kNoNode) << t->ranges(0).DebugString();
+  // A move under way whose range loses a holder: its source stays.
+  Node(&map, 2)->set_state(proto::ALIVE);
+  proto::ClusterMap again = MapWithServers(3);
+  proto::TableMap* u = AddTable(&again, 3, 2);
+  AddServer(&again);
+  ASSERT_TRUE(StartMoves(&again, o)) << again.DebugString();
+  int i = 0;
+  while (u->ranges(i).move_to() == kNoNode) ++i;
+  proto::RangeAssignment* r = u->mutable_ranges(i);
+  const NodeId from = r->move_from(), to = r->move_to();
+  // The other holder of the range dies.
+  NodeId other = r->primary() == from ? r->replicas(0) : r->primary();
+  Node(&again, other)->set_state(proto::DEAD);
+  RemoveServer(&again, other);
+  SettleMoves(&again, o.replicas);
+  ASSERT_OK(MarkInSync(&again, u->spec().id(), r->begin(), r->primary(), to));
+  SettleMoves(&again, o.replicas);
+  if (r->handing_to() != kNoNode) {
+    ASSERT_OK(HandOver(&again, u->spec().id(), r->begin(), r->primary(),
+                       r->handing_to()));
+    SettleMoves(&again, o.replicas);
+  }
+  EXPECT_EQ(r->move_to(), kNoNode);
+  EXPECT_TRUE(Holds(*r, from)) << r->DebugString();
+  EXPECT_TRUE(Holds(*r, to));
+  EXPECT_EQ(1 + r->replicas_size() + r->catching_up_size(), 2);
 }
 
 TEST(MovesTest, CallingADrainOffUndoesItsMovesUnderWay) {
@@ -342,9 +386,9 @@ TEST(MovesTest, UnderLoadBalancingHotRangesSpreadOut) {
     for (auto& r : *t->mutable_ranges()) {
       if (r.move_to() == kNoNode) continue;
       ASSERT_OK(MarkInSync(&map, 1, r.begin(), r.primary(), r.move_to()));
-      SettleMoves(&map);
+      SettleMoves(&map, o.replicas);
       ASSERT_OK(HandOver(&map, 1, r.begin(), r.primary(), r.handing_to()));
-      SettleMoves(&map);
+      SettleMoves(&map, o.replicas);
     }
   }
   EXPECT_EQ(MovesUnderWay(map), 0);

@@ -172,9 +172,11 @@ void NodeLifecycle::Sweep(absl::Time now) {
     job_->ForgetNode(id);
   }
   const bool cancelled = tables_->CancelSlowHandOvers(now);
-  // Moves start once servers join or drain, and go on as copies finish;
-  // not while a restore reassigns the ranges.
-  const bool moved = checkpoints_->restoring() == 0 && tables_->Rebalance();
+  // Ranges short of holders are refilled, then moves start (servers that
+  // joined or drain) and go on as copies finish; not while a restore
+  // reassigns the ranges.
+  const bool moved =
+      checkpoints_->restoring() == 0 && tables_->RefillWithinRoom();
   if (dead.empty() && forgotten.empty() && !cancelled && !moved) return;
   tables_->RefillWithinRoom();
   tables_->ResolvePending();

@@ -276,10 +276,11 @@ void TableRegistry::ForgetRefusals(NodeId node) {
   }
 }
 
-void TableRegistry::RefillWithinRoom() {
+bool TableRegistry::RefillWithinRoom() {
   absl::flat_hash_map<NodeId, uint64_t> room = RoomLeft(*map_);
-  Refill(map_, options_.replicas, &room, &refused_);
-  Rebalance();
+  const bool refilled = Refill(map_, options_.replicas, &room, &refused_);
+  const bool moved = Rebalance();
+  return refilled || moved;
 }
 
 absl::Status TableRegistry::ReplicaReady(
@@ -371,7 +372,7 @@ bool TableRegistry::Settle() {
     }
   }
   const int before = MovesUnderWay(*map_);
-  if (!SettleMoves(map_, &held_off)) return false;
+  if (!SettleMoves(map_, options_.replicas, &held_off)) return false;
   const int after = MovesUnderWay(*map_);
   if (after < before) moves_done_ += before - after;
   return true;

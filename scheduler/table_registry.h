@@ -144,8 +144,9 @@ class TableRegistry {
   // (counted). Returns whether anything changed.
   bool ForgetServerData(NodeId id);
   // Backups for ranges short of them, only on servers with room for them
-  // and not on a server that could not hold that table before.
-  void RefillWithinRoom();
+  // and not on a server that could not hold that table before; then moves
+  // (Rebalance). Returns whether anything changed.
+  bool RefillWithinRoom();
   // `node` registered again or was forgotten: what it refused is forgotten.
   void ForgetRefusals(NodeId node);
 
