@@ -46,11 +46,16 @@ absl::StatusOr<proto::RegisterReply> SchedulerClient::Register(
 
 absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
     NodeId id, Epoch applied_epoch) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, rpc_timeout_);
   proto::HeartbeatRequest req;
   req.set_node_id(id);
   req.set_applied_epoch(applied_epoch);
+  return Heartbeat(req);
+}
+
+absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
+    const proto::HeartbeatRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
   proto::HeartbeatReply reply;
   grpc::Status s = stub_->Heartbeat(&ctx, req, &reply);
   if (!s.ok())
@@ -69,6 +74,23 @@ absl::Status SchedulerClient::Leave(NodeId id, bool finished,
   proto::LeaveReply reply;
   return FromGrpcStatus(stub_->Leave(&ctx, req, &reply),
                         absl::StrCat("leave the job at ", address_));
+}
+
+absl::StatusOr<proto::DrainReply> SchedulerClient::Drain(
+    const proto::DrainRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::DrainReply reply;
+  grpc::Status s = stub_->Drain(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(
+        s,
+        absl::StrCat("drain ",
+                     req.name().empty() ? absl::StrCat("node ", req.node_id())
+                                        : "server '" + req.name() + "'",
+                     " at ", address_));
+  }
+  return reply;
 }
 
 absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {

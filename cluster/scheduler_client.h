@@ -43,9 +43,15 @@ class SchedulerClient {
       const proto::RegisterRequest& request, absl::Duration wait);
   absl::StatusOr<proto::HeartbeatReply> Heartbeat(NodeId id,
                                                   Epoch applied_epoch);
+  // A server's heartbeat with its ranges' figures.
+  absl::StatusOr<proto::HeartbeatReply> Heartbeat(
+      const proto::HeartbeatRequest& req);
   // A worker leaves the job at once (LEFT); `finished`: after its last
-  // step, else its rank waits for a replacement.
+  // step, else its rank waits for a replacement. A drained server leaves
+  // the cluster (kFailedPrecondition while it holds ranges).
   absl::Status Leave(NodeId id, bool finished, const std::string& reason);
+  // Drains a server or calls its drain off (proto::DrainRequest).
+  absl::StatusOr<proto::DrainReply> Drain(const proto::DrainRequest& req);
   absl::StatusOr<proto::ClusterMap> GetClusterMap();
   absl::StatusOr<proto::CreateTableReply> CreateTable(
       const proto::TableSpec& spec, absl::Duration timeout);

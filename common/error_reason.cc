@@ -31,7 +31,7 @@ ErrorReason ReasonOf(const absl::Status& status) {
 }
 
 ErrorReason ReasonFromWire(uint32_t value) {
-  return value <= static_cast<uint32_t>(ErrorReason::kConnectionLost)
+  return value <= static_cast<uint32_t>(ErrorReason::kDrainUnderWay)
              ? static_cast<ErrorReason>(value)
              : ErrorReason::kUnspecified;
 }

@@ -44,6 +44,9 @@ enum class ErrorReason : uint32_t {
   // The connection to the server broke or it left the map (UNAVAILABLE):
   // route again on a newer map.
   kConnectionLost = 6,
+  // Another server is being drained; one drain runs at a time
+  // (FAILED_PRECONDITION): retry once it is done.
+  kDrainUnderWay = 7,
 };
 
 // `status` with `reason` attached (OK stays OK).

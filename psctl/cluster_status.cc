@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -150,6 +151,9 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
       s->set_backups(s->backups() + r.replicas_size());
     }
   }
+  // Each range's load as its primary reports it, in both samples.
+  using RangeKey = std::pair<uint32_t, uint64_t>;
+  absl::flat_hash_map<RangeKey, proto::RangeLoad> load_before, load_after;
   for (size_t i = 0; i < servers.size(); ++i) {
     const proto::NodeInfo& n = *servers[i];
     psctl::ServerStatus* s = out.add_servers();
@@ -171,9 +175,15 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
       continue;
     }
     *s->mutable_stats() = *stats;
+    for (const proto::RangeLoad& l : stats->ranges()) {
+      load_after[{l.table_id(), l.begin()}] = l;
+    }
     if (i < first.size() && first[i].ok()) {
       const proto::ServerStats& a = *first[i];
       const proto::ServerStats& b = *stats;
+      for (const proto::RangeLoad& l : a.ranges()) {
+        load_before[{l.table_id(), l.begin()}] = l;
+      }
       s->set_push_rate(Rate(Op(a, "PUSH") + Op(a, "PUSH_PULL"),
                             Op(b, "PUSH") + Op(b, "PUSH_PULL"), seconds));
       s->set_pull_rate(Rate(Op(a, "PULL") + Op(a, "PUSH_PULL"),
@@ -201,7 +211,61 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
       t->set_refused_writes(t->refused_writes() + ts.refused_writes());
     }
   }
+  for (const proto::TableMap& t : out.map().tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      psctl::RangeStatus* rs = out.add_ranges();
+      rs->set_table(t.spec().name());
+      rs->set_begin(r.begin());
+      rs->set_end(r.end());
+      rs->set_primary(r.primary());
+      *rs->mutable_backups() = r.replicas();
+      *rs->mutable_catching_up() = r.catching_up();
+      rs->set_move_from(r.move_from());
+      rs->set_move_to(r.move_to());
+      rs->set_handing_to(r.handing_to());
+      rs->set_lost(r.lost());
+      if (r.move_to() != 0) out.set_moves_under_way(out.moves_under_way() + 1);
+      const RangeKey key{t.spec().id(), r.begin()};
+      auto after = load_after.find(key);
+      if (after == load_after.end()) continue;
+      rs->set_rows(after->second.rows());
+      rs->set_bytes(after->second.bytes());
+      auto before = load_before.find(key);
+      if (before == load_before.end()) continue;
+      rs->set_request_rate(
+          Rate(before->second.requests(), after->second.requests(), seconds));
+      rs->set_key_rate(
+          Rate(before->second.keys(), after->second.keys(), seconds));
+    }
+  }
   return out;
+}
+
+std::string FormatRanges(const psctl::ClusterStatus& s) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TABLE", "KEYS", "PRIMARY", "BACKUPS", "CATCHING_UP", "MOVE", "ROWS",
+       "BYTES", "REQ/s", "KEYS/s"}};
+  const bool rates = s.interval_seconds() > 0;
+  for (const psctl::RangeStatus& r : s.ranges()) {
+    std::string move = "-";
+    if (r.move_to() != 0) {
+      move = absl::StrCat(
+          r.move_from(), "->", r.move_to(),
+          r.handing_to() == r.move_to() ? " (handing over)"
+          : std::find(r.catching_up().begin(), r.catching_up().end(),
+                      r.move_to()) != r.catching_up().end()
+              ? " (copying)"
+              : "");
+    }
+    rows.push_back({r.table(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
+                    absl::StrCat(r.primary(), r.lost() ? " (lost)" : ""),
+                    Ids(r.backups()), Ids(r.catching_up()), move,
+                    absl::StrCat(r.rows()),
+                    Human(static_cast<double>(r.bytes())),
+                    rates ? Human(r.request_rate()) : "-",
+                    rates ? Human(r.key_rate()) : "-"});
+  }
+  return TextTable(rows);
 }
 
 std::string TextTable(const std::vector<std::vector<std::string>>& rows) {
@@ -250,9 +314,11 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
   for (const psctl::ServerStatus& srv : s.servers())
     by_id[srv.node_id()] = &srv;
   for (const proto::NodeInfo& n : s.map().nodes()) {
-    std::vector<std::string> row = {absl::StrCat(n.id()),
-                                    proto::NodeRole_Name(n.role()), n.name(),
-                                    proto::NodeState_Name(n.state())};
+    std::vector<std::string> row = {
+        absl::StrCat(n.id()), proto::NodeRole_Name(n.role()), n.name(),
+        absl::StrCat(
+            proto::NodeState_Name(n.state()),
+            n.draining() && n.state() == proto::ALIVE ? ",DRAINING" : "")};
     auto it = by_id.find(n.id());
     if (it != by_id.end()) {
       const psctl::ServerStatus& srv = *it->second;
@@ -295,6 +361,10 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
       if (r.handing_to() != 0) {
         flags.push_back(absl::StrCat("handing_to=", r.handing_to()));
       }
+      if (r.move_to() != 0) {
+        flags.push_back(
+            absl::StrCat("moving=", r.move_from(), "->", r.move_to()));
+      }
       ranges.push_back(
           {t.spec().name(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
            absl::StrCat(r.primary()), Ids(r.replicas()), Ids(r.catching_up()),
@@ -302,6 +372,28 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
     }
   }
   if (ranges.size() > 1) out += "\n" + TextTable(ranges);
+  // Elastic changes under way: drains and moves.
+  std::vector<std::string> draining;
+  for (const proto::NodeInfo& n : s.map().nodes()) {
+    if (n.state() != proto::ALIVE || !n.draining()) continue;
+    int held = 0;
+    for (const proto::TableMap& t : s.map().tables()) {
+      for (const proto::RangeAssignment& r : t.ranges()) {
+        held += r.primary() == n.id() ||
+                absl::c_linear_search(r.replicas(), n.id()) ||
+                absl::c_linear_search(r.catching_up(), n.id());
+      }
+    }
+    draining.push_back(absl::StrCat(n.name(), " (", held, " range(s) left)"));
+  }
+  if (s.moves_under_way() > 0 || !draining.empty()) {
+    absl::StrAppend(
+        &out, "\nmoves under way: ", s.moves_under_way(),
+        draining.empty()
+            ? std::string()
+            : absl::StrCat("; draining: ", absl::StrJoin(draining, ", ")),
+        "\n");
+  }
 
   if (s.job().workers_size() > 0) {
     std::vector<std::vector<std::string>> workers = {

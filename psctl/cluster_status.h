@@ -45,6 +45,11 @@ std::string FormatStatus(const psctl::ClusterStatus& status, bool wide = false);
 // the initializer and the BSP steps aggregated.
 std::string FormatTables(const psctl::ClusterStatus& status, bool wide = false);
 
+// `psctl tables`' second part: one line per key range with its holders,
+// a move under way, its rows, bytes and load (requests and rows per
+// second at its primary).
+std::string FormatRanges(const psctl::ClusterStatus& status);
+
 // Rows of cells as aligned columns, the first row a header.
 std::string TextTable(const std::vector<std::vector<std::string>>& rows);
 

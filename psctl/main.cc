@@ -9,6 +9,7 @@
 //   psctl job    [--scheduler=HOST:PORT] [--kind=train|lbfgs]
 //                [--workers=N] [--worker_flags=--model=mlp,--steps=500]
 //                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
+//   psctl drain NAME [--cancel] [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl checkpoint  [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl checkpoints [--scheduler=HOST:PORT]
 //   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
@@ -25,6 +26,11 @@
 // checkpoint's clock). A restarted cluster (the scheduler with its
 // --state_dir, the servers with their --data_dir) resumes from the newest
 // complete checkpoint by itself (docs/OPERATIONS.md, "Restore").
+//
+// drain moves every key range server NAME holds to the other servers while
+// the job runs, then the server leaves the cluster and exits 0; psctl waits
+// for it (at most --timeout_s), printing progress. --cancel calls a drain
+// off (the ranges moved stay moved).
 //
 // Every command prints human tables by default, `-o wide` for more
 // columns, `-o json` or `-o yaml` (the messages of psctl/psctl.proto, one
@@ -114,7 +120,10 @@ ABSL_FLAG(std::vector<std::string>, lbfgs_flags, {},
 ABSL_FLAG(int64_t, job_timeout_s, 3600,
           "job: give up (and stop it) after this");
 ABSL_FLAG(int64_t, timeout_s, 120,
-          "checkpoint, restore: wait this long for it to complete");
+          "checkpoint, restore, drain: wait this long for it to complete");
+ABSL_FLAG(bool, cancel, false,
+          "drain: call the server's drain off instead (ranges moved stay "
+          "moved)");
 ABSL_FLAG(std::string, table, "", "export: the table's name");
 ABSL_FLAG(std::string, out, "",
           "export: file prefix (<out>.npy; sparse: <out>.keys.npy and "
@@ -138,6 +147,8 @@ struct CommandContext {
   std::string scheduler;  // host:port
   ClusterAuth auth;
   OutputFormat format = OutputFormat::kText;
+  // Positional arguments after the command (psctl drain NAME).
+  std::vector<std::string> args;
   // Whether the output is for a program (json, yaml): progress then goes
   // to stderr, so that stdout holds one document.
   bool machine() const {
@@ -184,9 +195,8 @@ int PrintStatus(bool tables_only, const CommandContext& ctx) {
   StatusOptions o;
   o.scheduler_address = ctx.scheduler;
   o.auth = ctx.auth;
-  o.interval = tables_only
-                   ? absl::ZeroDuration()
-                   : absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms));
+  // Two samples for rates (tables: each range's load).
+  o.interval = absl::Milliseconds(absl::GetFlag(FLAGS_interval_ms));
   o.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   absl::StatusOr<psctl::ClusterStatus> s = GatherStatus(o);
   if (!s.ok()) return Fail(s.status());
@@ -194,8 +204,12 @@ int PrintStatus(bool tables_only, const CommandContext& ctx) {
     psctl::ClusterStatus only;
     only.set_scheduler(s->scheduler());
     *only.mutable_tables() = s->tables();
-    return PrintOutput(only, ctx.format,
-                       [&](bool wide) { return FormatTables(*s, wide); });
+    *only.mutable_ranges() = s->ranges();
+    only.set_interval_seconds(s->interval_seconds());
+    only.set_moves_under_way(s->moves_under_way());
+    return PrintOutput(only, ctx.format, [&](bool wide) {
+      return FormatTables(*s, wide) + "\n" + FormatRanges(*s);
+    });
   }
   return PrintOutput(*s, ctx.format,
                      [&](bool wide) { return FormatStatus(*s, wide); });
@@ -467,6 +481,74 @@ int Checkpoints(const CommandContext& ctx) {
   });
 }
 
+// Drains server NAME (its ranges move to the others, then it leaves and
+// exits 0) and waits for it; or calls its drain off (--cancel).
+int Drain(const CommandContext& ctx) {
+  if (ctx.args.size() != 1) {
+    std::fprintf(stderr,
+                 "psctl drain: name the server (psctl drain NAME; psctl "
+                 "status lists them)\n");
+    return kUsage;
+  }
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  SchedulerClient sched(ctx.scheduler,
+                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
+                        ctx.auth);
+  proto::DrainRequest req;
+  req.set_name(ctx.args[0]);
+  req.set_cancel(absl::GetFlag(FLAGS_cancel));
+  FILE* progress = ctx.machine() ? stderr : stdout;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  absl::StatusOr<proto::DrainReply> r = sched.Drain(req);
+  if (!r.ok()) return Fail(r.status());
+  uint32_t last_held = UINT32_MAX;
+  // The drain is asked again (idempotent) for its progress until the
+  // server has left.
+  while (!req.cancel() && !r->left() && r->draining() &&
+         absl::Now() < deadline) {
+    if (r->ranges_held() != last_held) {
+      last_held = r->ranges_held();
+      std::fprintf(progress, "%s: %u range(s) left, %u moving\n",
+                   r->name().c_str(), r->ranges_held(), r->moves_under_way());
+      std::fflush(progress);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+    r = sched.Drain(req);
+    if (!r.ok()) return Fail(r.status());
+  }
+  psctl::DrainProgress out;
+  out.set_server(r->name());
+  out.set_node_id(r->node_id());
+  out.set_draining(r->draining());
+  out.set_ranges_held(r->ranges_held());
+  out.set_moves_under_way(r->moves_under_way());
+  out.set_left(r->left());
+  out.set_waited_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  const int printed = PrintOutput(out, ctx.format, [&](bool) {
+    if (req.cancel()) {
+      return absl::StrFormat("%s: drain called off; it holds %u range(s)\n",
+                             out.server(), out.ranges_held());
+    }
+    if (out.left()) {
+      return absl::StrFormat("%s: drained and left the cluster after %.1f s\n",
+                             out.server(), out.waited_seconds());
+    }
+    return std::string();
+  });
+  if (req.cancel() || out.left()) return printed;
+  return Fail(absl::DeadlineExceededError(
+      out.draining()
+          ? absl::StrCat("server '", out.server(), "' still holds ",
+                         out.ranges_held(), " range(s) after ",
+                         absl::FormatDuration(timeout),
+                         "; the drain goes on (psctl drain --cancel calls it "
+                         "off)")
+          : absl::StrCat("the drain of server '", out.server(),
+                         "' was called off (the scheduler is stopping, or "
+                         "someone cancelled it)")));
+}
+
 // Rolls the job back to --checkpoint and waits for it.
 int Restore(const CommandContext& ctx) {
   const uint64_t id = absl::GetFlag(FLAGS_checkpoint);
@@ -533,12 +615,14 @@ int Version(const CommandContext& ctx) {
 struct Command {
   const char* name;
   int (*run)(const CommandContext&);
+  int max_args = 0;  // positional arguments after the command
 };
 constexpr Command kCommands[] = {
     {"status", [](const CommandContext& c) { return PrintStatus(false, c); }},
     {"tables", [](const CommandContext& c) { return PrintStatus(true, c); }},
     {"local", Local},
     {"job", Job},
+    {"drain", Drain, 1},
     {"checkpoint", Checkpoint},
     {"checkpoints", Checkpoints},
     {"restore", Restore},
@@ -570,7 +654,7 @@ std::string SchedulerAddress() {
 }
 
 int Main(const std::vector<char*>& args) {
-  if (args.size() != 2) {
+  if (args.size() < 2) {
     std::fprintf(stderr, "usage: psctl %s [flags] (psctl --help)\n",
                  CommandNames("|").c_str());
     return kUsage;
@@ -589,6 +673,13 @@ int Main(const std::vector<char*>& args) {
   ctx.format = *format;
   for (const Command& c : kCommands) {
     if (command != c.name) continue;
+    ctx.args.assign(args.begin() + 2, args.end());
+    if (static_cast<int>(ctx.args.size()) > c.max_args) {
+      std::fprintf(stderr,
+                   "psctl %s: unexpected argument '%s' (psctl --help)\n",
+                   c.name, ctx.args[c.max_args].c_str());
+      return kUsage;
+    }
     auto auth = ClusterAuth::FromFlags(kGrpcClient);
     if (!auth.ok()) return Fail(auth.status());
     ctx.auth = *std::move(auth);
@@ -606,8 +697,9 @@ int main(int argc, char** argv) {
   downpour::ProgramStart start;
   start.usage =
       "the Downpour operator's command line (usage: psctl "
-      "status|tables|local|job|checkpoint|checkpoints|restore|export|version|"
-      "calibrate|plan [--scheduler=HOST:PORT] [-o json|yaml|wide] [flags])";
+      "status|tables|local|job|drain NAME|checkpoint|checkpoints|restore|"
+      "export|version|calibrate|plan [--scheduler=HOST:PORT] "
+      "[-o json|yaml|wide] [flags])";
   start.block_termination_signals = true;
   // `plan` takes --workers and --servers as ranges, which the flag parser
   // (integers, for `local` and `job`) would refuse.

@@ -108,6 +108,26 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   w->Counter("downpour_cluster_ranges_lost_total",
              "Ranges marked lost (their only holder restarted empty)", {},
              static_cast<double>(events.ranges_lost));
+  int moving = 0, draining = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      moving += r.move_to() != 0;
+    }
+  }
+  for (const proto::NodeInfo& n : map.nodes()) {
+    draining += n.state() == proto::ALIVE && n.draining();
+  }
+  w->Gauge("downpour_cluster_range_moves",
+           "Ranges being moved now (scale out, drains)", {}, moving);
+  w->Gauge("downpour_cluster_servers_draining",
+           "Servers being drained (psctl drain, --drain_on_sigterm)", {},
+           draining);
+  w->Counter("downpour_cluster_range_moves_started_total",
+             "Range moves started (scale out, drains)", {},
+             static_cast<double>(events.moves_started));
+  w->Counter("downpour_cluster_range_moves_ended_total",
+             "Range moves ended (completed or cancelled)", {},
+             static_cast<double>(events.moves_done));
 
   const proto::JobConfig& c = job.job();
   w->Gauge("downpour_job_info", "The job's consistency policy (value 1)",

@@ -20,6 +20,10 @@ struct SchedulerEvents {
   // Ranges whose primary died and that an in-sync backup took over.
   uint64_t promotions = 0;
   uint64_t ranges_lost = 0;  // ranges marked lost (no holder had the data)
+  // Range moves (scale out, drains: scheduler/moves.h) started, and ended
+  // (completed or cancelled).
+  uint64_t moves_started = 0;
+  uint64_t moves_done = 0;
 };
 
 void WriteSchedulerMetrics(const proto::ClusterMap& map,

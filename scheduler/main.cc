@@ -31,6 +31,20 @@ ABSL_FLAG(bool, balance_primaries, true,
           "return, the survivor would stay primary of everything)");
 ABSL_FLAG(int32_t, min_servers, 1,
           "table declarations wait until this many servers are alive");
+ABSL_FLAG(int32_t, ranges_per_table, 0,
+          "a new table gets at least this many key ranges (else one per "
+          "live server), so that servers added later can take some");
+ABSL_FLAG(bool, rebalance, true,
+          "move key ranges to servers that join, and between servers, until "
+          "each holds as many table bytes as the others (off: ranges move "
+          "only off drained servers)");
+ABSL_FLAG(int32_t, max_range_moves, 2,
+          "key ranges being moved at once (scale out, drains)");
+ABSL_FLAG(std::string, balance, "bytes",
+          "what --rebalance evens out: bytes (the table memory each server "
+          "holds) or load (each range's requests and rows per second as its "
+          "primary measures them: hot ranges move to the least busy "
+          "servers)");
 ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
@@ -97,6 +111,25 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_suspect_grace_ms));
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.balance_primaries = absl::GetFlag(FLAGS_balance_primaries);
+  options.ranges_per_table = absl::GetFlag(FLAGS_ranges_per_table);
+  options.rebalance = absl::GetFlag(FLAGS_rebalance);
+  options.max_range_moves = absl::GetFlag(FLAGS_max_range_moves);
+  const std::string balance = absl::GetFlag(FLAGS_balance);
+  if (balance != "bytes" && balance != "load") {
+    DP_LOG(ERROR) << "--balance=" << balance << ": bytes or load";
+    return 2;
+  }
+  options.balance_load = balance == "load";
+  if (options.ranges_per_table < 0 || options.ranges_per_table > 4096) {
+    DP_LOG(ERROR) << "--ranges_per_table=" << options.ranges_per_table
+                  << ": must be in [0, 4096]";
+    return 2;
+  }
+  if (options.max_range_moves < 1 || options.max_range_moves > 64) {
+    DP_LOG(ERROR) << "--max_range_moves=" << options.max_range_moves
+                  << ": must be in [1, 64]";
+    return 2;
+  }
   if (options.replicas < 1 || options.replicas > 16) {
     DP_LOG(ERROR) << "--replicas=" << options.replicas
                   << ": must be in [1, 16]";
@@ -193,6 +226,8 @@ int main(int argc, char** argv) {
   DP_LOG(INFO) << "serving on " << (*scheduler)->address() << " (listen "
                << options.listen_address << ")";
   downpour::OnTerminationSignal([s = scheduler->get(), last_checkpoint] {
+    // The servers stopping with it must not be drained meanwhile.
+    s->StopMoving();
     if (last_checkpoint > absl::ZeroDuration()) {
       // Kubernetes stops every pod of the job at once: the servers wait
       // (bounded) for this checkpoint before they exit; the workers finish

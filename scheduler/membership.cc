@@ -107,6 +107,9 @@ void Membership::Admit(proto::NodeInfo* node, const proto::RegisterRequest& req,
   node->set_incarnation(req.incarnation());
   node->set_max_message_bytes(req.max_message_bytes());
   node->set_memory_limit_bytes(req.memory_limit_bytes());
+  // A server registering anew (e.g. a drained pod restarted) takes ranges
+  // again.
+  node->set_draining(false);
   last_seen_[node->id()] = now;
   suspect_since_.erase(node->id());
   unconfirmed_.erase(node->id());

@@ -101,10 +101,11 @@ absl::Status NodeLifecycle::Leave(SchedulerMutex& lock,
     return absl::NotFoundError(
         absl::StrCat("leave: unknown node ", req.node_id()));
   }
+  if (node->role() == proto::SERVER) return ServerLeaves(lock, node, req);
   if (node->role() != proto::WORKER) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "leave: node ", node->id(), " ('", node->name(),
-        "') is not a worker; servers are failed over when they die"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("leave: node ", node->id(), " ('", node->name(),
+                     "') is not a worker or a server"));
   }
   if (node->state() != proto::ALIVE) return absl::OkStatus();
   members_->MarkLeft(node);
@@ -117,6 +118,37 @@ absl::Status NodeLifecycle::Leave(SchedulerMutex& lock,
                << ": " << Printable(req.reason(), 200) << "; epoch "
                << map_->epoch();
   // Published (and, with a state dir, on disk) before the worker exits.
+  return durable_->AwaitDurable(lock, durable_->Commit());
+}
+
+absl::Status NodeLifecycle::ServerLeaves(SchedulerMutex& lock,
+                                         proto::NodeInfo* node,
+                                         const proto::LeaveRequest& req) {
+  if (node->state() != proto::ALIVE) return absl::OkStatus();
+  if (tables_->HoldsRanges(node->id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "leave: server ", node->id(), " ('", node->name(),
+        "') still holds key ranges; drain it first (psctl drain)"));
+  }
+  members_->MarkLeft(node);
+  map_->set_epoch(map_->epoch() + 1);
+  DP_LOG(INFO) << "server '" << node->name() << "' (node " << node->id()
+               << ") left, drained: " << Printable(req.reason(), 200)
+               << "; epoch " << map_->epoch();
+  return durable_->AwaitDurable(lock, durable_->Commit());
+}
+
+absl::Status NodeLifecycle::Drain(SchedulerMutex& lock,
+                                  const proto::DrainRequest& req,
+                                  proto::DrainReply* reply) {
+  if (checkpoints_->restoring() != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("drain: the job is being restored from checkpoint ",
+                     checkpoints_->restoring(), "; retry once it is done"));
+  }
+  const Epoch before = map_->epoch();
+  DP_RETURN_IF_ERROR(tables_->Drain(req, reply));
+  if (map_->epoch() == before) return absl::OkStatus();
   return durable_->AwaitDurable(lock, durable_->Commit());
 }
 
@@ -140,7 +172,12 @@ void NodeLifecycle::Sweep(absl::Time now) {
     job_->ForgetNode(id);
   }
   const bool cancelled = tables_->CancelSlowHandOvers(now);
-  if (dead.empty() && forgotten.empty() && !cancelled) return;
+  // Ranges short of holders are refilled, then moves start (servers that
+  // joined or drain) and go on as copies finish; not while a restore
+  // reassigns the ranges.
+  const bool moved =
+      checkpoints_->restoring() == 0 && tables_->RefillWithinRoom();
+  if (dead.empty() && forgotten.empty() && !cancelled && !moved) return;
   tables_->RefillWithinRoom();
   tables_->ResolvePending();
   map_->set_epoch(map_->epoch() + 1);

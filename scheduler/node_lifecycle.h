@@ -63,9 +63,17 @@ class NodeLifecycle {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
 
   // Worker `req.node_id()` leaves: its rank is lost unless it finished; a
+  // server leaves once it holds no range (drained): LEFT, not a failure. A
   // new epoch, durable before it returns. kNotFound for an unknown node,
-  // kInvalidArgument for a node that is not a worker; OK for one not ALIVE.
+  // kInvalidArgument for a client, kFailedPrecondition for a server still
+  // holding ranges; OK for a node not ALIVE.
   absl::Status Leave(SchedulerMutex& lock, const proto::LeaveRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
+
+  // Drains a server or calls its drain off (TableRegistry::Drain); durable
+  // before it returns. kUnavailable while a restore runs.
+  absl::Status Drain(SchedulerMutex& lock, const proto::DrainRequest& req,
+                     proto::DrainReply* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
 
   // One round of the failure sweep at `now`: the lost-worker rule; the
@@ -75,6 +83,9 @@ class NodeLifecycle {
   void Sweep(absl::Time now);
 
  private:
+  absl::Status ServerLeaves(SchedulerMutex& lock, proto::NodeInfo* node,
+                            const proto::LeaveRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
   // Fills a registration's reply once version `version` of the state is
   // durable (the node's id must survive a restart of the scheduler).
   absl::Status FinishRegister(SchedulerMutex& lock, const proto::NodeInfo& node,

@@ -32,6 +32,14 @@ bool Alive(const proto::ClusterMap& map, NodeId id) {
   return false;
 }
 
+// Being drained: it takes on no range (moves.h).
+bool Draining(const proto::ClusterMap& map, NodeId id) {
+  for (const proto::NodeInfo& n : map.nodes()) {
+    if (n.id() == id) return n.draining();
+  }
+  return false;
+}
+
 // A handover stands only while its primary is alive and its target is
 // still an in-sync backup.
 bool CancelStaleHandOver(const proto::ClusterMap& map,
@@ -72,13 +80,14 @@ std::vector<NodeId> LiveServers(const proto::ClusterMap& map) {
 }
 
 void PlaceTable(proto::TableMap* table, const std::vector<NodeId>& servers,
-                int replicas) {
+                int replicas, int min_ranges) {
   const Key end = table->spec().kind() == proto::DENSE
                       ? table->spec().num_keys()
                       : kKeySpaceEnd;
   const size_t n = servers.size();
   const size_t parts = static_cast<size_t>(
-      std::min<unsigned __int128>(n, static_cast<unsigned __int128>(end)));
+      std::min<unsigned __int128>(std::max<size_t>(n, std::max(0, min_ranges)),
+                                  static_cast<unsigned __int128>(end)));
   const size_t holders = std::min<size_t>(n, std::max(1, replicas));
   Key begin = 0;
   for (size_t i = 0; i < parts; ++i) {
@@ -87,7 +96,7 @@ void PlaceTable(proto::TableMap* table, const std::vector<NodeId>& servers,
     proto::RangeAssignment* r = table->add_ranges();
     r->set_begin(begin);
     r->set_end(next);
-    r->set_primary(servers[i]);
+    r->set_primary(servers[i % n]);
     for (size_t k = 1; k < holders; ++k) {
       r->add_replicas(servers[(i + k) % n]);
     }
@@ -171,7 +180,7 @@ bool Refill(proto::ClusterMap* map, int replicas,
       while (1 + r.replicas_size() + r.catching_up_size() < replicas) {
         NodeId best = kNoNode;
         for (NodeId s : live) {
-          if (Holds(r, s) || !fits(s)) continue;
+          if (Holds(r, s) || !fits(s) || Draining(*map, s)) continue;
           if (best == kNoNode || load[s] < load[best]) best = s;
         }
         // Every live server holds it already, or has no room for it.
@@ -249,13 +258,16 @@ bool BalancePrimaries(proto::ClusterMap* map) {
       if (auto c = count.find(owner); c != count.end()) ++c->second;
     }
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
-      if (r.lost() || r.handing_to() != kNoNode) continue;
+      // A moving range's handover is its move's (moves.h).
+      if (r.lost() || r.handing_to() != kNoNode || r.move_to() != kNoNode) {
+        continue;
+      }
       auto from = count.find(r.primary());
       if (from == count.end()) continue;  // its primary is not alive
       NodeId best = kNoNode;
       for (NodeId b : r.replicas()) {
         auto c = count.find(b);
-        if (c == count.end()) continue;
+        if (c == count.end() || Draining(*map, b)) continue;
         if (best == kNoNode || c->second < count[best]) best = b;
       }
       if (best == kNoNode || from->second - count[best] < 2) continue;

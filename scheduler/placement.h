@@ -18,15 +18,17 @@
 //     a range it is still primary of is marked lost (kDataLoss) and it is
 //     dropped from the backups of any range.
 //   - Ranges with fewer than r holders get catching-up backups on the live
-//     servers holding the fewest ranges (never twice the same server, and
-//     only one with room for the range, when Refill is told the room).
+//     servers holding the fewest ranges (never twice the same server, never
+//     a draining one, and only one with room for the range, when Refill is
+//     told the room).
 //   - A catching-up backup becomes in sync when its primary reports the
 //     copy done (MarkInSync).
 //   - Primaries are balanced (BalancePrimaries): after a failover the
 //     survivors are primary of every range, and a server that comes back
 //     only replays. A range whose primary is primary of at least two more
 //     ranges of its table than one of its live in-sync backups is handed
-//     to that backup (handing_to); the primary stops writing it and,
+//     to that backup (handing_to; not to a draining backup, and not for a
+//     range being moved, moves.h); the primary stops writing it and,
 //     once its backups hold everything it applied, reports; HandOver then
 //     swaps the two. A handover whose primary or target leaves the range
 //     is cancelled.
@@ -50,11 +52,14 @@ namespace downpour {
 // Live servers of `map`, in id order.
 std::vector<NodeId> LiveServers(const proto::ClusterMap& map);
 
-// Splits a new table's key space into one range per server (fewer if it
-// has fewer keys) and places primaries and `replicas - 1` backups round the
-// ring of `servers`. REQUIRES: servers non-empty, replicas >= 1.
+// Splits a new table's key space into one range per server, or
+// `min_ranges` if more (fewer if it has fewer keys: a range holds at least
+// one), and places primaries and `replicas - 1` backups round the ring of
+// `servers` (range i's primary on server i mod n). More ranges than
+// servers let a table spread over servers added later (moves.h).
+// REQUIRES: servers non-empty, replicas >= 1.
 void PlaceTable(proto::TableMap* table, const std::vector<NodeId>& servers,
-                int replicas);
+                int replicas, int min_ranges = 0);
 
 // Takes `dead` out of every range (see the rules above). Returns whether
 // anything changed.

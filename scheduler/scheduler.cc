@@ -56,8 +56,18 @@ JobOptions JobOptionsOf(const SchedulerOptions& o) {
   return {o.policy, o.worker_loss, o.clock_report_slack};
 }
 TableRegistryOptions TableOptionsOf(const SchedulerOptions& o) {
-  return {o.replicas, o.balance_primaries, o.handover_timeout, o.min_servers,
-          o.max_map_bytes};
+  TableRegistryOptions t;
+  t.replicas = o.replicas;
+  t.balance_primaries = o.balance_primaries;
+  t.handover_timeout = o.handover_timeout;
+  t.min_servers = o.min_servers;
+  t.max_map_bytes = o.max_map_bytes;
+  t.min_ranges = o.ranges_per_table;
+  t.rebalance = o.rebalance;
+  t.max_moves = std::max(1, o.max_range_moves);
+  t.balance_by = o.balance_load ? MoveOptions::Balance::kLoad
+                                : MoveOptions::Balance::kBytes;
+  return t;
 }
 CheckpointOptions CheckpointOptionsOf(const SchedulerOptions& o) {
   return {o.checkpoint_every_clocks,
@@ -126,6 +136,8 @@ class SchedulerImpl final : public Scheduler,
           events.workers_declared_dead = membership_.workers_declared_dead();
           events.promotions = tables_.promotions();
           events.ranges_lost = tables_.ranges_lost();
+          events.moves_started = tables_.moves_started();
+          events.moves_done = tables_.moves_done();
         }
         WriteSchedulerMetrics(map, job, events, w);
       });
@@ -168,6 +180,14 @@ class SchedulerImpl final : public Scheduler,
   proto::ClusterMap CurrentMap() const override {
     absl::MutexLock lock(&lock_.mu);
     return durable_.published();
+  }
+
+  void StopMoving() override {
+    absl::MutexLock lock(&lock_.mu);
+    if (tables_.StopMoving()) {
+      map_.set_epoch(map_.epoch() + 1);
+      (void)durable_.AwaitDurable(lock_, durable_.Commit());
+    }
   }
 
   absl::StatusOr<proto::CheckpointManifest> Checkpoint(
@@ -214,6 +234,9 @@ class SchedulerImpl final : public Scheduler,
     }
     membership_.Heard(node->id(), absl::Now());
     membership_.RecordApplied(node->id(), req->applied_epoch());
+    if (node->role() == proto::SERVER && req->ranges_size() > 0) {
+      tables_.ReportRanges(node->id(), *req, absl::Now());
+    }
     tables_.ResolvePending();
     reply->set_epoch(durable_.published().epoch());
     return grpc::Status::OK;
@@ -223,6 +246,17 @@ class SchedulerImpl final : public Scheduler,
                      proto::LeaveReply*) override {
     absl::MutexLock lock(&lock_.mu);
     return Err(lifecycle_.Leave(lock_, *req));
+  }
+
+  grpc::Status Drain(grpc::ServerContext* ctx, const proto::DrainRequest* req,
+                     proto::DrainReply* reply) override {
+    if (absl::Status s = CheckName("server name", req->name(),
+                                   kMaxNodeNameBytes, /*may_be_empty=*/true);
+        !s.ok()) {
+      return Err(s);
+    }
+    absl::MutexLock lock(&lock_.mu);
+    return Err(lifecycle_.Drain(lock_, *req, reply));
   }
 
   grpc::Status AckEpoch(grpc::ServerContext* ctx,

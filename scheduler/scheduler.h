@@ -159,6 +159,18 @@ struct SchedulerOptions {
   // CreateTable waits (up to its timeout) until this many servers are alive
   // (at least one in any case).
   int min_servers = 1;
+  // A new table gets at least this many ranges (else one per live server),
+  // so that servers added later can take some (scheduler/moves.h).
+  int ranges_per_table = 0;
+  // Elastic clusters (scheduler/moves.h): ranges move to servers that join
+  // and, for balance, between servers (`rebalance`; off: only off drained
+  // servers), at most `max_range_moves` at a time.
+  bool rebalance = true;
+  int max_range_moves = 2;
+  // Rebalance by load (each range's requests and rows per second, as its
+  // primary measures them) instead of table bytes: a server more than 10%
+  // above the mean load gives its hot ranges to the least busy servers.
+  bool balance_load = false;
   // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
   // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;
@@ -231,6 +243,12 @@ class Scheduler {
   virtual void Shutdown() = 0;
   // A copy of the current (published) map.
   virtual proto::ClusterMap CurrentMap() const = 0;
+  // The scheduler is stopping (SIGTERM, with the whole job): no range
+  // moves any more. Drains are called off and later ones refused
+  // (kUnavailable: a server then stops as it would without draining),
+  // moves under way are cancelled, so that the last checkpoint sees the
+  // ranges still.
+  virtual void StopMoving() = 0;
   // Takes a checkpoint now and waits until it is complete (its manifest
   // written) or failed; as the Checkpoint RPC. kFailedPrecondition without
   // state_dir or while a restore runs; kDeadlineExceeded after `timeout`.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/error_reason.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -109,10 +110,16 @@ absl::Status TableRegistry::Create(SchedulerMutex& lock,
   // its share and the map stays small.
   proto::TableMap placed;
   *placed.mutable_spec() = spec;
-  std::vector<NodeId> ring;
-  for (const auto* s : servers) ring.push_back(s->id());
+  // Draining servers take on nothing (unless nothing else is left).
+  std::vector<NodeId> ring, waiting;
+  for (const auto* s : servers) {
+    waiting.push_back(s->id());
+    if (!s->draining()) ring.push_back(s->id());
+  }
+  if (ring.empty()) ring = waiting;
   std::sort(ring.begin(), ring.end());
-  PlaceTable(&placed, ring, options_.replicas);
+  std::sort(waiting.begin(), waiting.end());
+  PlaceTable(&placed, ring, options_.replicas, options_.min_ranges);
   DP_RETURN_IF_ERROR(CheckTableFits(*map_, placed), "create table");
   DP_RETURN_IF_ERROR(CheckMapGrowth(
       absl::StrCat("create table '", spec.name(), "'"), map_->ByteSizeLong(),
@@ -128,7 +135,7 @@ absl::Status TableRegistry::Create(SchedulerMutex& lock,
   pending->id = spec.id();
   pending->name = spec.name();
   pending->epoch = epoch;
-  pending->waiting = ring;
+  pending->waiting = waiting;
   pending_[spec.id()] = pending;
   DP_LOG(INFO) << "table '" << spec.name() << "' (id " << spec.id() << ") over "
                << table->ranges_size() << " ranges, " << options_.replicas
@@ -270,9 +277,11 @@ void TableRegistry::ForgetRefusals(NodeId node) {
   }
 }
 
-void TableRegistry::RefillWithinRoom() {
+bool TableRegistry::RefillWithinRoom() {
   absl::flat_hash_map<NodeId, uint64_t> room = RoomLeft(*map_);
-  Refill(map_, options_.replicas, &room, &refused_);
+  const bool refilled = Refill(map_, options_.replicas, &room, &refused_);
+  const bool moved = Rebalance();
+  return refilled || moved;
 }
 
 absl::Status TableRegistry::ReplicaReady(
@@ -290,6 +299,7 @@ absl::Status TableRegistry::ReplicaReady(
                                 req.primary(), req.backup()));
     // The handovers left, if any, get a full timeout from the next sweep.
     handover_started_ = absl::InfiniteFuture();
+    Rebalance();
     if (options_.balance_primaries) BalancePrimaries(map_);
     map_->set_epoch(map_->epoch() + 1);
     DP_LOG(INFO) << "table " << req.table_id() << " range from key "
@@ -300,6 +310,7 @@ absl::Status TableRegistry::ReplicaReady(
   }
   DP_RETURN_IF_ERROR(MarkInSync(map_, req.table_id(), req.range_begin(),
                                 req.primary(), req.backup()));
+  Rebalance();
   if (options_.balance_primaries) BalancePrimaries(map_);
   map_->set_epoch(map_->epoch() + 1);
   DP_LOG(INFO) << "table " << req.table_id() << " range from key "
@@ -320,6 +331,16 @@ bool TableRegistry::CancelSlowHandOvers(absl::Time now) {
   DP_LOG(WARNING) << "primaries did not hand their ranges over within "
                   << absl::FormatDuration(options_.handover_timeout)
                   << "; the handovers are cancelled";
+  // A move's handover is tried again later, not at once: meanwhile its
+  // range takes writes.
+  for (const proto::TableMap& t : map_->tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      if (r.handing_to() != kNoNode && r.handing_to() == r.move_to()) {
+        handover_held_off_[{t.spec().id(), r.begin()}] =
+            now + options_.handover_timeout;
+      }
+    }
+  }
   CancelHandOvers(map_);
   handover_started_ = absl::InfiniteFuture();
   return true;
@@ -329,13 +350,225 @@ void TableRegistry::RemoveDeadServer(NodeId id) {
   const int primary_before = PrimaryRangesOf(*map_, id);
   RemoveServer(map_, id);
   promotions_ += primary_before - PrimaryRangesOf(*map_, id);
+  Settle();
 }
 
 bool TableRegistry::ForgetServerData(NodeId id) {
   const int lost_before = LostRanges(*map_);
   if (!::downpour::ForgetServerData(map_, id)) return false;
   ranges_lost_ += LostRanges(*map_) - lost_before;
+  Settle();
   return true;
+}
+
+bool TableRegistry::Settle() {
+  const absl::Time now = absl::Now();
+  absl::flat_hash_set<std::pair<TableId, Key>> held_off;
+  for (auto it = handover_held_off_.begin(); it != handover_held_off_.end();) {
+    if (it->second <= now) {
+      handover_held_off_.erase(it++);
+    } else {
+      held_off.insert(it->first);
+      ++it;
+    }
+  }
+  const int before = MovesUnderWay(*map_);
+  if (!SettleMoves(map_, options_.replicas, &held_off)) return false;
+  const int after = MovesUnderWay(*map_);
+  if (after < before) moves_done_ += before - after;
+  return true;
+}
+
+bool TableRegistry::StopMoving() {
+  moving_stopped_ = true;
+  bool changed = false;
+  for (proto::NodeInfo& n : *map_->mutable_nodes()) {
+    if (!n.draining()) continue;
+    n.set_draining(false);
+    changed = true;
+  }
+  const int before = MovesUnderWay(*map_);
+  for (proto::TableMap& t : *map_->mutable_tables()) {
+    for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+      if (r.move_to() != kNoNode) {
+        changed |= CancelMovesFrom(map_, r.move_from());
+      }
+    }
+  }
+  moves_done_ += before - MovesUnderWay(*map_);
+  return changed;
+}
+
+bool TableRegistry::Rebalance() {
+  bool changed = Settle();
+  if (moving_stopped_) return changed;
+  MoveOptions o;
+  o.replicas = options_.replicas;
+  o.max_moves = options_.max_moves;
+  o.balance = options_.rebalance;
+  o.by = options_.balance_by;
+  RangeSizes load;
+  if (o.by == MoveOptions::Balance::kLoad) {
+    for (const auto& [key, l] : loads_) {
+      load[key] = static_cast<uint64_t>(l.rate);
+    }
+  }
+  const int before = MovesUnderWay(*map_);
+  absl::flat_hash_map<NodeId, uint64_t> room = RoomLeft(*map_);
+  if (StartMoves(map_, o, &room, &refused_,
+                 o.by == MoveOptions::Balance::kLoad ? &load : &sizes_)) {
+    changed = true;
+    const int after = MovesUnderWay(*map_);
+    if (after > before) {
+      moves_started_ += after - before;
+      for (const proto::TableMap& t : map_->tables()) {
+        for (const proto::RangeAssignment& r : t.ranges()) {
+          if (r.move_to() == kNoNode) continue;
+          DP_LOG(INFO) << "table '" << t.spec().name() << "' keys ["
+                       << r.begin() << ", " << r.end() << "): moving from "
+                       << "server " << r.move_from() << " to " << r.move_to();
+        }
+      }
+    }
+    // A move whose target already holds the range in sync moves on now.
+    Settle();
+  }
+  return changed;
+}
+
+bool TableRegistry::HoldsRanges(NodeId id) const {
+  return HoldsAnyRange(*map_, id);
+}
+
+void TableRegistry::ReportRanges(NodeId primary,
+                                 const proto::HeartbeatRequest& req,
+                                 absl::Time now) {
+  for (const proto::RangeLoad& r : req.ranges()) {
+    const proto::TableMap* t = FindTableById(r.table_id());
+    if (t == nullptr) continue;
+    bool is_primary = false;
+    for (const proto::RangeAssignment& a : t->ranges()) {
+      if (a.begin() == r.begin() && a.end() == r.end() &&
+          a.primary() == primary) {
+        is_primary = true;
+        break;
+      }
+    }
+    if (!is_primary) continue;
+    const std::pair<TableId, Key> key{r.table_id(), r.begin()};
+    if (t->spec().kind() != proto::DENSE) sizes_[key] = r.bytes();
+    Load& l = loads_[key];
+    // Counters start again on a new primary: a new baseline then.
+    if (l.primary == primary && r.requests() >= l.requests &&
+        r.keys() >= l.keys && now > l.at) {
+      const double seconds = absl::ToDoubleSeconds(now - l.at);
+      const double rate =
+          static_cast<double>(r.requests() - l.requests + r.keys() - l.keys) /
+          seconds;
+      l.rate = l.at == absl::Time() ? rate : 0.5 * l.rate + 0.5 * rate;
+    }
+    l.primary = primary;
+    l.requests = r.requests();
+    l.keys = r.keys();
+    l.at = now;
+  }
+}
+
+absl::Status TableRegistry::Drain(const proto::DrainRequest& req,
+                                  proto::DrainReply* reply) {
+  const proto::NodeInfo* node = nullptr;
+  if (req.node_id() != kNoNode) {
+    node = members_->Find(req.node_id());
+  } else if (!req.name().empty()) {
+    node = members_->FindByName(req.name(), proto::SERVER);
+  } else {
+    return absl::InvalidArgumentError("drain: name a server (or its id)");
+  }
+  const std::string who = req.node_id() != kNoNode
+                              ? absl::StrCat("node ", req.node_id())
+                              : absl::StrCat("server '", req.name(), "'");
+  if (node == nullptr) {
+    return absl::NotFoundError(absl::StrCat("drain: no ", who));
+  }
+  if (node->role() != proto::SERVER) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("drain: ", who, " is a ",
+                     proto::NodeRole_Name(node->role()), ", not a server"));
+  }
+  const NodeId id = node->id();
+  reply->set_node_id(id);
+  reply->set_name(node->name());
+  auto fill = [&] {
+    const proto::NodeInfo* n = members_->Find(id);
+    reply->set_draining(n != nullptr && n->draining());
+    reply->set_left(n != nullptr && n->state() == proto::LEFT);
+    reply->set_ranges_held(RangesHeld(*map_, id));
+    reply->set_moves_under_way(MovesFrom(*map_, id));
+  };
+  if (node->state() == proto::LEFT) {
+    fill();
+    return absl::OkStatus();
+  }
+  if (node->state() != proto::ALIVE) {
+    return absl::NotFoundError(
+        absl::StrCat("drain: ", who, " (node ", id, ") is not alive (",
+                     proto::NodeState_Name(node->state()),
+                     "); its ranges were failed over"));
+  }
+  proto::NodeInfo* mutable_node = nullptr;
+  for (proto::NodeInfo& n : *map_->mutable_nodes()) {
+    if (n.id() == id) mutable_node = &n;
+  }
+  if (moving_stopped_ && !req.cancel()) {
+    return absl::UnavailableError(absl::StrCat(
+        "drain ", who, ": the scheduler is stopping; nothing moves any more"));
+  }
+  if (req.cancel()) {
+    if (mutable_node->draining()) {
+      mutable_node->set_draining(false);
+      const int before = MovesUnderWay(*map_);
+      CancelMovesFrom(map_, id);
+      moves_done_ += before - MovesUnderWay(*map_);
+      map_->set_epoch(map_->epoch() + 1);
+      DP_LOG(INFO) << "drain of server " << id << " ('" << node->name()
+                   << "') called off; epoch " << map_->epoch();
+    }
+    fill();
+    return absl::OkStatus();
+  }
+  if (!mutable_node->draining()) {
+    for (const proto::NodeInfo& n : map_->nodes()) {
+      if (n.role() == proto::SERVER && n.state() == proto::ALIVE &&
+          n.draining()) {
+        return WithReason(
+            absl::FailedPreconditionError(absl::StrCat(
+                "drain ", who, ": server ", n.id(), " ('", n.name(),
+                "') is being drained; one drain runs at a time (retry once "
+                "it has left, or call it off: psctl drain --cancel)")),
+            ErrorReason::kDrainUnderWay);
+      }
+    }
+    DP_RETURN_IF_ERROR(CheckDrainable(*map_, id, options_.replicas));
+    mutable_node->set_draining(true);
+    // Moves under way to it are called off; nothing new goes to it.
+    for (proto::TableMap& t : *map_->mutable_tables()) {
+      for (proto::RangeAssignment& r : *t.mutable_ranges()) {
+        if (r.move_to() == id) {
+          r.clear_move_to();
+          r.clear_move_from();
+          ++moves_done_;
+        }
+      }
+    }
+    Rebalance();
+    map_->set_epoch(map_->epoch() + 1);
+    DP_LOG(INFO) << "draining server " << id << " ('" << node->name()
+                 << "'): " << RangesHeld(*map_, id) << " range(s) to move, "
+                 << MovesFrom(*map_, id) << " under way; epoch "
+                 << map_->epoch();
+  }
+  fill();
+  return absl::OkStatus();
 }
 
 void TableRegistry::LoadCheckpoint(const proto::CheckpointManifest& m) {

@@ -39,6 +39,7 @@
 #include "proto/downpour.pb.h"
 #include "scheduler/durable_state.h"
 #include "scheduler/membership.h"
+#include "scheduler/moves.h"
 #include "scheduler/scheduler_mutex.h"
 
 namespace downpour {
@@ -53,6 +54,17 @@ struct TableRegistryOptions {
   // Live servers a declaration waits for (at least one).
   int min_servers = 1;
   size_t max_map_bytes = size_t{1} << 20;
+  // A new table gets at least this many ranges (else one per live server),
+  // so that it can spread over servers added later.
+  int min_ranges = 0;
+  // Ranges move to servers added later and off drained ones (moves.h):
+  // at most max_moves at a time; `rebalance` moves them for balance too,
+  // else only off drained servers.
+  bool rebalance = true;
+  int max_moves = 2;
+  // What rebalancing evens out: table bytes per server, or load (each
+  // range's requests and rows per second, from the primaries' reports).
+  MoveOptions::Balance balance_by = MoveOptions::Balance::kBytes;
 };
 
 // The spec a declaration of `spec` asks for: its id cleared, and for a
@@ -105,12 +117,36 @@ class TableRegistry {
 
   // Server `id` died: its ranges go to their in-sync backups (counted).
   void RemoveDeadServer(NodeId id);
+
+  // --- Moving ranges (moves.h) ---
+  // Starts, moves on and cancels moves: off draining servers, and for
+  // balance. The caller bumps the epoch and commits if it returns true.
+  bool Rebalance();
+  // Drains a server, or calls a drain off (proto::DrainRequest, whose
+  // comment gives the errors), and fills `reply` with how far it is. A
+  // change bumps the epoch; the caller commits.
+  absl::Status Drain(const proto::DrainRequest& req, proto::DrainReply* reply);
+  // Whether server `id` still holds a range (it may not leave).
+  bool HoldsRanges(NodeId id) const;
+  // No range moves from now on (the scheduler is stopping): drains are
+  // called off and refused (kUnavailable), moves under way cancelled.
+  // Returns whether the map changed (the caller bumps the epoch).
+  bool StopMoving();
+  // A primary's figures for its ranges (HeartbeatRequest.ranges): the
+  // bytes of sparse ranges, and every range's load (requests and rows per
+  // second, smoothed over the reports): the weights of moves.h. `now`: when
+  // the report arrived.
+  void ReportRanges(NodeId primary, const proto::HeartbeatRequest& req,
+                    absl::Time now);
+  uint64_t moves_started() const { return moves_started_; }
+  uint64_t moves_done() const { return moves_done_; }
   // Server `id` came back as a new process: ranges only it held are lost
   // (counted). Returns whether anything changed.
   bool ForgetServerData(NodeId id);
   // Backups for ranges short of them, only on servers with room for them
-  // and not on a server that could not hold that table before.
-  void RefillWithinRoom();
+  // and not on a server that could not hold that table before; then moves
+  // (Rebalance). Returns whether anything changed.
+  bool RefillWithinRoom();
   // `node` registered again or was forgotten: what it refused is forgotten.
   void ForgetRefusals(NodeId node);
 
@@ -157,6 +193,8 @@ class TableRegistry {
   std::vector<NodeId> Late(const PendingTable& p) const;
   void Resolve(PendingTable& p);
   void RemoveTable(TableId id);
+  // SettleMoves, counting the moves it ends.
+  bool Settle();
 
   const TableRegistryOptions options_;
   proto::ClusterMap* const map_;
@@ -170,6 +208,22 @@ class TableRegistry {
   absl::flat_hash_set<std::pair<NodeId, TableId>> refused_;
   // When the handovers under way began (CancelSlowHandOvers).
   absl::Time handover_started_ = absl::InfiniteFuture();
+  RangeSizes sizes_;
+  // Each range's load: the counters of its primary's last report and the
+  // smoothed rate (requests + rows per second).
+  struct Load {
+    NodeId primary = kNoNode;
+    uint64_t requests = 0, keys = 0;
+    absl::Time at;
+    double rate = 0;
+  };
+  absl::flat_hash_map<std::pair<TableId, Key>, Load> loads_;
+  bool moving_stopped_ = false;
+  // Moves whose handover was cancelled as too slow, and until when they
+  // wait before handing over again (the range takes writes meanwhile).
+  absl::flat_hash_map<std::pair<TableId, Key>, absl::Time> handover_held_off_;
+  uint64_t moves_started_ = 0;
+  uint64_t moves_done_ = 0;   // completed or cancelled
   uint64_t promotions_ = 0;   // ranges a backup took over from a dead primary
   uint64_t ranges_lost_ = 0;  // ranges marked lost
 };

@@ -1,12 +1,15 @@
 // ps_server: serves key ranges of tables. See server/server.h.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "common/auth.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
@@ -50,6 +53,21 @@ ABSL_FLAG(int64_t, inject_disk_full_after_mb, 0,
 ABSL_FLAG(int64_t, shutdown_grace_s, 25,
           "on SIGTERM with --data_dir: keep serving until the scheduler's "
           "last checkpoint completes, at most this long");
+ABSL_FLAG(bool, drain_on_sigterm, false,
+          "on SIGTERM: move every key range this server holds to other "
+          "servers while it keeps serving, then leave the cluster (LEFT, not "
+          "a failure) and exit 0 (a Kubernetes scale-down). If the "
+          "scheduler refuses (the last servers that can hold the ranges) or "
+          "is stopping too, stop as without this flag");
+ABSL_FLAG(int64_t, drain_timeout_s, 45,
+          "--drain_on_sigterm: give up draining after this long (the drain "
+          "is called off and the server stops as without the flag)");
+ABSL_FLAG(int64_t, inject_copy_delay_ms, 0,
+          "fault injection (tests, drills): send copies of ranges to new "
+          "backups one 4 MiB chunk per this many ms at most");
+ABSL_FLAG(int64_t, inject_handover_delay_ms, 0,
+          "fault injection (tests, drills): report a handover to the "
+          "scheduler this many ms late");
 ABSL_FLAG(int64_t, shutdown_checkpoint_wait_s, 3,
           "on SIGTERM with --data_dir: stop at once if no checkpoint starts "
           "within this long");
@@ -110,6 +128,13 @@ int main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   const absl::Duration start_wait =
       absl::Seconds(absl::GetFlag(FLAGS_shutdown_checkpoint_wait_s));
+  const bool drain_on_sigterm = absl::GetFlag(FLAGS_drain_on_sigterm);
+  const absl::Duration drain_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  options.inject_copy_delay = absl::Milliseconds(
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_copy_delay_ms)));
+  options.inject_handover_delay = absl::Milliseconds(
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_handover_delay_ms)));
   downpour::MetricsRegistry metrics;
   auto endpoint = downpour::StartMetricsFromFlags(&metrics);
   if (!endpoint.ok()) {
@@ -123,14 +148,31 @@ int main(int argc, char** argv) {
     DP_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  downpour::OnTerminationSignal([s = server->get(), grace, start_wait] {
-    // Kubernetes stops every pod of the job at once; the scheduler then
-    // takes a last checkpoint, which needs this server's data.
-    s->AwaitLastCheckpoint(start_wait, grace);
-    s->Shutdown();
+  // The handler runs on its own thread; main() destroys the server only
+  // once the handler is done with it.
+  auto handler_done = std::make_shared<absl::Notification>();
+  auto signalled = std::make_shared<std::atomic<bool>>(false);
+  downpour::OnTerminationSignal([s = server->get(), grace, start_wait,
+                                 drain_on_sigterm, drain_timeout, handler_done,
+                                 signalled] {
+    signalled->store(true);
+    const absl::Time since = absl::Now();
+    // A scale-down: the ranges go to the other servers first, then Wait()
+    // returns. (When the whole job stops, the scheduler refuses or calls
+    // the drain off.)
+    if (!drain_on_sigterm || !s->DrainAndLeave(drain_timeout)) {
+      // Kubernetes stops every pod of the job at once; the scheduler then
+      // takes a last checkpoint, which needs this server's data.
+      s->AwaitLastCheckpoint(start_wait, grace, since);
+      s->Shutdown();
+    }
+    handler_done->Notify();
   });
   absl::Status status = (*server)->Wait();
   (*server)->Shutdown();
+  if (signalled->load()) {
+    handler_done->WaitForNotificationWithTimeout(absl::Seconds(10));
+  }
   if (!status.ok()) {
     DP_LOG(ERROR) << status;
     return 1;

@@ -5,12 +5,14 @@
 #include <random>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cluster/scheduler_client.h"
 #include "common/buffer_pool.h"
+#include "common/error_reason.h"
 #include "common/grpc_server.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -103,8 +105,12 @@ class AdminService final : public proto::ServerAdmin::Service {
 class ServerEnv final : public server_internal::ReplicationEnv {
  public:
   ServerEnv(DataServer* data, DataClient* peers, SchedulerClient* scheduler,
-            NodeId self)
-      : data_(data), peers_(peers), scheduler_(scheduler), self_(self) {}
+            NodeId self, absl::Duration handover_delay)
+      : data_(data),
+        peers_(peers),
+        scheduler_(scheduler),
+        self_(self),
+        handover_delay_(handover_delay) {}
 
   void SendToPeer(const std::string& endpoint, OutgoingRequest request,
                   PeerDone done) override {
@@ -164,13 +170,21 @@ class ServerEnv final : public server_internal::ReplicationEnv {
     req.set_backup(to);
     req.set_epoch(epoch);
     req.set_hand_over(true);
-    control_.Schedule([this, req] {
-      // Not retried: a scheduler that missed it (or moved its map on)
-      // cancels the handover after its timeout, or the next map's
-      // HandOver reports again.
-      absl::Status s = scheduler_->ReplicaReady(req);
-      if (!s.ok()) DP_LOG(INFO) << "handover report: " << s;
-    });
+    auto report = [this, req] {
+      control_.Schedule([this, req] {
+        // Not retried: a scheduler that missed it (or moved its map on)
+        // cancels the handover after its timeout, or the next map's
+        // HandOver reports again.
+        absl::Status s = scheduler_->ReplicaReady(req);
+        if (!s.ok()) DP_LOG(INFO) << "handover report: " << s;
+      });
+    };
+    // Fault injection: a slow report keeps the range's writes refused.
+    if (handover_delay_ > absl::ZeroDuration()) {
+      data_->PostAfter(handover_delay_, report);
+    } else {
+      report();
+    }
   }
   // Ends the retries of scheduler calls (the server is stopping).
   void Stop() { stopping_.store(true); }
@@ -187,6 +201,7 @@ class ServerEnv final : public server_internal::ReplicationEnv {
   DataClient* const peers_;
   SchedulerClient* const scheduler_;
   const NodeId self_;
+  const absl::Duration handover_delay_;
   std::atomic<bool> stopping_{false};
   SerialExecutor control_;
 };
@@ -230,7 +245,13 @@ class ServerImpl final : public Server {
   void Shutdown() override {
     {
       absl::MutexLock lock(&mu_);
-      if (shut_down_) return;
+      if (shut_down_) {
+        // Another thread is shutting down (the signal handler, main() once
+        // a drained server's Wait returned): return once it has finished,
+        // so that nobody destroys the server under it.
+        mu_.Await(absl::Condition(&shutdown_finished_));
+        return;
+      }
       shut_down_ = true;
     }
     DP_LOG(INFO) << "shutting down";
@@ -248,12 +269,15 @@ class ServerImpl final : public Server {
     if (data_ != nullptr) data_->Stop();
     peers_.reset();  // fails forwards in flight; their closures are dropped
     if (!done_.HasBeenNotified()) done_.Notify();
+    absl::MutexLock lock(&mu_);
+    shutdown_finished_ = true;
   }
 
-  bool AwaitLastCheckpoint(absl::Duration start_wait,
-                           absl::Duration grace) override {
+  bool DrainAndLeave(absl::Duration timeout) override;
+
+  bool AwaitLastCheckpoint(absl::Duration start_wait, absl::Duration grace,
+                           absl::Time since) override {
     if (checkpointer_ == nullptr || db_ == nullptr) return false;
-    const absl::Time since = absl::Now();
     // Not ready: Kubernetes stops sending it new clients, while the job's
     // own keep working until the checkpoint is written.
     if (admin_health_ != nullptr) admin_health_->SetReady(false);
@@ -287,6 +311,9 @@ class ServerImpl final : public Server {
     return reg;
   }
   void ApplyAndAck(const proto::ClusterMap& map);
+  // A draining server that `map` leaves without a range leaves the
+  // cluster: Wait() then returns OK.
+  void LeaveIfDrained(const proto::ClusterMap& map);
   void WatchLoop();
   void HeartbeatLoop();
   // Every second, on the data thread: bounded sparse tables' idle rows
@@ -338,9 +365,12 @@ class ServerImpl final : public Server {
   std::thread heartbeat_thread_;
   absl::Notification stop_;
   absl::Notification done_;
+  // Drained and left the cluster (LeaveIfDrained).
+  absl::Notification left_;
   bool id_mismatch_logged_ = false;  // heartbeat thread only
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status exit_status_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -413,11 +443,12 @@ absl::Status ServerImpl::Init() {
   peer_options.max_message_bytes = options_.max_message_bytes;
   peer_options.auth = options_.auth;
   DP_ASSIGN_OR_RETURN(peers_, DataClient::Create(peer_options, &pool_));
-  env_ =
-      std::make_unique<ServerEnv>(data_.get(), peers_.get(), &scheduler_, id_);
+  env_ = std::make_unique<ServerEnv>(data_.get(), peers_.get(), &scheduler_,
+                                     id_, options_.inject_handover_delay);
   dispatcher_ = std::make_unique<Dispatcher>(
       id_, options_.max_message_bytes, &pool_, &plugins_, pins, env_.get(),
       options_.max_table_bytes, cold_.get());
+  dispatcher_->InjectCopyDelay(options_.inject_copy_delay);
   server_internal::DataThread thread;
   thread.post = [data = data_.get()](std::function<void()> fn) {
     data->Post(std::move(fn));
@@ -484,6 +515,7 @@ bool ServerImpl::FillStats(proto::ServerStats* stats) {
   auto asked = std::make_shared<Asked>();
   data_->Post([asked, d, data = data_.get()] {
     d->FillReplicationStats(&asked->stats);
+    d->FillRangeLoads(asked->stats.mutable_ranges());
     asked->stats.set_deferred_replies(data->deferred());
     asked->done.Notify();
   });
@@ -498,6 +530,7 @@ bool ServerImpl::FillStats(proto::ServerStats* stats) {
   stats->set_replication_rows_copied(t.replication_rows_copied());
   stats->set_held_writes(t.held_writes());
   stats->set_deferred_replies(t.deferred_replies());
+  *stats->mutable_ranges() = t.ranges();
   return true;
 }
 
@@ -536,6 +569,79 @@ void ServerImpl::ApplyAndAck(const proto::ClusterMap& map) {
   } else {
     reportable_epoch_.store(map.epoch());
   }
+  LeaveIfDrained(map);
+}
+
+void ServerImpl::LeaveIfDrained(const proto::ClusterMap& map) {
+  if (left_.HasBeenNotified()) return;
+  const proto::NodeInfo* self = nullptr;
+  for (const proto::NodeInfo& n : map.nodes()) {
+    if (n.id() == id_) self = &n;
+  }
+  if (self == nullptr) return;
+  if (self->state() != proto::LEFT) {
+    if (self->state() != proto::ALIVE || !self->draining()) return;
+    for (const proto::TableMap& t : map.tables()) {
+      for (const proto::RangeAssignment& r : t.ranges()) {
+        if (r.primary() == id_ || absl::c_linear_search(r.replicas(), id_) ||
+            absl::c_linear_search(r.catching_up(), id_)) {
+          return;
+        }
+      }
+    }
+    absl::Status s = scheduler_.Leave(id_, /*finished=*/true,
+                                      "drained: every range moved away");
+    if (!s.ok()) {
+      DP_LOG(WARNING) << "drained, but could not leave: " << s
+                      << "; trying again with the next map";
+      return;
+    }
+  }
+  DP_LOG(INFO) << "drained: every range this server held moved to other "
+               << "servers; it left the cluster (epoch " << map.epoch() << ")";
+  left_.Notify();
+  if (!done_.HasBeenNotified()) done_.Notify();  // Wait() returns OK
+}
+
+bool ServerImpl::DrainAndLeave(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  proto::DrainRequest req;
+  req.set_node_id(id_);
+  bool asked = false, waiting_logged = false;
+  // Asked again every half second (idempotent): the answer says how far
+  // the drain is, or that it was called off (the scheduler is stopping).
+  while (!left_.HasBeenNotified() && absl::Now() < deadline) {
+    absl::StatusOr<proto::DrainReply> r = scheduler_.Drain(req);
+    if (r.ok()) {
+      if (!asked) {
+        DP_LOG(INFO) << "draining: " << r->ranges_held()
+                     << " range(s) to move to other servers";
+      }
+      asked = true;
+      if (!r->draining() && !r->left()) {
+        DP_LOG(WARNING) << "the drain was called off";
+        return false;
+      }
+    } else if (ReasonOf(r.status()) == ErrorReason::kDrainUnderWay) {
+      if (!waiting_logged) {
+        waiting_logged = true;
+        DP_LOG(INFO) << r.status() << "; waiting for it";
+      }
+    } else {
+      DP_LOG(WARNING) << "cannot drain: " << r.status();
+      return false;
+    }
+    left_.WaitForNotificationWithTimeout(
+        std::min(absl::Milliseconds(500), deadline - absl::Now()));
+  }
+  if (left_.HasBeenNotified()) return true;
+  if (asked) {
+    DP_LOG(WARNING) << "not drained within " << absl::FormatDuration(timeout)
+                    << "; the drain is called off";
+    req.set_cancel(true);
+    (void)scheduler_.Drain(req);
+  }
+  return false;
 }
 
 void ServerImpl::WatchLoop() {
@@ -550,9 +656,31 @@ void ServerImpl::WatchLoop() {
 }
 
 void ServerImpl::HeartbeatLoop() {
+  absl::Time ranges_reported = absl::InfinitePast();
   while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
-    auto reply = scheduler_.Heartbeat(id_, reportable_epoch_.load());
+    if (left_.HasBeenNotified()) return;  // drained: not a member any more
+    proto::HeartbeatRequest req;
+    req.set_node_id(id_);
+    req.set_applied_epoch(reportable_epoch_.load());
+    // About once a second, the primary ranges' sizes (the scheduler weighs
+    // sparse ranges by them when it moves ranges).
+    if (absl::Now() - ranges_reported >= absl::Seconds(1)) {
+      ranges_reported = absl::Now();
+      auto loads = std::make_shared<
+          std::pair<absl::Notification,
+                    google::protobuf::RepeatedPtrField<proto::RangeLoad>>>();
+      data_->Post([loads, d = dispatcher_.get()] {
+        d->FillRangeLoads(&loads->second);
+        loads->first.Notify();
+      });
+      if (loads->first.WaitForNotificationWithTimeout(
+              absl::Milliseconds(200))) {
+        *req.mutable_ranges() = loads->second;
+      }
+    }
+    auto reply = scheduler_.Heartbeat(req);
     if (reply.ok()) continue;
+    if (left_.HasBeenNotified()) return;
     const absl::StatusCode code = reply.status().code();
     if (code != absl::StatusCode::kFailedPrecondition &&
         code != absl::StatusCode::kNotFound) {

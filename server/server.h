@@ -68,6 +68,13 @@ struct ServerOptions {
   // figures to it and times every data-plane request per operation and
   // table (server/stats_metrics.h).
   MetricsRegistry* metrics = nullptr;
+  // Fault injection (tests, drills): copies of ranges to new backups send
+  // one 4 MiB chunk per `inject_copy_delay` at most, so that a move lasts
+  // long enough to be interrupted; a handover is reported to the
+  // scheduler `inject_handover_delay` late (writes to the range are
+  // refused meanwhile).
+  absl::Duration inject_copy_delay = absl::ZeroDuration();
+  absl::Duration inject_handover_delay = absl::ZeroDuration();
 };
 
 class Server {
@@ -82,17 +89,27 @@ class Server {
   virtual const std::string& data_endpoint() const = 0;
   virtual std::string admin_address() const = 0;
 
-  // Blocks until Shutdown() is called (OK) or the server cannot go on
-  // (e.g. the scheduler handed its name to a different id).
+  // Blocks until Shutdown() is called (OK), the server was drained and
+  // left the cluster (OK; psctl drain, DrainAndLeave), or the server cannot
+  // go on (e.g. the scheduler handed its name to a different id).
   virtual absl::Status Wait() = 0;
+  // Drains this server (Scheduler.Drain): its ranges move to other servers
+  // while it keeps serving; once it holds none it leaves the cluster
+  // (LEFT, not a failure) and Wait() returns OK. Blocks up to `timeout`
+  // (another drain under way is waited for); true once it has left. False
+  // when the scheduler refuses (this server is among the last that hold
+  // the ranges) or cannot be reached, or time ran out (the drain is then
+  // called off and the server keeps the ranges it still holds).
+  virtual bool DrainAndLeave(absl::Duration timeout) = 0;
   // Stops every thread and closes the sockets. Idempotent.
   virtual void Shutdown() = 0;
   // Before Shutdown on SIGTERM, with a data dir: reports not ready and
-  // keeps serving until a checkpoint that starts within `start_wait` has
-  // completed (the scheduler takes one when it is stopped too), for at
-  // most `grace`. True if one completed.
+  // keeps serving until a checkpoint that starts within `start_wait` of
+  // `since` (the signal; a drain may have come first) has completed (the
+  // scheduler takes one when it is stopped too), until `since` + `grace`
+  // at most. True if one completed.
   virtual bool AwaitLastCheckpoint(absl::Duration start_wait,
-                                   absl::Duration grace) = 0;
+                                   absl::Duration grace, absl::Time since) = 0;
 };
 
 }  // namespace downpour

@@ -118,6 +118,24 @@ void WriteServerMetrics(bool ready, const proto::ServerStats& stats,
              "applying them again",
              {}, static_cast<double>(stats.retries_answered()));
 
+  // Each range served as primary: its load (rates in PromQL) and size,
+  // labelled by its first key (ranges move between servers as a whole).
+  for (const proto::RangeLoad& r : stats.ranges()) {
+    auto name = names.find(r.table_id());
+    const MetricLabels l = {
+        {"table", name != names.end() ? name->second
+                                      : absl::StrCat("id ", r.table_id())},
+        {"range", absl::StrCat(r.begin())}};
+    w->Counter("downpour_range_requests_total",
+               "Client requests a range served here as primary", l,
+               static_cast<double>(r.requests()));
+    w->Counter("downpour_range_keys_total",
+               "Rows the client requests to a range read or wrote", l,
+               static_cast<double>(r.keys()));
+    w->Gauge("downpour_range_bytes",
+             "Bytes a range holds (values, handler state, vectors)", l,
+             static_cast<double>(r.bytes()));
+  }
   for (const proto::TableStats& t : stats.tables()) {
     const MetricLabels l = {{"table", t.name()}};
     w->Gauge("downpour_table_rows", "Rows held by this server", l,

@@ -90,6 +90,7 @@ INSTANTIATE_TEST_SUITE_P(
         Binary{"bench/lbfgs_bench", {"--iterations", "--tasks"}},
         Binary{"bench/cuda_mlp_bench", {"--batches", "--layers"}},
         Binary{"bench/soak_bench", {"--clients", "--seconds", "--replicas"}},
+        Binary{"bench/elastic_bench", {"--sections", "--range_mb"}},
         Binary{"models/local_trainer", {"--model", "--epochs", "--lr"}}),
     [](const ::testing::TestParamInfo<Binary>& info) {
       std::string name = info.param.path.substr(info.param.path.rfind('/') + 1);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "cluster/scheduler_client.h"
 #include "common/address_file.h"
 #include "common/auth.h"
 #include "common/status_macros.h"
@@ -297,12 +298,119 @@ TEST(PsctlTest, OutputFormatsVersionAndTheSchedulerFromTheEnvironment) {
   EXPECT_EQ(wide.exit_code, 0) << wide.output;
   EXPECT_TRUE(absl::StrContains(wide.output, "INCARNATION")) << wide.output;
   EXPECT_EQ(tables.exit_code, 0) << tables.output;
-  EXPECT_TRUE(absl::StrContains(tables.output, "\"interval_seconds\": 0"))
+  // Sampled twice (each range's load is a rate); every range listed.
+  EXPECT_TRUE(absl::StrContains(tables.output, "\"interval_seconds\": "))
+      << tables.output;
+  EXPECT_TRUE(absl::StrContains(tables.output, "\"ranges\": ["))
       << tables.output;
   EXPECT_EQ(checkpoints.exit_code, 0) << checkpoints.output;
   EXPECT_TRUE(absl::StrContains(checkpoints.output, "\"checkpoints\": []"))
       << checkpoints.output;
   EXPECT_EQ(checkpoints_yaml.output, "checkpoints: []\n");
+  ASSERT_OK(cluster->Stop());
+}
+
+// psctl drain: the server's ranges move to the others while writes go on
+// (status shows the drain and the moves, tables each range's holders and
+// load), then it leaves (LEFT) and exits 0; usage and refusals.
+TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/drain";
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = 3;
+  o.scheduler_flags = {"--ranges_per_table=3", "--max_range_moves=1"};
+  // Slow copies: the drain is seen under way.
+  o.server_flags = {"--inject_copy_delay_ms=700"};
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
+  const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  TableOptions t;
+  t.name = "w";
+  t.width = 2;
+  t.num_keys = 900;
+  t.handler = "sum";
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  std::atomic<bool> stop{false};
+  std::atomic<int> adds{0};
+  std::thread writer([&] {
+    std::vector<float> ones(1800, 1.0f);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!stop.load() && absl::Now() < deadline) {
+      ASSERT_OK(client->AddSync(table, Keys::Range(0, 900), ones));
+      ++adds;
+    }
+  });
+
+  PsctlRun tables = Psctl({"tables", scheduler, "--json", "--interval_ms=500"});
+  ASSERT_EQ(tables.exit_code, 0) << tables.output;
+  ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus ts, ParseStatus(tables.output));
+  ASSERT_EQ(ts.ranges_size(), 3);
+  for (const psctl::RangeStatus& r : ts.ranges()) {
+    EXPECT_EQ(r.table(), "w");
+    EXPECT_NE(r.primary(), 0u);
+    EXPECT_EQ(r.rows(), 300u);
+    EXPECT_EQ(r.bytes(), 300u * 2 * 4);
+    EXPECT_GT(r.request_rate(), 0) << r.begin();
+    EXPECT_GT(r.key_rate(), r.request_rate()) << r.begin();
+  }
+  PsctlRun human_tables = Psctl({"tables", scheduler, "--interval_ms=300"});
+  EXPECT_TRUE(absl::StrContains(human_tables.output, "KEYS/s"))
+      << human_tables.output;
+
+  // Asked of the scheduler directly, so that psctl status sees it under way.
+  SchedulerClient sched(cluster->scheduler_address());
+  proto::DrainRequest req;
+  req.set_name("server-1");
+  ASSERT_OK(sched.Drain(req).status());
+  PsctlRun during = Psctl({"status", scheduler, "--interval_ms=0"});
+  EXPECT_TRUE(absl::StrContains(during.output, "ALIVE,DRAINING"))
+      << during.output;
+  EXPECT_TRUE(absl::StrContains(during.output, "moving=")) << during.output;
+  EXPECT_TRUE(absl::StrContains(during.output, "draining: server-1"))
+      << during.output;
+  // A second drain while this one runs is refused.
+  PsctlRun second = Psctl({"drain", "server-2", scheduler});
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_TRUE(absl::StrContains(second.output, "one drain runs at a time"))
+      << second.output;
+
+  PsctlRun drain = Psctl({"drain", "server-1", scheduler, "--timeout_s=60"});
+  EXPECT_EQ(drain.exit_code, 0) << drain.output;
+  EXPECT_TRUE(absl::StrContains(drain.output, "server-1: drained and left"))
+      << drain.output;
+  auto exit = cluster->server(1).Wait(absl::Seconds(30));
+  ASSERT_OK(exit);
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << *exit;
+  const int before = adds.load();
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (adds.load() < before + 20 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  stop.store(true);
+  writer.join();
+  // Every add landed once on every row.
+  std::vector<float> got(1800);
+  ASSERT_OK(client->GetSync(table, Keys::Range(0, 900), absl::MakeSpan(got)));
+  for (float v : got) ASSERT_EQ(v, static_cast<float>(adds.load()));
+
+  PsctlRun after = Psctl({"status", scheduler, "--json", "--interval_ms=0"});
+  ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus s, ParseStatus(after.output));
+  for (const psctl::ServerStatus& srv : s.servers()) {
+    if (srv.name() == "server-1") EXPECT_EQ(srv.state(), "LEFT");
+  }
+  EXPECT_EQ(s.moves_under_way(), 0u);
+
+  PsctlRun no_name = Psctl({"drain", scheduler});
+  EXPECT_EQ(no_name.exit_code, 2) << no_name.output;
+  PsctlRun two = Psctl({"drain", "server-0", "server-2", scheduler});
+  EXPECT_EQ(two.exit_code, 2) << two.output;
+  PsctlRun unknown = Psctl({"drain", "server-9", scheduler});
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
+  client.reset();
   ASSERT_OK(cluster->Stop());
 }
 

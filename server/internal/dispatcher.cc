@@ -175,6 +175,10 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
   absl::StatusOr<Validated> v = Validate(request);
   std::vector<ForwardedWrite> forwards;
   if (v.ok()) {
+    if (v->range != nullptr) {
+      ++v->range->served_requests;
+      v->range->served_keys += v->n;
+    }
     const std::vector<double>* done =
         v->deduped ? v->range->clients.Find(h.client_id(), h.seq(), h.low_seq(),
                                             absl::Now())
@@ -764,6 +768,28 @@ void Dispatcher::FillReplicationStats(proto::ServerStats* stats) const {
   stats->set_replication_copies(replicator_->copies_done());
   stats->set_replication_rows_copied(replicator_->rows_copied());
   stats->set_held_writes(replicator_->held_writes());
+}
+
+void Dispatcher::FillRangeLoads(
+    google::protobuf::RepeatedPtrField<proto::RangeLoad>* out) const {
+  std::vector<std::shared_ptr<TableShard>> shards;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, shard] : tables_) shards.push_back(shard);
+  }
+  for (const auto& shard : shards) {
+    for (const auto& [begin, range] : shard->ranges()) {
+      if (range->role != Role::kPrimary) continue;
+      proto::RangeLoad* l = out->Add();
+      l->set_table_id(shard->spec().id());
+      l->set_begin(range->range().begin);
+      l->set_end(range->range().end);
+      l->set_bytes(range->store->value_bytes() + range->store->state_bytes());
+      l->set_rows(range->store->rows());
+      l->set_requests(range->served_requests);
+      l->set_keys(range->served_keys);
+    }
+  }
 }
 
 }  // namespace server_internal

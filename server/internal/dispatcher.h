@@ -143,6 +143,15 @@ class Dispatcher {
   // The replication figures, which the data thread keeps without atomics.
   // REQUIRES: called on the data thread.
   void FillReplicationStats(proto::ServerStats* stats) const;
+  // Fault injection (tests, drills): copies to new backups send at most
+  // one chunk per `delay` (Replicator::set_copy_delay). Before serving.
+  void InjectCopyDelay(absl::Duration delay) {
+    if (replicator_ != nullptr) replicator_->set_copy_delay(delay);
+  }
+  // Each range served as primary: its size and what it served
+  // (proto::RangeLoad). REQUIRES: called on the data thread.
+  void FillRangeLoads(
+      google::protobuf::RepeatedPtrField<proto::RangeLoad>* out) const;
 
   // The tables held here, by id (for checkpoints, restores and export). On
   // the data thread their ranges may be read and changed; other threads may

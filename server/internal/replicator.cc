@@ -52,6 +52,10 @@ struct Replicator::Link {
   uint64_t cursor = 0;
   int chunks_in_flight = 0;
   Epoch copy_epoch = 0;
+  // Paced copies (set_copy_delay): when the next chunk may go, and
+  // whether a pump is scheduled for then.
+  absl::Time next_chunk_at = absl::InfinitePast();
+  bool pump_scheduled = false;
   // Trouble: a resend is scheduled; attempts since the last progress.
   bool resend_scheduled = false;
   int attempt = 0;
@@ -232,10 +236,15 @@ void Replicator::Hold(std::vector<ForwardedWrite> writes,
     m->keys = w.keys;
     m->values = w.values;
     for (auto& [node, link] : pr.links) {
-      ++h.outstanding;
       Send(*link, m);
-      link->unacked.back().held.push_back(id);
       ++forwarded_;
+      // A backup still copying the range, before its COPY_END, holds
+      // nothing promotable: the write reaches it in stream order before
+      // the COPY_END whose acknowledgement makes it in sync, so the reply
+      // need not wait for it (a move's copy does not stall writes).
+      if (link->copying && !link->copy_end_sent) continue;
+      ++h.outstanding;
+      link->unacked.back().held.push_back(id);
     }
   }
   if (h.outstanding == 0) {
@@ -425,8 +434,32 @@ std::shared_ptr<Replicator::Message> Replicator::CopyBegin(
 void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
   while (link.copying && link.chunks_in_flight < kCopyChunksInFlight &&
          !link.resend_scheduled) {
+    if (link.copy_end_sent) return;  // waiting for its acknowledgement
+    if (copy_delay_ > absl::ZeroDuration()) {
+      const absl::Time now = absl::Now();
+      if (now < link.next_chunk_at) {
+        if (!link.pump_scheduled) {
+          link.pump_scheduled = true;
+          const RangeKey key{pr.table, pr.range->range().begin};
+          const NodeId backup = link.backup;
+          const uint64_t stream = link.stream_id;
+          env_->PostAfter(link.next_chunk_at - now, [this, key, backup,
+                                                     stream] {
+            auto p = primaries_.find(key);
+            if (p == primaries_.end()) return;
+            auto l = p->second->links.find(backup);
+            if (l == p->second->links.end() || l->second->stream_id != stream) {
+              return;
+            }
+            l->second->pump_scheduled = false;
+            PumpCopy(*p->second, *l->second);
+          });
+        }
+        return;
+      }
+      link.next_chunk_at = now + copy_delay_;
+    }
     if (link.rows_done) {
-      if (link.copy_end_sent) return;  // waiting for its acknowledgement
       link.copy_end_sent = true;
       auto m = std::make_shared<Message>();
       m->header.set_table_id(pr.table);

@@ -26,10 +26,15 @@
 // also to rows whose chunk has not come yet (the chunk then overwrites
 // them), ends with exactly the primary's range (RangeStore::ImportRows).
 // Once COPY_END is acknowledged the primary reports the backup in sync to
-// the scheduler (ReplicaReady), which makes it promotable.
+// the scheduler (ReplicaReady), which makes it promotable. Until its
+// COPY_END is sent, a copying backup holds no client reply: whatever it
+// gets before COPY_END is acknowledged with COPY_END, before it can be
+// promoted, so writes go on at full speed during a copy (and a copying
+// backup that dies stalls nobody).
 //
-// Failure. A backup that stops answering keeps the writes forwarded to it
-// held, so nothing is acknowledged that it might lack, until the scheduler
+// Failure. An in-sync backup (or one whose COPY_END is sent) that stops
+// answering keeps the writes forwarded to it held, so nothing is
+// acknowledged that it might lack, until the scheduler
 // drops it from the range (a new map): then its outstanding messages count
 // as acknowledged. A primary that loses a range (a new map names another)
 // answers its held writes with kAborted; the clients retry on the new
@@ -171,6 +176,10 @@ class Replicator {
   // Forgets the stream position of a range (it was dropped or re-created).
   void ForgetStream(TableId table, Key begin);
 
+  // Fault injection (tests, drills): at most one copy chunk per `delay`
+  // per backup, so that a copy lasts long enough to be interrupted.
+  void set_copy_delay(absl::Duration delay) { copy_delay_ = delay; }
+
   // Figures for ServerStats.
   uint64_t forwarded() const { return forwarded_; }
   uint64_t resent() const { return resent_; }
@@ -204,6 +213,7 @@ class Replicator {
   const NodeId self_;
   ReplicationEnv* const env_;
   const size_t copy_chunk_bytes_;
+  absl::Duration copy_delay_ = absl::ZeroDuration();
   absl::flat_hash_map<RangeKey, std::unique_ptr<PrimaryRange>> primaries_;
   // Backup side: (stream id, last applied seq) per range.
   absl::flat_hash_map<RangeKey, std::pair<uint64_t, uint64_t>> streams_;

@@ -85,6 +85,10 @@ class TableShard {
     // No live server held the range's data when it was assigned here: every
     // operation fails with kDataLoss (RangeAssignment.lost).
     bool lost = false;
+    // Client requests served here and the rows they touched (the range's
+    // load, proto::RangeLoad); data thread only.
+    uint64_t served_requests = 0;
+    uint64_t served_keys = 0;
 
    private:
     int ranks_;

@@ -27,7 +27,10 @@ seed is printed), as a cluster would start them. The test then:
 Cases: the dev overlay as it is (1 scheduler, 1 server, 1 worker); dev with
 NUM_SERVERS=2 and NUM_WORKERS=2 (the job size from the ConfigMap reaches the
 StatefulSet, the Job and the scheduler); the L-BFGS job (jobs/lbfgs) on that
-cluster; an upgrade as deploy/k8s/README.md documents it (dev with two
+cluster; the same BSP job while `kubectl scale statefulset downpour-server`
+goes 2 -> 3 -> 2 (the new pod takes key ranges, the removed one drains them
+away and exits 0) ending with the unscaled run's parameters bit for bit
+(psctl export of every mlp/ table); an upgrade as deploy/k8s/README.md documents it (dev with two
 workers: once the job is under way, the worker Job is deleted, its pods
 get SIGTERM and exit 143 after their step, and the Job of the overlay
 rendered at the next version starts new pods, which take the ranks back,
@@ -38,6 +41,7 @@ dashboard and the alerts (components/monitoring) query must have been
 served.
 """
 
+import json
 import os
 import random
 import re
@@ -123,9 +127,52 @@ def metrics_port(plan, p):
 
 
 UPGRADED_JOB = "downpour-worker-next"
+SERVERS = "downpour-server"
 
 
-def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
+def scaled(objects, kind, name, replicas):
+    """`objects` with workload `kind`/`name` at `replicas` (as `kubectl
+    scale` leaves it)."""
+    out = []
+    for o in objects:
+        if o["kind"] == kind and o["metadata"]["name"] == name:
+            o = json.loads(json.dumps(o))
+            o["spec"]["replicas"] = replicas
+        out.append(o)
+    return out
+
+
+def export_params(scheduler_port, secret, out_dir, label):
+    """Every mlp/ table of the running cluster to .npy files under
+    `out_dir` with psctl export; returns {table: bytes of its .npy}."""
+    psctl = runfile("psctl/psctl")
+    common = [f"--scheduler=127.0.0.1:{scheduler_port}",
+              f"--cluster_secret_file={secret}"]
+    listed = subprocess.run([psctl, "tables", "-o", "json",
+                             "--interval_ms=0"] + common,
+                            capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        raise Failure(f"[{label}] psctl tables: {listed.stderr}")
+    tables = [t["spec"]["name"] for t in json.loads(listed.stdout)["tables"]
+              if t["spec"]["name"].startswith("mlp/")]
+    if not tables:
+        raise Failure(f"[{label}] no mlp/ table to export")
+    os.makedirs(out_dir, exist_ok=True)
+    params = {}
+    for t in sorted(tables):
+        prefix = os.path.join(out_dir, t.replace("/", "_"))
+        r = subprocess.run([psctl, "export", f"--table={t}",
+                            f"--out={prefix}"] + common,
+                           capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise Failure(f"[{label}] psctl export {t}: {r.stderr}")
+        with open(prefix + ".npy", "rb") as f:
+            params[t] = f.read()
+    return params
+
+
+def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
+                scale=None, export=None):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
     {pod name: log path}. Raises Failure.
@@ -134,9 +181,28 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
     once the scheduler's gating clock reaches `clock`, the worker Job is
     deleted (its pods get SIGTERM and must exit 143, or 0 if done) and the
     new version's worker Job starts (its pods named UPGRADED_JOB-<i>-local),
-    as `kubectl delete job` and `kubectl apply -k` would."""
+    as `kubectl delete job` and `kubectl apply -k` would.
+
+    scale: (up clock, down clock): `kubectl scale statefulset
+    downpour-server` one up once the gating clock reaches `up clock` (the
+    new pod starts and must take key ranges while the job trains), and
+    back down once it has and the clock reaches `down clock` (the pod gets
+    SIGTERM, drains its ranges away and must exit 0). Both while the
+    workers run.
+
+    export: a folder: before the daemons are stopped, every mlp/ table is
+    exported there (psctl export); the returned dict then has them under
+    "params"."""
     binaries = {k: runfile(v) if v else k for k, v in BINARIES.items()}
-    all_objects = list(objects)
+    extra_server = None
+    if scale is not None:
+        sts = k8s_pods.find(objects, "StatefulSet", SERVERS)
+        n = sts["spec"]["replicas"]
+        extra_server = f"{SERVERS}-{n}"
+        objects_planned = scaled(objects, "StatefulSet", SERVERS, n + 1)
+    else:
+        objects_planned = objects
+    all_objects = list(objects_planned)
     for extra in extra_objects:
         all_objects += extra
     if upgrade is not None:
@@ -147,7 +213,8 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
     procs = plan.processes()
     first = {p.name for p in k8s_pods.pods_of(objects)}
     later = [p for p in procs if p.pod.name not in first and
-             p.pod.workload["metadata"]["name"] != UPGRADED_JOB]
+             p.pod.workload["metadata"]["name"] != UPGRADED_JOB and
+             p.pod.name != extra_server]
     waves = [[p for p in procs if p.pod.name in first], later,
              [p for p in procs
               if p.pod.workload["metadata"]["name"] == UPGRADED_JOB]]
@@ -228,7 +295,14 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
         upgraded = upgrade is None
         scheduler = next(p for p in procs if p.pod.labels.get(
             "app.kubernetes.io/component") == "scheduler")
+        # Scaling: 0 not yet, 1 the new server started, 2 it holds ranges,
+        # 3 scaled back down (it drained and exited 0).
+        scale_state = 0 if scale is not None else 3
         while any(p.pod.kind == "Job" for p, _, _ in running.values()):
+            if scale_state < 3:
+                scale_state = scale_step(scale, scale_state, plan, procs,
+                                         scheduler, running, exits, label,
+                                         extra_server, start)
             poll_once()
             if not upgraded:
                 text = scrape(metrics_port(plan, scheduler), 0.5) or ""
@@ -241,6 +315,13 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
                 raise Failure(f"[{label}] jobs still running after "
                               f"{JOB_TIMEOUT_S} s: {sorted(running)}")
             time.sleep(0.05)
+        if scale_state < 3:
+            raise Failure(f"[{label}] the job ended before the servers were "
+                          f"scaled up and down (step {scale_state})")
+        if export is not None:
+            logs["params"] = export_params(
+                plan.ports[(scheduler.pod.name, 7070)],
+                secret_file(plan, scheduler), export, label)
         # The daemons' figures once the jobs are done.
         for name, (p, popen, log) in running.items():
             text = scrape(metrics_port(plan, p))
@@ -293,6 +374,64 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None):
             popen.kill()
             popen.wait()
     return logs
+
+
+def secret_file(plan, p):
+    """Where the cluster secret is mounted for process `p`."""
+    for arg in p.argv:
+        if arg.startswith("--cluster_secret_file="):
+            return arg.split("=", 1)[1]
+    raise Failure(f"{p.name} has no --cluster_secret_file")
+
+
+SCALE_LOG = {}
+
+
+def scale_step(scale, state, plan, procs, scheduler, running, exits, label,
+               extra_server, start):
+    """One poll of `kubectl scale` up then down (run_cluster's `scale`);
+    returns the new state."""
+    text = scrape(metrics_port(plan, scheduler), 0.5) or ""
+    gating = metric(text, "downpour_job_gating_clock")
+    if gating is None:
+        return state
+    if state == 0 and gating >= scale[0]:
+        print(f"[{label}] gating clock {gating:.0f}: kubectl scale "
+              f"statefulset {SERVERS} up ({extra_server})")
+        start([p for p in procs if p.pod.name == extra_server])
+        SCALE_LOG[label] = {"up": gating}
+        return 1
+    if state == 1:
+        p = running[extra_server][0]
+        served = scrape(metrics_port(plan, p), 0.5) or ""
+        moves = metric(text, "downpour_cluster_range_moves")
+        if "downpour_range_bytes{" in served and moves == 0:
+            print(f"[{label}] gating clock {gating:.0f}: {extra_server} "
+                  f"serves key ranges, no move under way")
+            SCALE_LOG[label]["took_ranges"] = gating
+            return 2
+        return 1
+    if state == 2 and gating >= scale[1]:
+        print(f"[{label}] gating clock {gating:.0f}: kubectl scale "
+              f"statefulset {SERVERS} down ({extra_server} gets SIGTERM)")
+        p, popen, log = running.pop(extra_server)
+        popen.send_signal(signal.SIGTERM)
+        try:
+            rc = popen.wait(timeout=p.grace_s)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"[{label}] {extra_server} still running "
+                          f"{p.grace_s} s after SIGTERM:\n{tail(log)}")
+        exits[extra_server] = rc
+        with open(log, errors="replace") as f:
+            drained = "left the cluster" in f.read()
+        if rc != 0 or not drained:
+            raise Failure(f"[{label}] {extra_server} exited {rc} on SIGTERM "
+                          f"(drained: {drained}):\n{tail(log)}")
+        print(f"[{label}] {extra_server} drained its ranges away and "
+              f"exited 0")
+        SCALE_LOG[label]["down"] = gating
+        return 3
+    return state
 
 
 def delete_worker_job(running, exits, label, gating):
@@ -427,8 +566,25 @@ configMapGenerator:
         # A shorter L-BFGS run than the manifest's 100 iterations would
         # change its arguments; 100 iterations of softmax take ~10 s here.
         logs = run_cluster(dev2, os.path.join(tmp, "dev-2x2"), "dev-2x2", rng,
-                           extra_objects=[lbfgs])
+                           extra_objects=[lbfgs],
+                           export=os.path.join(tmp, "dev-2x2-params"))
         check_training(dev2, logs, "dev-2x2")
+        reference = logs["params"]
+
+        # The same job while `kubectl scale statefulset downpour-server`
+        # goes 2 -> 3 -> 2: its BSP parameters end bit for bit as above.
+        elastic = run_cluster(dev2, os.path.join(tmp, "elastic"), "elastic",
+                              rng, scale=(60, 160),
+                              export=os.path.join(tmp, "elastic-params"))
+        check_training(dev2, elastic, "elastic")
+        print(f"[elastic] scaled: {SCALE_LOG['elastic']}")
+        if elastic["params"] != reference:
+            differ = sorted(t for t in reference
+                            if elastic["params"].get(t) != reference[t])
+            raise Failure(f"[elastic] final parameters differ from the "
+                          f"unscaled run's in {differ}")
+        print(f"[elastic] final parameters of {len(reference)} tables equal "
+              f"the unscaled run's, bit for bit")
         with open(logs["downpour-lbfgs-local-0"], errors="replace") as f:
             text = f.read()
         if "accuracy" not in text:
@@ -472,8 +628,8 @@ configMapGenerator:
     except (Failure, k8s_pods.PlanError) as e:
         print(f"FAIL: {e}")
         return 1
-    print("PASS: dev, dev-2x2, the L-BFGS job, an upgrade and the PyTorch "
-          "workers ran to the end")
+    print("PASS: dev, dev-2x2, the L-BFGS job, servers scaled 2 -> 3 -> 2 "
+          "mid-job, an upgrade and the PyTorch workers ran to the end")
     return 0
 
 

@@ -1,0 +1,490 @@
+// Elastic clusters over the real daemons (scheduler/moves.h): servers join
+// a running cluster and take ranges, servers are drained and leave (LEFT,
+// exit 0), and kill -9 at each step of a move (the target while it copies,
+// while the range is handed to it, just after; the source while it copies
+// and while it hands over; the scheduler mid-move). Writers add known
+// amounts throughout (tests/exact_writes.h): no add may fail, and every
+// row must hold exactly what was acknowledged.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/error_reason.h"
+#include "common/test_util.h"
+#include "launch/local_cluster.h"
+#include "proto/downpour.pb.h"
+#include "tests/exact_writes.h"
+
+namespace downpour {
+namespace {
+
+using MapPredicate = std::function<bool(const proto::ClusterMap&)>;
+
+bool Has(const google::protobuf::RepeatedField<uint64_t>& f, NodeId id) {
+  return std::find(f.begin(), f.end(), id) != f.end();
+}
+
+bool Holds(const proto::RangeAssignment& r, NodeId id) {
+  return r.primary() == id || Has(r.replicas(), id) || Has(r.catching_up(), id);
+}
+
+const proto::NodeInfo* NodeNamed(const proto::ClusterMap& map,
+                                 const std::string& name) {
+  for (const auto& n : map.nodes()) {
+    if (n.name() == name && n.role() == proto::SERVER) return &n;
+  }
+  return nullptr;
+}
+
+int RangesHeldBy(const proto::ClusterMap& map, NodeId id) {
+  int n = 0;
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) n += Holds(r, id);
+  }
+  return n;
+}
+
+// No move, copy or handover under way, and every range has `replicas`
+// holders in sync.
+bool Settled(const proto::ClusterMap& map, int replicas) {
+  if (map.tables_size() == 0) return false;
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) {
+      if (r.move_to() != kNoNode || r.handing_to() != kNoNode ||
+          r.catching_up_size() > 0 || r.lost() ||
+          1 + r.replicas_size() != replicas) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+class ElasticTest : public ::testing::Test {
+ protected:
+  void Start(int servers, std::vector<std::string> scheduler_flags,
+             std::vector<std::string> server_flags = {}, bool durable = false) {
+    dir_ = TestTmpDir() + "/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_EQ(system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
+    LocalClusterOptions o;
+    o.bin_dir = RunfilePath("");
+    o.work_dir = dir_;
+    o.num_servers = servers;
+    o.scheduler_flags = std::move(scheduler_flags);
+    o.server_flags = std::move(server_flags);
+    o.durable = durable;
+    ASSERT_OK_AND_ASSIGN(cluster_, LocalCluster::Start(o));
+    sched_ = std::make_unique<SchedulerClient>(cluster_->scheduler_address());
+    ClientOptions co;
+    co.scheduler_address = cluster_->scheduler_address();
+    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(co));
+    ASSERT_OK_AND_ASSIGN(tables_, CreateExactTables(client_.get()));
+    writes_ =
+        std::make_unique<ExactWrites>(cluster_->scheduler_address(), tables_);
+  }
+  void TearDown() override {
+    if (writes_ != nullptr) (void)writes_->Stop();
+    client_.reset();
+    if (cluster_ != nullptr) EXPECT_OK(cluster_->Stop());
+  }
+
+  proto::ClusterMap Map() {
+    auto map = sched_->GetClusterMap();
+    return map.ok() ? *map : proto::ClusterMap();
+  }
+  // Polls the map every 5 ms until `pred` holds; fails the test after
+  // `timeout`, naming `what`.
+  absl::StatusOr<proto::ClusterMap> AwaitMap(const std::string& what,
+                                             const MapPredicate& pred,
+                                             absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    proto::ClusterMap map;
+    while (absl::Now() < deadline) {
+      auto m = sched_->GetClusterMap();
+      if (m.ok()) {
+        map = *std::move(m);
+        if (pred(map)) return map;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no map where ", what, " within ", absl::FormatDuration(timeout),
+        "; last:\n", map.DebugString()));
+  }
+  NodeId IdOf(int index) {
+    const proto::ClusterMap map = Map();
+    const proto::NodeInfo* n = NodeNamed(map, absl::StrCat("server-", index));
+    return n == nullptr ? kNoNode : n->id();
+  }
+  int IndexOf(NodeId id) {
+    const proto::ClusterMap map = Map();
+    for (const auto& n : map.nodes()) {
+      if (n.id() == id) return std::stoi(n.name().substr(7));
+    }
+    return -1;
+  }
+  void Kill(int index) {
+    std::cout << "kill -9 server-" << index << std::endl;
+    cluster_->server(index).Signal(SIGKILL);
+    EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
+  }
+  // Writers on, `more` row adds acknowledged past this point.
+  void AwaitWrites(uint64_t more) {
+    ASSERT_OK(writes_->AwaitProgress(more, absl::Seconds(60)));
+  }
+  // Stops the writers: none failed, every row exact.
+  void StopAndCheck(const std::string& when) {
+    EXPECT_OK(writes_->Stop()) << when;
+    EXPECT_OK(writes_->Check(client_.get())) << when;
+    std::cout << when << ": " << writes_->acknowledged()
+              << " row adds, all exact; longest wait for an add "
+              << absl::FormatDuration(writes_->longest_wait()) << std::endl;
+  }
+  absl::StatusOr<proto::DrainReply> Drain(const std::string& name,
+                                          bool cancel = false) {
+    proto::DrainRequest req;
+    req.set_name(name);
+    req.set_cancel(cancel);
+    return sched_->Drain(req);
+  }
+  // Waits for server `index` to have drained, left and exited 0.
+  void AwaitLeft(int index) {
+    auto status = cluster_->server(index).Wait(absl::Seconds(90));
+    ASSERT_OK(status);
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << "wait status " << *status;
+    const proto::ClusterMap map = Map();
+    const proto::NodeInfo* n = NodeNamed(map, absl::StrCat("server-", index));
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n->state(), proto::LEFT);
+    EXPECT_EQ(RangesHeldBy(map, n->id()), 0);
+  }
+
+  std::string dir_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<SchedulerClient> sched_;
+  std::unique_ptr<Client> client_;
+  ExactTables tables_;
+  std::unique_ptr<ExactWrites> writes_;
+};
+
+TEST_F(ElasticTest, AServerThatJoinsTakesItsShareWhileWritesGoOn) {
+  Start(2, {"--ranges_per_table=6"});
+  writes_->Start(4, 1);
+  AwaitWrites(3000);
+  ASSERT_OK(cluster_->AddServer());
+  const absl::Time added = absl::Now();
+  // 12 ranges over 3 servers: 4 each, 2 of each table.
+  ASSERT_OK_AND_ASSIGN(proto::ClusterMap map,
+                       AwaitMap(
+                           "server-2 holds 2 ranges of each table",
+                           [](const proto::ClusterMap& m) {
+                             const proto::NodeInfo* n =
+                                 NodeNamed(m, "server-2");
+                             if (n == nullptr || !Settled(m, 1)) return false;
+                             for (const auto& t : m.tables()) {
+                               int held = 0;
+                               for (const auto& r : t.ranges())
+                                 held += Holds(r, n->id());
+                               if (held != 2) return false;
+                             }
+                             return true;
+                           },
+                           absl::Seconds(60)));
+  std::cout << "scaled out in " << absl::FormatDuration(absl::Now() - added)
+            << " (epoch " << map.epoch() << ")" << std::endl;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(RangesHeldBy(map, IdOf(i)), 4) << i;
+  AwaitWrites(3000);
+  StopAndCheck("after scaling out 2 -> 3");
+}
+
+TEST_F(ElasticTest, ScaleOutKeepsEveryRangeReplicated) {
+  Start(3, {"--replicas=2", "--ranges_per_table=4"});
+  writes_->Start(4, 2);
+  AwaitWrites(3000);
+  ASSERT_OK(cluster_->AddServer());
+  // 16 holdings (8 ranges x 2) over 4 servers: 4 each.
+  ASSERT_OK_AND_ASSIGN(proto::ClusterMap map,
+                       AwaitMap(
+                           "every server holds 4 ranges",
+                           [&](const proto::ClusterMap& m) {
+                             const proto::NodeInfo* n =
+                                 NodeNamed(m, "server-3");
+                             return n != nullptr && Settled(m, 2) &&
+                                    RangesHeldBy(m, n->id()) == 4;
+                           },
+                           absl::Seconds(60)));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(RangesHeldBy(map, IdOf(i)), 4) << i;
+  AwaitWrites(3000);
+  StopAndCheck("after scaling out 3 -> 4 with two holders per range");
+}
+
+TEST_F(ElasticTest, ADrainedServerLeavesAndExitsZero) {
+  Start(3, {"--replicas=2", "--ranges_per_table=3"});
+  writes_->Start(4, 3);
+  AwaitWrites(3000);
+  ASSERT_OK_AND_ASSIGN(proto::DrainReply reply, Drain("server-1"));
+  EXPECT_TRUE(reply.draining());
+  EXPECT_GT(reply.ranges_held(), 0u);
+  AwaitLeft(1);
+  ASSERT_OK(AwaitMap(
+                "every range on both servers left",
+                [](const proto::ClusterMap& m) { return Settled(m, 2); },
+                absl::Seconds(30))
+                .status());
+  AwaitWrites(3000);
+  StopAndCheck("after draining server-1");
+
+  // Asked again: it has left.
+  ASSERT_OK_AND_ASSIGN(reply, Drain("server-1"));
+  EXPECT_TRUE(reply.left());
+  EXPECT_EQ(reply.ranges_held(), 0u);
+  // Two servers left for two holders per range: nowhere to go.
+  auto refused = Drain("server-0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+      << refused.status();
+  EXPECT_EQ(ReasonOf(refused.status()), ErrorReason::kUnspecified);
+  EXPECT_EQ(Drain("no-such-server").status().code(),
+            absl::StatusCode::kNotFound);
+  // A server still holding ranges may not just leave.
+  EXPECT_EQ(sched_->Leave(IdOf(0), false, "test").code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Nor may a worker be drained.
+  proto::RegisterRequest worker;
+  worker.set_role(proto::WORKER);
+  worker.set_name("worker-a");
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply w,
+                       sched_->Register(worker, absl::Seconds(10)));
+  proto::DrainRequest by_id;
+  by_id.set_node_id(w.node_id());
+  EXPECT_EQ(sched_->Drain(by_id).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_OK(sched_->Leave(w.node_id(), true, "test"));
+}
+
+TEST_F(ElasticTest, TheLastServerCannotBeDrained) {
+  Start(1, {});
+  auto refused = Drain("server-0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+      << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("add a server"));
+  const proto::ClusterMap map = Map();
+  ASSERT_EQ(map.nodes_size(), 1);
+  EXPECT_FALSE(map.nodes(0).draining());
+}
+
+TEST_F(ElasticTest, OneDrainAtATimeAndADrainCalledOff) {
+  // Slow copies: the first drain is still under way when the second comes.
+  Start(3, {"--ranges_per_table=6", "--max_range_moves=1"},
+        {"--inject_copy_delay_ms=300"});
+  writes_->Start(4, 4);
+  AwaitWrites(2000);
+  ASSERT_OK(Drain("server-0").status());
+  auto second = Drain("server-1");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(second.status()), ErrorReason::kDrainUnderWay)
+      << second.status();
+  // Called off: its moves under way are cancelled, nothing is lost, and it
+  // keeps what it still holds.
+  ASSERT_OK_AND_ASSIGN(proto::DrainReply off,
+                       Drain("server-0", /*cancel=*/true));
+  EXPECT_FALSE(off.draining());
+  ASSERT_OK(AwaitMap(
+                "the map settled",
+                [](const proto::ClusterMap& m) { return Settled(m, 1); },
+                absl::Seconds(60))
+                .status());
+  EXPECT_GT(RangesHeldBy(Map(), IdOf(0)), 0);
+  EXPECT_TRUE(cluster_->server(0).running());
+  // Now the other one may go.
+  ASSERT_OK(Drain("server-1").status());
+  AwaitLeft(1);
+  AwaitWrites(2000);
+  StopAndCheck("after a drain called off and another completed");
+}
+
+// kill -9 at each step of a move. Steps are held open by the servers'
+// fault injection: copies send a chunk per 300 ms, handovers are reported
+// 700 ms late.
+enum class Step { kCopying, kHandingOver, kMoved };
+enum class Victim { kTarget, kSource, kScheduler };
+struct KillCase {
+  const char* name;
+  int replicas;
+  bool drain;  // the move: a drain of server-1 (else a server joins)
+  Step step;
+  Victim victim;
+};
+
+class KillDuringAMoveTest : public ElasticTest,
+                            public ::testing::WithParamInterface<KillCase> {};
+
+// The first range in `map` at step `step` of a move from server `from`
+// or to server `to` (kNoNode: any), or nullptr.
+const proto::RangeAssignment* AtStep(const proto::ClusterMap& map, Step step,
+                                     NodeId from = kNoNode,
+                                     NodeId to = kNoNode) {
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) {
+      if (r.move_to() == kNoNode) continue;
+      if (from != kNoNode && r.move_from() != from) continue;
+      if (to != kNoNode && r.move_to() != to) continue;
+      if (step == Step::kCopying && Has(r.catching_up(), r.move_to())) {
+        return &r;
+      }
+      if (step == Step::kHandingOver && r.handing_to() == r.move_to()) {
+        return &r;
+      }
+    }
+  }
+  return nullptr;
+}
+
+TEST_P(KillDuringAMoveTest, NothingIsLostAndTheOldHoldersServe) {
+  const KillCase& c = GetParam();
+  const int servers = c.drain ? 3 : c.replicas + 1;
+  // A copy sends its COPY_END a second after its rows at the earliest.
+  std::vector<std::string> server_flags = {"--inject_copy_delay_ms=1000"};
+  if (c.step == Step::kHandingOver) {
+    server_flags.push_back("--inject_handover_delay_ms=700");
+  }
+  Start(servers,
+        {absl::StrCat("--replicas=", c.replicas), "--ranges_per_table=4",
+         "--max_range_moves=1"},
+        server_flags, /*durable=*/c.victim == Victim::kScheduler);
+  writes_->Start(4, 5);
+  AwaitWrites(2000);
+  if (c.drain) {
+    ASSERT_OK(Drain("server-1").status());
+  } else {
+    ASSERT_OK(cluster_->AddServer());
+  }
+  int victim = -1;
+  if (c.step == Step::kMoved) {
+    // A move completed: its target holds the range (as primary, in a
+    // drain of a primary).
+    ASSERT_OK_AND_ASSIGN(
+        proto::ClusterMap map,
+        AwaitMap(
+            "server-1 left every range",
+            [](const proto::ClusterMap& m) {
+              const proto::NodeInfo* n = NodeNamed(m, "server-1");
+              return n != nullptr && RangesHeldBy(m, n->id()) == 0;
+            },
+            absl::Seconds(60)));
+    victim = IndexOf(map.tables(0).ranges(0).primary());
+  } else {
+    // The move of the test: off the drained server, or to the new one.
+    auto ours = [&](const proto::ClusterMap& m) {
+      const proto::NodeInfo* n =
+          NodeNamed(m, absl::StrCat("server-", c.drain ? 1 : servers));
+      if (n == nullptr) return static_cast<const proto::RangeAssignment*>(0);
+      return c.drain ? AtStep(m, c.step, n->id())
+                     : AtStep(m, c.step, 0, n->id());
+    };
+    ASSERT_OK_AND_ASSIGN(
+        proto::ClusterMap map,
+        AwaitMap(
+            "a range at the step",
+            [&](const proto::ClusterMap& m) { return ours(m) != nullptr; },
+            absl::Seconds(60)));
+    const proto::RangeAssignment* r = ours(map);
+    std::cout << "range [" << r->begin() << ", " << r->end() << ") moving "
+              << r->move_from() << " -> " << r->move_to() << std::endl;
+    if (c.step == Step::kCopying) {
+      // In the middle of the copy: the target has applied the map and the
+      // rows (at once), its COPY_END is a second away.
+      absl::SleepFor(absl::Milliseconds(200));
+      ASSERT_NE(ours(Map()), nullptr) << "the copy ended too soon";
+    }
+    if (c.victim == Victim::kTarget) victim = IndexOf(r->move_to());
+    if (c.victim == Victim::kSource) victim = IndexOf(r->move_from());
+  }
+  if (c.victim == Victim::kScheduler) {
+    std::cout << "kill -9 the scheduler" << std::endl;
+    cluster_->scheduler().Signal(SIGKILL);
+    EXPECT_OK(cluster_->scheduler().Wait(absl::Seconds(10)));
+    ASSERT_OK(cluster_->RestartScheduler());
+  } else {
+    ASSERT_GE(victim, 0);
+    Kill(victim);
+  }
+  // The writers go on, on the old holders or the promoted backups.
+  AwaitWrites(2000);
+  if (c.victim != Victim::kScheduler) {
+    ASSERT_OK(AwaitMap(
+                  "the move cancelled or done, the victim out of every range",
+                  [&](const proto::ClusterMap& m) {
+                    const proto::NodeInfo* n =
+                        NodeNamed(m, absl::StrCat("server-", victim));
+                    return n != nullptr && n->state() != proto::ALIVE &&
+                           RangesHeldBy(m, n->id()) == 0 &&
+                           AtStep(m, Step::kCopying) == nullptr &&
+                           AtStep(m, Step::kHandingOver) == nullptr;
+                  },
+                  absl::Seconds(60))
+                  .status());
+    StopAndCheck("after the kill");
+    // The victim comes back empty and the cluster spreads again.
+    if (!(c.drain && victim == 1)) {
+      ASSERT_OK(cluster_->RestartServer(victim));
+    } else {
+      victim = -1;
+    }
+    writes_->Start(4, 6);
+  }
+  ASSERT_OK(AwaitMap(
+                "the cluster settled, the restarted server holding ranges",
+                [&](const proto::ClusterMap& m) {
+                  if (!Settled(m, c.replicas)) return false;
+                  if (victim < 0) return true;
+                  const proto::NodeInfo* n =
+                      NodeNamed(m, absl::StrCat("server-", victim));
+                  return n != nullptr && n->state() == proto::ALIVE &&
+                         RangesHeldBy(m, n->id()) > 0;
+                },
+                absl::Seconds(90))
+                .status());
+  AwaitWrites(2000);
+  StopAndCheck("at the end");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Steps, KillDuringAMoveTest,
+    ::testing::Values(
+        // Scale out, r = 1: the target dies while it receives the range,
+        // or while the range is handed to it; the source keeps it.
+        KillCase{"JoinTargetWhileCopying", 1, false, Step::kCopying,
+                 Victim::kTarget},
+        KillCase{"JoinTargetWhileHandingOver", 1, false, Step::kHandingOver,
+                 Victim::kTarget},
+        // Scale out, r = 2: the same, with a backup beside.
+        KillCase{"JoinTargetWhileCopyingR2", 2, false, Step::kCopying,
+                 Victim::kTarget},
+        // A drain, r = 2: the source dies while it copies and while it
+        // hands its primary over; its backups take over.
+        KillCase{"DrainSourceWhileCopying", 2, true, Step::kCopying,
+                 Victim::kSource},
+        KillCase{"DrainSourceWhileHandingOver", 2, true, Step::kHandingOver,
+                 Victim::kSource},
+        // A drain, r = 2: a target that has just taken a range over dies.
+        KillCase{"DrainTargetAfterTheMove", 2, true, Step::kMoved,
+                 Victim::kTarget},
+        // The scheduler dies mid-move (its state on disk) and comes back.
+        KillCase{"SchedulerWhileCopying", 1, false, Step::kCopying,
+                 Victim::kScheduler}),
+    [](const ::testing::TestParamInfo<KillCase>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace downpour

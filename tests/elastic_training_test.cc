@@ -1,0 +1,186 @@
+// A BSP job whose cluster changes shape while it trains: real ps_worker
+// processes train the MLP on two servers; a third server joins at clock
+// 100 and takes its share of the ranges (scale out), and at clock 200 one
+// of the first two is drained and leaves (scale in, exit 0). The job ends
+// with exactly the parameters of the same job on an unchanging cluster,
+// bit for bit: every step is applied once, on whichever server holds its
+// range at the time (held steps are re-sent after a handover).
+#include <sys/wait.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "launch/local_cluster.h"
+#include "launch/local_job.h"
+#include "models/model.h"
+
+namespace downpour {
+namespace {
+
+constexpr int kSteps = 300;
+
+struct JobRun {
+  std::vector<float> params;
+  int64_t joined_at = -1;   // gating clock once the new server held ranges
+  int64_t drained_at = -1;  // gating clock once the drained one had left
+};
+
+bool Holds(const proto::RangeAssignment& r, NodeId id) {
+  auto in = [&](const google::protobuf::RepeatedField<uint64_t>& f) {
+    return std::find(f.begin(), f.end(), id) != f.end();
+  };
+  return r.primary() == id || in(r.replicas()) || in(r.catching_up());
+}
+
+// Ranges `name` holds (-1: not in the map).
+int Held(const proto::ClusterMap& map, const std::string& name) {
+  for (const auto& n : map.nodes()) {
+    if (n.name() != name) continue;
+    int held = 0;
+    for (const auto& t : map.tables()) {
+      for (const auto& r : t.ranges()) held += Holds(r, n.id());
+    }
+    return held;
+  }
+  return -1;
+}
+
+bool NoMoves(const proto::ClusterMap& map) {
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) {
+      if (r.move_to() != kNoNode || r.handing_to() != kNoNode ||
+          r.catching_up_size() > 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Polls until `pred(map, gating clock)`; returns the gating clock then, -1
+// after `timeout`.
+int64_t AwaitJob(
+    SchedulerClient& sched, absl::Duration timeout,
+    const std::function<bool(const proto::ClusterMap&, int64_t)>& pred) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto map = sched.GetClusterMap();
+    auto status = sched.GetJobStatus();
+    if (map.ok() && status.ok() && pred(*map, status->gating_clock())) {
+      return status->gating_clock();
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return -1;
+}
+
+JobRun Train(const std::string& tag, int replicas, bool elastic) {
+  JobRun run;
+  const std::string dir = TestTmpDir() + "/" + tag;
+  EXPECT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  LocalJobOptions o;
+  o.cluster.bin_dir = RunfilePath("");
+  o.cluster.work_dir = dir;
+  o.cluster.num_servers = 2;
+  o.cluster.scheduler_flags = {"--consistency=bsp", "--num_workers=2",
+                               absl::StrCat("--replicas=", replicas),
+                               "--ranges_per_table=4"};
+  o.workers.assign(
+      2, {"--model=mlp", absl::StrCat("--steps=", kSteps), "--batch=32",
+          "--seed=7", "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"});
+  auto job = LocalJob::Start(o);
+  EXPECT_OK(job);
+  if (!job.ok()) return run;
+  LocalCluster& cluster = (*job)->cluster();
+  SchedulerClient sched((*job)->scheduler_address());
+  if (elastic) {
+    EXPECT_GE(AwaitJob(sched, absl::Seconds(120),
+                       [](const proto::ClusterMap&, int64_t clock) {
+                         return clock >= kSteps / 3;
+                       }),
+              0);
+    EXPECT_OK(cluster.AddServer());
+    run.joined_at = AwaitJob(sched, absl::Seconds(120),
+                             [](const proto::ClusterMap& m, int64_t) {
+                               return Held(m, "server-2") > 0 && NoMoves(m);
+                             });
+    EXPECT_GE(AwaitJob(sched, absl::Seconds(120),
+                       [](const proto::ClusterMap&, int64_t clock) {
+                         return clock >= 2 * kSteps / 3;
+                       }),
+              0);
+    proto::DrainRequest drain;
+    drain.set_name("server-0");
+    EXPECT_OK(sched.Drain(drain).status());
+    auto exit = cluster.server(0).Wait(absl::Seconds(120));
+    EXPECT_OK(exit);
+    if (exit.ok()) {
+      EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << *exit;
+    }
+    run.drained_at = AwaitJob(sched, absl::Seconds(10),
+                              [](const proto::ClusterMap& m, int64_t) {
+                                return Held(m, "server-0") == 0;
+                              });
+  }
+  EXPECT_OK((*job)->WaitForWorkers(absl::Seconds(600)));
+  ClientOptions co;
+  co.scheduler_address = (*job)->scheduler_address();
+  auto client = Client::Connect(co);
+  EXPECT_OK(client);
+  if (!client.ok()) return run;
+  std::unique_ptr<Model> m = MakeMlp({784, 256, 10});
+  for (const ParamBlock& b : m->Blocks()) {
+    auto t = (*client)->OpenTable("mlp/" + b.name);
+    EXPECT_OK(t);
+    if (!t.ok()) return run;
+    std::vector<float> v(b.rows * b.width);
+    EXPECT_OK(
+        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
+    run.params.insert(run.params.end(), v.begin(), v.end());
+  }
+  client->reset();
+  EXPECT_OK((*job)->Stop());
+  return run;
+}
+
+void ExpectBitForBit(const JobRun& clean, const JobRun& elastic) {
+  ASSERT_FALSE(clean.params.empty());
+  ASSERT_EQ(elastic.params.size(), clean.params.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < clean.params.size(); ++i) {
+    differ += std::memcmp(&clean.params[i], &elastic.params[i], 4) != 0;
+  }
+  EXPECT_EQ(differ, 0u) << "of " << clean.params.size() << " parameters";
+}
+
+// The job's shape changes inside it, not after it.
+void ExpectMidRun(const JobRun& r) {
+  std::cout << "server-2 took its ranges by clock " << r.joined_at
+            << ", server-0 had left by clock " << r.drained_at << " of "
+            << kSteps << std::endl;
+  EXPECT_GE(r.joined_at, kSteps / 3);
+  EXPECT_LT(r.joined_at, kSteps);
+  EXPECT_GE(r.drained_at, 2 * kSteps / 3);
+  EXPECT_LT(r.drained_at, kSteps);
+}
+
+TEST(ElasticTrainingTest, BspThroughAScaleOutAndADrainEqualsARunWithout) {
+  const JobRun clean = Train("clean", 1, false);
+  const JobRun elastic = Train("elastic", 1, true);
+  ExpectMidRun(elastic);
+  ExpectBitForBit(clean, elastic);
+}
+
+TEST(ElasticTrainingTest, TheSameWithTwoHoldersPerRange) {
+  const JobRun clean = Train("clean-r2", 2, false);
+  const JobRun elastic = Train("elastic-r2", 2, true);
+  ExpectMidRun(elastic);
+  ExpectBitForBit(clean, elastic);
+}
+
+}  // namespace
+}  // namespace downpour
