@@ -1,8 +1,8 @@
 // embedding_bench: bounded sparse tables (TableSpec.bounds) on real
 // daemons.
 //
-//   bazel build -c opt //bench:embedding_bench //server:ps_server \
-//       //scheduler:ps_scheduler
+//   bazel build -c opt //bench:embedding_bench //server:ps_server
+//       //scheduler:ps_scheduler  (one command line)
 //   bazel-bin/bench/embedding_bench                  # both sections
 //   bazel-bin/bench/embedding_bench --sections=cold --ids=4000000
 //

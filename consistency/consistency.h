@@ -202,6 +202,8 @@ class StalenessTracker {
   // For a pull at `clock`; also folded into max_observed().
   Clock Observe(Clock clock);
   Clock max_observed() const { return max_observed_; }
+  // Per rank, the iterations applied (Applied's clock + 1, 0 for none).
+  const std::vector<Clock>& applied() const { return applied_; }
   // The job went on without `rank`: its frozen count no longer makes
   // every later pull look stale.
   void Retire(int rank);

@@ -292,7 +292,9 @@ TEST_F(ClusterTest, BatchesInSmallPartsKeepTheCallersOrder) {
         if (op == 3) want.push_back(row[j]);
       }
     }
-    if (op == 3) EXPECT_EQ(out, want) << "step " << step;
+    if (op == 3) {
+      EXPECT_EQ(out, want) << "step " << step;
+    }
   }
   // Every key touched, read back in one batch per table.
   for (int on_sparse = 0; on_sparse < 2; ++on_sparse) {

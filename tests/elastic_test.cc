@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
 #include "common/error_reason.h"
+#include "common/status_macros.h"
 #include "common/test_util.h"
 #include "launch/local_cluster.h"
 #include "proto/downpour.pb.h"
@@ -93,7 +94,9 @@ class ElasticTest : public ::testing::Test {
   void TearDown() override {
     if (writes_ != nullptr) (void)writes_->Stop();
     client_.reset();
-    if (cluster_ != nullptr) EXPECT_OK(cluster_->Stop());
+    if (cluster_ != nullptr) {
+      EXPECT_OK(cluster_->Stop());
+    }
   }
 
   proto::ClusterMap Map() {
@@ -225,6 +228,72 @@ TEST_F(ElasticTest, ScaleOutKeepsEveryRangeReplicated) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(RangesHeldBy(map, IdOf(i)), 4) << i;
   AwaitWrites(3000);
   StopAndCheck("after scaling out 3 -> 4 with two holders per range");
+}
+
+// Staleness is measured against the iterations each server applied, and
+// those move with the ranges: two ranks in lockstep (each pulls at c + 1
+// after both pushed c) read at staleness 0 before, during and after a
+// scale-out, also from the server that took ranges (it starts from the
+// source's counts and counts the writes forwarded while it catches up).
+TEST_F(ElasticTest, StalenessIsMeasuredAcrossAMove) {
+  Start(2, {"--ranges_per_table=4"});
+  TableOptions opts;
+  opts.name = "clocked";
+  opts.sparse = true;
+  opts.width = 2;
+  opts.handler = "sum";
+  opts.tracked_workers = 2;
+  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(opts));
+  std::vector<std::unique_ptr<Client>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ClientOptions co;
+    co.scheduler_address = cluster_->scheduler_address();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> c, Client::Connect(co));
+    ranks.push_back(std::move(c));
+  }
+  // Keys in every range of the table.
+  std::vector<Key> keys;
+  for (Key i = 0; i < 64; ++i) keys.push_back(i * (~Key{0} / 64) + 7);
+  const std::vector<float> ones(keys.size() * 2, 1.0f);
+  std::vector<float> out(keys.size() * 2);
+  int64_t clock = 0;
+  auto step = [&]() -> absl::Status {
+    for (int r = 0; r < 2; ++r) {
+      ranks[r]->SetWorkerClock(r, clock);
+      DP_RETURN_IF_ERROR(ranks[r]->PushSync(t, keys, ones));
+    }
+    for (int r = 0; r < 2; ++r) {
+      ranks[r]->SetWorkerClock(r, clock + 1);
+      DP_RETURN_IF_ERROR(ranks[r]->PullSync(t, keys, absl::MakeSpan(out)));
+    }
+    ++clock;
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < 20; ++i) ASSERT_OK(step());
+  ASSERT_OK(cluster_->AddServer());
+  auto moved = [&](const proto::ClusterMap& m) {
+    const proto::NodeInfo* n = NodeNamed(m, "server-2");
+    if (n == nullptr || !Settled(m, 1)) return false;
+    for (const auto& tm : m.tables()) {
+      if (tm.spec().name() != "clocked") continue;
+      for (const auto& r : tm.ranges()) {
+        if (r.primary() == n->id()) return true;
+      }
+    }
+    return false;
+  };
+  // Steps go on while the ranges move (bounded: the move ends in seconds).
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!moved(Map())) {
+    ASSERT_LT(absl::Now(), deadline) << "no range of 'clocked' moved";
+    ASSERT_OK(step());
+  }
+  for (int i = 0; i < 20; ++i) ASSERT_OK(step());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r]->max_staleness(), 0) << r;
+  std::cout << clock << " steps, staleness 0 throughout" << std::endl;
+  // Every push applied once: each row is 2 per step.
+  ASSERT_OK(client_->PullSync(t, keys, absl::MakeSpan(out)));
+  for (float v : out) ASSERT_EQ(v, 2.0f * clock);
 }
 
 TEST_F(ElasticTest, ADrainedServerLeavesAndExitsZero) {

@@ -399,7 +399,9 @@ TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
   PsctlRun after = Psctl({"status", scheduler, "--json", "--interval_ms=0"});
   ASSERT_OK_AND_ASSIGN(psctl::ClusterStatus s, ParseStatus(after.output));
   for (const psctl::ServerStatus& srv : s.servers()) {
-    if (srv.name() == "server-1") EXPECT_EQ(srv.state(), "LEFT");
+    if (srv.name() == "server-1") {
+      EXPECT_EQ(srv.state(), "LEFT");
+    }
   }
   EXPECT_EQ(s.moves_under_way(), 0u);
 

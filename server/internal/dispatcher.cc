@@ -353,6 +353,9 @@ ForwardedWrite Dispatcher::ForwardOf(const Validated& v,
   h.set_task_id(in.task_id());
   h.set_client_id(in.client_id());
   h.set_seq(in.seq());
+  // The backups count the push for staleness as this server did.
+  h.set_worker_clock(v.clocked ? in.worker_clock() : -1);
+  h.set_worker_rank(v.clocked ? in.worker_rank() : 0);
   std::shared_ptr<const RetainedRequest> frames = env_->Retain(request);
   f.keys = frames->keys;
   f.values = frames->values;
@@ -538,6 +541,7 @@ ForwardedWrite Dispatcher::StepForward(TableShard& shard,
   fh.set_table_id(shard.spec().id());
   fh.set_epoch(epoch());
   fh.set_width(shard.width());
+  fh.set_worker_clock(-1);  // a step counts every rank (step_clock below)
   if (own != nullptr) {
     std::shared_ptr<const RetainedRequest> frames = env_->Retain(*own);
     f.values = frames->values;

@@ -38,6 +38,7 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
       }
       range.rounds.Import(rounds);
       range.clients.Import(l, absl::Now());
+      shard.MergeApplied(l.applied());
       return absl::OkStatus();
     }
     case proto::Replication::COPY_ROWS: {
@@ -150,12 +151,21 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
   if (h.client_id() != 0 && h.seq() != 0) {
     range.clients.Record(h.client_id(), h.seq(), {}, absl::Now());
   }
+  // What the primary's staleness measure took from the write, so that
+  // pulls after a failover or handover are measured as they were there.
+  if (op == proto::PUSH && h.worker_clock() >= 0 && h.worker_rank() >= 0 &&
+      h.worker_rank() < shard.tracked_ranks()) {
+    shard.RecordApplied(h.worker_rank(), h.worker_clock());
+  }
   if (r.step_clock() >= 0) {
     // The part the primary aggregated: the pushed key range, or the whole
     // range for a key batch.
     const KeyRange part =
         h.is_range() ? KeyRange{h.range_begin(), h.range_end()} : kr;
     range.StepsFor(part).set_next_clock(r.step_clock() + 1);
+    for (int rank = 0; rank < shard.tracked_ranks(); ++rank) {
+      shard.RecordApplied(rank, r.step_clock());
+    }
   }
   return absl::OkStatus();
 }

@@ -428,6 +428,9 @@ std::shared_ptr<Replicator::Message> Replicator::CopyBegin(
     }
   }
   pr.range->clients.Export(ledgers);
+  if (pr.range->shard != nullptr) {
+    for (Clock c : pr.range->shard->AppliedCounts()) ledgers->add_applied(c);
+  }
   return m;
 }
 
@@ -486,6 +489,7 @@ void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
     info->set_first_key(chunk->first_key);
     info->set_count(chunk->count);
     info->set_has_state(chunk->has_state);
+    info->set_kind(chunk->kind);  // rows, admission counters or cold rows
     for (uint32_t v : chunk->vectors) info->add_vectors(v);
     m->keys = chunk->keys;
     m->values = chunk->data;

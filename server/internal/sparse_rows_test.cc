@@ -216,7 +216,9 @@ TEST(SparseRowsTest, LfuKeepsTheOftenUsedRows) {
   // Sampling (8 of 100 rows) may miss: nearly all stay, and exactly.
   EXPECT_GE(hot_left, 45);
   for (Key k = 0; k < 50; ++k) {
-    if (f.rows->Find(k)) EXPECT_EQ(f.Value(k), 20.5f);
+    if (f.rows->Find(k)) {
+      EXPECT_EQ(f.Value(k), 20.5f);
+    }
   }
 }
 

@@ -52,7 +52,10 @@ TableShard::Range* TableShard::FindExact(KeyRange range) {
 }
 
 std::unique_ptr<TableShard::Range> TableShard::NewRange(KeyRange range) const {
-  return std::make_unique<Range>(layout_.get(), range, tracked_ranks_, needed_);
+  auto r =
+      std::make_unique<Range>(layout_.get(), range, tracked_ranks_, needed_);
+  r->shard = this;
+  return r;
 }
 
 TableShard::Range* TableShard::AddRange(KeyRange range) {
@@ -310,6 +313,13 @@ TableShard::SyncOutcome TableShard::CompleteStep(
 
 void TableShard::RecordApplied(int rank, Clock clock) {
   if (tracked_ranks_ > 0) staleness_.Applied(rank, clock);
+}
+
+void TableShard::MergeApplied(absl::Span<const Clock> counts) {
+  const size_t n = std::min(counts.size(), static_cast<size_t>(tracked_ranks_));
+  for (size_t r = 0; r < n; ++r) {
+    if (counts[r] > 0) staleness_.Applied(static_cast<int>(r), counts[r] - 1);
+  }
 }
 
 Clock TableShard::ObservePull(Clock clock) {

@@ -71,6 +71,9 @@ class TableShard {
       return it->second;
     }
 
+    // The shard that made it (NewRange; null for a range made alone, in
+    // tests): where a copy of the range finds the staleness counts.
+    const TableShard* shard = nullptr;
     // Replaced whole when a backup starts a fresh copy of its range.
     std::unique_ptr<RangeStore> store;
     std::map<std::pair<Key, Key>, StepAggregator> steps;
@@ -216,6 +219,14 @@ class TableShard {
   void RecordApplied(int rank, Clock clock);
   // Staleness of a pull at `clock` (0 when workers are not tracked).
   Clock ObservePull(Clock clock);
+  // Per rank, the iterations this server has applied (what staleness is
+  // measured against), and taking in another holder's: a range copied
+  // here (a move, a new backup) brings its source's counts, so that pulls
+  // after the handover are not measured against zero.
+  const std::vector<Clock>& AppliedCounts() const {
+    return staleness_.applied();
+  }
+  void MergeApplied(absl::Span<const Clock> counts);
   // Ranks a request may carry: max(num_workers, sync_workers).
   int tracked_ranks() const { return tracked_ranks_; }
   // A task ADD was dropped as late or repeated.
