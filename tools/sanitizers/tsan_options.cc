@@ -33,6 +33,12 @@ extern "C" const char* __tsan_default_suppressions() {
       "race:libabsl_status.so\n"
       "race:libabsl_cord.so\n"
       "race:libabsl_cord_internal.so\n"
+      // gRPC draws from Abseil's random pool as it sends a call; the pool
+      // gives each draw an entry under that entry's own spin lock, inside
+      // the same uninstrumented library, so two threads starting calls at
+      // once (the scheduler's parallel CheckpointPart RPCs) look unordered
+      // to TSan.
+      "race:libabsl_random_internal_pool_urbg.so\n"
       // The Hogwild workers read and write one shared parameter array
       // without locks on purpose (worker/worker.h, README "Hogwild"): the
       // races are the algorithm.
