@@ -48,9 +48,17 @@ struct Totals {
   double ServerPerOp() const { return server_cpu / std::max(1.0, ops); }
 };
 
+// The server's CPU comes from /proc in clock ticks (10 ms): a window that
+// holds none reads as 0. A window measuring the server therefore runs on
+// past `seconds` until the server has used this much, or for at most
+// kMaxServerWindow seconds.
+constexpr double kMinServerCpu = 0.05;
+constexpr double kMaxServerWindow = 5.0;
+
 // Keeps `depth` operations from `issue(slot)` in flight for `seconds`
-// (at least 2 x depth operations). Per-operation latencies go to `latencies`
-// when it is not null (depth 1).
+// (at least 2 x depth operations; see kMinServerCpu when `server` is
+// given). Per-operation latencies go to `latencies` when it is not null
+// (depth 1).
 absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
                            pid_t server,
                            const std::function<Ticket(int)>& issue,
@@ -64,6 +72,8 @@ absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
   const double srv0 = server > 0 ? ProcessCpuSeconds(server) : -1;
   const absl::Time start = absl::Now();
   const absl::Time stop = start + absl::Seconds(seconds);
+  const absl::Time last_stop =
+      start + absl::Seconds(std::max(seconds, kMaxServerWindow));
   std::vector<Ticket> inflight(depth);
   std::vector<absl::Time> sent(depth);
   for (int i = 0; i < depth; ++i) {
@@ -80,7 +90,13 @@ absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
       latencies->push_back(absl::ToDoubleMicroseconds(now - sent[slot]));
     }
     ++done;
-    if (now >= stop && done >= 2 * depth) break;
+    if (now >= stop && done >= 2 * depth) {
+      if (srv0 < 0 || now >= last_stop) break;
+      // Read every 32 operations: /proc costs a few microseconds.
+      if (done % 32 == 0 && ProcessCpuSeconds(server) - srv0 >= kMinServerCpu) {
+        break;
+      }
+    }
     sent[slot] = now;
     inflight[slot] = issue(slot);
   }
