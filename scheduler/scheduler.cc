@@ -47,6 +47,12 @@
 namespace downpour {
 namespace {
 
+// For this long after a recovery from --state_dir, a clock report ahead of
+// the others' record waits up to kRecoveryGrace (bounded by the caller's
+// deadline) instead of --clock_report_grace_ms: see AdvanceClock.
+constexpr absl::Duration kRecoveryWindow = absl::Seconds(60);
+constexpr absl::Duration kRecoveryGrace = absl::Seconds(30);
+
 // Each part's share of the options.
 MembershipOptions MembershipOptionsOf(const SchedulerOptions& o) {
   return {o.dead_after, o.suspect_grace, o.forget_dead_after, o.max_nodes,
@@ -379,10 +385,17 @@ class SchedulerImpl final : public Scheduler,
       // Meanwhile the claim admits the others' reports that this one's
       // record would (ClockTable::Claim).
       job_.Claim(rank, clock);
+      // Just after a recovery the recorded clocks lag by design (they are
+      // written lazily; BSP workers went on through the servers), and the
+      // workers come back one by one as their channels' reconnection
+      // backoff allows (seconds apart): give the reports that time.
+      absl::Duration grace = options_.clock_report_grace;
+      if (absl::Now() - recovered_at_ < kRecoveryWindow) {
+        grace = std::max(grace, kRecoveryGrace);
+      }
       lock_.mu.AwaitWithTimeout(
           absl::Condition(&within),
-          std::min(options_.clock_report_grace,
-                   TimeLeft(ctx) - absl::Milliseconds(100)));
+          std::min(grace, TimeLeft(ctx) - absl::Milliseconds(100)));
       job_.Unclaim(rank, clock);
       if (lock_.stopping) {
         return Err(absl::UnavailableError("scheduler shutting down"));
@@ -585,6 +598,7 @@ class SchedulerImpl final : public Scheduler,
     const uint64_t restored_from = checkpoints_.restored_from();
     job_.Import(*state, clocks, restored_from,
                 checkpoints_.FindManifest(restored_from));
+    recovered_at_ = absl::Now();
     durable_.Recovered();
     const auto& kept = checkpoints_.manifests();
     DP_LOG(INFO) << "recovered state from " << options_.state_dir << ": epoch "
@@ -613,6 +627,8 @@ class SchedulerImpl final : public Scheduler,
   MetricsRegistry::Registration metrics_;
 
   mutable SchedulerMutex lock_;
+  // When the state was recovered from --state_dir (InfinitePast: never).
+  absl::Time recovered_at_ ABSL_GUARDED_BY(lock_.mu) = absl::InfinitePast();
   proto::ClusterMap map_ ABSL_GUARDED_BY(lock_.mu);
   DurableState durable_ ABSL_GUARDED_BY(lock_.mu);
   Membership membership_ ABSL_GUARDED_BY(lock_.mu);
