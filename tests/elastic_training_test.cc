@@ -7,7 +7,6 @@
 // range at the time (held steps are re-sent after a handover).
 #include <sys/wait.h>
 
-#include <cstring>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +16,7 @@
 #include "launch/local_cluster.h"
 #include "launch/local_job.h"
 #include "models/model.h"
+#include "tests/model_params.h"
 
 namespace downpour {
 namespace {
@@ -132,16 +132,10 @@ JobRun Train(const std::string& tag, int replicas, bool elastic) {
   auto client = Client::Connect(co);
   EXPECT_OK(client);
   if (!client.ok()) return run;
-  std::unique_ptr<Model> m = MakeMlp({784, 256, 10});
-  for (const ParamBlock& b : m->Blocks()) {
-    auto t = (*client)->OpenTable("mlp/" + b.name);
-    EXPECT_OK(t);
-    if (!t.ok()) return run;
-    std::vector<float> v(b.rows * b.width);
-    EXPECT_OK(
-        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
-    run.params.insert(run.params.end(), v.begin(), v.end());
-  }
+  auto params = ReadModelParams(**client, *MakeMlp({784, 256, 10}), "mlp");
+  EXPECT_OK(params);
+  if (!params.ok()) return run;
+  run.params = *std::move(params);
   client->reset();
   EXPECT_OK((*job)->Stop());
   return run;
@@ -149,12 +143,8 @@ JobRun Train(const std::string& tag, int replicas, bool elastic) {
 
 void ExpectBitForBit(const JobRun& clean, const JobRun& elastic) {
   ASSERT_FALSE(clean.params.empty());
-  ASSERT_EQ(elastic.params.size(), clean.params.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < clean.params.size(); ++i) {
-    differ += std::memcmp(&clean.params[i], &elastic.params[i], 4) != 0;
-  }
-  EXPECT_EQ(differ, 0u) << "of " << clean.params.size() << " parameters";
+  EXPECT_EQ(CountDiffering(clean.params, elastic.params), 0u)
+      << "of " << clean.params.size() << " parameters";
 }
 
 // The job's shape changes inside it, not after it.

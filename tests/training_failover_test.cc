@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +19,7 @@
 #include "launch/local_job.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "tests/model_params.h"
 
 namespace downpour {
 namespace {
@@ -136,16 +136,10 @@ JobRun TrainJob(const std::string& tag, const std::string& model,
   auto client = Client::Connect(co);
   EXPECT_OK(client);
   if (!client.ok()) return run;
-  std::unique_ptr<Model> m = MakeModel(model);
-  for (const ParamBlock& b : m->Blocks()) {
-    auto t = (*client)->OpenTable(model + "/" + b.name);
-    EXPECT_OK(t);
-    if (!t.ok()) return run;
-    std::vector<float> v(b.rows * b.width);
-    EXPECT_OK(
-        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
-    run.params.insert(run.params.end(), v.begin(), v.end());
-  }
+  auto params = ReadModelParams(**client, *MakeModel(model), model);
+  EXPECT_OK(params);
+  if (!params.ok()) return run;
+  run.params = *std::move(params);
   client->reset();
   EXPECT_OK((*job)->Stop());
   return run;
@@ -170,11 +164,8 @@ TEST(TrainingFailoverTest, BspWithAKilledServerEqualsARunWithoutBitForBit) {
   EXPECT_GE(killed.killed, 0);
   std::cout << "killed server-" << killed.killed << " at clock "
             << killed.killed_at << " of " << kSteps << std::endl;
-  size_t differ = 0;
-  for (size_t i = 0; i < clean.params.size(); ++i) {
-    differ += std::memcmp(&clean.params[i], &killed.params[i], 4) != 0;
-  }
-  EXPECT_EQ(differ, 0u) << "of " << clean.params.size() << " parameters";
+  EXPECT_EQ(CountDiffering(clean.params, killed.params), 0u)
+      << "of " << clean.params.size() << " parameters";
   const double accuracy = TestAccuracy("mlp", killed.params);
   std::cout << "BSP test accuracy after the kill: " << accuracy << std::endl;
   EXPECT_GT(accuracy, 0.7);
@@ -199,11 +190,8 @@ TEST(TrainingFailoverTest, BspThroughAKillAndARestartEqualsARunWithout) {
   // The handovers came while the job ran, not after it.
   EXPECT_GE(restarted.balanced_at, restarted.killed_at);
   EXPECT_LT(restarted.balanced_at, kSteps);
-  size_t differ = 0;
-  for (size_t i = 0; i < clean.params.size(); ++i) {
-    differ += std::memcmp(&clean.params[i], &restarted.params[i], 4) != 0;
-  }
-  EXPECT_EQ(differ, 0u) << "of " << clean.params.size() << " parameters";
+  EXPECT_EQ(CountDiffering(clean.params, restarted.params), 0u)
+      << "of " << clean.params.size() << " parameters";
 }
 
 TEST(TrainingFailoverTest, AspGoesOnThroughAKilledServer) {

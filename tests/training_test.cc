@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -26,6 +25,7 @@
 #include "models/model.h"
 #include "models/sparse_lr.h"
 #include "proto/downpour.grpc.pb.h"
+#include "tests/model_params.h"
 #include "worker/worker.h"
 
 namespace downpour {
@@ -80,16 +80,12 @@ JobResult RunJob(const std::string& tag, const std::string& consistency,
   co.scheduler_address = (*job)->scheduler_address();
   auto client = Client::Connect(co);
   EXPECT_OK(client);
-  auto model = MakeSoftmaxRegression(784, 10);
-  for (const ParamBlock& b : model->Blocks()) {
-    auto t = (*client)->OpenTable("softmax/" + b.name);
-    EXPECT_OK(t);
-    if (!t.ok()) return result;
-    std::vector<float> v(b.rows * b.width);
-    EXPECT_OK(
-        (*client)->GetSync(*t, Keys::Range(0, b.rows), absl::MakeSpan(v)));
-    result.params.insert(result.params.end(), v.begin(), v.end());
-  }
+  if (!client.ok()) return result;
+  auto params =
+      ReadModelParams(**client, *MakeSoftmaxRegression(784, 10), "softmax");
+  EXPECT_OK(params);
+  if (!params.ok()) return result;
+  result.params = *std::move(params);
   // Staleness as the servers measured it for every pull.
   SchedulerClient sched((*job)->scheduler_address());
   auto map = sched.GetClusterMap();
@@ -161,14 +157,10 @@ TEST(TrainingTest, BspIsBitForBitRepeatableAndMatchesSingleProcess) {
   JobResult b = RunJob("bsp-b", "bsp", 0, kWorkers, kSteps, /*slow_rank=*/-1);
   ASSERT_FALSE(a.params.empty());
   ASSERT_EQ(a.params.size(), b.params.size());
-  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * 4),
-            0);
+  EXPECT_EQ(CountDiffering(a.params, b.params), 0u);
   std::vector<float> ref = SingleProcessBsp(kWorkers, kSteps);
-  ASSERT_EQ(ref.size(), a.params.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    differ += std::memcmp(&ref[i], &a.params[i], 4) != 0;
-  EXPECT_EQ(differ, 0u) << "of " << ref.size() << " parameters";
+  EXPECT_EQ(CountDiffering(ref, a.params), 0u)
+      << "of " << ref.size() << " parameters";
   // Under BSP every pull sees every update of the previous iteration.
   EXPECT_EQ(a.max_staleness, 0);
   EXPECT_GT(a.tracked_pulls, 0u);
