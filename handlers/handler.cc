@@ -177,6 +177,18 @@ absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateBuiltin(
 
 }  // namespace
 
+void UpdateHandler::ApplyScattered(float* values, float* state,
+                                   const uint64_t* rows, uint64_t base,
+                                   size_t n, const float* grads,
+                                   size_t width) const {
+  const size_t sw = StateWidth(width);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = rows[i] - base;
+    Apply(values + r * width, sw ? state + r * sw : nullptr, grads + i * width,
+          1, width);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<UpdateHandler>> CreateHandler(
     const proto::HandlerSpec& spec, const PluginRegistry* plugins) {
   if (absl::StartsWith(spec.name(), kPluginHandlerPrefix)) {

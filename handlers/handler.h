@@ -37,6 +37,7 @@
 #define DOWNPOUR_HANDLERS_HANDLER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,16 @@ class UpdateHandler {
   // REQUIRES: the three arrays do not overlap.
   virtual void Apply(float* values, float* state, const float* grads,
                      size_t rows, size_t width) const = 0;
+
+  // Applies gradient row i (grads + i * width) to row rows[i] - base of a
+  // block (`values` in rows of `width`, `state` in rows of
+  // StateWidth(width), null when that is 0), for i in [0, n) in order; a
+  // row may repeat. The same bits as Apply on one row at a time, which is
+  // what this default does: the built-in rules override it so that a
+  // keyed push to a dense range costs one virtual call, not one a key.
+  virtual void ApplyScattered(float* values, float* state, const uint64_t* rows,
+                              uint64_t base, size_t n, const float* grads,
+                              size_t width) const;
 };
 
 class PluginRegistry;

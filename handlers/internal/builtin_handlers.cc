@@ -47,7 +47,33 @@ void AdagradKernel(float* __restrict w, float* __restrict h,
   }
 }
 
-class AssignHandler final : public UpdateHandler {
+// What every built-in rule shares: a keyed push to a dense range calls the
+// rule's own Apply per row directly (inlined, not through the vtable), with
+// the rows a few keys ahead prefetched (keys of a batch are sorted but may
+// be far apart).
+template <typename Rule>
+class BuiltinHandler : public UpdateHandler {
+ public:
+  void ApplyScattered(float* values, float* state, const uint64_t* rows,
+                      uint64_t base, size_t n, const float* grads,
+                      size_t width) const final {
+    const Rule& rule = static_cast<const Rule&>(*this);
+    const size_t sw = rule.Rule::StateWidth(width);
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) {
+        const size_t ahead = rows[i + kAhead] - base;
+        __builtin_prefetch(values + ahead * width, 1);
+        if (sw != 0) __builtin_prefetch(state + ahead * sw, 1);
+      }
+      const size_t r = rows[i] - base;
+      rule.Rule::Apply(values + r * width, sw != 0 ? state + r * sw : nullptr,
+                       grads + i * width, 1, width);
+    }
+  }
+};
+
+class AssignHandler final : public BuiltinHandler<AssignHandler> {
  public:
   const std::string& name() const override { return name_; }
   size_t StateWidth(size_t) const override { return 0; }
@@ -61,7 +87,7 @@ class AssignHandler final : public UpdateHandler {
   const std::string name_ = "assign";
 };
 
-class SumHandler final : public UpdateHandler {
+class SumHandler final : public BuiltinHandler<SumHandler> {
  public:
   const std::string& name() const override { return name_; }
   size_t StateWidth(size_t) const override { return 0; }
@@ -75,7 +101,7 @@ class SumHandler final : public UpdateHandler {
   const std::string name_ = "sum";
 };
 
-class SgdHandler final : public UpdateHandler {
+class SgdHandler final : public BuiltinHandler<SgdHandler> {
  public:
   explicit SgdHandler(float learning_rate) : lr_(learning_rate) {}
   const std::string& name() const override { return name_; }
@@ -93,7 +119,7 @@ class SgdHandler final : public UpdateHandler {
 
 // State: the velocity, one float per value, so that rows of values and rows
 // of state line up and a batch is one flat loop.
-class MomentumHandler final : public UpdateHandler {
+class MomentumHandler final : public BuiltinHandler<MomentumHandler> {
  public:
   MomentumHandler(float learning_rate, float momentum)
       : lr_(learning_rate), mu_(momentum) {}
@@ -113,7 +139,7 @@ class MomentumHandler final : public UpdateHandler {
 };
 
 // State: the sum of squared gradients, one float per value.
-class AdagradHandler final : public UpdateHandler {
+class AdagradHandler final : public BuiltinHandler<AdagradHandler> {
  public:
   AdagradHandler(float learning_rate, float initial_accumulator, float epsilon)
       : lr_(learning_rate), init_(initial_accumulator), eps_(epsilon) {}
@@ -136,7 +162,8 @@ class AdagradHandler final : public UpdateHandler {
 // gradient. The mean is summed in double (a row is short, and the sum must
 // not depend on how the compiler vectorizes it: batch and row-at-a-time
 // Apply give the same bits either way); the step is one multiplier per row.
-class RowwiseAdagradHandler final : public UpdateHandler {
+class RowwiseAdagradHandler final
+    : public BuiltinHandler<RowwiseAdagradHandler> {
  public:
   RowwiseAdagradHandler(float learning_rate, float initial_accumulator,
                         float epsilon)
@@ -173,7 +200,7 @@ class RowwiseAdagradHandler final : public UpdateHandler {
 // visibly below 1 for beta2 close to 1. It saturates at 0x7F7FFFFF (about
 // 2.1e9 steps, far past where both corrections are exactly 1) so that the
 // slot always holds the bits of a finite float.
-class AdamHandler final : public UpdateHandler {
+class AdamHandler final : public BuiltinHandler<AdamHandler> {
  public:
   AdamHandler(float learning_rate, double beta1, double beta2, float epsilon)
       : lr_(learning_rate),
@@ -271,7 +298,7 @@ class AdamHandler final : public UpdateHandler {
 
 // State per row: z[width], n[width]. The weight is a function of (z, n), so
 // the first push replaces whatever the initializer or a PUT wrote.
-class FtrlHandler final : public UpdateHandler {
+class FtrlHandler final : public BuiltinHandler<FtrlHandler> {
  public:
   FtrlHandler(float alpha, float beta, float l1, float l2)
       : inv_alpha_(1.0f / alpha), beta_(beta), l1_(l1), l2_(l2) {}

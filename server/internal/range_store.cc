@@ -249,20 +249,10 @@ void RangeStore::Push(absl::Span<const Key> keys, const float* grads) {
     return;
   }
   PrepareBatchWrite(keys, 0);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    float* state = nullptr;
-    float* row;
-    if (layout_->dense) {
-      row = DenseRow(keys[i] - range_.begin, 0, &state);
-    } else {
-      const SparseRows::Row r =
-          sparse_->Touch(keys[i], SparseRows::Write::kPush);
-      if (!r) continue;  // counted towards admission, not stored
-      row = r.values;
-      state = r.state;
-    }
-    layout_->handler->Apply(row, state, grads + i * width(), 1, width());
-  }
+  float* state = nullptr;
+  float* rows = DenseRow(0, 0, &state);
+  layout_->handler->ApplyScattered(rows, state, keys.data(), range_.begin,
+                                   keys.size(), grads, width());
 }
 
 absl::Status RangeStore::Get(absl::Span<const Key> keys, float* out,
