@@ -197,7 +197,7 @@ void ColdSection() {
   std::printf(
       "\n## The cold tier (%lld ids, width 16, Adagrad, Zipf(%.2f) batches "
       "of %d draws, each distinct id pulled then pushed; capped: a cap of "
-      "ids/10 rows, LRU, the rest in RocksDB)\n\n",
+      "ids/10 rows, LRU, the rest in the cold tier)\n\n",
       static_cast<long long>(ids), s, absl::GetFlag(FLAGS_batch));
   std::printf(
       "| round | in memory (keys/s) | capped + cold tier (keys/s) | capped / "

@@ -194,7 +194,8 @@ void WriteServerMetrics(bool ready, const proto::ServerStats& stats,
     w->Gauge("downpour_table_pending_ids",
              "Admission counters of ids without a row yet", l,
              static_cast<double>(t.pending_ids()));
-    w->Gauge("downpour_table_cold_rows", "Rows in the cold tier (RocksDB)", l,
+    w->Gauge("downpour_table_cold_rows",
+             "Rows in the cold tier (files under --data_dir/cold)", l,
              static_cast<double>(t.cold_rows()));
     w->Counter("downpour_table_refused_writes_total",
                "Writes refused at the table's cap (no eviction, or too many "

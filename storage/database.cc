@@ -7,15 +7,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
-#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
-#include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 
 namespace downpour {
@@ -193,20 +190,6 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(
     table.block_size = 1 << 20;  // values are large; keep the index small
     options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   }
-  if (o.cold) {
-    // Rows are rewritten and deleted often: compactions on; point reads of
-    // rows that exist (the server knows which keys are cold): a block cache
-    // and Bloom filters; floats do not compress.
-    options.write_buffer_size = 32 << 20;
-    options.max_write_buffer_number = 3;
-    options.max_background_jobs = 2;
-    options.compression = rocksdb::kNoCompression;
-    rocksdb::BlockBasedTableOptions table;
-    table.block_size = 16 << 10;
-    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-    table.block_cache = rocksdb::NewLRUCache(64 << 20);
-    options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  }
   if (options.create_if_missing) {
     // RocksDB makes the last folder only; a data dir may be a new path.
     std::error_code ec;
@@ -296,55 +279,6 @@ absl::Status Database::Scan(
   }
   rocksdb::Status s = it->status();
   return Convert(&s, "scan");
-}
-
-absl::Status Database::MultiGet(
-    const std::vector<std::string>& keys,
-    const std::function<void(size_t, absl::string_view)>& fn) {
-  const size_t n = keys.size();
-  if (n == 0) return absl::OkStatus();
-  std::vector<rocksdb::Slice> slices(n);
-  for (size_t i = 0; i < n; ++i) slices[i] = S(keys[i]);
-  std::vector<rocksdb::PinnableSlice> values(n);
-  std::vector<rocksdb::Status> statuses(n);
-  rep_->db->MultiGet(rocksdb::ReadOptions(), rep_->db->DefaultColumnFamily(), n,
-                     slices.data(), values.data(), statuses.data());
-  for (size_t i = 0; i < n; ++i) {
-    if (statuses[i].IsNotFound()) continue;
-    if (!statuses[i].ok()) return Convert(&statuses[i], "multiget");
-    fn(i, absl::string_view(values[i].data(), values[i].size()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Database::ScanFrom(
-    absl::string_view prefix, absl::string_view start,
-    const std::function<bool(absl::string_view, absl::string_view)>& fn) {
-  rocksdb::ReadOptions r;
-  r.total_order_seek = true;  // across prefixes (a cold tier's buckets)
-  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(r));
-  for (it->Seek(S(start)); it->Valid(); it->Next()) {
-    const rocksdb::Slice k = it->key();
-    if (!k.starts_with(S(prefix))) break;
-    const rocksdb::Slice v = it->value();
-    if (!fn(absl::string_view(k.data(), k.size()),
-            absl::string_view(v.data(), v.size()))) {
-      break;
-    }
-  }
-  rocksdb::Status s = it->status();
-  return Convert(&s, "scan");
-}
-
-absl::Status Database::CreateCheckpoint(const std::string& dir) {
-  rocksdb::Checkpoint* raw = nullptr;
-  rocksdb::Status s = rocksdb::Checkpoint::Create(rep_->db.get(), &raw);
-  if (!s.ok()) return Convert(&s, "checkpoint");
-  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  // log_size_for_flush 0: the memtable is flushed first, so the copy is
-  // whole files (hard links) and no log.
-  s = checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0);
-  return Convert(&s, absl::StrCat("checkpoint into ", dir).c_str());
 }
 
 absl::Status Database::Flush() {

@@ -53,11 +53,6 @@ struct DatabaseOptions {
   // memtables, no compression, no automatic compaction (Reclaim compacts
   // what a drop freed). Otherwise: small values, RocksDB's defaults.
   bool bulk = false;
-  // Tuned for a cold tier: rows of a few hundred bytes written, read and
-  // deleted at random, never synced (the data is a memory extension; a
-  // crash loses it with the process): a small memtable, no compression, a
-  // block cache and Bloom filters for reads.
-  bool cold = false;
   // Fault injection (tests and the disk-full drill): every write to the
   // database's files fails with "no space left" once this many bytes have
   // been written through this handle (0: never), as a full disk would.
@@ -110,29 +105,14 @@ class Database {
   absl::Status Write(WriteBatch* batch, const WriteOptions& options);
   // kNotFound if absent.
   absl::StatusOr<std::string> Get(absl::string_view key);
-  // Gets of several keys at once (RocksDB's batched MultiGet: one pass
-  // through the memtables and files): calls fn(i, value) for each key i
-  // found. Absent keys are skipped; another error is returned.
-  absl::Status MultiGet(
-      const std::vector<std::string>& keys,
-      const std::function<void(size_t, absl::string_view)>& fn);
   // Calls fn(key, value) for every key that starts with `prefix`, in key
   // order, until it returns false. The views are valid during the call
   // only.
   absl::Status Scan(
       absl::string_view prefix,
       const std::function<bool(absl::string_view, absl::string_view)>& fn);
-  // Like Scan, starting at the first key >= `start` (which should start
-  // with `prefix`).
-  absl::Status ScanFrom(
-      absl::string_view prefix, absl::string_view start,
-      const std::function<bool(absl::string_view, absl::string_view)>& fn);
   // Makes every write so far durable (memtables written to synced files).
   absl::Status Flush();
-  // A consistent copy of the whole database in the new folder `dir` (which
-  // must not exist): its files are hard links where the file system allows
-  // (RocksDB's checkpoint), so taking it copies nothing but the memtable.
-  absl::Status CreateCheckpoint(const std::string& dir);
   // Deletes [begin, end) and gives its disk space back (whole files first,
   // then a compaction of what is left of the range).
   absl::Status Reclaim(absl::string_view begin, absl::string_view end);

@@ -483,7 +483,7 @@ void RegisterClient(py::module_& m) {
            "admit_after (pushes an id needs before it gets a row; until "
            "then pulls read its initial values), max_pending_ids (the "
            "admission counters kept), cold_tier (evicted rows go to the "
-           "servers' RocksDB instead of being dropped).")
+           "servers' disks, not dropped, and come back when used).")
       .def("open_table", &OpenTable, arg("name"),
            "A table declared elsewhere; NotFoundError if there is none.")
       .def("check_table", &CheckTable, arg("table"),

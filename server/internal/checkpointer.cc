@@ -197,7 +197,7 @@ std::unique_ptr<Checkpointer::Captured> Checkpointer::Capture(
   std::optional<uint64_t> cursor = 0;
   while (cursor.has_value()) {
     std::unique_ptr<RowChunk> chunk = TakeChunk();
-    // The cold tier is copied by hard links (SnapshotCold), not row by row.
+    // The cold tier is taken as linked files (SnapshotCold), not row by row.
     cursor = range.store->ExportRows(*cursor, chunk_bytes_, chunk.get(),
                                      /*with_cold=*/false);
     c->rows += chunk->count;
@@ -255,22 +255,25 @@ std::string Checkpointer::ColdSnapshotDir(const std::string& name) const {
 
 absl::Status Checkpointer::SnapshotCold(
     uint64_t checkpoint, std::vector<std::unique_ptr<Captured>>& captured) {
-  bool any = false;
-  for (const auto& c : captured) any |= c->cold;
-  if (!any) return absl::OkStatus();
+  std::vector<std::pair<uint32_t, uint64_t>> ranges;
+  for (const auto& c : captured) {
+    if (c->cold) ranges.emplace_back(c->table, c->range.begin);
+  }
+  if (ranges.empty()) return absl::OkStatus();
   if (cold_ == nullptr) {
     return absl::FailedPreconditionError("a cold tier without a store");
   }
-  // One copy serves every range cut in this call (no write came between).
-  // It flushes the tier's memtable and links its files: a short pause of
-  // the data thread, at the cut, where the rows in memory are copied too.
+  // One folder for the ranges cut in this call, on the data thread at the
+  // cut, where the rows in memory are copied too: their chunk files are
+  // synced and linked, nothing copied (the ranges copy a linked chunk
+  // before they next write it).
   const std::string name = absl::StrCat(checkpoint, "/", ++cold_snapshots_);
   std::error_code ec;
   std::filesystem::create_directories(ColdSnapshotDir(absl::StrCat(checkpoint)),
                                       ec);
   std::filesystem::remove_all(ColdSnapshotDir(name), ec);
-  DP_RETURN_IF_ERROR(cold_->Snapshot(ColdSnapshotDir(name)), "checkpoint ",
-                     checkpoint, ": cold tier");
+  DP_RETURN_IF_ERROR(cold_->Snapshot(ColdSnapshotDir(name), ranges),
+                     "checkpoint ", checkpoint, ": cold tier");
   for (auto& c : captured) {
     if (c->cold) c->cold_snapshot = name;
   }

@@ -23,7 +23,7 @@ uint64_t Cursor(Phase p, uint64_t position) {
   return (static_cast<uint64_t>(p) << kPhaseShift) | position;
 }
 
-// Rows a walk of the cold tier returns at most per bucket group.
+// Expired rows a write removes at least, when it removes any.
 constexpr size_t kMinExpirePerWrite = 64;
 // How far an LRU walk for a victim goes past rows it must keep.
 constexpr size_t kMaxVictimWalk = 1 << 16;
@@ -165,7 +165,7 @@ absl::Status SparseRows::ReadBatch(absl::Span<const Key> keys, float* out) {
       if (slots[i] != kNone) {
         Use(slots[i]);
         std::memcpy(dst, RowAt(slots[i]).values, width_ * sizeof(float));
-      } else if (cold_ != nullptr && cold_keys_.contains(keys[b + i])) {
+      } else if (cold_ != nullptr && cold_->Contains(keys[b + i])) {
         cold.push_back(keys[b + i]);
         cold_at.push_back(b + i);
       } else {
@@ -330,15 +330,14 @@ absl::Status SparseRows::Remove(absl::Span<const uint32_t> slots) {
     }
     absl::Status s = cold_->PutBatch(cold_keys_buf_, cold_buf_);
     if (!s.ok()) {
+      // The rows stay in memory: records written before the error are not
+      // current (the keys were in memory, so none was current before).
+      for (Key k : cold_keys_buf_) cold_->Forget(k);
       return absl::Status(
           s.code(), absl::StrCat("cannot move ", slots.size(),
                                  " rows to the cold tier: ", s.message()));
     }
-    for (Key k : cold_keys_buf_) {
-      if (cold_keys_.insert(k).second) {
-        cold_count_.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
+    cold_count_.store(cold_->size(), std::memory_order_relaxed);
   }
   for (uint32_t s : slots) FreeSlot(s);
   return absl::OkStatus();
@@ -368,10 +367,9 @@ absl::Status SparseRows::BringBack(absl::Span<const Key> keys,
   std::vector<bool> found;
   DP_RETURN_IF_ERROR(cold_->GetBatch(keys, absl::MakeSpan(cold_buf_), &found));
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (cold_keys_.erase(keys[i]) > 0) {
-      cold_count_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    // A key the set named but the tier lacks: the tier is the truth.
+    // Its record stays, no longer current (reads and walks skip it); the
+    // key's next eviction overwrites it.
+    cold_->Forget(keys[i]);
     if (!found[i]) continue;
     const uint32_t slot = NewSlot(keys[i]);
     const Row r = RowAt(slot);
@@ -380,11 +378,9 @@ absl::Status SparseRows::BringBack(absl::Span<const Key> keys,
       std::memcpy(r.state, cold_buf_.data() + i * rf + width_,
                   state_width_ * sizeof(float));
     }
-    // The tier's copy stays, stale (the key set no longer names it): a
-    // delete per row would cost as much as the read; the next eviction
-    // overwrites it, and copies skip what the set does not name.
     back->push_back(keys[i]);
   }
+  cold_count_.store(cold_->size(), std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -499,7 +495,7 @@ absl::Status SparseRows::Prepare(absl::Span<const Key> keys, Write write,
       continue;
     }
     if (Lookup(k) != kNone) continue;
-    if (cold_keys_.contains(k)) {
+    if (cold_ != nullptr && cold_->Contains(k)) {
       back.push_back(k);
     } else if (counted) {
       batch_pushes_[k] = 1;
@@ -575,7 +571,7 @@ SparseRows::Row SparseRows::Touch(Key key, Write write) {
     Use(slot);
     return RowAt(slot);
   }
-  if (cold_keys_.contains(key)) {
+  if (cold_ != nullptr && cold_->Contains(key)) {
     // Not prepared (a backup whose primary did not bring it back first:
     // not expected); bring it back rather than start it over.
     absl::StatusOr<bool> b = BringBack(key);
@@ -600,7 +596,7 @@ absl::Status SparseRows::Read(Key key, float* out) {
     std::memcpy(out, RowAt(slot).values, width_ * sizeof(float));
     return absl::OkStatus();
   }
-  if (cold_ != nullptr && cold_keys_.contains(key)) {
+  if (cold_ != nullptr && cold_->Contains(key)) {
     absl::StatusOr<bool> found = cold_->Get(key, absl::MakeSpan(row_buf_));
     if (found.ok() && *found) {
       std::memcpy(out, row_buf_.data(), width_ * sizeof(float));
@@ -678,7 +674,7 @@ std::optional<uint64_t> SparseRows::Export(uint64_t cursor, size_t max_bytes,
   const uint64_t pos = cursor & kPositionMask;
   auto after_memory = [&]() -> std::optional<uint64_t> {
     if (!pending_.empty()) return Cursor(kPendingPhase, 0);
-    if (with_cold && cold_ != nullptr && !cold_keys_.empty()) {
+    if (with_cold && cold_ != nullptr && cold_->size() > 0) {
       return Cursor(kColdPhase, 0);
     }
     return std::nullopt;
@@ -706,35 +702,20 @@ std::optional<uint64_t> SparseRows::Export(uint64_t cursor, size_t max_bytes,
           static_cast<float>(pending_.find(it->second)->second.count));
     }
     if (it != pending_order_.end()) return Cursor(kPendingPhase, it->first);
-    if (with_cold && cold_ != nullptr && !cold_keys_.empty()) {
+    if (with_cold && cold_ != nullptr && cold_->size() > 0) {
       return Cursor(kColdPhase, 0);
     }
     return std::nullopt;
   }
   out->kind = proto::RowChunkInfo::COLD;
   std::vector<float> rows;
-  absl::StatusOr<std::optional<uint32_t>> next =
-      cold_->Scan(static_cast<uint32_t>(pos), max_rows, &out->keys, &rows);
+  absl::StatusOr<std::optional<uint64_t>> next =
+      cold_->Scan(pos, max_rows, &out->keys, &rows);
   if (!next.ok()) {
     // A chunk that cannot be read ends the copy short; the receiver's
     // count then disagrees and the copy is retried by its owner.
     out->keys.clear();
     return std::nullopt;
-  }
-  // Rows brought back leave a stale copy in the tier: only what the key set
-  // names is cold.
-  {
-    size_t kept = 0;
-    const size_t rf = RowFloats();
-    for (size_t i = 0; i < out->keys.size(); ++i) {
-      if (!cold_keys_.contains(out->keys[i])) continue;
-      out->keys[kept] = out->keys[i];
-      std::memmove(rows.data() + kept * rf, rows.data() + i * rf,
-                   rf * sizeof(float));
-      ++kept;
-    }
-    out->keys.resize(kept);
-    rows.resize(kept * rf);
   }
   // Rows come as values and state each; a chunk holds all values, then all
   // state.
@@ -802,11 +783,7 @@ absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
                        state + (i + 1) * state_width_);
     }
     DP_RETURN_IF_ERROR(cold_->PutBatch(cold_keys_buf_, cold_buf_));
-    for (Key k : cold_keys_buf_) {
-      if (cold_keys_.insert(k).second) {
-        cold_count_.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
+    cold_count_.store(cold_->size(), std::memory_order_relaxed);
     UpdateAccounting();
     return absl::OkStatus();
   }
@@ -814,8 +791,8 @@ absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
     uint32_t s = Lookup(keys[i]);
     if (s == kNone) {
       // In memory now: the tier's copy, if any, is stale (see BringBack).
-      if (cold_ != nullptr && cold_keys_.erase(keys[i]) > 0) {
-        cold_count_.fetch_sub(1, std::memory_order_relaxed);
+      if (cold_ != nullptr && cold_->Forget(keys[i])) {
+        cold_count_.store(cold_->size(), std::memory_order_relaxed);
       }
       ForgetPending(keys[i]);
       s = NewSlot(keys[i]);
@@ -841,10 +818,10 @@ void SparseRows::UpdateAccounting() {
   const uint64_t index = index_.capacity() * sizeof(uint32_t) +
                          slot_chunks_.size() * kChunkRows * sizeof(Slot);
   // Admission counters: a hash slot (key, count, order) and an ordered-map
-  // node each; the cold tier's key set: a slot per key.
+  // node each; the cold tier's index.
   const uint64_t admission =
       pending_.capacity() * (sizeof(Key) + 17) + pending_order_.size() * 48;
-  const uint64_t cold = cold_keys_.capacity() * (sizeof(Key) + 1);
+  const uint64_t cold = cold_ == nullptr ? 0 : cold_->index_bytes();
   state_bytes_.store(state, std::memory_order_relaxed);
   allocated_.store(values + state + index + admission + cold,
                    std::memory_order_relaxed);

@@ -224,7 +224,9 @@ class SparseRows {
   // The admission count of `key` (0: none); for tests.
   uint32_t PendingCount(Key key) const;
   // Whether `key` is in the cold tier; for tests.
-  bool IsCold(Key key) const { return cold_keys_.contains(key); }
+  bool IsCold(Key key) const {
+    return cold_ != nullptr && cold_->Contains(key);
+  }
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
@@ -315,8 +317,6 @@ class SparseRows {
   std::map<uint64_t, Key> pending_order_;  // least recently pushed first
   uint64_t next_pending_order_ = 1;
 
-  // Keys in the cold tier, so that an absent key costs no disk read.
-  absl::flat_hash_set<Key> cold_keys_;
   std::vector<float> row_buf_;
   std::vector<float> cold_buf_;     // rows to or from the tier, reused
   std::vector<Key> cold_keys_buf_;  // their keys
