@@ -122,6 +122,7 @@ absl::Status CopyPrefix(int from, int to, uint64_t n, const std::string& path) {
     }
     break;  // not supported here: copy through a buffer
   }
+  if (n == 0) return absl::OkStatus();
   std::vector<char> buf(1 << 20);
   while (n > 0) {
     const size_t k = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
@@ -223,7 +224,8 @@ absl::Status ColdStore::ReadSnapshot(
   const size_t record = RecordBytes(h.row_floats);
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.table != table ||
       h.range_begin != range_begin || h.row_floats == 0 ||
-      h.row_floats > (size_t{1} << 28) ||
+      // Rows are at most a table's widest (2^20) with Adam's state.
+      h.row_floats > (size_t{1} << 22) ||
       h.records_per_chunk != RecordsPerChunk(record) ||
       h.chunk_bytes != ChunkBytes(record)) {
     return absl::DataLossError(absl::StrCat(
