@@ -337,12 +337,14 @@ absl::Status ColdRange::Reserve(uint64_t slot) {
 
 absl::Status ColdRange::Writable(uint64_t slot) {
   Chunk& c = chunks_[slot / records_per_chunk_];
-  if (!c.shared) return absl::OkStatus();
-  // A snapshot links this file: write to a copy. The copy reads through
-  // the page cache, so it sees every write made through the mapping.
-  DP_ASSIGN_OR_RETURN(Chunk copy, NewChunk(slot / records_per_chunk_, c.fd));
-  Drop(c);
-  c = std::move(copy);
+  if (c.shared) {
+    // A snapshot links this file: write to a copy. The copy reads through
+    // the page cache, so it sees every write made through the mapping.
+    DP_ASSIGN_OR_RETURN(Chunk copy, NewChunk(slot / records_per_chunk_, c.fd));
+    Drop(c);
+    c = std::move(copy);
+  }
+  c.dirty = true;
   return absl::OkStatus();
 }
 
@@ -353,8 +355,12 @@ absl::Status ColdRange::SnapshotTo(const std::string& dir,
   for (size_t i = 0; i < chunks_.size(); ++i) {
     Chunk& c = chunks_[i];
     // What the mapping wrote reaches the disk before the checkpoint counts
-    // on it; a chunk written since the last snapshot is a new file.
-    if (::fsync(c.fd) != 0) return Errno("cannot sync", c.path, errno);
+    // on it (only chunks written since their last sync: a large tier is
+    // mostly chunks a checkpoint linked before and nothing wrote since).
+    if (c.dirty) {
+      if (::fsync(c.fd) != 0) return Errno("cannot sync", c.path, errno);
+      c.dirty = false;
+    }
     const std::string to = absl::StrCat(head, ".", i);
     if (::link(c.path.c_str(), to.c_str()) != 0) {
       if (errno != EXDEV && errno != EPERM && errno != EMLINK) {

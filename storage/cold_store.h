@@ -160,12 +160,14 @@ class ColdRange {
     int fd = -1;
     std::string path;
     bool shared = false;  // linked into a snapshot: copied before a write
+    bool dirty = false;   // written since it was last synced
   };
   // The record of `slot`. REQUIRES: its chunk exists (Reserve).
   char* Record(uint64_t slot) const;
   // Makes the chunks up to that of `slot`.
   absl::Status Reserve(uint64_t slot);
-  // The chunk of `slot` may be written: copied first if shared.
+  // The chunk of `slot` may be written: copied first if shared; marked
+  // dirty.
   absl::Status Writable(uint64_t slot);
   // A new file for chunk `index`: blocks reserved, mapped, and filled from
   // the file `from` (-1: zeros).
