@@ -54,6 +54,51 @@ void ExpectServersRun(LocalCluster& cluster) {
   }
 }
 
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(20));
+  return ctx;
+}
+absl::Status ToStatus(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+absl::StatusOr<proto::RegisterReply> RegisterAt(
+    proto::Scheduler::Stub& stub, const proto::RegisterRequest& req) {
+  proto::RegisterReply reply;
+  auto ctx = Ctx();
+  grpc::Status s = stub.Register(ctx.get(), req, &reply);
+  if (!s.ok()) return ToStatus(s);
+  return reply;
+}
+proto::ClusterMap MapOf(proto::Scheduler::Stub& stub) {
+  proto::ClusterMap map;
+  auto ctx = Ctx();
+  grpc::Status s =
+      stub.GetClusterMap(ctx.get(), proto::GetClusterMapRequest(), &map);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return map;
+}
+// The cluster's servers run, and `client` can create, write and read back
+// a table named `table` there.
+void ExpectServes(LocalCluster& cluster, Client& client,
+                  const std::string& table) {
+  ExpectServersRun(cluster);
+  TableOptions o;
+  o.name = table;
+  o.width = 2;
+  o.num_keys = 64;
+  o.handler = "sum";
+  auto t = client.CreateTable(o);
+  ASSERT_OK(t);
+  std::vector<float> in(128), out(128);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  ASSERT_OK(client.PutSync(*t, Keys::Range(0, 64), in));
+  ASSERT_OK(client.GetSync(*t, Keys::Range(0, 64), absl::MakeSpan(out)));
+  EXPECT_EQ(out, in);
+}
+
 class ControlPlaneHardeningTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -84,23 +129,9 @@ class ControlPlaneHardeningTest : public ::testing::Test {
     EXPECT_OK(suite_.Stop());
   }
 
-  static std::unique_ptr<grpc::ClientContext> Ctx() {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::seconds(20));
-    return ctx;
-  }
-  static absl::Status ToStatus(const grpc::Status& s) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        s.error_message());
-  }
   static absl::StatusOr<proto::RegisterReply> Register(
       const proto::RegisterRequest& req) {
-    proto::RegisterReply reply;
-    auto ctx = Ctx();
-    grpc::Status s = stub_->Register(ctx.get(), req, &reply);
-    if (!s.ok()) return ToStatus(s);
-    return reply;
+    return RegisterAt(*stub_, req);
   }
   static absl::StatusOr<proto::CreateTableReply> CreateTable(
       const proto::TableSpec& spec) {
@@ -113,14 +144,7 @@ class ControlPlaneHardeningTest : public ::testing::Test {
     if (!s.ok()) return ToStatus(s);
     return reply;
   }
-  static proto::ClusterMap Map() {
-    proto::ClusterMap map;
-    auto ctx = Ctx();
-    grpc::Status s =
-        stub_->GetClusterMap(ctx.get(), proto::GetClusterMapRequest(), &map);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return map;
-  }
+  static proto::ClusterMap Map() { return MapOf(*stub_); }
   static bool HasTable(const proto::ClusterMap& map, const std::string& name) {
     for (const auto& t : map.tables()) {
       if (t.spec().name() == name) return true;
@@ -141,20 +165,7 @@ class ControlPlaneHardeningTest : public ::testing::Test {
   // The cluster still works: both servers alive, and a fresh table takes
   // a put and reads it back through the SDK.
   static void ExpectClusterServes(const std::string& table) {
-    ExpectServersRun(suite_.cluster());
-    TableOptions o;
-    o.name = table;
-    o.width = 2;
-    o.num_keys = 64;
-    o.handler = "sum";
-    auto t = suite_.client().CreateTable(o);
-    ASSERT_OK(t);
-    std::vector<float> in(128), out(128);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-    ASSERT_OK(suite_.client().PutSync(*t, Keys::Range(0, 64), in));
-    ASSERT_OK(
-        suite_.client().GetSync(*t, Keys::Range(0, 64), absl::MakeSpan(out)));
-    EXPECT_EQ(out, in);
+    ExpectServes(suite_.cluster(), suite_.client(), table);
   }
 
   static SuiteCluster suite_;
@@ -386,50 +397,19 @@ TEST(ControlPlaneMapCapTest, TheMapStaysSmallAndClientsExpire) {
   std::unique_ptr<proto::Scheduler::Stub> stub =
       proto::Scheduler::NewStub(grpc::CreateChannel(
           cluster->scheduler_address(), grpc::InsecureChannelCredentials()));
-  auto ctx = [] {
-    auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(20));
-    return c;
-  };
-  auto map = [&] {
-    proto::ClusterMap m;
-    auto c = ctx();
-    grpc::Status s =
-        stub->GetClusterMap(c.get(), proto::GetClusterMapRequest(), &m);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return m;
-  };
+  // A client of its own per check: one kept open would heartbeat, and the
+  // test waits for every client to expire.
   auto serves = [&](const std::string& table) {
-    ExpectServersRun(*cluster);
     ClientOptions co;
     co.scheduler_address = cluster->scheduler_address();
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
-    TableOptions t;
-    t.name = table;
-    t.width = 2;
-    t.num_keys = 64;
-    t.handler = "sum";
-    ASSERT_OK_AND_ASSIGN(Table handle, client->CreateTable(t));
-    std::vector<float> in(128), out(128);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-    ASSERT_OK(client->PutSync(handle, Keys::Range(0, 64), in));
-    ASSERT_OK(client->GetSync(handle, Keys::Range(0, 64), absl::MakeSpan(out)));
-    EXPECT_EQ(out, in);
+    ExpectServes(*cluster, *client, table);
   };
-  auto register_client =
-      [&](const std::string& name) -> absl::StatusOr<proto::RegisterReply> {
+  auto register_client = [&](const std::string& name) {
     proto::RegisterRequest r;
     r.set_role(proto::CLIENT);
     r.set_name(name);
-    proto::RegisterReply reply;
-    auto c = ctx();
-    grpc::Status s = stub->Register(c.get(), r, &reply);
-    if (!s.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                          s.error_message());
-    }
-    return reply;
+    return RegisterAt(*stub, r);
   };
   serves("before");
   // The clients registered so far heartbeat meanwhile, so that none
@@ -449,7 +429,7 @@ TEST(ControlPlaneMapCapTest, TheMapStaysSmallAndClientsExpire) {
         proto::HeartbeatRequest hb;
         hb.set_node_id(id);
         proto::HeartbeatReply ignored;
-        auto c = ctx();
+        auto c = Ctx();
         // A keep-alive: a missed beat only shows later as an expired
         // client, which the test checks.
         (void)stub->Heartbeat(c.get(), hb, &ignored);
@@ -471,7 +451,7 @@ TEST(ControlPlaneMapCapTest, TheMapStaysSmallAndClientsExpire) {
     }
   }
   const absl::Duration fill_took = absl::Now() - fill_started;
-  const proto::ClusterMap full = map();
+  const proto::ClusterMap full = MapOf(*stub);
   serves("with_full_map");
   {
     absl::MutexLock lock(&mu);
@@ -492,7 +472,7 @@ TEST(ControlPlaneMapCapTest, TheMapStaysSmallAndClientsExpire) {
   while (clients > 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(200));
     clients = 0;
-    const proto::ClusterMap now = map();
+    const proto::ClusterMap now = MapOf(*stub);
     for (const auto& n : now.nodes()) clients += n.role() == proto::CLIENT;
   }
   EXPECT_EQ(clients, 0);
