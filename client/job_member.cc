@@ -249,10 +249,10 @@ class JobMemberImpl final : public JobMember {
                             reply.passed_barriers().end());
     DP_ASSIGN_OR_RETURN(policy_, ConsistencyPolicy::FromJob(reply.job()),
                         "scheduler at ", options_.scheduler_address);
-    if (rank_ < 0 || rank_ >= policy_.total_workers()) {
-      return absl::InternalError(
-          absl::StrCat("the scheduler gave rank ", rank_, " in a job of ",
-                       policy_.total_workers(), " workers"));
+    if (rank_ < 0 || rank_ >= policy_.max_ranks()) {
+      return absl::InternalError(absl::StrCat(
+          "the scheduler gave rank ", rank_, " in a job of ",
+          policy_.max_ranks(), " ranks (", policy_.ToString(), ")"));
     }
     const absl::Duration interval =
         reply.heartbeat_interval_ms() > 0
@@ -269,17 +269,20 @@ class JobMemberImpl final : public JobMember {
 
   absl::Status Leave(bool finished, const std::string& reason,
                      absl::Duration timeout) override {
-    // The last clock report first: a replacement starts from it.
-    absl::Status flushed = reporter_->Flush(timeout);
-    if (!flushed.ok()) DP_LOG(WARNING) << "before leaving: " << flushed;
-    StopHeartbeats();
-    ReleaseName();
-    // Through a scheduler outage too: a leave it never hears of makes the
-    // job wait the full --dead_after_ms for this worker.
-    DP_RETURN_IF_ERROR(RetryThroughOutage(
-        [&](absl::Duration) { return scheduler_.Leave(id_, finished, reason); },
-        timeout));
-    return flushed;
+    return LeaveAs(finished, /*retire=*/false, reason, timeout);
+  }
+
+  absl::Status LeaveForGood(const std::string& reason,
+                            absl::Duration timeout) override {
+    // Refused here rather than by the scheduler, so that the member is
+    // still in the job (heartbeating) when it is told no.
+    if (policy_.is_bsp()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "leave for good: not under ", policy_.ToString(),
+          " (BSP changes its number of workers only at a step every server "
+          "switches at together, which Downpour does not do yet)"));
+    }
+    return LeaveAs(/*finished=*/false, /*retire=*/true, reason, timeout);
   }
   int rank() const override { return rank_; }
   const ConsistencyPolicy& policy() const override { return policy_; }
@@ -366,6 +369,26 @@ class JobMemberImpl final : public JobMember {
     return gating;
   }
 
+  absl::StatusOr<EpochShare> EpochShareOf(int64_t epoch,
+                                          absl::Duration timeout) override {
+    DP_ASSIGN_OR_RETURN(std::vector<int> ranks,
+                        RetryThroughOutage(
+                            [&](absl::Duration) {
+                              return scheduler_.EpochSplit(id_, rank_, epoch);
+                            },
+                            timeout),
+                        "worker ", rank_, " epoch ", epoch);
+    EpochShare share;
+    share.count = static_cast<int>(ranks.size());
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it != ranks.end()) {
+      share.index = static_cast<int>(it - ranks.begin());
+    } else {
+      share.count = 0;
+    }
+    return share;
+  }
+
   absl::Status Barrier(const std::string& name,
                        absl::Duration timeout) override {
     return RetryThroughOutage(
@@ -377,6 +400,23 @@ class JobMemberImpl final : public JobMember {
   }
 
  private:
+  absl::Status LeaveAs(bool finished, bool retire, const std::string& reason,
+                       absl::Duration timeout) {
+    // The last clock report first: a replacement starts from it.
+    absl::Status flushed = reporter_->Flush(timeout);
+    if (!flushed.ok()) DP_LOG(WARNING) << "before leaving: " << flushed;
+    StopHeartbeats();
+    ReleaseName();
+    // Through a scheduler outage too: a leave it never hears of makes the
+    // job wait the full --dead_after_ms for this worker.
+    DP_RETURN_IF_ERROR(RetryThroughOutage(
+        [&](absl::Duration) {
+          return scheduler_.Leave(id_, finished, reason, retire);
+        },
+        timeout));
+    return flushed;
+  }
+
   // Keeps the worker alive in the scheduler's eyes while it computes or
   // waits on a slow peer; learns of a failed job (kAborted), which the
   // worker may be too busy on the data plane to hear of otherwise.

@@ -122,6 +122,15 @@ struct JobMemberOptions {
 };
 
 // A worker's progress at the end of an iteration, for the job status.
+// A worker's part of an epoch's examples (JobMember::EpochShare): those
+// with index % count == index_in_split. Not in the split (index -1, count
+// 0): the worker joined after the epoch began and trains none of it.
+struct EpochShare {
+  int index = -1;
+  int count = 0;
+  bool trains() const { return index >= 0; }
+};
+
 struct ClockReport {
   // Iterations completed: every push of the iterations below it has been
   // acknowledged by the servers.
@@ -152,7 +161,15 @@ class JobMember {
   // errors (kNotFound for an unknown node), or the flush's.
   virtual absl::Status Leave(bool finished, const std::string& reason,
                              absl::Duration timeout) = 0;
-  // In [0, policy().total_workers()); the same after joining again.
+  // Leaves the job for good, as Leave does, but its rank retires at once
+  // (ASP and SSP): it gates nobody from now on and nobody waits for a
+  // replacement. kFailedPrecondition under BSP, leaving nothing (the
+  // member stays in the job).
+  virtual absl::Status LeaveForGood(const std::string& reason,
+                                    absl::Duration timeout) = 0;
+  // In [0, policy().max_ranks()): below total_workers() for a worker the
+  // job started with, beyond for one that took an elastic seat; the same
+  // after joining again.
   virtual int rank() const = 0;
   // The job's consistency policy, as the scheduler declared it.
   virtual const ConsistencyPolicy& policy() const = 0;
@@ -197,6 +214,14 @@ class JobMember {
   virtual absl::StatusOr<Clock> WaitClockForTable(
       Clock clock, TableId table, const std::string& consistency,
       absl::Duration timeout) = 0;
+  // This worker's share of epoch `epoch` (>= 0): the epoch's examples are
+  // split over the workers in the job when any of them first asks for it
+  // (EpochSplitRequest), so that within an epoch no example is skipped or
+  // trained twice while workers join and leave. A worker leaving for good
+  // should do so between epochs: the split it is in counts on it. The
+  // scheduler's errors.
+  virtual absl::StatusOr<EpochShare> EpochShareOf(int64_t epoch,
+                                                  absl::Duration timeout) = 0;
   // Blocks until every worker of the job (N + b) has reached the barrier
   // `name`; a barrier can be reused once released. kDeadlineExceeded
   // after `timeout` (this member is then no longer counted as arrived).

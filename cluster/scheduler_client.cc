@@ -64,13 +64,14 @@ absl::StatusOr<proto::HeartbeatReply> SchedulerClient::Heartbeat(
 }
 
 absl::Status SchedulerClient::Leave(NodeId id, bool finished,
-                                    const std::string& reason) {
+                                    const std::string& reason, bool retire) {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);
   proto::LeaveRequest req;
   req.set_node_id(id);
   req.set_finished(finished);
   req.set_reason(reason);
+  req.set_retire(retire);
   proto::LeaveReply reply;
   return FromGrpcStatus(stub_->Leave(&ctx, req, &reply),
                         absl::StrCat("leave the job at ", address_));
@@ -176,6 +177,22 @@ absl::StatusOr<int64_t> SchedulerClient::WaitClock(NodeId id, int rank,
   grpc::Status s = stub_->WaitClock(&ctx, req, &reply);
   if (!s.ok()) return FromGrpcStatus(s, "wait clock");
   return reply.gating_clock();
+}
+
+absl::StatusOr<std::vector<int>> SchedulerClient::EpochSplit(NodeId id,
+                                                             int rank,
+                                                             int64_t epoch) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::EpochSplitRequest req;
+  req.set_node_id(id);
+  req.set_rank(rank);
+  req.set_epoch(epoch);
+  proto::EpochSplitReply reply;
+  grpc::Status s = stub_->EpochSplit(&ctx, req, &reply);
+  if (!s.ok())
+    return FromGrpcStatus(s, absl::StrCat("epoch split at ", address_));
+  return std::vector<int>(reply.ranks().begin(), reply.ranks().end());
 }
 
 absl::StatusOr<proto::JobStatus> SchedulerClient::GetJobStatus() {

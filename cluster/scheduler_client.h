@@ -49,7 +49,9 @@ class SchedulerClient {
   // A worker leaves the job at once (LEFT); `finished`: after its last
   // step, else its rank waits for a replacement. A drained server leaves
   // the cluster (kFailedPrecondition while it holds ranges).
-  absl::Status Leave(NodeId id, bool finished, const std::string& reason);
+  // `retire`: for good (LeaveRequest.retire).
+  absl::Status Leave(NodeId id, bool finished, const std::string& reason,
+                     bool retire = false);
   // Drains a server or calls its drain off (proto::DrainRequest).
   absl::StatusOr<proto::DrainReply> Drain(const proto::DrainRequest& req);
   absl::StatusOr<proto::ClusterMap> GetClusterMap();
@@ -75,6 +77,9 @@ class SchedulerClient {
                                     absl::Duration timeout,
                                     TableId table = kNoTable);
   absl::StatusOr<proto::JobStatus> GetJobStatus();
+  // The ranks epoch `epoch` is split over (EpochSplitRequest).
+  absl::StatusOr<std::vector<int>> EpochSplit(NodeId id, int rank,
+                                              int64_t epoch);
 
   // Replication (see server/internal/replicator.h).
   absl::Status ReplicaReady(const proto::ReplicaReadyRequest& req);

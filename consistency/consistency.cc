@@ -1,6 +1,7 @@
 #include "consistency/consistency.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "proto/downpour.pb.h"
@@ -24,9 +25,25 @@ absl::Status CheckCounts(Clock staleness, int num_workers, int backup_workers) {
 
 }  // namespace
 
+// Elastic seats: none under BSP (see consistency.h).
+absl::Status CheckSeats(ConsistencyPolicy::Kind kind, int64_t seats) {
+  if (seats < 0 || seats > std::numeric_limits<int>::max() / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("elastic workers must be >= 0, got ", seats));
+  }
+  if (seats > 0 && kind == ConsistencyPolicy::Kind::kBsp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elastic workers (", seats,
+        ") need ASP or SSP: BSP changes its number of workers only at a "
+        "step that every server switches at together, which Downpour does "
+        "not do yet"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
     const std::string& name, Clock staleness, int num_workers,
-    int backup_workers) {
+    int backup_workers, int elastic_workers) {
   ConsistencyPolicy p;
   if (name == "bsp") {
     p.kind = Kind::kBsp;
@@ -42,8 +59,16 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
   const absl::Status counts =
       CheckCounts(p.staleness, num_workers, backup_workers);
   if (!counts.ok()) return counts;
+  const absl::Status seats = CheckSeats(p.kind, elastic_workers);
+  if (!seats.ok()) return seats;
+  if (num_workers > std::numeric_limits<int>::max() / 4 ||
+      backup_workers > std::numeric_limits<int>::max() / 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("too many workers: ", num_workers, " + ", backup_workers));
+  }
   p.num_workers = num_workers;
   p.backup_workers = backup_workers;
+  p.elastic_workers = elastic_workers;
   return p;
 }
 
@@ -69,17 +94,23 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::FromJob(
   }
   // The wire's counts are unsigned; a value above INT_MAX is rejected, not
   // wrapped.
-  const uint64_t n = job.num_workers(), b = job.backup_workers();
-  if (n > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
-      b > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job config with ", n, " + ", b, " workers"));
+  // Each count at most a quarter of INT_MAX, so that their sum
+  // (max_ranks) cannot overflow.
+  const uint64_t n = job.num_workers(), b = job.backup_workers(),
+                 e = job.elastic_workers();
+  constexpr uint64_t kMax = std::numeric_limits<int>::max() / 4;
+  if (n > kMax || b > kMax || e > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job config with ", n, " + ", b, " workers and ", e, " elastic seats"));
   }
   const absl::Status counts =
       CheckCounts(p.staleness, static_cast<int>(n), static_cast<int>(b));
   if (!counts.ok()) return counts;
+  const absl::Status seats = CheckSeats(p.kind, static_cast<int64_t>(e));
+  if (!seats.ok()) return seats;
   p.num_workers = static_cast<int>(n);
   p.backup_workers = static_cast<int>(b);
+  p.elastic_workers = static_cast<int>(e);
   return p;
 }
 
@@ -90,6 +121,7 @@ void ConsistencyPolicy::ToJob(proto::JobConfig* job) const {
   job->set_staleness(kind == Kind::kSsp ? staleness : 0);
   job->set_num_workers(static_cast<uint32_t>(num_workers));
   job->set_backup_workers(static_cast<uint32_t>(backup_workers));
+  job->set_elastic_workers(static_cast<uint32_t>(elastic_workers));
 }
 
 ConsistencyPolicy ConsistencyPolicy::ForTable(
@@ -121,14 +153,33 @@ std::string ConsistencyPolicy::ToString() const {
                                        : "ASP";
   absl::StrAppend(&s, " with ", num_workers, " workers");
   if (backup_workers > 0) absl::StrAppend(&s, " + ", backup_workers, " backup");
+  if (elastic_workers > 0) {
+    absl::StrAppend(&s, " + ", elastic_workers, " elastic");
+  }
   return s;
 }
 
 ClockTable::ClockTable(const ConsistencyPolicy& policy)
     : policy_(policy),
-      clocks_(policy.num_workers + policy.backup_workers, 0),
+      clocks_(policy.max_ranks(), 0),
       retired_(clocks_.size(), false),
-      claims_(clocks_.size()) {}
+      claims_(clocks_.size()),
+      joined_(policy.total_workers()) {}
+
+absl::StatusOr<int> ClockTable::Join() {
+  if (joined_ >= size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("every elastic seat is taken (", policy_.elastic_workers,
+                     " under ", policy_.ToString(), ")"));
+  }
+  // Before the seat counts: the gate over the workers already there.
+  clocks_[joined_] = GatingClock();
+  return joined_++;
+}
+
+void ClockTable::SetJoined(int joined) {
+  joined_ = std::clamp(joined, policy_.total_workers(), size());
+}
 
 void ClockTable::Claim(int rank, Clock clock) {
   if (rank >= 0 && rank < size()) claims_[rank].insert(clock);
@@ -148,6 +199,10 @@ absl::Status ClockTable::Advance(int rank, Clock clock, Clock slack) {
   if (rank < 0 || rank >= size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker rank ", rank, " outside [0, ", size(), ")"));
+  }
+  if (rank >= joined_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker rank ", rank, " is an elastic seat nobody has joined"));
   }
   if (clock < clocks_[rank]) {
     return absl::FailedPreconditionError(
@@ -200,22 +255,22 @@ Clock ClockTable::GatingWith(int rank, Clock clock) const {
 Clock ClockTable::GatingClock() const { return Gating(clocks_); }
 
 Clock ClockTable::Gating(std::vector<Clock> clocks) const {
-  std::vector<Clock> counted;
-  counted.reserve(clocks.size());
+  std::vector<Clock> gate;
+  gate.reserve(clocks.size());
   for (int r = 0; r < size(); ++r) {
-    if (!retired_[r]) counted.push_back(clocks[r]);
+    if (counted(r)) gate.push_back(clocks[r]);
   }
-  if (counted.empty()) {
-    return *std::max_element(clocks.begin(), clocks.end());
+  if (gate.empty()) {
+    return *std::max_element(clocks.begin(), clocks.begin() + joined_);
   }
-  const int n = std::min<int>(policy_.num_workers, counted.size());
-  if (policy_.backup_workers == 0 || n == static_cast<int>(counted.size())) {
-    return *std::min_element(counted.begin(), counted.end());
+  const int n = std::min<int>(policy_.num_workers, gate.size());
+  if (policy_.backup_workers == 0 || n == static_cast<int>(gate.size())) {
+    return *std::min_element(gate.begin(), gate.end());
   }
   // The N-th largest: the clock that N workers have all reached.
-  std::nth_element(counted.begin(), counted.begin() + (n - 1), counted.end(),
+  std::nth_element(gate.begin(), gate.begin() + (n - 1), gate.end(),
                    std::greater<Clock>());
-  return counted[n - 1];
+  return gate[n - 1];
 }
 
 bool ClockTable::MayProceed(Clock clock) const {
@@ -231,7 +286,9 @@ Clock StalenessTracker::Observe(Clock clock) {
   std::vector<Clock>& live = scratch_;  // reused: Observe runs per pull
   live.clear();
   for (size_t r = 0; r < applied_.size(); ++r) {
-    if (!retired_[r]) live.push_back(applied_[r]);
+    if (!retired_[r] && static_cast<int>(r) < joined_) {
+      live.push_back(applied_[r]);
+    }
   }
   if (live.empty()) return 0;
   // The counted fastest gate progress: the counted-th largest count.
@@ -242,6 +299,18 @@ Clock StalenessTracker::Observe(Clock clock) {
   const Clock staleness = std::max<Clock>(0, clock - oldest_missing);
   max_observed_ = std::max(max_observed_, staleness);
   return staleness;
+}
+
+void StalenessTracker::SetJoined(int joined,
+                                 const std::vector<Clock>& seat_starts) {
+  const int tracked = static_cast<int>(applied_.size());
+  joined_ = joined <= 0 || joined > tracked ? tracked : joined;
+  const int first = joined_ - static_cast<int>(seat_starts.size());
+  for (int i = 0; i < static_cast<int>(seat_starts.size()); ++i) {
+    if (first + i >= 0 && seat_starts[i] > 0) {
+      Applied(first + i, seat_starts[i] - 1);
+    }
+  }
 }
 
 void StalenessTracker::Retire(int rank) {

@@ -15,6 +15,12 @@
 // With backup workers (N + b workers, b > 0) only the N fastest count: the
 // gating clock is the N-th largest clock instead of the minimum, and a
 // worker that falls behind it skips ahead.
+// Elastic seats (E, ASP and SSP only): ranks [N + b, N + b + E) are vacant
+// at the start and gate nobody; a worker joining the running job takes the
+// next one, starts at the gating clock, and counts in the gate from then on.
+// A worker may also leave for good (its rank retires). BSP keeps its count:
+// changing it belongs at a step boundary that every server switches at
+// together, which is not built.
 //
 // ConsistencyPolicy is the one place that decides policy questions: the
 // scheduler builds it from its flags (Parse) and sends it to every worker
@@ -47,16 +53,19 @@ using Clock = int64_t;
 struct ConsistencyPolicy {
   enum class Kind { kBsp, kSsp, kAsp };
   Kind kind = Kind::kBsp;
-  Clock staleness = 0;     // SSP's bound s (0 for BSP)
-  int num_workers = 1;     // N: workers whose updates count each step
-  int backup_workers = 0;  // b: extra workers; the slowest b are ignored
+  Clock staleness = 0;      // SSP's bound s (0 for BSP)
+  int num_workers = 1;      // N: workers whose updates count each step
+  int backup_workers = 0;   // b: extra workers; the slowest b are ignored
+  int elastic_workers = 0;  // E: seats for workers joining a running job
 
   // "bsp", "ssp" (with `staleness`), "asp". kInvalidArgument otherwise, or
-  // for a negative staleness or fewer than 1 worker.
+  // for a negative staleness, fewer than 1 worker, negative seats, or
+  // seats under BSP.
   static absl::StatusOr<ConsistencyPolicy> Parse(const std::string& name,
                                                  Clock staleness,
                                                  int num_workers,
-                                                 int backup_workers);
+                                                 int backup_workers,
+                                                 int elastic_workers = 0);
   // The policy a job config carries (RegisterReply.job). kInvalidArgument
   // for an unspecified or unknown kind, a negative staleness, or fewer than
   // one worker.
@@ -75,8 +84,10 @@ struct ConsistencyPolicy {
 
   bool is_bsp() const { return kind == Kind::kBsp; }
   bool is_asp() const { return kind == Kind::kAsp; }
-  // Every worker of the job, backups included: ranks are [0, N + b).
+  // The workers the job starts with, backups included: ranks [0, N + b).
   int total_workers() const { return num_workers + backup_workers; }
+  // Every rank a worker may hold, elastic seats included: [0, N + b + E).
+  int max_ranks() const { return total_workers() + elastic_workers; }
   // Whether a worker at `clock` may start that iteration when the gating
   // clock is `gating` (or any lower bound on it: the gate only opens as
   // the gating clock grows). Always true under ASP.
@@ -89,10 +100,11 @@ struct ConsistencyPolicy {
   uint32_t sync_workers() const {
     return is_bsp() ? static_cast<uint32_t>(num_workers) : 0;
   }
-  // ... and the servers track the clocks of every worker (N + b) to
-  // measure the staleness of pulls.
+  // ... and the servers track the clocks of every rank (N + b + E) to
+  // measure the staleness of pulls (ClusterMap.job_workers says how many
+  // have joined).
   uint32_t tracked_workers() const {
-    return static_cast<uint32_t>(total_workers());
+    return static_cast<uint32_t>(max_ranks());
   }
 
   // The bound on (clock - gating clock) for a worker to proceed; "infinite"
@@ -115,6 +127,7 @@ class ClockTable {
   explicit ClockTable(const ConsistencyPolicy& policy);
 
   const ConsistencyPolicy& policy() const { return policy_; }
+  // Every rank, vacant seats included (policy().max_ranks()).
   int size() const { return static_cast<int>(clocks_.size()); }
 
   // Records that worker `rank` completed iterations below `clock`. Clocks
@@ -155,11 +168,24 @@ class ClockTable {
   absl::Status Restore(int rank, Clock clock);
   Clock clock(int rank) const { return clocks_[rank]; }
 
-  // Stops counting worker `rank` (a lost worker the job goes on without):
-  // the gate is then taken over the others only. Idempotent; ranks outside
-  // [0, N + b) are ignored.
+  // Stops counting worker `rank` (a lost worker the job goes on without, or
+  // one that left for good): the gate is then taken over the others only.
+  // Idempotent; ranks outside [0, size()) are ignored.
   void Retire(int rank);
   bool retired(int rank) const { return retired_[rank]; }
+
+  // Elastic seats: ranks from joined() on are vacant (they gate nobody).
+  // Join takes the next one for a worker joining the running job: its clock
+  // starts at the gating clock, so that it holds nobody back, and it counts
+  // in the gate from then on. Returns the new rank, or kResourceExhausted
+  // when no seat is left.
+  absl::StatusOr<int> Join();
+  int joined() const { return joined_; }
+  // Restores the number of ranks joined (a checkpoint, the scheduler's
+  // state dir): at least N + b, at most size().
+  void SetJoined(int joined);
+  // Whether `rank` gates the others: joined and not retired.
+  bool counted(int rank) const { return rank < joined_ && !retired_[rank]; }
 
   // The clock that gates progress, over the workers not retired: their
   // minimum without backups, else the N-th largest of their clocks (their
@@ -178,6 +204,7 @@ class ClockTable {
   std::vector<Clock> clocks_;
   std::vector<bool> retired_;
   std::vector<std::multiset<Clock>> claims_;  // by rank
+  int joined_;  // ranks [0, joined_) have joined the job
 };
 
 // Server-side bookkeeping of which iterations of each worker a table has
@@ -194,8 +221,8 @@ class StalenessTracker {
   explicit StalenessTracker(int num_workers, int counted = 0)
       : applied_(num_workers, 0),
         retired_(num_workers, false),
-        counted_(counted > 0 && counted < num_workers ? counted : num_workers) {
-  }
+        counted_(counted > 0 && counted < num_workers ? counted : num_workers),
+        joined_(num_workers) {}
   // An update of iteration `clock` from `rank` was applied. Iterations of
   // one worker are applied in order, so this records clock + 1 completed.
   void Applied(int rank, Clock clock);
@@ -207,12 +234,19 @@ class StalenessTracker {
   // The job went on without `rank`: its frozen count no longer makes
   // every later pull look stale.
   void Retire(int rank);
+  // Ranks from `joined` on are vacant elastic seats (ClusterMap.job_workers)
+  // and are left out too; 0 or more than the tracked ranks: all count.
+  // `seat_starts`: the clocks the taken seats started from, the last
+  // seat_starts.size() ranks below `joined` (ClusterMap.seat_clocks): their
+  // iterations below it count as applied.
+  void SetJoined(int joined, const std::vector<Clock>& seat_starts = {});
 
  private:
   std::vector<Clock> applied_;
   std::vector<bool> retired_;
   std::vector<Clock> scratch_;
   const int counted_;
+  int joined_;
   Clock max_observed_ = 0;
 };
 

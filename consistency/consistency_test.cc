@@ -295,6 +295,89 @@ TEST(StalenessTest, BackupWorkersCountOnlyTheFastest) {
   EXPECT_EQ(all.Observe(7), 2);
 }
 
+// Elastic seats: vacant ones gate nobody; a joiner starts at the gating
+// clock and gates from then on; BSP has none.
+TEST(ClockTableTest, ElasticSeatsJoinAtTheGatingClock) {
+  EXPECT_THAT(ConsistencyPolicy::Parse("bsp", 0, 2, 0, /*elastic=*/1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ConsistencyPolicy::Parse("ssp", 1, 2, 0, /*elastic=*/-1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK_AND_ASSIGN(const ConsistencyPolicy p,
+                       ConsistencyPolicy::Parse("ssp", 1, 2, 0, 2));
+  EXPECT_EQ(p.total_workers(), 2);
+  EXPECT_EQ(p.max_ranks(), 4);
+  EXPECT_EQ(p.tracked_workers(), 4u);
+  EXPECT_EQ(p.ToString(), "SSP(s=1) with 2 workers + 2 elastic");
+  proto::JobConfig job;
+  p.ToJob(&job);
+  EXPECT_EQ(job.elastic_workers(), 2u);
+  ASSERT_OK_AND_ASSIGN(const ConsistencyPolicy back,
+                       ConsistencyPolicy::FromJob(job));
+  EXPECT_EQ(back.elastic_workers, 2);
+  job.set_consistency(proto::BSP);
+  EXPECT_THAT(ConsistencyPolicy::FromJob(job),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+
+  ClockTable t(p);
+  EXPECT_EQ(t.size(), 4);
+  EXPECT_EQ(t.joined(), 2);
+  ASSERT_OK(t.Advance(0, 1));
+  ASSERT_OK(t.Advance(1, 1));
+  ASSERT_OK(t.Advance(0, 2));
+  ASSERT_OK(t.Advance(1, 2));
+  // The vacant seats (clock 0) hold nobody back.
+  EXPECT_EQ(t.GatingClock(), 2);
+  EXPECT_TRUE(t.MayProceed(3));
+  EXPECT_THAT(t.Advance(2, 1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(t.Advance(0, 3));
+  ASSERT_OK_AND_ASSIGN(const int seat, t.Join());
+  EXPECT_EQ(seat, 2);
+  EXPECT_EQ(t.joined(), 3);
+  EXPECT_EQ(t.clock(2), 2);  // the gating clock when it joined
+  EXPECT_TRUE(t.counted(2));
+  EXPECT_FALSE(t.counted(3));
+  // From now on it gates: rank 0 at 3 may not run past 2 + s + 1.
+  ASSERT_OK(t.Advance(1, 3));
+  EXPECT_EQ(t.GatingClock(), 2);
+  EXPECT_FALSE(t.MayProceed(4));
+  EXPECT_FALSE(t.WithinBound(0, 5));
+  ASSERT_OK(t.Advance(2, 3));
+  EXPECT_EQ(t.GatingClock(), 3);
+  EXPECT_TRUE(t.MayProceed(4));
+  // Leaving for good: it retires and gates nobody again.
+  t.Retire(2);
+  ASSERT_OK(t.Advance(0, 4));
+  ASSERT_OK(t.Advance(1, 4));
+  EXPECT_EQ(t.GatingClock(), 4);
+  ASSERT_OK_AND_ASSIGN(const int last, t.Join());
+  EXPECT_EQ(last, 3);
+  EXPECT_EQ(t.clock(3), 4);
+  EXPECT_THAT(t.Join(), StatusIs(absl::StatusCode::kResourceExhausted));
+  // Restored from the scheduler's state: clamped to [N + b, size()].
+  ClockTable r(p);
+  r.SetJoined(9);
+  EXPECT_EQ(r.joined(), 4);
+  r.SetJoined(0);
+  EXPECT_EQ(r.joined(), 2);
+}
+
+// The servers leave vacant seats out of the staleness figures.
+TEST(StalenessTest, VacantSeatsDoNotLookStale) {
+  StalenessTracker t(/*num_workers=*/3);
+  t.Applied(0, 4);
+  t.Applied(1, 4);
+  EXPECT_EQ(t.Observe(5), 5);  // rank 2 (a seat) at 0
+  t.SetJoined(2);
+  EXPECT_EQ(t.Observe(5), 0);
+  t.SetJoined(3, {3});  // a worker took the seat, from clock 3
+  EXPECT_EQ(t.applied()[2], 3);
+  EXPECT_EQ(t.Observe(5), 2);
+  t.Applied(2, 3);
+  EXPECT_EQ(t.Observe(5), 1);
+  t.SetJoined(0);  // 0: every tracked rank
+  EXPECT_EQ(t.Observe(6), 2);
+}
+
 }  // namespace
 TEST(ConsistencyPolicyTest, ATableKeepsItsOwnPolicyOverTheJobsWorkers) {
   auto job = ConsistencyPolicy::Parse("bsp", 0, 4, 1);

@@ -300,8 +300,15 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
   if (job.consistency() == proto::SSP)
     absl::StrAppend(&out, "(s=", job.staleness(), ")");
   absl::StrAppend(&out, "  workers ", job.num_workers(), " + ",
-                  job.backup_workers(), " backup  gating clock ",
-                  s.job().gating_clock(), "\n\n");
+                  job.backup_workers(), " backup");
+  if (job.elastic_workers() > 0) {
+    // Seats taken: the ranks the job has beyond the ones it started with.
+    const int started =
+        static_cast<int>(job.num_workers() + job.backup_workers());
+    absl::StrAppend(&out, " + ", job.elastic_workers(), " elastic (",
+                    std::max(0, s.job().workers_size() - started), " joined)");
+  }
+  absl::StrAppend(&out, "  gating clock ", s.job().gating_clock(), "\n\n");
 
   const bool rates = s.interval_seconds() > 0;
   std::vector<std::vector<std::string>> nodes = {

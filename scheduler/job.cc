@@ -21,6 +21,10 @@ Job::Job(const JobOptions& options, proto::ClusterMap* map,
   options.policy.ToJob(&config_);
   workers_.resize(clocks_.size());
   for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
+  // Servers leave vacant seats out of their staleness figures.
+  if (options.policy.elastic_workers > 0 && map_->job_workers() == 0) {
+    map_->set_job_workers(static_cast<uint32_t>(clocks_.joined()));
+  }
 }
 
 absl::StatusOr<int> Job::GrantRank(const proto::RegisterRequest& req,
@@ -34,7 +38,13 @@ absl::StatusOr<int> Job::GrantRank(const proto::RegisterRequest& req,
       return absl::InvalidArgumentError(
           absl::StrCat("register: worker '", req.name(), "' asks for rank ",
                        want, ", outside the job's ranks [0, ", size,
-                       ") (num_workers + backup_workers)"));
+                       ") (num_workers + backup_workers + elastic_workers)"));
+    }
+    if (want > clocks_.joined()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "register: worker '", req.name(), "' asks for rank ", want,
+          ", an elastic seat; seats are taken in order, the next is ",
+          clocks_.joined()));
     }
     if (old != rank_of_.end() && old->second != want) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -49,12 +59,19 @@ absl::StatusOr<int> Job::GrantRank(const proto::RegisterRequest& req,
         absl::StrCat("register: worker '", req.name(),
                      "' lost its rank to another worker while it was dead"));
   } else {
-    for (int r = 0; r < size && want < 0; ++r) {
-      if (!rank_holder_.contains(r)) want = r;
+    // A rank of the job nobody holds (not one it went on without), else the
+    // next elastic seat.
+    for (int r = 0; r < clocks_.joined() && want < 0; ++r) {
+      if (!rank_holder_.contains(r) && !roster_.retired(r)) want = r;
     }
+    if (want < 0 && clocks_.joined() < size) want = clocks_.joined();
     if (want < 0) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("register: the job has ", size, " workers already"));
+          absl::StrCat("register: the job has ", size, " workers already",
+                       options_.policy.elastic_workers > 0
+                           ? absl::StrCat(" (", options_.policy.elastic_workers,
+                                          " elastic seats, all taken)")
+                           : ""));
     }
   }
   const auto held = rank_holder_.find(want);
@@ -79,6 +96,48 @@ absl::Status Job::TakeOverRank(int rank, const std::string& name) {
   }
   workers_[rank].set_lost(false);
   workers_[rank].set_finished(false);
+  if (rank >= clocks_.joined()) {
+    // GrantRank gave the next seat: the worker joins the running job.
+    DP_ASSIGN_OR_RETURN(const int seat, clocks_.Join(), "register: worker '",
+                        name, "'");
+    DP_CHECK(seat == rank);
+    workers_[rank].set_clock(clocks_.clock(rank));
+    map_->set_job_workers(static_cast<uint32_t>(clocks_.joined()));
+    map_->add_seat_clocks(clocks_.clock(rank));
+    map_->set_epoch(map_->epoch() + 1);
+    durable_->ClocksChanged();
+    DP_LOG(INFO) << "worker '" << name << "' joins the running job in elastic "
+                 << "seat " << rank << " from clock " << clocks_.clock(rank)
+                 << "; " << clocks_.joined() << " ranks; epoch "
+                 << map_->epoch();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::LeaveForGood(NodeId id, const std::string& name,
+                               const std::string& how) {
+  const auto it = rank_of_.find(id);
+  if (it == rank_of_.end()) return absl::OkStatus();
+  const int rank = it->second;
+  if (options_.policy.is_bsp()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "leave: worker '", name, "' (rank ", rank,
+        ") cannot leave a BSP job for good: BSP changes its number of "
+        "workers only at a step every server switches at together, which "
+        "Downpour does not do yet; leave without retire (a replacement takes "
+        "the rank) or use --on_worker_loss=continue"));
+  }
+  if (roster_.retired(rank)) return absl::OkStatus();
+  roster_.Retire(rank, name, how);
+  clocks_.Retire(rank);
+  workers_[rank].set_lost(false);
+  workers_[rank].set_retired(true);
+  map_->add_retired_ranks(rank);
+  std::sort(map_->mutable_retired_ranks()->begin(),
+            map_->mutable_retired_ranks()->end());
+  map_->set_epoch(map_->epoch() + 1);
+  DP_LOG(INFO) << "worker '" << name << "' (rank " << rank << ", clock "
+               << clocks_.clock(rank) << ") left the job for good: " << how;
   return absl::OkStatus();
 }
 
@@ -125,6 +184,7 @@ void Job::WorkerGone(NodeId id, const std::string& name, const std::string& how,
   const auto it = rank_of_.find(id);
   if (it == rank_of_.end()) return;
   const int rank = it->second;
+  if (roster_.retired(rank)) return;  // it left for good
   if (finished) {
     roster_.Finished(rank);
     workers_[rank].set_finished(true);
@@ -165,6 +225,53 @@ void Job::ApplyWorkerLossRule(absl::Time now) {
   }
 }
 
+namespace {
+// Epochs whose split the scheduler remembers; also how far beyond the
+// newest a worker may ask (a wild epoch would push the others' out).
+constexpr int64_t kEpochSplitsKept = 64;
+}  // namespace
+
+absl::StatusOr<std::vector<int>> Job::EpochSplit(int64_t epoch,
+                                                 bool* fixed_now) {
+  *fixed_now = false;
+  if (epoch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch split: negative epoch ", epoch));
+  }
+  if (const auto it = epoch_splits_.find(epoch); it != epoch_splits_.end()) {
+    return it->second;
+  }
+  if (!epoch_splits_.empty()) {
+    const int64_t oldest = epoch_splits_.begin()->first;
+    const int64_t newest = epoch_splits_.rbegin()->first;
+    if (epoch < oldest &&
+        epoch_splits_.size() >= static_cast<size_t>(kEpochSplitsKept)) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "epoch split: epoch ", epoch, " is forgotten (the scheduler keeps ",
+          kEpochSplitsKept, " epochs' splits, the oldest ", oldest, ")"));
+    }
+    if (epoch - newest > kEpochSplitsKept) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "epoch split: epoch ", epoch, " is more than ", kEpochSplitsKept,
+          " beyond the newest split (epoch ", newest, ")"));
+    }
+  }
+  // The workers in the job now: a lost one's replacement takes its share;
+  // a finished or retired one trains no more.
+  std::vector<int> ranks;
+  for (int r = 0; r < clocks_.joined(); ++r) {
+    if (!roster_.retired(r) && !roster_.finished(r)) ranks.push_back(r);
+  }
+  epoch_splits_[epoch] = ranks;
+  while (epoch_splits_.size() > static_cast<size_t>(kEpochSplitsKept)) {
+    epoch_splits_.erase(epoch_splits_.begin());
+  }
+  *fixed_now = true;
+  DP_LOG(INFO) << "epoch " << epoch << " is split over " << ranks.size()
+               << " worker(s)";
+  return ranks;
+}
+
 void Job::ForgetNode(NodeId id) {
   if (auto r = rank_of_.find(id); r != rank_of_.end()) {
     auto h = rank_holder_.find(r->second);
@@ -202,11 +309,24 @@ absl::Status Job::Advance(const proto::AdvanceClockRequest& req,
 
 void Job::SetClocks(const proto::CheckpointManifest& m) {
   clocks_ = ClockTable(options_.policy);
+  clocks_.SetJoined(static_cast<int>(map_->job_workers()));
   for (auto& w : workers_) w = proto::WorkerStatus();
   for (int r = 0; r < clocks_.size(); ++r) workers_[r].set_rank(r);
+  std::vector<bool> recorded(clocks_.size(), false);
   for (const proto::WorkerStatus& w : m.workers()) {
     if (w.rank() < 0 || w.rank() >= clocks_.size()) continue;
-    if (clocks_.Restore(w.rank(), w.clock()).ok()) workers_[w.rank()] = w;
+    if (clocks_.Restore(w.rank(), w.clock()).ok()) {
+      workers_[w.rank()] = w;
+      recorded[w.rank()] = true;
+    }
+  }
+  // A seat joined after that checkpoint starts at its gating clock, as a
+  // worker joining then would have.
+  const Clock gating = clocks_.GatingClock();
+  for (int r = options_.policy.total_workers(); r < clocks_.joined(); ++r) {
+    if (!recorded[r] && clocks_.Restore(r, gating).ok()) {
+      workers_[r].set_clock(gating);
+    }
   }
   // A rank the job went on without stays out of the gate: the roster
   // refuses a replacement for it, so nothing would ever advance it.
@@ -221,7 +341,9 @@ void Job::SetClocks(const proto::CheckpointManifest& m) {
 void Job::FillJobStatus(proto::JobStatus* status) const {
   *status->mutable_job() = config_;
   status->set_gating_clock(clocks_.GatingClock());
-  for (const auto& w : workers_) *status->add_workers() = w;
+  // Vacant elastic seats are no workers.
+  for (int r = 0; r < clocks_.joined(); ++r)
+    *status->add_workers() = workers_[r];
   if (!roster_.failure().ok()) {
     status->set_failure(std::string(roster_.failure().message()));
   }
@@ -245,6 +367,11 @@ void Job::Export(proto::SchedulerState* state) const {
     r->set_node(node);
   }
   *state->mutable_roster() = roster_.Export();
+  for (const auto& [epoch, ranks] : epoch_splits_) {
+    proto::SchedulerState::EpochSplit* e = state->add_epoch_splits();
+    e->set_epoch(epoch);
+    e->mutable_ranks()->Add(ranks.begin(), ranks.end());
+  }
 }
 
 absl::Status Job::CheckSameJob(const proto::SchedulerState& state,
@@ -256,14 +383,19 @@ absl::Status Job::CheckSameJob(const proto::SchedulerState& state,
   return absl::FailedPreconditionError(absl::StrCat(
       "state dir ", dir, " holds another job (", state.job().ShortDebugString(),
       "); the flags give (", config_.ShortDebugString(),
-      "): start with the same --consistency, --staleness, --num_workers "
-      "and --backup_workers, or use a new --state_dir"));
+      "): start with the same --consistency, --staleness, --num_workers, "
+      "--backup_workers and --elastic_workers, or use a new --state_dir"));
 }
 
 void Job::Import(const proto::SchedulerState& state,
                  const proto::SchedulerClocks& clocks, uint64_t restored_from,
                  const proto::CheckpointManifest* restored) {
   roster_.Import(state.roster());
+  clocks_.SetJoined(static_cast<int>(state.map().job_workers()));
+  epoch_splits_.clear();
+  for (const proto::SchedulerState::EpochSplit& e : state.epoch_splits()) {
+    epoch_splits_[e.epoch()].assign(e.ranks().begin(), e.ranks().end());
+  }
   for (const auto& r : state.ranks()) {
     if (r.rank() < 0 || r.rank() >= clocks_.size()) continue;
     rank_of_[r.node()] = r.rank();

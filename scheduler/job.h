@@ -14,9 +14,11 @@
 //
 // Ranks: a worker asking for a rank gets exactly that one, taken over from
 // a holder that is not ALIVE; one that does not ask gets its old rank back
-// if its name had one, else the smallest rank nobody holds. Retiring a rank
-// (--on_worker_loss=continue) adds it to the map's retired_ranks, a new
-// epoch.
+// if its name had one, else the smallest rank nobody holds, else the next
+// elastic seat (ASP and SSP, --elastic_workers): it joins the running job
+// at the gating clock (ClockTable::Join) and the map's job_workers grows, a
+// new epoch. Retiring a rank (--on_worker_loss=continue, or a worker
+// leaving for good) adds it to the map's retired_ranks, a new epoch.
 //
 // Thread-compatible: the scheduler's mutex guards it and the map.
 #ifndef DOWNPOUR_SCHEDULER_JOB_H_
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,8 +58,9 @@ class Job {
 
   const proto::JobConfig& config() const { return config_; }
   const ConsistencyPolicy& policy() const { return options_.policy; }
-  // The job's ranks: num_workers + backup_workers.
-  int size() const { return clocks_.size(); }
+  // The workers the job starts with: num_workers + backup_workers (a job
+  // barrier counts these; elastic seats are beyond).
+  int size() const { return options_.policy.total_workers(); }
   // OK while the job runs; kAborted naming the lost worker once it failed.
   const absl::Status& failure() const { return roster_.failure(); }
 
@@ -68,9 +72,15 @@ class Job {
   // holds or lost while dead, kResourceExhausted when every rank is held.
   absl::StatusOr<int> GrantRank(const proto::RegisterRequest& req,
                                 const proto::NodeInfo* node) const;
-  // A worker registering for `rank` (as `name`) replaces whoever held it:
-  // kFailedPrecondition if the job already went on without that rank.
+  // A worker registering for `rank` (as `name`) replaces whoever held it,
+  // or joins the job in that elastic seat: kFailedPrecondition if the job
+  // already went on without that rank.
   absl::Status TakeOverRank(int rank, const std::string& name);
+  // The worker of node `id` leaves for good (LeaveRequest.retire): its rank
+  // retires at once. kFailedPrecondition under BSP; OK for a node holding
+  // no rank, or a rank already retired.
+  absl::Status LeaveForGood(NodeId id, const std::string& name,
+                            const std::string& how);
   // `node` holds `rank` from now on; a previous holder gives it up.
   void Assign(int rank, NodeId node);
   // The rank `node` holds, -1 if none.
@@ -93,6 +103,10 @@ class Job {
   bool GivenUp(int rank) const {
     return roster_.lost(rank) || roster_.retired(rank);
   }
+  // The ranks epoch `epoch`'s examples are split over (EpochSplitRequest):
+  // fixed on the first call for it, which sets *fixed_now (the caller
+  // commits the state before answering).
+  absl::StatusOr<std::vector<int>> EpochSplit(int64_t epoch, bool* fixed_now);
   // Node `id` is forgotten: it holds no rank any more.
   void ForgetNode(NodeId id);
 
@@ -149,6 +163,8 @@ class Job {
   // Workers' ranks, both ways; a rank is held by at most one node.
   absl::flat_hash_map<NodeId, int> rank_of_;
   absl::flat_hash_map<int, NodeId> rank_holder_;
+  // EpochSplit's answers, the kEpochSplitsKept newest.
+  absl::btree_map<int64_t, std::vector<int>> epoch_splits_;
 };
 
 }  // namespace downpour

@@ -1,5 +1,6 @@
 #include "scheduler/job_metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -138,6 +139,13 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
            {}, c.num_workers());
   w->Gauge("downpour_job_backup_workers", "Backup workers configured", {},
            c.backup_workers());
+  w->Gauge("downpour_job_elastic_workers",
+           "Elastic seats: workers that may join the running job", {},
+           c.elastic_workers());
+  const int started = static_cast<int>(c.num_workers() + c.backup_workers());
+  w->Gauge("downpour_job_elastic_workers_joined",
+           "Elastic seats taken by workers that joined the running job", {},
+           std::max(0, job.workers_size() - started));
   w->Gauge("downpour_job_staleness_bound", "SSP's staleness bound", {},
            static_cast<double>(c.staleness()));
   w->Gauge("downpour_job_gating_clock",
@@ -176,7 +184,8 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
       w->Gauge("downpour_worker_test_accuracy",
                "Test accuracy the worker last evaluated", l, s.test_accuracy());
     }
-    if (s.rank() >= static_cast<int>(c.num_workers()) && s.clock() > 0) {
+    if (s.rank() >= static_cast<int>(c.num_workers()) && s.rank() < started &&
+        s.clock() > 0) {
       ++backup_ranks_running;
     }
   }

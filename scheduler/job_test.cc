@@ -213,5 +213,154 @@ TEST_F(JobTest, ExportedAndImportedTheRanksAndClocksComeBack) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+// A job with elastic seats: a worker arriving when every rank is held takes
+// the next seat and joins at the gating clock; leaving for good retires.
+class ElasticJobTest : public ::testing::Test {
+ protected:
+  static JobOptions SspWithSeats() {
+    JobOptions o;
+    o.policy = *ConsistencyPolicy::Parse("ssp", 1, /*num_workers=*/2,
+                                         /*backup_workers=*/0,
+                                         /*elastic_workers=*/2);
+    return o;
+  }
+  NodeId Join(const std::string& name, int rank = -1) {
+    const proto::RegisterRequest req = Worker(name, rank);
+    absl::StatusOr<int> granted = job_.GrantRank(req, nullptr);
+    EXPECT_OK(granted);
+    if (!granted.ok()) return kNoNode;
+    proto::NodeInfo* n = members_.Add(kNoNode);
+    members_.Admit(n, req, kT0);
+    EXPECT_OK(job_.TakeOverRank(*granted, name));
+    job_.Assign(*granted, n->id());
+    return n->id();
+  }
+  void Report(NodeId id, int rank, Clock clock) {
+    proto::AdvanceClockRequest req;
+    req.set_node_id(id);
+    req.set_rank(rank);
+    req.set_clock(clock);
+    proto::AdvanceClockReply reply;
+    EXPECT_OK(job_.Advance(req, &reply));
+  }
+
+  proto::ClusterMap map_;
+  NoSource source_;
+  DurableState durable_{&map_, &source_};
+  Membership members_{MembershipOptions(), &map_};
+  Job job_{SspWithSeats(), &map_, &members_, &durable_};
+};
+
+TEST_F(ElasticJobTest, AWorkerJoinsInTheNextSeatAtTheGatingClock) {
+  EXPECT_EQ(map_.job_workers(), 2u);
+  const NodeId a = Join("a");
+  const NodeId b = Join("b");
+  EXPECT_EQ(job_.RankOf(a), 0);
+  EXPECT_EQ(job_.RankOf(b), 1);
+  Report(a, 0, 1);
+  Report(b, 1, 1);
+  Report(a, 0, 2);
+  Report(b, 1, 2);
+  Report(a, 0, 3);
+  // Seats are taken in order.
+  const absl::StatusOr<int> out_of_order =
+      job_.GrantRank(Worker("c", 3), nullptr);
+  EXPECT_THAT(out_of_order, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(out_of_order.status().message()),
+              HasSubstr("the next is 2"));
+  const uint64_t epoch = map_.epoch();
+  const NodeId c = Join("c");
+  EXPECT_EQ(job_.RankOf(c), 2);
+  EXPECT_EQ(job_.clock(2), 2);
+  EXPECT_EQ(map_.job_workers(), 3u);
+  EXPECT_THAT(map_.seat_clocks(), ElementsAre(2));
+  EXPECT_GT(map_.epoch(), epoch);
+  proto::JobStatus status;
+  job_.FillJobStatus(&status);
+  EXPECT_EQ(status.workers_size(), 3);  // the vacant seat is no worker
+  // It gates: b catching up does not let a run ahead while c is at 2.
+  Report(b, 1, 3);
+  EXPECT_EQ(job_.GatingClock(), 2);
+  EXPECT_FALSE(job_.MayProceed(4));
+  EXPECT_OK(job_.CheckRankHolder("advance clock", c, 2));
+  const NodeId d = Join("d", 3);
+  EXPECT_EQ(job_.RankOf(d), 3);
+  const absl::StatusOr<int> full = job_.GrantRank(Worker("e"), nullptr);
+  EXPECT_THAT(full, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(std::string(full.status().message()),
+              HasSubstr("elastic seats, all taken"));
+}
+
+TEST_F(ElasticJobTest, LeavingForGoodRetiresTheRankAtOnce) {
+  const NodeId a = Join("a");
+  const NodeId b = Join("b");
+  Report(a, 0, 1);
+  EXPECT_FALSE(job_.MayProceed(2));  // b at 0, s = 1
+  ASSERT_OK(job_.LeaveForGood(b, "b", "left for good: test"));
+  EXPECT_TRUE(job_.GivenUp(1));
+  EXPECT_THAT(map_.retired_ranks(), ElementsAre(1));
+  EXPECT_EQ(job_.GatingClock(), 1);
+  EXPECT_TRUE(job_.MayProceed(2));
+  // Its leave that follows changes nothing; its rank is not taken again.
+  job_.WorkerGone(b, "b", "left", /*finished=*/false, kT0);
+  EXPECT_EQ(job_.NotWaitedFor(), 1);
+  job_.ForgetNode(b);
+  EXPECT_EQ(job_.RankOf(Join("c")), 2);  // the next seat, not rank 1
+  // The roster and the map survive a restart of the scheduler.
+  proto::SchedulerState state;
+  job_.Export(&state);
+  *state.mutable_map() = map_;
+  Job recovered(SspWithSeats(), &map_, &members_, &durable_);
+  recovered.Import(state, job_.ClocksSnapshot(), 0, nullptr);
+  EXPECT_TRUE(recovered.GivenUp(1));
+  EXPECT_EQ(recovered.clock(2), 1);
+  EXPECT_EQ(recovered.GatingClock(), 1);
+  ASSERT_OK_AND_ASSIGN(const int next,
+                       recovered.GrantRank(Worker("d"), nullptr));
+  EXPECT_EQ(next, 3);
+}
+
+TEST_F(ElasticJobTest, EpochSplitsAreFixedOnFirstAskAndKept) {
+  const NodeId a = Join("a");
+  Join("b");
+  bool fixed = false;
+  ASSERT_OK_AND_ASSIGN(std::vector<int> e0, job_.EpochSplit(0, &fixed));
+  EXPECT_TRUE(fixed);
+  EXPECT_THAT(e0, ElementsAre(0, 1));
+  Join("c");  // during epoch 0
+  ASSERT_OK_AND_ASSIGN(e0, job_.EpochSplit(0, &fixed));
+  EXPECT_FALSE(fixed);
+  EXPECT_THAT(e0, ElementsAre(0, 1));
+  ASSERT_OK(job_.LeaveForGood(a, "a", "test"));
+  ASSERT_OK_AND_ASSIGN(std::vector<int> e1, job_.EpochSplit(1, &fixed));
+  EXPECT_THAT(e1, ElementsAre(1, 2));
+  EXPECT_THAT(job_.EpochSplit(-1, &fixed),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(job_.EpochSplit(1 + 65, &fixed),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // 64 are kept: epoch 0 is forgotten once epoch 64 is fixed.
+  for (int e = 2; e <= 64; ++e) ASSERT_OK(job_.EpochSplit(e, &fixed).status());
+  EXPECT_THAT(job_.EpochSplit(0, &fixed),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  // And they survive a restart of the scheduler.
+  proto::SchedulerState state;
+  job_.Export(&state);
+  *state.mutable_map() = map_;
+  Job recovered(SspWithSeats(), &map_, &members_, &durable_);
+  recovered.Import(state, job_.ClocksSnapshot(), 0, nullptr);
+  ASSERT_OK_AND_ASSIGN(e1, recovered.EpochSplit(1, &fixed));
+  EXPECT_FALSE(fixed);
+  EXPECT_THAT(e1, ElementsAre(1, 2));
+}
+
+TEST_F(JobTest, BspWorkersCannotLeaveForGood) {
+  const NodeId a = Join("a");
+  const absl::Status refused = job_.LeaveForGood(a, "a", "test");
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("BSP"));
+  EXPECT_FALSE(job_.GivenUp(0));
+  EXPECT_EQ(map_.retired_ranks_size(), 0);
+}
+
 }  // namespace
 }  // namespace downpour

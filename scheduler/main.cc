@@ -50,6 +50,10 @@ ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
 ABSL_FLAG(int32_t, backup_workers, 0,
           "extra workers; each step uses the first num_workers to finish");
+ABSL_FLAG(int32_t, elastic_workers, 0,
+          "seats for workers that join the running job (ssp and asp only): "
+          "a worker registering when every rank is held takes the next seat "
+          "and starts at the gating clock");
 ABSL_FLAG(std::string, state_dir, "",
           "keep the scheduler's state (nodes, tables, map, ranks, ids, "
           "checkpoint manifests) in RocksDB here and recover it on restart; "
@@ -137,7 +141,8 @@ int main(int argc, char** argv) {
   }
   auto policy = downpour::ConsistencyPolicy::Parse(
       absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness),
-      absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_backup_workers));
+      absl::GetFlag(FLAGS_num_workers), absl::GetFlag(FLAGS_backup_workers),
+      absl::GetFlag(FLAGS_elastic_workers));
   if (!policy.ok()) {
     DP_LOG(ERROR) << policy.status();
     return 2;

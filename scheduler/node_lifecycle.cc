@@ -108,13 +108,21 @@ absl::Status NodeLifecycle::Leave(SchedulerMutex& lock,
                      "') is not a worker or a server"));
   }
   if (node->state() != proto::ALIVE) return absl::OkStatus();
+  if (req.retire()) {
+    DP_RETURN_IF_ERROR(job_->LeaveForGood(
+        node->id(), node->name(),
+        absl::StrCat("left for good: ", Printable(req.reason(), 200))));
+  }
   members_->MarkLeft(node);
   job_->WorkerGone(node->id(), node->name(),
                    absl::StrCat("left: ", Printable(req.reason(), 200)),
                    req.finished(), absl::Now());
   map_->set_epoch(map_->epoch() + 1);
   DP_LOG(INFO) << "worker '" << node->name() << "' (node " << node->id()
-               << ") left" << (req.finished() ? " after its last step" : "")
+               << ") left"
+               << (req.retire()     ? " for good"
+                   : req.finished() ? " after its last step"
+                                    : "")
                << ": " << Printable(req.reason(), 200) << "; epoch "
                << map_->epoch();
   // Published (and, with a state dir, on disk) before the worker exits.

@@ -62,7 +62,9 @@ class NodeLifecycle {
                         proto::RegisterReply* reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock.mu);
 
-  // Worker `req.node_id()` leaves: its rank is lost unless it finished; a
+  // Worker `req.node_id()` leaves: its rank is lost unless it finished, or
+  // retires with req.retire() (Job::LeaveForGood: kFailedPrecondition under
+  // BSP, and the worker stays ALIVE); a
   // server leaves once it holds no range (drained): LEFT, not a failure. A
   // new epoch, durable before it returns. kNotFound for an unknown node,
   // kInvalidArgument for a client, kFailedPrecondition for a server still

@@ -450,6 +450,27 @@ class SchedulerImpl final : public Scheduler,
     return grpc::Status::OK;
   }
 
+  grpc::Status EpochSplit(grpc::ServerContext* ctx,
+                          const proto::EpochSplitRequest* req,
+                          proto::EpochSplitReply* reply) override {
+    absl::MutexLock lock(&lock_.mu);
+    if (absl::Status s =
+            job_.CheckRankHolder("epoch split", req->node_id(), req->rank());
+        !s.ok()) {
+      return Err(s);
+    }
+    bool fixed_now = false;
+    absl::StatusOr<std::vector<int>> ranks =
+        job_.EpochSplit(req->epoch(), &fixed_now);
+    if (!ranks.ok()) return Err(ranks.status());
+    reply->set_epoch(req->epoch());
+    reply->mutable_ranks()->Add(ranks->begin(), ranks->end());
+    // On disk before anyone trains by it: a restarted scheduler answers
+    // the same split.
+    if (fixed_now) return Err(durable_.AwaitDurable(lock_, durable_.Commit()));
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetJobStatus(grpc::ServerContext* ctx,
                             const proto::JobStatusRequest*,
                             proto::JobStatus* status) override {

@@ -32,6 +32,15 @@ absl::StatusOr<proto::TableSpec> SpecToDeclare(
           " and num_workers ", spec.num_workers(), " itself; leave both 0"));
     }
     const ConsistencyPolicy table = policy.ForTable(spec);
+    if (table.is_bsp() && policy.elastic_workers > 0) {
+      // A worker taking a seat would count as one of the N pushes of a
+      // step (consistency.h: BSP keeps its count).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "': BSP in a job with ",
+          policy.elastic_workers,
+          " elastic worker seats; a BSP table needs a fixed number of "
+          "workers (declare it SSP or ASP, or start the job without seats)"));
+    }
     spec.set_sync_workers(table.sync_workers());
     spec.set_num_workers(table.tracked_workers());
   }

@@ -178,5 +178,21 @@ TEST(SpecToDeclareTest, ATableThatFollowsTheJobGetsItsEnforcement) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// With elastic seats the servers track every seat, and a BSP table (whose
+// steps count N pushes) is refused.
+TEST(SpecToDeclareTest, ElasticSeatsAndTheirTables) {
+  const ConsistencyPolicy ssp = *ConsistencyPolicy::Parse("ssp", 2, 2, 0, 3);
+  proto::TableSpec spec = Dense("t");
+  spec.set_follows_job(true);
+  ASSERT_OK_AND_ASSIGN(proto::TableSpec declared, SpecToDeclare(spec, ssp));
+  EXPECT_EQ(declared.sync_workers(), 0);
+  EXPECT_EQ(declared.num_workers(), 5);
+  spec.set_consistency(proto::BSP);
+  const absl::StatusOr<proto::TableSpec> bsp = SpecToDeclare(spec, ssp);
+  EXPECT_THAT(bsp, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(bsp.status().message()),
+              HasSubstr("elastic worker seats"));
+}
+
 }  // namespace
 }  // namespace downpour

@@ -17,7 +17,7 @@ absl::StatusOr<WorkerLossOptions::OnLoss> WorkerLossOptions::ParseOnLoss(
 
 WorkerRoster::WorkerRoster(const ConsistencyPolicy& policy,
                            const WorkerLossOptions& o)
-    : policy_(policy), options_(o), state_(policy.total_workers()) {}
+    : policy_(policy), options_(o), state_(policy.max_ranks()) {}
 
 void WorkerRoster::Lost(int rank, const std::string& name,
                         const std::string& how, absl::Time now) {
@@ -49,6 +49,17 @@ absl::Status WorkerRoster::Replaced(int rank) {
   s.lost = false;
   s.finished = false;
   return absl::OkStatus();
+}
+
+void WorkerRoster::Retire(int rank, const std::string& name,
+                          const std::string& how) {
+  if (!Valid(rank)) return;
+  RankState& s = state_[rank];
+  s.lost = false;
+  s.finished = false;
+  s.retired = true;
+  s.name = name;
+  s.how = how;
 }
 
 proto::WorkerRosterState WorkerRoster::Export() const {

@@ -57,6 +57,10 @@ class WorkerRoster {
   // A replacement took `rank`: kFailedPrecondition if the rank was retired
   // (the job went on without it), else OK and the rank is no longer lost.
   absl::Status Replaced(int rank);
+  // The worker of `rank` (named `name`) left the job for good (`how`): the
+  // rank retires at once, without waiting for a replacement. Ignored for a
+  // rank outside the job.
+  void Retire(int rank, const std::string& name, const std::string& how);
 
   // Applies the rule at `now`: returns the ranks to retire (continue), or
   // sets failure() (stop). Call it regularly (the liveness sweep).

@@ -231,6 +231,9 @@ class BoundedTableTest : public ::testing::Test {
     LocalClusterOptions o = SuiteCluster::Defaults();
     // A small table-memory limit, for the refusal of a cap beyond it.
     o.server_flags = {"--max_table_bytes=67108864"};  // 64 MiB
+    // Nothing dies in these tests: a server slowed down by a loaded
+    // machine (TSan) must not be declared dead, its ranges lost.
+    o.scheduler_flags = {"--dead_after_ms=30000"};
     ASSERT_OK(suite_.Start(o));
   }
   static void TearDownTestSuite() { EXPECT_OK(suite_.Stop()); }
@@ -524,6 +527,9 @@ TEST(BoundedTableCheckpointTest, ACappedTableWithAColdTierRestoresBitForBit) {
   o.work_dir = TestTmpDir() + "/checkpoint";
   std::filesystem::create_directories(o.work_dir);
   o.durable = true;
+  // Nothing dies here: a server slowed down by a loaded machine (TSan)
+  // must not be declared dead, its ranges lost.
+  o.scheduler_flags = {"--dead_after_ms=30000"};
   SuiteCluster suite;
   ASSERT_OK(suite.Start(o, true, absl::Seconds(30)));
   Client& client = suite.client();
@@ -606,7 +612,7 @@ TEST(BoundedTableMoveTest, AColdTierMovesWithItsRanges) {
     o.work_dir = TestTmpDir() + (elastic ? "/move" : "/still");
     std::filesystem::create_directories(o.work_dir);
     o.durable = true;
-    o.scheduler_flags = {"--ranges_per_table=4"};
+    o.scheduler_flags = {"--ranges_per_table=4", "--dead_after_ms=30000"};
     SuiteCluster suite;
     DP_RETURN_IF_ERROR(suite.Start(o, true, absl::Seconds(30)));
     Client& client = suite.client();

@@ -60,10 +60,15 @@ class PyJobMember {
   }
 
   // Leaves the job (the scheduler marks the member LEFT; unless `finished`
-  // its rank waits for a replacement) and drops the member. A second call
-  // does nothing. Called with the GIL held; blocks without it.
-  void Leave(bool finished, const std::string& reason, absl::Duration timeout)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  // its rank waits for a replacement, or with `for_good` retires) and drops
+  // the member. A second call does nothing. Called with the GIL held;
+  // blocks without it.
+  void Leave(bool finished, const std::string& reason, absl::Duration timeout,
+             bool for_good = false) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (for_good && policy_.is_bsp()) {
+      // Refused before the member is dropped: it is still in the job.
+      ThrowIfError(Get()->LeaveForGood(reason, timeout));
+    }
     std::shared_ptr<JobMember> member;
     {
       absl::MutexLock lock(&mu_);
@@ -73,7 +78,8 @@ class PyJobMember {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = member->Leave(finished, reason, timeout);
+      s = for_good ? member->LeaveForGood(reason, timeout)
+                   : member->Leave(finished, reason, timeout);
       member.reset();  // joins threads when it is the last reference
     }
     ThrowIfError(s);
@@ -190,7 +196,11 @@ void RegisterJobMember(py::module_& m) {
       .def_readonly("backup_workers", &ConsistencyPolicy::backup_workers,
                     "b: extra workers; the slowest b are ignored")
       .def_property_readonly("total_workers", &ConsistencyPolicy::total_workers,
-                             "N + b: ranks are [0, total_workers)")
+                             "N + b: the workers the job starts with")
+      .def_readonly("elastic_workers", &ConsistencyPolicy::elastic_workers,
+                    "E: seats for workers joining the running job (ASP, SSP)")
+      .def_property_readonly("max_ranks", &ConsistencyPolicy::max_ranks,
+                             "N + b + E: ranks are [0, max_ranks)")
       .def_property_readonly("is_bsp", &ConsistencyPolicy::is_bsp)
       .def_property_readonly("is_asp", &ConsistencyPolicy::is_asp)
       .def_property_readonly(
@@ -327,6 +337,27 @@ void RegisterJobMember(py::module_& m) {
           "(Table.consistency, e.g. an 'ssp:2' embedding table) bounds the "
           "wait instead of the job's.")
       .def(
+          "epoch_share",
+          [](const PyJobMember& self, int64_t epoch,
+             double timeout) -> std::optional<std::pair<int, int>> {
+            auto member = self.Get();
+            absl::StatusOr<EpochShare> share;
+            {
+              py::gil_scoped_release release;
+              share = member->EpochShareOf(epoch, Seconds(timeout, "timeout"));
+            }
+            ThrowIfError(share.status());
+            if (!share->trains()) return std::nullopt;
+            return std::make_pair(share->index, share->count);
+          },
+          arg("epoch"), py::kw_only(), arg("timeout") = 30.0,
+          "This worker's share of epoch `epoch`'s examples: (index, count), "
+          "to train the examples i with i % count == index; None when it "
+          "joined after the epoch began. The split is fixed when a worker "
+          "first asks for the epoch, over the workers in the job then, so "
+          "that within an epoch no example is skipped or trained twice while "
+          "workers join and leave (leave for good between epochs).")
+      .def(
           "barrier",
           [](const PyJobMember& self, const std::string& name, double timeout) {
             auto member = self.Get();
@@ -344,17 +375,23 @@ void RegisterJobMember(py::module_& m) {
       .def(
           "leave",
           [](PyJobMember& self, bool finished, const std::string& reason,
-             double timeout) {
-            self.Leave(finished, reason, Seconds(timeout, "timeout"));
+             double timeout, bool for_good) {
+            if (finished && for_good) {
+              throw py::value_error("give finished or for_good, not both");
+            }
+            self.Leave(finished, reason, Seconds(timeout, "timeout"), for_good);
           },
           py::kw_only(), arg("finished") = false, arg("reason") = "left",
-          arg("timeout") = 30.0,
+          arg("timeout") = 30.0, arg("for_good") = false,
           "Leaves the job at once: sends the queued clock report (up to "
           "`timeout` seconds), stops heartbeating and tells the scheduler, "
           "so that nobody waits for this member's heartbeats to stop. "
           "finished=True: it completed its steps; otherwise its rank waits "
           "for a replacement like a lost worker's (ps_scheduler "
-          "--worker_replace_timeout_ms). A second call does nothing.")
+          "--worker_replace_timeout_ms). for_good=True (ASP and SSP): its "
+          "rank retires at once and gates nobody from now on; "
+          "FailedPreconditionError under BSP, and the member stays in the "
+          "job. A second call does nothing.")
       .def("__enter__", [](std::shared_ptr<PyJobMember> self) { return self; })
       // Leaving a `with` block normally is finishing; by an exception,
       // leaving for a replacement, and that exception is the one raised

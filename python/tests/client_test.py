@@ -419,3 +419,37 @@ def test_numpy_pin_matches_the_pybind11_in_use():
         assert all("<2" in p for p in pins), pins
     assert int(np.__version__.split(".")[0]) < 2 or \
         tuple(downpour._downpour._pybind11_version) >= (2, 12, 0)
+
+
+def test_a_worker_joins_an_elastic_seat_and_leaves_for_good(tmp_path):
+    from conftest import bin_dir
+    from downpour.local_cluster import LocalCluster
+    flags = ["--consistency=ssp", "--staleness=1", "--num_workers=1",
+             "--elastic_workers=1"]
+    with LocalCluster(bin_dir(), str(tmp_path), num_servers=1,
+                      scheduler_flags=flags) as c:
+        a = downpour.JobMember.join(c.scheduler_address, name="a")
+        assert a.rank == 0
+        assert a.policy.total_workers == 1
+        assert a.policy.elastic_workers == 1
+        assert a.policy.max_ranks == 2
+        a.report_clock(1)
+        a.report_clock(2)
+        a.flush()
+        assert a.epoch_share(0) == (0, 1)
+        b = downpour.JobMember.join(c.scheduler_address, name="b")
+        assert b.rank == 1  # the seat
+        assert b.epoch_share(0) is None  # it joined during epoch 0
+        assert b.epoch_share(1) == (1, 2)
+        assert b.start_clock == 2  # the gating clock when it joined
+        with pytest.raises(ValueError):
+            b.leave(finished=True, for_good=True)
+        # It gates a from now on (s = 1): a may not start clock 4 ...
+        a.report_clock(3)
+        a.flush()
+        with pytest.raises(downpour.DeadlineExceededError):
+            a.wait_clock(4, timeout=0.3)
+        # ... until it leaves for good.
+        b.leave(for_good=True, reason="test")
+        assert a.wait_clock(4, timeout=30) >= 3
+        a.leave(finished=True)

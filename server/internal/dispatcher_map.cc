@@ -196,8 +196,8 @@ void Dispatcher::RetireRanks(TableShard& shard, absl::Span<const int> ranks,
   AnswerWithError(orphans,
                   absl::FailedPreconditionError(absl::StrCat(
                       "table '", shard.spec().name(),
-                      "': the job went on without this "
-                      "worker's rank (--on_worker_loss=continue, epoch ",
+                      "': the job went on without this worker's rank "
+                      "(lost and not replaced, or it left for good; epoch ",
                       epoch, "); its held push was dropped")));
   size_t answered = 0;
   for (const TableShard::HeldStep& step : complete) {
@@ -364,6 +364,11 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
     }
     if (table.spec().follows_job() && map.retired_ranks_size() > 0) {
       RetireRanks(*shard, map.retired_ranks(), epoch);
+    }
+    if (table.spec().follows_job()) {
+      shard->SetJoinedWorkers(static_cast<int>(map.job_workers()),
+                              std::vector<Clock>(map.seat_clocks().begin(),
+                                                 map.seat_clocks().end()));
     }
   }
   // Tables gone from the map (a declaration the scheduler rolled back)

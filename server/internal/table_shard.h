@@ -186,6 +186,13 @@ class TableShard {
   };
   void Retire(absl::Span<const int> ranks, std::vector<uint64_t>* orphans,
               std::vector<HeldStep>* complete);
+  // Ranks from `joined` on are vacant elastic seats (ClusterMap
+  // .job_workers, 0: none): left out of the staleness figures until a
+  // worker takes them, and then counted from the clock they started at
+  // (`seat_starts`, ClusterMap.seat_clocks).
+  void SetJoinedWorkers(int joined, const std::vector<Clock>& seat_starts) {
+    staleness_.SetJoined(joined, seat_starts);
+  }
   bool retired(int rank) const {
     return rank >= 0 && rank < static_cast<int>(retired_.size()) &&
            retired_[rank];

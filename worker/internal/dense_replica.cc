@@ -18,7 +18,7 @@ absl::Status DenseReplica::Init() {
   const WorkerOptions& o = ctx_->options();
   const int rank = ctx_->rank();
   DP_ASSIGN_OR_RETURN(Dataset full, LoadFashionMnist(o.data_dir, true));
-  train_ = Shard(full, rank, ctx_->policy().total_workers());
+  train_ = Shard(full, ctx_->data_shard(), ctx_->policy().total_workers());
   if (rank == 0) {
     DP_ASSIGN_OR_RETURN(test_, LoadFashionMnist(o.data_dir, false));
   }

@@ -74,7 +74,7 @@ absl::Status SparseLoop::LoadRows() {
         " workers rows to train on and keep ", o.holdout, " of them held out"));
   }
   train_ = SelectRows(
-      all, SparseTrainRows(train_rows, ctx_.rank(), workers, o.seed));
+      all, SparseTrainRows(train_rows, ctx_.data_shard(), workers, o.seed));
   if (ctx_.rank() == 0) {
     std::vector<size_t> held(rows - train_rows);
     std::iota(held.begin(), held.end(), train_rows);

@@ -33,6 +33,11 @@ class StepContext {
   const WorkerOptions& options() const { return options_; }
   const ConsistencyPolicy& policy() const { return member_->policy(); }
   int rank() const { return member_->rank(); }
+  // The data shard this worker trains on, of policy().total_workers(): its
+  // rank's, and for a worker in an elastic seat that of rank
+  // (rank mod N + b), whose examples it then trains too (ps_worker does
+  // not split an epoch over the workers present; see OPERATIONS).
+  int data_shard() const { return rank() % policy().total_workers(); }
   JobMember& member() const { return *member_; }
   Client& client() const { return *client_; }
 
