@@ -23,13 +23,12 @@ absl::Status CheckCounts(Clock staleness, int num_workers, int backup_workers) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 // Elastic seats: none under BSP (see consistency.h).
 absl::Status CheckSeats(ConsistencyPolicy::Kind kind, int64_t seats) {
-  if (seats < 0 || seats > std::numeric_limits<int>::max() / 2) {
+  if (seats < 0 || seats > std::numeric_limits<int>::max() / 4) {
     return absl::InvalidArgumentError(
-        absl::StrCat("elastic workers must be >= 0, got ", seats));
+        absl::StrCat("elastic workers must be in [0, ",
+                     std::numeric_limits<int>::max() / 4, "], got ", seats));
   }
   if (seats > 0 && kind == ConsistencyPolicy::Kind::kBsp) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -40,6 +39,8 @@ absl::Status CheckSeats(ConsistencyPolicy::Kind kind, int64_t seats) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
     const std::string& name, Clock staleness, int num_workers,

@@ -80,12 +80,13 @@ class ElasticWorkersTest : public ::testing::Test {
   // One iteration of `w` at its clock: wait for the gate, pull, push 1 to
   // every key, report the next clock.
   absl::Status Step(Worker* w) {
-    DP_RETURN_IF_ERROR(w->member->WaitClock(w->clock, absl::Seconds(60))
-                           .status());
+    DP_RETURN_IF_ERROR(
+        w->member->WaitClock(w->clock, absl::Seconds(60)).status());
     DP_ASSIGN_OR_RETURN(Table t, w->client->OpenTable("w"));
     w->client->SetWorkerClock(w->member->rank(), w->clock);
     std::vector<float> values(kKeys), ones(kKeys, 1.0f);
-    DP_RETURN_IF_ERROR(w->client->PullSync(t, Keys::Range(0, kKeys), absl::MakeSpan(values)));
+    DP_RETURN_IF_ERROR(
+        w->client->PullSync(t, Keys::Range(0, kKeys), absl::MakeSpan(values)));
     DP_RETURN_IF_ERROR(w->client->PushSync(t, Keys::Range(0, kKeys), ones));
     ++w->clock;
     ClockReport report;
@@ -172,7 +173,8 @@ TEST_F(ElasticWorkersTest, SspWorkersJoinAndLeaveForGood) {
   // Every push is in: a 7, b 4, c 4 (iterations 3 to 6).
   ASSERT_OK_AND_ASSIGN(Table t, a->client->OpenTable("w"));
   std::vector<float> values(kKeys);
-  ASSERT_OK(a->client->GetSync(t, Keys::Range(0, kKeys), absl::MakeSpan(values)));
+  ASSERT_OK(
+      a->client->GetSync(t, Keys::Range(0, kKeys), absl::MakeSpan(values)));
   for (int k = 0; k < kKeys; ++k) ASSERT_EQ(values[k], 15.0f) << "key " << k;
 
   auto status = sched_->GetJobStatus();

@@ -452,6 +452,74 @@ class DistributedModel(torch.nn.Module):
 
 
 # The embedding layers and their optimizers live in downpour/embedding.py;
+class EpochSampler(torch.utils.data.Sampler):
+    """This worker's indices of each epoch, for a ``DataLoader``, in a job
+    whose workers join and leave (``ps_scheduler --elastic_workers``)::
+
+        sampler = downpour.torch.EpochSampler(member, len(dataset), seed=7)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=64,
+                                             sampler=sampler)
+        for epoch in range(first_epoch, epochs):
+            sampler.set_epoch(epoch)     # asks the scheduler (once)
+            for x, y in loader: ...
+
+    Like ``torch.utils.data.DistributedSampler``, but the workers an epoch
+    is split over come from the scheduler (``JobMember.epoch_share``): the
+    workers in the job when any of them first asked for that epoch. Every
+    worker permutes ``range(num_examples)`` alike (from ``seed`` and the
+    epoch) and takes every ``count``-th index from its ``index``, so that
+    within an epoch no example is skipped or trained twice while workers
+    join and leave. A worker that joined during an epoch gets no indices of
+    it (``len(sampler) == 0``). Leave for good between epochs: a split that
+    names a worker counts on it.
+    """
+
+    def __init__(self, member: "downpour.JobMember", num_examples: int,
+                 shuffle: bool = True, seed: int = 0,
+                 timeout: float = 30.0):
+        if num_examples < 0:
+            raise ValueError("num_examples must be >= 0")
+        self._member = member
+        self._n = int(num_examples)
+        self._shuffle = shuffle
+        self._seed = int(seed)
+        self._timeout = timeout
+        self._epoch: Optional[int] = None
+        self._indices: List[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        """Fixes this worker's share of `epoch` (the scheduler's answer)."""
+        share = self._member.epoch_share(epoch, timeout=self._timeout)
+        if share is None:
+            self._indices = []
+        else:
+            index, count = share
+            if self._shuffle:
+                g = torch.Generator()
+                g.manual_seed(self._seed * 1_000_003 + epoch)
+                order = torch.randperm(self._n, generator=g).tolist()
+            else:
+                order = list(range(self._n))
+            self._indices = order[index::count]
+        self._epoch = epoch
+
+    @property
+    def epoch(self) -> Optional[int]:
+        return self._epoch
+
+    def _check(self) -> None:
+        if self._epoch is None:
+            raise RuntimeError("EpochSampler: call set_epoch(epoch) first")
+
+    def __iter__(self):
+        self._check()
+        return iter(list(self._indices))
+
+    def __len__(self) -> int:
+        self._check()
+        return len(self._indices)
+
+
 # downpour.torch.Embedding and the others are the same objects.
 _EMBEDDING_NAMES = ("Embedding", "EmbeddingBag", "FieldEmbedding",
                     "RowwiseAdagrad", "Ftrl", "feature_keys",

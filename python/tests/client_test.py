@@ -428,6 +428,10 @@ def test_a_worker_joins_an_elastic_seat_and_leaves_for_good(tmp_path):
              "--elastic_workers=1"]
     with LocalCluster(bin_dir(), str(tmp_path), num_servers=1,
                       scheduler_flags=flags) as c:
+        # A table, so that the server is up before the test ends (a server
+        # stopped while it starts exits by the signal).
+        with downpour.Client.connect(c.scheduler_address) as client:
+            client.create_table("w", num_keys=4, width=1)
         a = downpour.JobMember.join(c.scheduler_address, name="a")
         assert a.rank == 0
         assert a.policy.total_workers == 1

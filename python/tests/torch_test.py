@@ -260,6 +260,48 @@ def test_job_member_basics():
         b.leave()
 
 
+def test_epoch_sampler_splits_each_epoch_over_the_workers_present():
+    """Every index once per epoch through a join and a leave for good."""
+    n = 101
+    with LocalCluster(bin_dir(), work_dir("epoch_sampler"), num_servers=1,
+                      scheduler_flags=["--consistency=asp", "--num_workers=2",
+                                       "--elastic_workers=1"]) as cluster:
+        # A table, so that the server is up before the test ends (a server
+        # stopped while it starts exits by the signal).
+        with downpour.Client.connect(cluster.scheduler_address) as client:
+            client.create_table("w", num_keys=4, width=1)
+        join = lambda name: downpour.JobMember.join(  # noqa: E731
+            cluster.scheduler_address, name=name)
+        a, b = join("a"), join("b")
+        samplers = {"a": dpt.EpochSampler(a, n, seed=3),
+                    "b": dpt.EpochSampler(b, n, seed=3)}
+        with pytest.raises(RuntimeError):
+            len(samplers["a"])  # no epoch yet
+        seen = {e: [] for e in range(3)}
+
+        def take(name, epoch):
+            samplers[name].set_epoch(epoch)
+            seen[epoch].extend(samplers[name])
+            return len(samplers[name])
+
+        assert take("a", 0) == 51
+        c = join("c")  # during epoch 0: none of it
+        samplers["c"] = dpt.EpochSampler(c, n, seed=3)
+        assert take("c", 0) == 0
+        assert take("b", 0) == 50
+        for name in ("c", "a", "b"):  # epoch 1: all three
+            take(name, 1)
+        b.leave(for_good=True)
+        for name in ("a", "c"):  # epoch 2: a and c
+            take(name, 2)
+        for e in range(3):
+            assert sorted(seen[e]) == list(range(n)), f"epoch {e}"
+        # The same permutation on every worker, another in each epoch.
+        assert seen[1] != seen[2]
+        a.leave(finished=True)
+        c.leave(finished=True)
+
+
 def test_leave_tells_the_scheduler_at_once():
     # Heartbeats would take a minute to be missed: only leave() can make
     # the scheduler act within seconds.

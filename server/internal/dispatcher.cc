@@ -237,7 +237,24 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
     reply->values = Payload();
     return;
   }
-  if (forwards.empty()) return;
+  if (forwards.empty()) {
+    // A task's ADD dropped as a repeat in its round vouches for the copy
+    // applied before it (a backup task's, or the same worker's resend): the
+    // coordinator counts the task added on this answer. Answered before the
+    // backups hold that copy, a failover right after would lose the
+    // gradient (tests/sandblaster_failover_test.cc once ended 1e-3 off).
+    if (replicator_ != nullptr && h.round() > 0 && reply->header.discarded() &&
+        !reply->deferred && v->range != nullptr) {
+      DeferredReply d{request.reply_token, std::move(*reply)};
+      if (replicator_->HoldBehind(h.table_id(), v->range->range().begin, &d)) {
+        *reply = OutgoingReply();
+        reply->deferred = true;
+      } else {
+        *reply = std::move(d.reply);
+      }
+    }
+    return;
+  }
   if (!OpWrites(v->op) && v->op != proto::VECTOR) {
     // A read that moved rows between memory and the cold tier: the backups
     // follow, but the reader need not wait (nothing it wrote is at stake).

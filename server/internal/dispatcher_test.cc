@@ -650,6 +650,141 @@ TEST(DispatcherHandOverTest, AHandedOverRangeKeepsItsRows) {
   EXPECT_EQ(out, std::vector<float>(8, 0.0f));
 }
 
+// Keeps what the replicator sends to backups, with the acknowledgements
+// for the test to give, and the deferred replies.
+class HoldingEnv : public ReplicationEnv {
+ public:
+  void SendToPeer(const std::string&, OutgoingRequest request,
+                  PeerDone done) override {
+    to_backup.push_back({std::move(request), std::move(done)});
+  }
+  void SendDeferred(DeferredReply reply) override {
+    sent.push_back(std::move(reply));
+  }
+  std::shared_ptr<const RetainedRequest> Retain(
+      const IncomingMessage&) override {
+    return std::make_shared<RetainedRequest>();
+  }
+  void PostAfter(absl::Duration, std::function<void()> fn) override {
+    posted.push_back(std::move(fn));
+  }
+  void ReplicaReady(TableId, Key, NodeId, Epoch) override {}
+  void HandedOver(TableId, Key, NodeId, Epoch) override {}
+  void ReportUnreachable(NodeId, const std::string&) override {}
+  // The backup takes everything sent so far.
+  void AckAll() {
+    std::vector<std::pair<OutgoingRequest, PeerDone>> msgs =
+        std::move(to_backup);
+    to_backup.clear();
+    for (auto& [request, done] : msgs) {
+      proto::DataHeader ok;
+      done(absl::OkStatus(), &ok);
+    }
+    std::vector<std::function<void()>> fns = std::move(posted);
+    posted.clear();
+    for (auto& fn : fns) fn();
+  }
+  std::vector<std::pair<OutgoingRequest, PeerDone>> to_backup;
+  std::vector<std::function<void()>> posted;
+  std::vector<DeferredReply> sent;
+};
+
+// Sandblaster's exactly-once task adds on a replicated range: a repeat of a
+// task in its round (a backup task's copy) is dropped, and its answer waits
+// until the backup holds the copy applied before it. Answered at once, the
+// coordinator would count the task added while only this primary had it,
+// and a failover then would lose the task's gradient.
+TEST(DispatcherReplicationTest, ARepeatedTaskAddWaitsForTheBackups) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  HoldingEnv env;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
+  proto::ClusterMap map;
+  map.set_epoch(3);
+  proto::NodeInfo* backup = map.add_nodes();
+  backup->set_id(7);
+  backup->set_role(proto::SERVER);
+  backup->set_state(proto::ALIVE);
+  backup->set_data_endpoint("tcp://127.0.0.1:1");
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_name("lbfgs");
+  t->mutable_spec()->set_id(1);
+  t->mutable_spec()->set_kind(proto::DENSE);
+  t->mutable_spec()->set_width(1);
+  t->mutable_spec()->set_num_keys(4);
+  t->mutable_spec()->mutable_handler()->set_name("sum");
+  t->mutable_spec()->add_vectors("x");
+  t->mutable_spec()->add_vectors("g");
+  proto::RangeAssignment* r = t->add_ranges();
+  r->set_begin(0);
+  r->set_end(4);
+  r->set_primary(kSelf);
+  r->add_replicas(7);
+  ASSERT_OK(d.ApplyMap(map));
+  const std::vector<float> grad = {1, 2, 3, 4};
+  uint64_t token = 0;
+  auto send = [&](proto::DataHeader h) {
+    h.set_table_id(1);
+    h.set_width(1);
+    h.set_is_range(true);
+    h.set_range_begin(0);
+    h.set_range_end(4);
+    h.set_num_keys(4);
+    IncomingMessage req;
+    req.header = h;
+    req.reply_token = ++token;
+    if (h.op() == proto::ADD) req.values = grad;
+    OutgoingReply reply;
+    std::vector<DeferredReply> released;
+    d.Handle(req, &reply, &released);
+    EXPECT_TRUE(released.empty());
+    return reply;
+  };
+  // The coordinator opens round 1 of g (a replicated vector command).
+  proto::DataHeader zero;
+  zero.set_op(proto::VECTOR);
+  zero.mutable_vector_command()->set_update(proto::VectorCommand::ZERO);
+  zero.mutable_vector_command()->set_dst(1);
+  zero.mutable_vector_command()->set_open_round(1);
+  EXPECT_TRUE(send(zero).deferred);
+  env.AckAll();
+  ASSERT_EQ(env.sent.size(), 1u);
+  EXPECT_EQ(env.sent[0].reply.header.status_code(), 0);
+  env.sent.clear();
+
+  proto::DataHeader add;
+  add.set_op(proto::ADD);
+  add.set_vector_id(1);
+  add.set_round(1);
+  add.set_task_id(5);
+  // Task 5's first copy: applied, forwarded, held for the backup.
+  EXPECT_TRUE(send(add).deferred);
+  ASSERT_EQ(env.to_backup.size(), 1u);
+  // Its backup copy: dropped as a repeat, and held too.
+  const OutgoingReply repeat = send(add);
+  EXPECT_TRUE(repeat.deferred);
+  EXPECT_TRUE(env.sent.empty());
+  EXPECT_EQ(env.to_backup.size(), 1u);  // the repeat is not forwarded
+  env.AckAll();
+  ASSERT_EQ(env.sent.size(), 2u);
+  EXPECT_EQ(env.sent[0].reply_token, 2u);
+  EXPECT_FALSE(env.sent[0].reply.header.discarded());
+  EXPECT_EQ(env.sent[1].reply_token, 3u);
+  EXPECT_TRUE(env.sent[1].reply.header.discarded());
+  // Applied once.
+  proto::DataHeader get;
+  get.set_op(proto::GET);
+  get.set_vector_id(1);
+  const OutgoingReply got = send(get);
+  EXPECT_FALSE(got.deferred);
+  EXPECT_EQ(Values(got), grad);
+  // With nothing outstanding, a repeat is answered at once.
+  env.sent.clear();
+  const OutgoingReply late = send(add);
+  EXPECT_FALSE(late.deferred);
+  EXPECT_TRUE(late.header.discarded());
+}
+
 // --on_worker_loss=continue under BSP: a map that retires a rank completes
 // the steps held for it with the ranks left, and refuses its pushes.
 TEST(DispatcherBspTest, RetiredRanksNoLongerHoldTheStep) {

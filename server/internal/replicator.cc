@@ -266,6 +266,26 @@ bool Replicator::JoinHeld(TableId table, Key begin, uint64_t client,
   return true;
 }
 
+bool Replicator::HoldBehind(TableId table, Key begin, DeferredReply* reply) {
+  auto pr = primaries_.find({table, begin});
+  if (pr == primaries_.end()) return false;
+  // The links Hold waits on, with something unacknowledged: in stream
+  // order, their last message is acknowledged after every earlier one.
+  std::vector<Link*> waiting;
+  for (auto& [node, link] : pr->second->links) {
+    if (link->copying && !link->copy_end_sent) continue;
+    if (!link->unacked.empty()) waiting.push_back(link.get());
+  }
+  if (waiting.empty()) return false;
+  const uint64_t id = next_held_++;
+  auto held = std::make_unique<Held>();
+  held->replies.push_back(std::move(*reply));
+  held->outstanding = static_cast<int>(waiting.size());
+  held_[id] = std::move(held);
+  for (Link* link : waiting) link->unacked.back().held.push_back(id);
+  return true;
+}
+
 void Replicator::Release(uint64_t held_id) {
   auto it = held_.find(held_id);
   if (it == held_.end()) return;

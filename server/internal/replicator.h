@@ -163,6 +163,12 @@ class Replicator {
   // with it. False (and `*reply` untouched) if that write is not held.
   bool JoinHeld(TableId table, Key begin, uint64_t client, uint64_t seq,
                 DeferredReply* reply);
+  // Holds `*reply` (moved) until every backup of the range beginning at
+  // `begin` acknowledged everything sent to it so far: for an answer that
+  // vouches for an earlier write it did not make itself (a task's ADD
+  // dropped as a repeat of one applied before). False (and `*reply`
+  // untouched) when nothing is outstanding: answer now.
+  bool HoldBehind(TableId table, Key begin, DeferredReply* reply);
 
   // --- The backup side --------------------------------------------------
   // Whether to apply replication message `r` for the range of `table`
