@@ -60,7 +60,9 @@ class ElasticWorkersTest : public ::testing::Test {
   }
   void TearDown() override {
     workers_.clear();
-    if (cluster_ != nullptr) EXPECT_OK(cluster_->Stop());
+    if (cluster_ != nullptr) {
+      EXPECT_OK(cluster_->Stop());
+    }
   }
 
   absl::StatusOr<Worker*> Join(const std::string& name) {
