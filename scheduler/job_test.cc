@@ -47,13 +47,16 @@ class JobTest : public ::testing::Test {
  protected:
   explicit JobTest(
       WorkerLossOptions::OnLoss on_loss = WorkerLossOptions::OnLoss::kContinue)
-      : job_(Options(on_loss), &map_, &members_, &durable_) {}
+      : JobTest(Options(on_loss)) {}
+  explicit JobTest(const JobOptions& options)
+      : job_(options, &map_, &members_, &durable_) {}
 
   // Registers `name` as Register does, with the rank the job grants.
   NodeId Join(const std::string& name, int rank = -1) {
     const proto::RegisterRequest req = Worker(name, rank);
     absl::StatusOr<int> granted = job_.GrantRank(req, nullptr);
     EXPECT_OK(granted);
+    if (!granted.ok()) return kNoNode;
     proto::NodeInfo* n = members_.Add(kNoNode);
     members_.Admit(n, req, kT0);
     EXPECT_OK(job_.TakeOverRank(*granted, name));
@@ -215,25 +218,16 @@ TEST_F(JobTest, ExportedAndImportedTheRanksAndClocksComeBack) {
 
 // A job with elastic seats: a worker arriving when every rank is held takes
 // the next seat and joins at the gating clock; leaving for good retires.
-class ElasticJobTest : public ::testing::Test {
+class ElasticJobTest : public JobTest {
  protected:
+  ElasticJobTest() : JobTest(SspWithSeats()) {}
+
   static JobOptions SspWithSeats() {
     JobOptions o;
     o.policy = *ConsistencyPolicy::Parse("ssp", 1, /*num_workers=*/2,
                                          /*backup_workers=*/0,
                                          /*elastic_workers=*/2);
     return o;
-  }
-  NodeId Join(const std::string& name, int rank = -1) {
-    const proto::RegisterRequest req = Worker(name, rank);
-    absl::StatusOr<int> granted = job_.GrantRank(req, nullptr);
-    EXPECT_OK(granted);
-    if (!granted.ok()) return kNoNode;
-    proto::NodeInfo* n = members_.Add(kNoNode);
-    members_.Admit(n, req, kT0);
-    EXPECT_OK(job_.TakeOverRank(*granted, name));
-    job_.Assign(*granted, n->id());
-    return n->id();
   }
   void Report(NodeId id, int rank, Clock clock) {
     proto::AdvanceClockRequest req;
@@ -243,12 +237,6 @@ class ElasticJobTest : public ::testing::Test {
     proto::AdvanceClockReply reply;
     EXPECT_OK(job_.Advance(req, &reply));
   }
-
-  proto::ClusterMap map_;
-  NoSource source_;
-  DurableState durable_{&map_, &source_};
-  Membership members_{MembershipOptions(), &map_};
-  Job job_{SspWithSeats(), &map_, &members_, &durable_};
 };
 
 TEST_F(ElasticJobTest, AWorkerJoinsInTheNextSeatAtTheGatingClock) {

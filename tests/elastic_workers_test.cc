@@ -26,6 +26,7 @@
 #include "common/test_util.h"
 #include "launch/local_cluster.h"
 #include "proto/downpour.pb.h"
+#include "testing/suite_cluster.h"
 
 namespace downpour {
 namespace {
@@ -48,10 +49,8 @@ class ElasticWorkersTest : public ::testing::Test {
     dir_ = TestTmpDir() + "/" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ASSERT_EQ(system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
-    LocalClusterOptions o;
-    o.bin_dir = RunfilePath("");
+    LocalClusterOptions o = SuiteCluster::Defaults();  // two servers
     o.work_dir = dir_;
-    o.num_servers = 2;
     o.scheduler_flags = {"--consistency=ssp",
                          absl::StrCat("--staleness=", kStaleness),
                          "--num_workers=2", "--elastic_workers=1"};
@@ -246,8 +245,7 @@ TEST_F(ElasticWorkersTest, EachEpochIsSplitOverTheWorkersPresentAtItsStart) {
 TEST_F(ElasticWorkersTest, BspRefusesSeatsAndLeavingForGood) {
   const std::string dir = dir_ + "/bsp";
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
+  LocalClusterOptions o = SuiteCluster::Defaults();
   o.work_dir = dir;
   o.num_servers = 1;
   o.scheduler_flags = {"--consistency=bsp", "--num_workers=1",

@@ -650,16 +650,13 @@ TEST(DispatcherHandOverTest, AHandedOverRangeKeepsItsRows) {
   EXPECT_EQ(out, std::vector<float>(8, 0.0f));
 }
 
-// Keeps what the replicator sends to backups, with the acknowledgements
-// for the test to give, and the deferred replies.
-class HoldingEnv : public ReplicationEnv {
+// RecordingEnv with a backup: keeps what the replicator sends it, with the
+// acknowledgements for the test to give.
+class HoldingEnv : public RecordingEnv {
  public:
   void SendToPeer(const std::string&, OutgoingRequest request,
                   PeerDone done) override {
     to_backup.push_back({std::move(request), std::move(done)});
-  }
-  void SendDeferred(DeferredReply reply) override {
-    sent.push_back(std::move(reply));
   }
   std::shared_ptr<const RetainedRequest> Retain(
       const IncomingMessage&) override {
@@ -668,9 +665,6 @@ class HoldingEnv : public ReplicationEnv {
   void PostAfter(absl::Duration, std::function<void()> fn) override {
     posted.push_back(std::move(fn));
   }
-  void ReplicaReady(TableId, Key, NodeId, Epoch) override {}
-  void HandedOver(TableId, Key, NodeId, Epoch) override {}
-  void ReportUnreachable(NodeId, const std::string&) override {}
   // The backup takes everything sent so far.
   void AckAll() {
     std::vector<std::pair<OutgoingRequest, PeerDone>> msgs =
@@ -686,7 +680,6 @@ class HoldingEnv : public ReplicationEnv {
   }
   std::vector<std::pair<OutgoingRequest, PeerDone>> to_backup;
   std::vector<std::function<void()>> posted;
-  std::vector<DeferredReply> sent;
 };
 
 // Sandblaster's exactly-once task adds on a replicated range: a repeat of a
