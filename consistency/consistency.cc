@@ -20,6 +20,13 @@ absl::Status CheckCounts(Clock staleness, int num_workers, int backup_workers) {
         absl::StrCat("need at least 1 worker and no negative backups, got ",
                      num_workers, " + ", backup_workers));
   }
+  // Each count at most a quarter of INT_MAX, so that their sum with the
+  // seats (max_ranks) cannot overflow.
+  if (num_workers > std::numeric_limits<int>::max() / 4 ||
+      backup_workers > std::numeric_limits<int>::max() / 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("too many workers: ", num_workers, " + ", backup_workers));
+  }
   return absl::OkStatus();
 }
 
@@ -62,11 +69,6 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
   if (!counts.ok()) return counts;
   const absl::Status seats = CheckSeats(p.kind, elastic_workers);
   if (!seats.ok()) return seats;
-  if (num_workers > std::numeric_limits<int>::max() / 4 ||
-      backup_workers > std::numeric_limits<int>::max() / 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("too many workers: ", num_workers, " + ", backup_workers));
-  }
   p.num_workers = num_workers;
   p.backup_workers = backup_workers;
   p.elastic_workers = elastic_workers;
@@ -95,8 +97,7 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::FromJob(
   }
   // The wire's counts are unsigned; a value above INT_MAX is rejected, not
   // wrapped.
-  // Each count at most a quarter of INT_MAX, so that their sum
-  // (max_ranks) cannot overflow.
+  // Checked before the cast (CheckCounts and CheckSeats bound them again).
   const uint64_t n = job.num_workers(), b = job.backup_workers(),
                  e = job.elastic_workers();
   constexpr uint64_t kMax = std::numeric_limits<int>::max() / 4;
