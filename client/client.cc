@@ -1190,7 +1190,8 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
   // the map moved (not owner), the server is behind, or it went away (a
   // reset connection; the write carries its sequence number, so the range
   // applies it once however often it arrives).
-  auto retry = [&] {
+  auto retry = [&](const absl::Status& why) {
+    DP_VLOG(1) << "sending again: " << context() << ": " << why;
     Part again = part;
     again.attempt++;
     const absl::Duration delay =
@@ -1209,7 +1210,7 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
   }
   if (!outcome.ok()) {
     const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
-    if (may_retry && Retriable(outcome)) return retry();
+    if (may_retry && Retriable(outcome)) return retry(outcome);
     CloseSeq(part.seq);
     op->Fail(Annotate(outcome, context()));
     op->Release();

@@ -32,6 +32,11 @@ std::string TestTmpDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
+std::string TestOutputDir() {
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  return dir != nullptr ? dir : TestTmpDir();
+}
+
 std::string RunfilePath(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");

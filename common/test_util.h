@@ -74,6 +74,11 @@ uint32_t TestSeed(uint32_t fixed);
 // Where the test may write: $TEST_TMPDIR, else /tmp.
 std::string TestTmpDir();
 
+// Where a test leaves files for people to read after it ran (Bazel zips
+// TEST_UNDECLARED_OUTPUTS_DIR into the test's outputs): e.g. the logs of
+// the processes a failed run started. TestTmpDir() when unset.
+std::string TestOutputDir();
+
 // Path of a file built into the test's runfiles, e.g. "server/ps_server".
 std::string RunfilePath(const std::string& relative);
 

@@ -68,6 +68,7 @@ absl::StatusOr<SandblasterJobResult> RunSandblasterJob(
   o.cluster.work_dir = dir;
   o.cluster.num_servers = options.num_servers;
   o.cluster.scheduler_flags = options.scheduler_flags;
+  o.cluster.server_flags = options.server_flags;
   o.cluster.durable = options.durable;
   // LocalJob gives them to the scheduler, the servers and the workers.
   o.cluster.cluster_secret_file = options.cluster_secret_file;

@@ -21,6 +21,7 @@ struct SandblasterJobOptions {
   std::string work_dir;  // logs, trace and summary go here
   int num_servers = 2;
   std::vector<std::string> scheduler_flags;  // e.g. --replicas=2
+  std::vector<std::string> server_flags;     // given to every server
   // Runs on its own thread once the workers are started (e.g. kills a
   // server); the job waits for it before returning.
   std::function<void(LocalCluster*)> while_running;

@@ -13,10 +13,12 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "cluster/scheduler_client.h"
+#include "common/random.h"
 #include "common/test_util.h"
 #include "lbfgs/coordinator.h"
 #include "testing/sandblaster_job.h"
@@ -65,6 +67,11 @@ struct Killer {
     while (TraceLines(dir) < after + 2 && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));
     }
+    if (const char* j = std::getenv("KILL_JITTER_MS")) {
+      const uint64_t seed = absl::ToUnixNanos(absl::Now());
+      absl::SleepFor(
+          absl::Milliseconds(Uniform01(SplitMix64(seed)) * std::atoi(j)));
+    }
     SchedulerClient sched(cluster->scheduler_address());
     auto map = sched.GetClusterMap();
     ASSERT_OK(map);
@@ -89,16 +96,25 @@ TEST(SandblasterFailoverTest, GoesOnThroughAKilledServerWithReplicas) {
   ASSERT_EQ(ref.size(), kIterations + 1u);
   SandblasterJobOptions o;
   o.bin_dir = RunfilePath("");
-  o.work_dir = TestTmpDir() + "/replicated";
+  // Kept with the test's outputs: the servers trace every task ADD and
+  // vector command they apply, drop or answer as a retry, and the workers
+  // every resend, so that a run off its reference can be followed.
+  o.work_dir = TestOutputDir() + "/replicated";
   o.num_servers = 3;
   o.scheduler_flags = {"--replicas=2"};
+  o.server_flags = {"--v=2"};
   o.coordinator_flags = {absl::StrCat("--max_iterations=", kIterations),
-                         "--table=replicated"};
-  o.workers = {{}, {}, {}};
+                         "--table=replicated", "--v=1"};
+  o.workers = {{"--v=1"}, {"--v=1"}, {"--v=1"}};
   Killer killer{o.work_dir, 8};
   o.while_running = [&](LocalCluster* c) { killer(c); };
   ASSERT_OK_AND_ASSIGN(SandblasterJobResult run, RunSandblasterJob(o));
   ASSERT_EQ(run.f.size(), kIterations + 1u) << "stop: " << run.summary["stop"];
+  for (int k = 0; k <= kIterations; ++k) {
+    std::cout << "iteration " << k << ": f " << run.f[k] << ", off by "
+              << std::abs(run.f[k] - ref[k]) / std::abs(ref[k]) << " relative"
+              << std::endl;
+  }
   for (int k = 0; k <= 10; ++k) {
     EXPECT_NEAR(run.f[k], ref[k], 1e-5 * std::abs(ref[k])) << "iteration " << k;
   }

@@ -187,6 +187,12 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
       // A retry of a write this range applied (e.g. its old primary did,
       // and died before answering): answer it, do not apply it again.
       retries_answered_.fetch_add(1, std::memory_order_relaxed);
+      DP_VLOG(2) << "table " << h.table_id() << " keys ["
+                 << v->range->range().begin << ", " << v->range->range().end
+                 << "): client " << h.client_id() << " seq " << h.seq()
+                 << " (op " << proto::Op_Name(v->op) << ", round " << h.round()
+                 << ", task " << h.task_id()
+                 << ") is a retry: answered from the ledger";
       AnswerRetry(*v, request, *done, reply);
       if (replicator_ != nullptr) {
         // Still held for the backups? Then it is answered with the original.
@@ -389,13 +395,22 @@ absl::Status Dispatcher::Apply(const Validated& v,
   TableShard& shard = *v.shard;
   reply->header.set_num_keys(v.n);
   reply->header.set_width(shard.width());
-  if (h.round() > 0 && v.n > 0 &&
-      !v.range->rounds.FirstInRound(v.vector, h.round(), h.task_id(),
-                                    v.is_range ? v.begin : v.keys[0])) {
-    // A backup copy's or a late task's gradient: acknowledged, not applied.
-    shard.CountDroppedTaskAdd();
-    reply->header.set_discarded(true);
-    return absl::OkStatus();
+  if (h.round() > 0 && v.n > 0) {
+    const Key first = v.is_range ? v.begin : v.keys[0];
+    const bool apply =
+        v.range->rounds.FirstInRound(v.vector, h.round(), h.task_id(), first);
+    DP_VLOG(2) << "table " << h.table_id() << " keys ["
+               << v.range->range().begin << ", " << v.range->range().end
+               << "): task " << h.task_id() << " of round " << h.round()
+               << " (vector " << v.vector << ", first key " << first
+               << ", client " << h.client_id() << " seq " << h.seq() << ") "
+               << (apply ? "applied" : "dropped: a repeat or late");
+    if (!apply) {
+      // A backup copy's or a late task's gradient: acknowledged, not applied.
+      shard.CountDroppedTaskAdd();
+      reply->header.set_discarded(true);
+      return absl::OkStatus();
+    }
   }
   if (v.range != nullptr && v.clocked) {
     if (SparseRows* rows = v.range->store->sparse()) {
@@ -641,6 +656,12 @@ void Dispatcher::ApplyVector(
     range->store->RunVector(lo, hi, *v.kernel, writes_params, part.data());
     if (cmd.update() == proto::VectorCommand::ZERO && cmd.open_round() > 0) {
       range->rounds.Open(cmd.dst(), cmd.open_round());
+    }
+    if (writes) {
+      DP_VLOG(2) << "table " << request.header.table_id() << " keys ["
+                 << r.begin << ", " << r.end << "): vector command (client "
+                 << request.header.client_id() << " seq "
+                 << request.header.seq() << ") " << cmd.ShortDebugString();
     }
     for (size_t i = 0; i < part.size(); ++i) partials[i] += part[i];
     if (writes && replicator_ != nullptr &&

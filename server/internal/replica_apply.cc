@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "handlers/vector_kernel.h"
 
@@ -93,6 +94,10 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
     if (cmd.update() == proto::VectorCommand::ZERO && cmd.open_round() > 0) {
       range.rounds.Open(cmd.dst(), cmd.open_round());
     }
+    DP_VLOG(2) << "table " << h.table_id() << " keys [" << kr.begin << ", "
+               << kr.end << "): replicated vector command (client "
+               << h.client_id() << " seq " << h.seq() << ") "
+               << cmd.ShortDebugString();
     if (h.client_id() != 0 && h.seq() != 0) {
       range.clients.Record(h.client_id(), h.seq(), partials, absl::Now());
     }
@@ -129,8 +134,23 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
         "a replicated write whose values do not match its keys");
   }
   if (h.round() > 0 && n > 0) {
-    range.rounds.FirstInRound(h.vector_id(), h.round(), h.task_id(),
-                              h.is_range() ? h.range_begin() : request.keys[0]);
+    // The primary applied it as the task's first ADD of the round; a ledger
+    // here that disagrees has diverged from the primary's.
+    const Key first = h.is_range() ? h.range_begin() : request.keys[0];
+    const bool agrees =
+        range.rounds.FirstInRound(h.vector_id(), h.round(), h.task_id(), first);
+    if (!agrees) {
+      DP_LOG(WARNING) << "table " << h.table_id() << " keys [" << kr.begin
+                      << ", " << kr.end << "): the primary applied task "
+                      << h.task_id() << " of round " << h.round()
+                      << " (first key " << first
+                      << ") that this replica's ledger holds as applied";
+    }
+    DP_VLOG(2) << "table " << h.table_id() << " keys [" << kr.begin << ", "
+               << kr.end << "): replicated task " << h.task_id() << " of round "
+               << h.round() << " (vector " << h.vector_id() << ", first key "
+               << first << ", client " << h.client_id() << " seq " << h.seq()
+               << ")";
   }
   const float* in = request.values.data();
   const uint32_t vec = h.vector_id();
