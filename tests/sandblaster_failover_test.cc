@@ -56,6 +56,26 @@ int TraceLines(const std::string& dir) {
   return n;
 }
 
+// Waits (at most a minute) until `path` gains a line holding `text`.
+void WaitForLogLine(const std::string& path, const std::string& text) {
+  std::ifstream in(path);
+  in.seekg(0, std::ios::end);
+  std::string line, partial;
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (absl::Now() < deadline) {
+    while (std::getline(in, line)) {
+      if (in.eof()) {  // a line still being written
+        partial += line;
+        break;
+      }
+      if ((partial + line).find(text) != std::string::npos) return;
+      partial.clear();
+    }
+    in.clear();
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 // Kills the primary of the table's first range with SIGKILL once the job
 // has done `after` iterations; records when.
 struct Killer {
@@ -67,11 +87,6 @@ struct Killer {
     while (TraceLines(dir) < after + 2 && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));
     }
-    if (const char* j = std::getenv("KILL_JITTER_MS")) {
-      const uint64_t seed = absl::ToUnixNanos(absl::Now());
-      absl::SleepFor(
-          absl::Milliseconds(Uniform01(SplitMix64(seed)) * std::atoi(j)));
-    }
     SchedulerClient sched(cluster->scheduler_address());
     auto map = sched.GetClusterMap();
     ASSERT_OK(map);
@@ -82,6 +97,16 @@ struct Killer {
       if (n.id() == primary) index = std::stoi(n.name().substr(7));
     }
     ASSERT_GE(index, 0);
+    if (const char* text = std::getenv("KILL_ON_LOG")) {
+      // Diagnosis: kill once the primary logs a line holding `text` (with
+      // its --v=2 traces: a given vector command or task ADD applied).
+      WaitForLogLine(absl::StrCat(dir, "/server-", index, ".log"), text);
+    }
+    if (const char* j = std::getenv("KILL_JITTER_MS")) {
+      const uint64_t seed = absl::ToUnixNanos(absl::Now());
+      absl::SleepFor(
+          absl::Milliseconds(Uniform01(SplitMix64(seed)) * std::atoi(j)));
+    }
     killed = absl::Now();
     cluster->server(index).Signal(SIGKILL);
     EXPECT_OK(cluster->server(index).Wait(absl::Seconds(10)));

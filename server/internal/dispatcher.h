@@ -34,8 +34,11 @@
 // again (a VECTOR command gets its first answer; a PUSH_PULL the current
 // values).
 // VECTOR (server-side algebra) runs on the rows this server serves as
-// primary in the command's range; ranges it names beyond them are not an
-// error, since every holder gets the same command.
+// primary in the command's range, and every key of that range must be in
+// one: a part it does not serve (yet: it has not applied the map that
+// promotes it; or any more) is refused as not owned (kAborted, or
+// kUnavailable from a newer epoch), so that the client sends it again
+// instead of counting it done with nothing applied.
 //
 // Implemented in dispatcher.cc (executing requests), dispatcher_validate.cc
 // (checking them), dispatcher_map.cc (map changes) and replica_apply.cc (a

@@ -778,6 +778,94 @@ TEST(DispatcherReplicationTest, ARepeatedTaskAddWaitsForTheBackups) {
   EXPECT_TRUE(late.header.discarded());
 }
 
+// A vector command is applied only where this server is the primary: a
+// part it holds as a backup (a retry that reached the backup before it
+// applied the map promoting it) or not at all is refused so that the
+// client sends it again, never answered as done with nothing applied.
+TEST(DispatcherVectorTest, APartNotServedHereAsPrimaryIsRefused) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  HoldingEnv env;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
+  proto::ClusterMap map;
+  map.set_epoch(3);
+  proto::NodeInfo* other = map.add_nodes();
+  other->set_id(7);
+  other->set_role(proto::SERVER);
+  other->set_state(proto::ALIVE);
+  other->set_data_endpoint("tcp://127.0.0.1:1");
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_name("lbfgs");
+  t->mutable_spec()->set_id(1);
+  t->mutable_spec()->set_kind(proto::DENSE);
+  t->mutable_spec()->set_width(1);
+  t->mutable_spec()->set_num_keys(8);
+  t->mutable_spec()->mutable_handler()->set_name("sum");
+  t->mutable_spec()->add_vectors("x");
+  proto::RangeAssignment* mine = t->add_ranges();
+  mine->set_begin(0);
+  mine->set_end(4);
+  mine->set_primary(kSelf);
+  proto::RangeAssignment* backed = t->add_ranges();
+  backed->set_begin(4);
+  backed->set_end(8);
+  backed->set_primary(7);
+  backed->add_replicas(kSelf);
+  ASSERT_OK(d.ApplyMap(map));
+  uint64_t token = 0;
+  auto handle = [&](IncomingMessage req) {
+    req.header.set_table_id(1);
+    req.reply_token = ++token;
+    OutgoingReply reply;
+    std::vector<DeferredReply> released;
+    d.Handle(req, &reply, &released);
+    return reply;
+  };
+  IncomingMessage put;
+  put.header.set_op(proto::PUT);
+  put.header.set_width(1);
+  put.header.set_is_range(true);
+  put.header.set_range_begin(0);
+  put.header.set_range_end(4);
+  put.header.set_num_keys(4);
+  const std::vector<float> ones(4, 1.0f);
+  put.values = ones;
+  ASSERT_EQ(handle(put).header.status_code(), 0);
+  // x := x + x on [begin, end).
+  auto double_x = [&](Key begin, Key end, Epoch epoch) {
+    IncomingMessage req;
+    req.header.set_op(proto::VECTOR);
+    req.header.set_epoch(epoch);
+    req.header.set_client_id(42);
+    req.header.set_seq(token + 1);
+    proto::VectorCommand* c = req.header.mutable_vector_command();
+    c->set_update(proto::VectorCommand::AXPY);
+    c->set_alpha(1);
+    c->set_begin(begin);
+    c->set_end(end);
+    return ReplyStatus(handle(req).header);
+  };
+  // Held here as a backup: refused, the client's map is stale (ABORTED) or
+  // this server's is (UNAVAILABLE); the client sends both again.
+  absl::Status s = double_x(4, 8, 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kNotOwner) << s;
+  s = double_x(4, 8, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kServerBehind) << s;
+  // Spanning the range served here and one that is not: refused whole.
+  s = double_x(0, 8, 3);
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kNotOwner) << s;
+  // The range served here: applied, once.
+  EXPECT_OK(double_x(0, 4, 3));
+  IncomingMessage get = put;
+  get.header.set_op(proto::GET);
+  get.values = {};
+  const OutgoingReply got = handle(get);
+  ASSERT_EQ(got.header.status_code(), 0);
+  EXPECT_EQ(Values(got), std::vector<float>(4, 2.0f));
+}
+
 // --on_worker_loss=continue under BSP: a map that retires a rank completes
 // the steps held for it with the ranks left, and refuses its pushes.
 TEST(DispatcherBspTest, RetiredRanksNoLongerHoldTheStep) {
