@@ -682,6 +682,28 @@ class HoldingEnv : public RecordingEnv {
   std::vector<std::function<void()>> posted;
 };
 
+// A map of epoch 3 with server 7 alive beside this one and table "lbfgs"
+// (id 1, dense, width 1, handler "sum", `vectors`) with no ranges yet.
+proto::ClusterMap LbfgsMap(uint64_t num_keys,
+                           const std::vector<std::string>& vectors) {
+  proto::ClusterMap map;
+  map.set_epoch(3);
+  proto::NodeInfo* other = map.add_nodes();
+  other->set_id(7);
+  other->set_role(proto::SERVER);
+  other->set_state(proto::ALIVE);
+  other->set_data_endpoint("tcp://127.0.0.1:1");
+  proto::TableSpec* spec = map.add_tables()->mutable_spec();
+  spec->set_name("lbfgs");
+  spec->set_id(1);
+  spec->set_kind(proto::DENSE);
+  spec->set_width(1);
+  spec->set_num_keys(num_keys);
+  spec->mutable_handler()->set_name("sum");
+  for (const std::string& v : vectors) spec->add_vectors(v);
+  return map;
+}
+
 // Sandblaster's exactly-once task adds on a replicated range: a repeat of a
 // task in its round (a backup task's copy) is dropped, and its answer waits
 // until the backup holds the copy applied before it. Answered at once, the
@@ -692,23 +714,8 @@ TEST(DispatcherReplicationTest, ARepeatedTaskAddWaitsForTheBackups) {
   PluginRegistry plugins;
   HoldingEnv env;
   Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
-  proto::ClusterMap map;
-  map.set_epoch(3);
-  proto::NodeInfo* backup = map.add_nodes();
-  backup->set_id(7);
-  backup->set_role(proto::SERVER);
-  backup->set_state(proto::ALIVE);
-  backup->set_data_endpoint("tcp://127.0.0.1:1");
-  proto::TableMap* t = map.add_tables();
-  t->mutable_spec()->set_name("lbfgs");
-  t->mutable_spec()->set_id(1);
-  t->mutable_spec()->set_kind(proto::DENSE);
-  t->mutable_spec()->set_width(1);
-  t->mutable_spec()->set_num_keys(4);
-  t->mutable_spec()->mutable_handler()->set_name("sum");
-  t->mutable_spec()->add_vectors("x");
-  t->mutable_spec()->add_vectors("g");
-  proto::RangeAssignment* r = t->add_ranges();
+  proto::ClusterMap map = LbfgsMap(4, {"x", "g"});
+  proto::RangeAssignment* r = map.mutable_tables(0)->add_ranges();
   r->set_begin(0);
   r->set_end(4);
   r->set_primary(kSelf);
@@ -787,21 +794,8 @@ TEST(DispatcherVectorTest, APartNotServedHereAsPrimaryIsRefused) {
   PluginRegistry plugins;
   HoldingEnv env;
   Dispatcher d(kSelf, 1 << 20, &pool, &plugins, {}, &env);
-  proto::ClusterMap map;
-  map.set_epoch(3);
-  proto::NodeInfo* other = map.add_nodes();
-  other->set_id(7);
-  other->set_role(proto::SERVER);
-  other->set_state(proto::ALIVE);
-  other->set_data_endpoint("tcp://127.0.0.1:1");
-  proto::TableMap* t = map.add_tables();
-  t->mutable_spec()->set_name("lbfgs");
-  t->mutable_spec()->set_id(1);
-  t->mutable_spec()->set_kind(proto::DENSE);
-  t->mutable_spec()->set_width(1);
-  t->mutable_spec()->set_num_keys(8);
-  t->mutable_spec()->mutable_handler()->set_name("sum");
-  t->mutable_spec()->add_vectors("x");
+  proto::ClusterMap map = LbfgsMap(8, {"x"});
+  proto::TableMap* t = map.mutable_tables(0);
   proto::RangeAssignment* mine = t->add_ranges();
   mine->set_begin(0);
   mine->set_end(4);

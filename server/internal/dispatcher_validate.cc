@@ -352,14 +352,13 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::ValidateVector(
   v.kernel = std::move(kernel);
   const Key lo = cmd.begin(), hi = cmd.end() == 0 ? space_end : cmd.end();
   int overlapped = 0;
-  // Keys [lo, covered) lie in ranges served here as primary (in key order).
+  // Keys [lo, covered) lie in ranges served here as primary (in key order;
+  // past a gap, covered stops moving).
   Key covered = lo;
-  bool gap = false;
   for (const auto& [begin, r] : shard.ranges()) {
     const KeyRange kr = r->range();
     if (r->role != Role::kPrimary || kr.end <= lo || kr.begin >= hi) continue;
-    if (kr.begin > covered) gap = true;
-    if (!gap) covered = std::max(covered, kr.end);
+    if (kr.begin <= covered) covered = std::max(covered, kr.end);
     if (r->lost) {
       return absl::DataLossError(absl::StrCat(
           "table '", name, "' keys [", kr.begin, ", ", kr.end,
