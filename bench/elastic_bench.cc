@@ -13,9 +13,10 @@
 //    and the handover took and the longest and 99th-percentile add on the
 //    moving range during the move (the goal: under 100 ms), and on the
 //    other one.
-//  - scaling: writers pushing 64-row batches to a dense table of 8 ranges
-//    (sgd), at 1, then 2, then 4 servers (each added while they write):
-//    rows pushed per second at each size.
+//  - scaling: writers pushing batches of --scaling_rows random rows to a
+//    dense table of 8 ranges (sgd), at 1, then 2, then 4 servers (each
+//    added while they write): rows pushed per second at each size, and the
+//    CPU of the writers' process and of the servers.
 //  - zipf: 4 servers, a sparse table, writers pushing batches of Zipf(1.1)
 //    ids (spread over the key space by a bijective mix): the busiest
 //    server's load (rows per second it serves as primary) over the mean,
@@ -34,6 +35,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -43,6 +45,7 @@
 #include "cluster/scheduler_client.h"
 #include "cluster/server_admin_client.h"
 #include "common/malloc_tuning.h"
+#include "common/subprocess.h"
 #include "common/usage.h"
 #include "launch/local_cluster.h"
 
@@ -54,6 +57,11 @@ ABSL_FLAG(std::string, sections, "stall,scaling,zipf",
           "comma-separated: stall, scaling, zipf");
 ABSL_FLAG(int, writers, 4, "background writer threads (each its own client)");
 ABSL_FLAG(double, seconds, 5, "scaling, zipf: seconds measured per phase");
+ABSL_FLAG(std::vector<std::string>, scaling_rows, {"64"},
+          "scaling: rows per push, one pass over 1, 2, 4 servers each (a "
+          "push is cut into one message per range it touches: 64 rows make "
+          "messages of about 8, whose per-message cost the writers' own "
+          "process pays)");
 ABSL_FLAG(int, range_mb, 64, "stall: MiB per range of the moving table");
 
 namespace downpour {
@@ -89,6 +97,15 @@ std::unique_ptr<Client> Connect(LocalCluster& c) {
   auto client = Client::Connect(o);
   Check(client.status(), "connect");
   return std::move(*client);
+}
+
+// CPU seconds of every server process of `c` so far.
+double ServersCpuSeconds(LocalCluster& c) {
+  double total = 0;
+  for (int i = 0; i < c.num_servers(); ++i) {
+    total += std::max(0.0, ProcessCpuSeconds(c.server(i).pid()));
+  }
+  return total;
 }
 
 bool Settled(const proto::ClusterMap& map) {
@@ -363,23 +380,50 @@ void ScalingSection() {
   auto table = client->CreateTable(o);
   Check(table.status(), "create table");
   std::printf(
-      "\n## Throughput as servers join (%d writers, 64-row pushes of width "
-      "64, 8 ranges)\n\n| servers | rows pushed/s | MB/s |\n|---|---|---|\n",
+      "\n## Throughput as servers join (%d writers, pushes of width 64, 8 "
+      "ranges)\n\n| rows a push | servers | rows pushed/s | MB/s | CPU "
+      "cores, writers' process / servers |\n|---|---|---|---|---|\n",
       absl::GetFlag(FLAGS_writers));
-  auto writers = std::make_unique<Writers>(*cluster, *table, o.num_keys, 64);
   const absl::Duration phase = absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  for (int servers : {1, 2, 4}) {
-    GrowTo(*cluster, sched, servers);
-    absl::SleepFor(absl::Milliseconds(500));
-    const uint64_t a = writers->rows();
-    const absl::Time t0 = absl::Now();
-    absl::SleepFor(phase);
-    const double rate =
-        (writers->rows() - a) / absl::ToDoubleSeconds(absl::Now() - t0);
-    std::printf("| %d | %.0f | %.0f |\n", servers, rate, rate * 64 * 4 / 1e6);
-    std::fflush(stdout);
+  // Servers are only ever added, so each pass after the first runs on 4
+  // servers from the start: it starts from a fresh cluster instead.
+  bool first = true;
+  for (const std::string& r : absl::GetFlag(FLAGS_scaling_rows)) {
+    size_t rows = 0;
+    if (!absl::SimpleAtoi(r, &rows) || rows == 0 || rows > o.num_keys) {
+      std::fprintf(stderr, "--scaling_rows: '%s' is not in [1, %llu]\n",
+                   r.c_str(), static_cast<unsigned long long>(o.num_keys));
+      std::exit(1);
+    }
+    if (!first) {
+      client.reset();
+      Check(cluster->Stop(), "stop cluster");
+      cluster = StartCluster(1, "scaling", {"--ranges_per_table=8"});
+      client = Connect(*cluster);
+      auto again = client->CreateTable(o);
+      Check(again.status(), "create table");
+      table = std::move(again);
+    }
+    first = false;
+    auto writers =
+        std::make_unique<Writers>(*cluster, *table, o.num_keys, rows);
+    for (int servers : {1, 2, 4}) {
+      GrowTo(*cluster, sched, servers);
+      absl::SleepFor(absl::Milliseconds(500));
+      const uint64_t a = writers->rows();
+      const double self0 = ProcessCpuSeconds(getpid());
+      const double servers0 = ServersCpuSeconds(*cluster);
+      const absl::Time t0 = absl::Now();
+      absl::SleepFor(phase);
+      const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+      const double rate = (writers->rows() - a) / secs;
+      std::printf("| %zu | %d | %.0f | %.0f | %.1f / %.1f |\n", rows, servers,
+                  rate, rate * 64 * 4 / 1e6,
+                  (ProcessCpuSeconds(getpid()) - self0) / secs,
+                  (ServersCpuSeconds(*cluster) - servers0) / secs);
+      std::fflush(stdout);
+    }
   }
-  writers.reset();
   client.reset();
   Check(cluster->Stop(), "stop cluster");
 }

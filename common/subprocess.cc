@@ -1,5 +1,6 @@
 #include "common/subprocess.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -83,11 +84,11 @@ std::string Subprocess::LogTail(int max_bytes) const {
   return s;
 }
 
-double ProcessCpuSeconds(pid_t pid) {
-  // utime and stime (fields 14 and 15) count the threads that have exited
-  // too, which a sum over /proc/<pid>/task would lose (gRPC's thread pools
-  // come and go).
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+namespace {
+
+// utime + stime of a /proc .../stat file, in seconds; -1 if unreadable.
+double StatCpuSeconds(const std::string& path) {
+  std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
   // The command name may hold spaces; fields resume after its ')'.
@@ -102,6 +103,30 @@ double ProcessCpuSeconds(pid_t pid) {
   }
   if (!fields) return -1;
   return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
+}  // namespace
+
+double ProcessCpuSeconds(pid_t pid) {
+  // utime and stime (fields 14 and 15) count the threads that have exited
+  // too, which a sum over /proc/<pid>/task would lose (gRPC's thread pools
+  // come and go).
+  return StatCpuSeconds(absl::StrCat("/proc/", pid, "/stat"));
+}
+
+std::map<pid_t, double> ThreadCpuSecondsOf(pid_t pid) {
+  std::map<pid_t, double> out;
+  const std::string task = absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = opendir(task.c_str());
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const double cpu =
+        StatCpuSeconds(absl::StrCat(task, "/", e->d_name, "/stat"));
+    if (cpu >= 0) out[static_cast<pid_t>(std::atoi(e->d_name))] = cpu;
+  }
+  closedir(dir);
+  return out;
 }
 
 }  // namespace downpour

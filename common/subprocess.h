@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@ class Subprocess {
 // (no such process, no procfs). For benchmarks that attribute a job's CPU
 // to its daemons.
 double ProcessCpuSeconds(pid_t pid);
+
+// CPU seconds of each live thread of process `pid` so far, by thread id
+// (/proc/<pid>/task/<tid>/stat, in clock ticks as above); empty if it
+// cannot be read. Two readings' largest difference is the busiest thread's
+// share of a window, as the planner's calibration reads a server's data
+// thread.
+std::map<pid_t, double> ThreadCpuSecondsOf(pid_t pid);
 
 }  // namespace downpour
 

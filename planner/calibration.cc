@@ -204,6 +204,7 @@ Json CalibrationToJson(const Calibration& c) {
   net.Set("server_ns_per_pull_byte", Json::Number(n.server_ns_per_pull_byte));
   net.Set("server_us_per_held_request",
           Json::Number(n.server_us_per_held_request));
+  net.Set("server_serial_fraction", Json::Number(n.server_serial_fraction));
   net.Set("caller_us_per_request", Json::Number(n.caller_us_per_request));
   net.Set("caller_ns_per_byte", Json::Number(n.caller_ns_per_byte));
   net.Set("server_cpu_source", Json::String(n.server_cpu_source));
@@ -332,6 +333,9 @@ absl::StatusOr<Calibration> ParseCalibration(absl::string_view text,
     n.server_ns_per_push_byte = nr.Number("server_ns_per_push_byte", 0);
     n.server_ns_per_pull_byte = nr.Number("server_ns_per_pull_byte", 0);
     n.server_us_per_held_request = nr.Number("server_us_per_held_request", 0);
+    // Calibrations written before it was measured: all of it serial.
+    n.server_serial_fraction =
+        nr.OptionalNumber("server_serial_fraction", 1, 0, 1);
     n.caller_us_per_request = nr.Number("caller_us_per_request", 0);
     n.caller_ns_per_byte = nr.Number("caller_ns_per_byte", 0);
     n.server_cpu_source = nr.OptionalString("server_cpu_source", "measured");

@@ -118,6 +118,10 @@ struct NetworkCalibration {
   // What a BSP request costs the server beyond one applied at once: held
   // until the step's other workers sent theirs, summed, answered later.
   double server_us_per_held_request = 0;
+  // Of the server's CPU per request and per byte above, the share of its
+  // busiest thread (the data thread, which serves requests one after
+  // another; its I/O threads overlap with it). 1 when not measured.
+  double server_serial_fraction = 1;
   // Of the client's CPU, what the calling thread (a worker's training loop)
   // spends itself, per request and per byte: on a worker's critical path.
   double caller_us_per_request = 0;

@@ -31,6 +31,8 @@ TEST(CalibrationTest, ParsesWritesAndReadsBack) {
   EXPECT_EQ(c.cluster.cores, 2);
   EXPECT_EQ(c.compute.gemm_peak_gflops.p90, 10);
   EXPECT_EQ(c.network.in_flight, 4);
+  // Written before the data thread's share was measured: all of it.
+  EXPECT_EQ(c.network.server_serial_fraction, 1);
   EXPECT_EQ(c.apply_ns_per_float.at("adagrad").median, 2);
   ASSERT_NE(c.compute.FindLayer(10, 100, 10), nullptr);
   EXPECT_EQ(c.compute.FindLayer(10, 100, 11), nullptr);
@@ -81,6 +83,11 @@ TEST(CalibrationTest, BadInputNamesTheField) {
        absl::StatusCode::kInvalidArgument,
        "field 'compute.effective_cores[1].threads' (line 9): thread counts "
        "must increase"},
+      {"\"server_us_per_held_request\": 5,",
+       "\"server_us_per_held_request\": 5, \"server_serial_fraction\": 1.5,",
+       absl::StatusCode::kInvalidArgument,
+       "field 'network.server_serial_fraction' (line 33): must be in [0, 1], "
+       "is 1.5"},
       {"\"server_cpu_source\"", "\"server_cpu_sauce\"",
        absl::StatusCode::kInvalidArgument,
        "field 'network.server_cpu_sauce' (line 36): unknown field"},

@@ -62,7 +62,8 @@ struct Costs {
   double control_cli, control_sched;   // a clock report's CPU
   double srv_req, srv_push, srv_pull;  // server CPU per request, per byte
   double srv_held;                     // a BSP request held, beyond that
-  double apply_sum;                    // per float
+  double srv_serial;  // of srv_req and srv_*, the share on the data thread
+  double apply_sum;   // per float
 };
 
 Costs CostsOf(const Calibration& c) {
@@ -84,6 +85,7 @@ Costs CostsOf(const Calibration& c) {
   k.srv_push = n.server_ns_per_push_byte * 1e-9;
   k.srv_pull = n.server_ns_per_pull_byte * 1e-9;
   k.srv_held = n.server_us_per_held_request * 1e-6;
+  k.srv_serial = std::clamp(n.server_serial_fraction, 0.0, 1.0);
   auto sum = c.apply_ns_per_float.find("sum");
   k.apply_sum =
       sum != c.apply_ns_per_float.end() ? Cost(sum->second) * 1e-9 : 0;
@@ -234,18 +236,25 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
                       t.bytes_down * k.cli_pull;
     p.caller_cpu_s +=
         t.requests * k.caller_req + (t.bytes_up + t.bytes_down) * k.caller_byte;
-    double cpu = senders * (t.requests * k.srv_req + t.bytes_up * k.srv_push +
-                            t.bytes_down * k.srv_pull);
+    const double transport =
+        senders * (t.requests * k.srv_req + t.bytes_up * k.srv_push +
+                   t.bytes_down * k.srv_pull);
+    double applied = 0;
     if (job.mode == Mode::kBsp && senders > 1) {
       // Requests held until the step is complete; N gradients summed (rank
       // order) into the step, then one apply.
-      cpu += senders * t.requests * k.srv_held +
-             t.floats_applied * (n * k.apply_sum + apply);
+      applied = senders * t.requests * k.srv_held +
+                t.floats_applied * (n * k.apply_sum + apply);
     } else if (job.mode == Mode::kBsp) {
-      cpu += t.floats_applied * apply;  // applied straight from the request
+      applied = t.floats_applied * apply;  // straight from the request
     } else {
-      cpu += senders * t.floats_applied * apply;
+      applied = senders * t.floats_applied * apply;
     }
+    const double cpu = transport + applied;
+    // Only the data thread's part is served one request after another:
+    // the I/O threads receive and send beside it. Holding, summing and
+    // applying are all the data thread's.
+    p.server_s = std::max(p.server_s, k.srv_serial * transport + applied);
     server_total += cpu;
     if (cpu > p.busiest.cpu_s || i == 0) {
       p.busiest.index = i;
@@ -255,7 +264,6 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
       p.busiest.bytes_out = senders * t.bytes_down;
     }
   }
-  p.server_s = p.busiest.cpu_s;
   p.servers_cpu_s = server_total;
   // Every step reports its clock to the scheduler.
   p.client_cpu_s += k.control_cli;

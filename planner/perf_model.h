@@ -103,7 +103,7 @@ struct Prediction {
   // threads and the calling thread) and its clock report's.
   double client_cpu_s = 0;
   double caller_cpu_s = 0;     // of which on the training thread
-  double server_s = 0;         // the busiest server's CPU per job step
+  double server_s = 0;         // the busiest server's data thread per job step
   double servers_cpu_s = 0;    // all servers' CPU per job step
   double nic_s = 0;            // dedicated hosts only
   double host_s = 0;           // shared host only

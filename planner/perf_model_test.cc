@@ -135,6 +135,22 @@ TEST_F(PerfModelTest, FourBspWorkersOnTwoCoresAreHostBound) {
   EXPECT_NEAR(p.examples_per_s, 40 / (337.0795 * kUs), 1);
 }
 
+TEST_F(PerfModelTest, OnlyTheDataThreadsShareOfAServerIsServedInTurn) {
+  // The job above with a quarter of the server's request and byte CPU on
+  // its data thread: server 0's 81.632 us of requests and bytes count
+  // 20.408 us towards its step; holding (40 us) and applying (1.785 us)
+  // stay whole. All of its CPU still counts towards the host.
+  cal_.network.server_serial_fraction = 0.25;
+  JobShape job;
+  job.workers = 4;
+  job.servers = 2;
+  job.mode = Mode::kBsp;
+  const Prediction p = Predict(model_, cal_, job, PlanOptions{});
+  EXPECT_NEAR(p.server_s, (20.408 + 41.785) * kUs, 1e-11);
+  EXPECT_NEAR(p.busiest.cpu_s, 123.417 * kUs, 1e-11);
+  EXPECT_NEAR(p.servers_cpu_s, (123.417 + 63.35) * kUs, 1e-11);
+}
+
 TEST_F(PerfModelTest, AMeasuredStepReplacesTheLayerEstimate) {
   // The whole step measured at 82.08 us (p10), twice the layer estimate:
   // every part doubles.

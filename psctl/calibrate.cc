@@ -127,6 +127,9 @@ std::string Describe(const planner::Calibration& c) {
                       "pushed (apply excluded), %.3f ns/byte pulled\n",
                       n.server_cpu_source, n.server_us_per_request,
                       n.server_ns_per_push_byte, n.server_ns_per_pull_byte),
+      absl::StrFormat("  of which its busiest thread (served in turn): "
+                      "%.0f%%\n",
+                      100 * n.server_serial_fraction),
       absl::StrFormat("  a BSP request held for aggregation costs the "
                       "server %.1f us more\n",
                       n.server_us_per_held_request),

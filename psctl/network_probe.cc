@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ double ThreadCpuSeconds() { return CpuSeconds(CLOCK_THREAD_CPUTIME_ID); }
 // calling thread, and of the server (-1: not measured).
 struct Totals {
   double ops = 0, wall = 0, client_cpu = 0, caller_cpu = 0, server_cpu = 0;
+  double server_busiest_thread = 0;  // of server_cpu
   void Add(const Totals& t) {
     ops += t.ops;
     wall += t.wall;
@@ -41,6 +43,7 @@ struct Totals {
     caller_cpu += t.caller_cpu;
     server_cpu =
         server_cpu < 0 || t.server_cpu < 0 ? -1 : server_cpu + t.server_cpu;
+    server_busiest_thread += t.server_busiest_thread;
   }
   double WallPerOp() const { return wall / std::max(1.0, ops); }
   double ClientPerOp() const { return client_cpu / std::max(1.0, ops); }
@@ -70,6 +73,8 @@ absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
   const double cpu0 = SelfCpuSeconds();
   const double caller0 = ThreadCpuSeconds();
   const double srv0 = server > 0 ? ProcessCpuSeconds(server) : -1;
+  const std::map<pid_t, double> threads0 =
+      server > 0 ? ThreadCpuSecondsOf(server) : std::map<pid_t, double>{};
   const absl::Time start = absl::Now();
   const absl::Time stop = start + absl::Seconds(seconds);
   const absl::Time last_stop =
@@ -111,6 +116,14 @@ absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
   t.client_cpu = SelfCpuSeconds() - cpu0;
   t.caller_cpu = ThreadCpuSeconds() - caller0;
   t.server_cpu = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : -1;
+  if (server > 0) {
+    for (const auto& [tid, cpu] : ThreadCpuSecondsOf(server)) {
+      auto before = threads0.find(tid);
+      t.server_busiest_thread =
+          std::max(t.server_busiest_thread,
+                   cpu - (before != threads0.end() ? before->second : 0));
+    }
+  }
   return t;
 }
 
@@ -261,6 +274,14 @@ absl::StatusOr<planner::NetworkCalibration> ProbeNetwork(
   if (small_k.server_cpu >= 0 && push_k.server_cpu >= 0 &&
       pull_k.server_cpu >= 0) {
     n.server_cpu_source = "measured";
+    const double all =
+        small_k.server_cpu + push_k.server_cpu + pull_k.server_cpu;
+    const double busiest = small_k.server_busiest_thread +
+                           push_k.server_busiest_thread +
+                           pull_k.server_busiest_thread;
+    if (all > 0 && busiest > 0) {
+      n.server_serial_fraction = std::min(1.0, busiest / all);
+    }
     n.server_us_per_request = small_k.ServerPerOp() * 1e6;
     n.server_ns_per_push_byte =
         std::max(0.0, push_k.ServerPerOp() - small_k.ServerPerOp() - sgd) /

@@ -234,6 +234,8 @@ TEST(PsctlCalibrateTest, LocalAndLiveClusters) {
   EXPECT_EQ(c.network.message_bytes, 16 << 10);
   EXPECT_EQ(c.network.server_cpu_source, "measured");
   EXPECT_GT(c.network.server_us_per_request, 0);
+  EXPECT_GT(c.network.server_serial_fraction, 0);
+  EXPECT_LE(c.network.server_serial_fraction, 1);
   EXPECT_GT(c.network.control_client_us, 0);
   EXPECT_EQ(c.apply_ns_per_float.count("adagrad"), 1u);
 
@@ -261,8 +263,9 @@ TEST(PsctlCalibrateTest, LocalAndLiveClusters) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_OK_AND_ASSIGN(planner::Calibration lc, planner::ReadCalibration(live));
   EXPECT_EQ(lc.cluster.scheduler, address);
-  // Its servers' CPU cannot be read from here.
+  // Its servers' CPU cannot be read from here, nor their threads'.
   EXPECT_EQ(lc.network.server_cpu_source, "estimated");
+  EXPECT_EQ(lc.network.server_serial_fraction, 1);
   r = Psctl({"plan", "--model=" + model, "--calibration=" + live,
              "--scheduler=" + address, "--workers=2", "--servers=2"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

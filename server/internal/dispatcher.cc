@@ -697,7 +697,15 @@ void Dispatcher::AnswerRetry(const Validated& v, const IncomingMessage& request,
       reply->values = ReadRange(store, v.begin, v.end, v.floats, 0, false);
     } else {
       Buffer out = pool_->Acquire(v.floats * sizeof(float));
-      store.Get(v.keys, reinterpret_cast<float*>(out.data()));
+      // The keys were validated against this range: a failure here is a
+      // store's own error, answered as such rather than with stale values.
+      const absl::Status read =
+          store.Get(v.keys, reinterpret_cast<float*>(out.data()));
+      if (!read.ok()) {
+        SetReplyStatus(Annotate(read, absl::StrCat("server ", self_)),
+                       &reply->header);
+        return;
+      }
       reply->values = Payload::Own(std::move(out));
     }
   }
