@@ -254,6 +254,15 @@ class JobMemberImpl final : public JobMember {
           "the scheduler gave rank ", rank_, " in a job of ",
           policy_.max_ranks(), " ranks (", policy_.ToString(), ")"));
     }
+    // Taken seats' clocks are listed for ranks [job_workers - listed,
+    // job_workers), in rank order.
+    const proto::ClusterMap& map = reply.map();
+    const int first_seat =
+        static_cast<int>(map.job_workers()) - map.seat_clocks_size();
+    if (rank_ >= policy_.total_workers() && rank_ >= first_seat &&
+        rank_ < static_cast<int>(map.job_workers())) {
+      first_clock_ = std::max<Clock>(0, map.seat_clocks(rank_ - first_seat));
+    }
     const absl::Duration interval =
         reply.heartbeat_interval_ms() > 0
             ? absl::Milliseconds(reply.heartbeat_interval_ms())
@@ -287,6 +296,7 @@ class JobMemberImpl final : public JobMember {
   int rank() const override { return rank_; }
   const ConsistencyPolicy& policy() const override { return policy_; }
   Clock start_clock() const override { return start_clock_; }
+  Clock first_clock() const override { return first_clock_; }
   uint64_t restored_from() const override { return restored_from_; }
   bool BarrierPassed(absl::string_view name) const override {
     return passed_barriers_.contains(name);
@@ -463,6 +473,7 @@ class JobMemberImpl final : public JobMember {
   NodeId id_ = kNoNode;
   int rank_ = 0;
   Clock start_clock_ = 0;
+  Clock first_clock_ = 0;
   ConsistencyPolicy policy_;
   uint64_t restored_from_ = 0;
   absl::flat_hash_set<std::string> passed_barriers_;  // set by Join

@@ -179,6 +179,11 @@ class JobMember {
   // had reported (it redoes the iteration that was cut short, on the same
   // data shard).
   virtual Clock start_clock() const = 0;
+  // The clock this rank's work began at: 0 for the ranks the job started
+  // with, the clock an elastic seat was first taken at for a seat
+  // (ClusterMap.seat_clocks). start_clock() - first_clock() iterations of
+  // this rank came before this member (a replacement's predecessor's).
+  virtual Clock first_clock() const = 0;
   // The checkpoint the job was last restored from; 0: none.
   virtual uint64_t restored_from() const = 0;
   // Whether the job's workers had passed barrier `name` when this member

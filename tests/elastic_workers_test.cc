@@ -11,11 +11,19 @@
 //  - every push is in the table, exactly (each adds 1 to every key);
 //  - each epoch's examples are split over the workers in the job when it
 //    began (JobMember::EpochShareOf): every example trained once per epoch
-//    through a join and a leave.
+//    through a join and a leave, also as ps_worker's loops draw them
+//    (worker/example_stream.h).
+#include <sys/wait.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
@@ -23,10 +31,12 @@
 #include "client/job_member.h"
 #include "cluster/scheduler_client.h"
 #include "common/status_macros.h"
+#include "common/subprocess.h"
 #include "common/test_util.h"
 #include "launch/local_cluster.h"
 #include "proto/downpour.pb.h"
 #include "testing/suite_cluster.h"
+#include "worker/example_stream.h"
 
 namespace downpour {
 namespace {
@@ -239,6 +249,147 @@ TEST_F(ElasticWorkersTest, EachEpochIsSplitOverTheWorkersPresentAtItsStart) {
   // Only for the caller's own rank.
   EXPECT_THAT(sched_->EpochSplit(a->member->node_id(), 2, 1).status(),
               StatusIs(absl::StatusCode::kPermissionDenied));
+}
+
+// What ps_worker's loops draw in a job with seats (worker/example_stream.h):
+// a, b, then c joining during epoch 0 and b leaving for good after epoch
+// 1, each drawing through the epoch splits; every example is drawn once
+// per epoch, and a stream made again for a rank (a replacement) and moved
+// past what its predecessor drew goes on with the same examples.
+TEST_F(ElasticWorkersTest, WorkersDrawEachEpochsExamplesOnce) {
+  constexpr int kExamples = 1000;
+  constexpr uint64_t kSeed = 7;
+  ASSERT_OK_AND_ASSIGN(Worker * a, Join("a"));
+  ASSERT_OK_AND_ASSIGN(Worker * b, Join("b"));
+  auto sa = ExampleStream::Create(*a->member, kSeed, kExamples, 0);
+  auto sb = ExampleStream::Create(*b->member, kSeed, kExamples, 1);
+  std::vector<std::vector<int>> drawn(3, std::vector<int>(kExamples, 0));
+  // Draws n examples from `s`, all of which must be of `epoch`.
+  auto draw = [&](ExampleStream& s, int n, int64_t epoch) -> absl::Status {
+    std::vector<int> batch;
+    std::vector<int64_t> epochs;
+    DP_RETURN_IF_ERROR(s.Next(n, &batch, &epochs));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (epochs[i] != epoch) {
+        return absl::InternalError(absl::StrCat("drew an example of epoch ",
+                                                epochs[i], ", not ", epoch));
+      }
+      ++drawn[epoch][batch[i]];
+    }
+    return absl::OkStatus();
+  };
+  // Epoch 0 is split over a and b (500 each); c joins during it, has none
+  // of it, and goes on to epoch 1, which begins with it: 334, 333, 333.
+  ASSERT_OK(draw(*sa, 200, 0));
+  ASSERT_OK_AND_ASSIGN(Worker * c, Join("c"));
+  auto sc = ExampleStream::Create(*c->member, kSeed, kExamples, 2);
+  ASSERT_OK(draw(*sc, 10, 1));
+  ASSERT_OK(draw(*sa, 300, 0));
+  ASSERT_OK(draw(*sb, 500, 0));
+  ASSERT_OK(draw(*sa, 334, 1));
+  ASSERT_OK(draw(*sb, 333, 1));
+  ASSERT_OK(draw(*sc, 323, 1));
+  // b leaves for good between epochs: epoch 2 is a's and c's.
+  ASSERT_OK(b->member->LeaveForGood("test", absl::Seconds(30)));
+  ASSERT_OK(draw(*sa, 500, 2));
+  ASSERT_OK(draw(*sc, 500, 2));
+  for (int e = 0; e < 3; ++e) {
+    for (int i = 0; i < kExamples; ++i) {
+      ASSERT_EQ(drawn[e][i], 1) << "epoch " << e << ", example " << i;
+    }
+  }
+  // A's stream made again and moved past the 1334 examples drawn.
+  auto again = ExampleStream::Create(*a->member, kSeed, kExamples, 0);
+  ASSERT_OK(again->Skip(1334, 1));
+  std::vector<int> next, next_again;
+  ASSERT_OK(sa->Next(50, &next));
+  ASSERT_OK(again->Next(50, &next_again));
+  EXPECT_EQ(next, next_again);
+}
+
+// The same through real ps_worker processes (softmax on Fashion-MNIST,
+// batches of 1000): two start, a third takes the seat once the first has
+// trained its share of epoch 0. Each worker logs every share it completed;
+// every epoch whose split all completed holds each of the 60,000 examples
+// once (the shares' sizes add up), the joiner trains only in splits of 3
+// and from its first clock on (no share drawn and dropped), and every
+// worker ends cleanly.
+TEST_F(ElasticWorkersTest, PsWorkersTrainEachEpochsExamplesOnce) {
+  constexpr int kTrainExamples = 60000;
+  auto start = [&](int i) -> std::unique_ptr<Subprocess> {
+    auto p = std::make_unique<Subprocess>(
+        std::vector<std::string>{RunfilePath("worker/ps_worker"),
+                                 "--scheduler=" + cluster_->scheduler_address(),
+                                 absl::StrCat("--name=w", i), "--model=softmax",
+                                 "--batch=1000", "--steps=100", "--seed=7",
+                                 "--eval_every=100000"},
+        absl::StrCat(dir_, "/w", i, ".log"));
+    EXPECT_OK(p->Start());
+    return p;
+  };
+  auto log_of = [&](int i) {
+    std::ifstream in(absl::StrCat(dir_, "/w", i, ".log"));
+    return std::string(std::istreambuf_iterator<char>(in),
+                       std::istreambuf_iterator<char>());
+  };
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  procs.push_back(start(0));
+  procs.push_back(start(1));
+  const absl::Time deadline = absl::Now() + absl::Minutes(3);
+  while (!absl::StrContains(log_of(0), "epoch 0: trained") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(log_of(0), HasSubstr("epoch 0: trained 30000 examples"));
+  procs.push_back(start(2));
+  for (auto& p : procs) {
+    ASSERT_OK_AND_ASSIGN(int status, p->Wait(absl::Minutes(5)));
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << p->LogTail();
+  }
+  // epoch -> share index -> examples; and each epoch's worker count.
+  std::map<int64_t, std::map<int, int64_t>> shares;
+  std::map<int64_t, int> counts;
+  const std::regex line(
+      "epoch ([0-9]+): trained ([0-9]+) examples, share ([0-9]+) of ([0-9]+)");
+  const std::regex done("done: ([0-9]+) examples");
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = log_of(i);
+    // What its shares say it trained is what its loop trained, at most
+    // (the last share may be cut by the end of the run): none dropped.
+    std::smatch trained;
+    ASSERT_TRUE(std::regex_search(log, trained, done)) << log;
+    int64_t in_shares = 0;
+    for (auto m = std::sregex_iterator(log.begin(), log.end(), line);
+         m != std::sregex_iterator(); ++m) {
+      in_shares += std::stoll((*m)[2]);
+      const int64_t epoch = std::stoll((*m)[1]);
+      const int count = std::stoi((*m)[4]);
+      EXPECT_EQ(shares[epoch].count(std::stoi((*m)[3])), 0u)
+          << "a share of epoch " << epoch << " completed twice";
+      shares[epoch][std::stoi((*m)[3])] = std::stoll((*m)[2]);
+      EXPECT_TRUE(counts.emplace(epoch, count).first->second == count);
+      if (i == 2) {
+        EXPECT_EQ(count, 3) << "the joiner trained in epoch " << epoch;
+      }
+    }
+    EXPECT_LE(in_shares, std::stoll(trained[1])) << "worker " << i;
+    // Less by no more than the share it was on (30,000 at most).
+    EXPECT_GE(in_shares, std::stoll(trained[1]) - 30000) << "worker " << i;
+  }
+  int complete = 0, of_three = 0;
+  for (const auto& [epoch, by_index] : shares) {
+    if (static_cast<int>(by_index.size()) != counts[epoch]) continue;
+    int64_t total = 0;
+    for (const auto& [index, n] : by_index) total += n;
+    EXPECT_EQ(total, kTrainExamples) << "epoch " << epoch;
+    ++complete;
+    of_three += counts[epoch] == 3;
+  }
+  // 100 steps of 1000 are 5 epochs of two workers' shares, more of three.
+  EXPECT_GE(complete, 3);
+  EXPECT_GE(of_three, 1);
+  EXPECT_EQ(counts[0], 2);
+  EXPECT_THAT(log_of(2), HasSubstr("epoch 0: not in its split"));
 }
 
 // A BSP job has no seats to take, and its workers cannot leave for good.

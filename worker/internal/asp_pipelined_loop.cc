@@ -5,7 +5,6 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "models/batcher.h"
 #include "worker/internal/training_loop.h"
 #include "worker/slowdown.h"
 
@@ -35,8 +34,9 @@ class AspPipelinedLoop final : public TrainingLoop {
     std::vector<Ticket> in_flight;
     int64_t in_flight_clock = -1;
     double in_flight_loss = 0;
-    Batcher batcher(replica_.train().num_examples, o.seed, rank);
-    ctx_.SkipBatches(batcher);
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleStream> stream,
+                        ctx_.Examples(replica_.train().num_examples, rank));
+    std::vector<int> batch;
     uint64_t examples = 0;
     // Completes step `clock`: its PushPull is acknowledged and its values
     // become the parameters; rank 0 evaluates on schedule.
@@ -60,7 +60,7 @@ class AspPipelinedLoop final : public TrainingLoop {
     for (int64_t clock = ctx_.start_clock(); clock < o.steps; ++clock) {
       DP_RETURN_IF_ERROR(ctx_.CheckStop(clock));
       std::vector<float>& g = grads[clock % 2];
-      const std::vector<int> batch = batcher.Next(o.batch);
+      DP_RETURN_IF_ERROR(stream->Next(o.batch, &batch));
       const absl::Time start = absl::Now();
       const double loss = replica_.model().LossAndGradient(
           params.data(), replica_.train(), batch, g.data());

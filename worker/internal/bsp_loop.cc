@@ -7,7 +7,6 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "models/batcher.h"
 #include "models/learning_rate.h"
 #include "worker/internal/training_loop.h"
 #include "worker/slowdown.h"
@@ -74,8 +73,9 @@ class BspLoop final : public TrainingLoop {
     std::vector<float> grads(params.size());
     std::vector<ExchangePart> parts = ExchangeParts(replica_.blocks());
     std::vector<Ticket> tickets;
-    Batcher batcher(replica_.train().num_examples, o.seed, rank);
-    ctx_.SkipBatches(batcher);
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleStream> stream,
+                        ctx_.Examples(replica_.train().num_examples, rank));
+    std::vector<int> batch;
     uint64_t examples = 0;
     int64_t params_clock = -1;  // params hold the state step params_clock reads
     // Where a step's time goes, for the log line at the end.
@@ -116,7 +116,7 @@ class BspLoop final : public TrainingLoop {
         }
       };
 
-      const std::vector<int> batch = batcher.Next(o.batch);
+      DP_RETURN_IF_ERROR(stream->Next(o.batch, &batch));
       const absl::Time start = absl::Now();
       double loss;
       if (o.slow_factor > 1.0) {

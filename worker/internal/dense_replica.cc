@@ -18,7 +18,12 @@ absl::Status DenseReplica::Init() {
   const WorkerOptions& o = ctx_->options();
   const int rank = ctx_->rank();
   DP_ASSIGN_OR_RETURN(Dataset full, LoadFashionMnist(o.data_dir, true));
-  train_ = Shard(full, ctx_->data_shard(), ctx_->policy().total_workers());
+  // With elastic seats every worker holds every example and trains its
+  // share of each epoch (worker/example_stream.h).
+  train_ =
+      ExampleStream::SplitsEpochs(ctx_->policy())
+          ? full
+          : Shard(full, ctx_->data_shard(), ctx_->policy().total_workers());
   if (rank == 0) {
     DP_ASSIGN_OR_RETURN(test_, LoadFashionMnist(o.data_dir, false));
   }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "models/batcher.h"
+#include "worker/example_stream.h"
 #include "worker/internal/training_loop.h"
 
 namespace downpour {
@@ -31,6 +31,10 @@ class HogwildLoop final : public TrainingLoop {
   absl::Status Run() override {
     const WorkerOptions& o = ctx_.options();
     const int k = o.hogwild_threads;
+    if (ExampleStream::SplitsEpochs(ctx_.policy())) {
+      shared_stream_ = ExampleStream::Create(ctx_.member(), o.seed,
+                                             replica_.train().num_examples, 0);
+    }
     std::vector<absl::Status> status(k);
     std::vector<std::thread> threads;
     for (int t = 0; t < k; ++t) {
@@ -73,16 +77,23 @@ class HogwildLoop final : public TrainingLoop {
     // Writes to the parameters (PullParams) and reads of them
     // (LossAndGradient) race across threads on purpose.
     const float* const shared = replica_.params().data();
-    // Distinct batches per thread.
-    Batcher batcher(replica_.train().num_examples, o.seed,
-                    ctx_.rank() * o.hogwild_threads + t);
+    // Distinct batches per thread; one stream for all of them when the
+    // job splits epochs over its workers (each example once an epoch).
+    std::unique_ptr<ExampleStream> own;
+    if (shared_stream_ == nullptr) {
+      own = ExampleStream::Create(ctx_.member(), o.seed,
+                                  replica_.train().num_examples,
+                                  ctx_.rank() * o.hogwild_threads + t);
+    }
+    ExampleStream& stream = own != nullptr ? *own : *shared_stream_;
+    std::vector<int> batch;
     while (!failed_.load(std::memory_order_relaxed)) {
       const int64_t step = next_.fetch_add(1);
       if (step >= o.steps) break;
       DP_RETURN_IF_ERROR(ctx_.CheckStop(step));
       ctx_.client().SetWorkerClock(ctx_.rank(), step);
       DP_RETURN_IF_ERROR(replica_.PullParams());
-      const std::vector<int> batch = batcher.Next(o.batch);
+      DP_RETURN_IF_ERROR(stream.Next(o.batch, &batch));
       const double loss = replica_.model().LossAndGradient(
           shared, replica_.train(), batch, grads.data());
       DP_RETURN_IF_ERROR(replica_.PushGrads(grads));
@@ -98,6 +109,7 @@ class HogwildLoop final : public TrainingLoop {
   }
 
   StepContext& ctx_;
+  std::unique_ptr<ExampleStream> shared_stream_;  // epoch splits only
   DenseReplica& replica_;
   std::atomic<int64_t> next_, completed_;
   std::atomic<uint64_t> examples_{0};

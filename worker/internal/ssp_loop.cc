@@ -8,7 +8,6 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "models/batcher.h"
 #include "worker/internal/training_loop.h"
 #include "worker/slowdown.h"
 
@@ -26,8 +25,9 @@ class SspLoop final : public TrainingLoop {
     const int rank = ctx_.rank();
     std::vector<float>& params = replica_.params();
     std::vector<float> grads(params.size()), acc(params.size(), 0.0f);
-    Batcher batcher(replica_.train().num_examples, o.seed, rank);
-    ctx_.SkipBatches(batcher);
+    DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleStream> stream,
+                        ctx_.Examples(replica_.train().num_examples, rank));
+    std::vector<int> batch;
     uint64_t examples = 0;
     // Pulling or pushing less than every step is Downpour's ASP mode (the
     // worker refuses n_fetch, n_push > 1 under other policies).
@@ -43,7 +43,7 @@ class SspLoop final : public TrainingLoop {
         DP_RETURN_IF_ERROR(replica_.PullParams());
       }
 
-      const std::vector<int> batch = batcher.Next(o.batch);
+      DP_RETURN_IF_ERROR(stream->Next(o.batch, &batch));
       const absl::Time start = absl::Now();
       const double loss = replica_.model().LossAndGradient(
           params.data(), replica_.train(), batch, grads.data());

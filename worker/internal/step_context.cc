@@ -16,6 +16,16 @@ absl::Status StepContext::StartStep(int64_t* clock, bool* done) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<ExampleStream>> StepContext::Examples(
+    int num_examples, int stream) const {
+  std::unique_ptr<ExampleStream> s =
+      ExampleStream::Create(*member_, options_.seed, num_examples, stream);
+  // A seat's worker starts its stream where the seat began, not at 0.
+  DP_RETURN_IF_ERROR(
+      s->Skip(start_clock() - member_->first_clock(), options_.batch));
+  return s;
+}
+
 absl::Status StepContext::CheckStop(int64_t clock) const {
   if (!stop_->load()) return absl::OkStatus();
   return absl::CancelledError(

@@ -10,14 +10,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "client/job_member.h"
 #include "consistency/consistency.h"
-#include "models/batcher.h"
+#include "worker/example_stream.h"
 #include "worker/worker.h"
 
 namespace downpour {
@@ -33,10 +35,9 @@ class StepContext {
   const WorkerOptions& options() const { return options_; }
   const ConsistencyPolicy& policy() const { return member_->policy(); }
   int rank() const { return member_->rank(); }
-  // The data shard this worker trains on, of policy().total_workers(): its
-  // rank's, and for a worker in an elastic seat that of rank
-  // (rank mod N + b), whose examples it then trains too (ps_worker does
-  // not split an epoch over the workers present; see OPERATIONS).
+  // The data shard this worker trains on, of policy().total_workers(), in
+  // a job without elastic seats: its rank's. (A job with seats draws from
+  // epoch splits of the whole set instead: worker/example_stream.h.)
   int data_shard() const { return rank() % policy().total_workers(); }
   JobMember& member() const { return *member_; }
   Client& client() const { return *client_; }
@@ -56,12 +57,14 @@ class StepContext {
   }
   // Where the workers wait until rank 0 has written the initial values.
   static constexpr char kInitBarrier[] = "init-params";
-  // A resumed job (or a replacement, on its predecessor's shard) draws the
-  // batches of the clocks before start_clock() and drops them, so that it
-  // goes on as if it had not stopped.
-  void SkipBatches(Batcher& batcher) const {
-    for (int64_t c = 0; c < start_clock(); ++c) batcher.Next(options_.batch);
-  }
+  // The batches a loop draws from `num_examples` (the replica's train()),
+  // as stream `stream` of a fixed shard (worker/example_stream.h). A
+  // resumed job (or a replacement, on its predecessor's stream) has drawn
+  // and dropped the batches of its rank's clocks before start_clock() (from
+  // first_clock(): a worker taking a new seat drops none), so that it goes
+  // on as if it had not stopped.
+  absl::StatusOr<std::unique_ptr<ExampleStream>> Examples(int num_examples,
+                                                          int stream) const;
   // kCancelled once a stop was requested (Worker::RequestStop: SIGTERM):
   // loops check it before each iteration, so they stop between two.
   absl::Status CheckStop(int64_t clock) const;
