@@ -30,7 +30,9 @@ StatefulSet, the Job and the scheduler); the L-BFGS job (jobs/lbfgs) on that
 cluster; the same BSP job while `kubectl scale statefulset downpour-server`
 goes 2 -> 3 -> 2 (the new pod takes key ranges, the removed one drains them
 away and exits 0) ending with the unscaled run's parameters bit for bit
-(psctl export of every mlp/ table); an upgrade as deploy/k8s/README.md documents it (dev with two
+(psctl export of every mlp/ table); an SSP job (ELASTIC_WORKERS=1) whose
+worker Job grows from 2 to 3 pods mid-run, the third taking the seat, every
+epoch whose shares completed holding each example once; an upgrade as deploy/k8s/README.md documents it (dev with two
 workers: once the job is under way, the worker Job is deleted, its pods
 get SIGTERM and exit 143 after their step, and the Job of the overlay
 rendered at the next version starts new pods, which take the ranks back,
@@ -172,7 +174,7 @@ def export_params(scheduler_port, secret, out_dir, label):
 
 
 def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
-                scale=None, export=None):
+                scale=None, export=None, grow_workers=None):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
     {pod name: log path}. Raises Failure.
@@ -192,7 +194,12 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
 
     export: a folder: before the daemons are stopped, every mlp/ table is
     exported there (psctl export); the returned dict then has them under
-    "params"."""
+    "params".
+
+    grow_workers: a clock: the worker Job's completions and parallelism one
+    more (as `kubectl patch job` of an Indexed Job makes them) once the
+    gating clock reaches it; the new pod, of the next completion index,
+    must take the next elastic seat and complete with the others."""
     binaries = {k: runfile(v) if v else k for k, v in BINARIES.items()}
     extra_server = None
     if scale is not None:
@@ -202,6 +209,18 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
         objects_planned = scaled(objects, "StatefulSet", SERVERS, n + 1)
     else:
         objects_planned = objects
+    extra_worker = None
+    if grow_workers is not None:
+        job = k8s_pods.find(objects_planned, "Job", "downpour-worker")
+        n = job["spec"]["completions"]
+        extra_worker = f"downpour-worker-{n}-local"
+        grown = []
+        for o in objects_planned:
+            if o is job:
+                o = json.loads(json.dumps(o))
+                o["spec"]["completions"] = o["spec"]["parallelism"] = n + 1
+            grown.append(o)
+        objects_planned = grown
     all_objects = list(objects_planned)
     for extra in extra_objects:
         all_objects += extra
@@ -214,7 +233,7 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
     first = {p.name for p in k8s_pods.pods_of(objects)}
     later = [p for p in procs if p.pod.name not in first and
              p.pod.workload["metadata"]["name"] != UPGRADED_JOB and
-             p.pod.name != extra_server]
+             p.pod.name not in (extra_server, extra_worker)]
     waves = [[p for p in procs if p.pod.name in first], later,
              [p for p in procs
               if p.pod.workload["metadata"]["name"] == UPGRADED_JOB]]
@@ -298,11 +317,20 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
         # Scaling: 0 not yet, 1 the new server started, 2 it holds ranges,
         # 3 scaled back down (it drained and exited 0).
         scale_state = 0 if scale is not None else 3
+        grown = grow_workers is None
         while any(p.pod.kind == "Job" for p, _, _ in running.values()):
             if scale_state < 3:
                 scale_state = scale_step(scale, scale_state, plan, procs,
                                          scheduler, running, exits, label,
                                          extra_server, start)
+            if not grown:
+                text = scrape(metrics_port(plan, scheduler), 0.5) or ""
+                gating = metric(text, "downpour_job_gating_clock")
+                if gating is not None and gating >= grow_workers:
+                    grown = True
+                    print(f"[{label}] gating clock {gating:.0f}: the worker "
+                          f"Job grows by one ({extra_worker})")
+                    start([p for p in procs if p.pod.name == extra_worker])
             poll_once()
             if not upgraded:
                 text = scrape(metrics_port(plan, scheduler), 0.5) or ""
@@ -318,6 +346,9 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
         if scale_state < 3:
             raise Failure(f"[{label}] the job ended before the servers were "
                           f"scaled up and down (step {scale_state})")
+        if not grown:
+            raise Failure(f"[{label}] the job ended before its worker Job "
+                          f"grew")
         if export is not None:
             logs["params"] = export_params(
                 plan.ports[(scheduler.pod.name, 7070)],
@@ -503,6 +534,47 @@ def check_training(objects, logs, label, job="downpour-worker"):
                 raise Failure(f"[{label}] test accuracy {accuracy} < 0.70")
 
 
+def check_epochs(logs, label, names, joiner, examples=60000):
+    """The workers `names` (pod names; `joiner` the one that took a seat)
+    drew each epoch's examples from the scheduler's splits: every epoch
+    whose shares all completed holds `examples` (each once), the joiner
+    trained only in splits that counted it, and in at least one."""
+    line = re.compile(r"epoch (\d+): trained (\d+) examples, share (\d+) "
+                      r"of (\d+)")
+    shares, counts = {}, {}
+    for name in names:
+        with open(logs[name], errors="replace") as f:
+            text = f.read()
+        mine = line.findall(text)
+        if name == joiner:
+            if "not in its split" not in text:
+                raise Failure(f"[{label}] {name} joined during no epoch:\n"
+                              f"{tail(logs[name])}")
+            if not mine:
+                raise Failure(f"[{label}] {name} completed no share:\n"
+                              f"{tail(logs[name])}")
+        for epoch, n, index, count in mine:
+            epoch, index, count = int(epoch), int(index), int(count)
+            if index in shares.setdefault(epoch, {}):
+                raise Failure(f"[{label}] share {index} of epoch {epoch} "
+                              f"completed twice")
+            shares[epoch][index] = int(n)
+            if counts.setdefault(epoch, count) != count:
+                raise Failure(f"[{label}] epoch {epoch} split two ways")
+    complete = [e for e in shares if len(shares[e]) == counts[e]]
+    for e in complete:
+        if sum(shares[e].values()) != examples:
+            raise Failure(f"[{label}] epoch {e}: {sum(shares[e].values())} "
+                          f"examples trained, not {examples}")
+    grown = [e for e in complete if counts[e] == len(names)]
+    if not grown:
+        raise Failure(f"[{label}] no complete epoch of all {len(names)} "
+                      f"workers: {shares}")
+    print(f"[{label}] epochs {sorted(complete)} complete, each of "
+          f"{examples} examples once; split over {len(names)} workers from "
+          f"epoch {min(grown)}")
+
+
 def check_dashboard():
     """Every metric the Grafana dashboard and the alerts query was served by
     some process above (a renamed metric would leave a panel empty, or an
@@ -591,6 +663,28 @@ configMapGenerator:
             raise Failure("the L-BFGS coordinator printed no summary:\n" +
                           tail(logs["downpour-lbfgs-local-0"]))
 
+        # An SSP job on dev-2x2 whose worker Job grows from 2 to 3 pods
+        # while it trains: the third takes the elastic seat.
+        ssp = os.path.join(k8s, "overlays", "dev-ssp")
+        os.makedirs(ssp)
+        with open(os.path.join(ssp, "kustomization.yaml"), "w") as f:
+            f.write(bigger_yaml.replace(
+                "      - STEPS=300\n",
+                "      - STEPS=240\n      - MODEL=softmax\n"
+                "      - BATCH=500\n      - CONSISTENCY=ssp\n"
+                "      - STALENESS=2\n      - ELASTIC_WORKERS=1\n"))
+        grow = k8s_pods.render(KUBECTL, ssp)
+        logs = run_cluster(grow, os.path.join(tmp, "workers"), "workers", rng,
+                           grow_workers=30)
+        check_training(grow, logs, "workers")
+        joiner = "downpour-worker-2-local"
+        with open(logs[joiner], errors="replace") as f:
+            if not re.search(r"rank 2 of 2, consistency SSP", f.read()):
+                raise Failure(f"[workers] {joiner} did not take the seat:\n"
+                              f"{tail(logs[joiner])}")
+        check_epochs(logs, "workers",
+                     [f"downpour-worker-{i}-local" for i in range(3)], joiner)
+
         # An upgrade of dev with two workers: the same overlay at the next
         # version (every image tag and version label moved on).
         two = os.path.join(k8s, "overlays", "dev-2w")
@@ -629,7 +723,8 @@ configMapGenerator:
         print(f"FAIL: {e}")
         return 1
     print("PASS: dev, dev-2x2, the L-BFGS job, servers scaled 2 -> 3 -> 2 "
-          "mid-job, an upgrade and the PyTorch workers ran to the end")
+          "mid-job, workers 2 -> 3 mid-job (SSP), an upgrade and the "
+          "PyTorch workers ran to the end")
     return 0
 
 
