@@ -147,7 +147,7 @@ def torch_worker(args, rank: int, world: int) -> Dict[str, object]:
         [{"params": list(emb.parameters()), "lr": args.emb_lr},
          {"params": list(net.bottom.parameters()) +
           list(net.top.parameters()), "lr": args.lr}],
-        initial_accumulator_value=0.0, eps=1e-8)
+        initial_accumulator_value=args.initial_accumulator, eps=1e-8)
     steps = args.examples // (world * args.batch)
     eval_set = dlrm.EvalSet(gen, args.eval_rows) if rank == 0 else None
     snapshots = dlrm.Snapshots()
@@ -257,6 +257,7 @@ def run_downpour(args, mode: str, workers: int,
         f"--steps={args.examples // (workers * args.batch)}",
         f"--batch={args.batch}", f"--scale={args.scale}", f"--lr={args.lr}",
         f"--emb_lr={args.emb_lr}", f"--prefetch={args.prefetch}",
+        f"--initial_accumulator={args.initial_accumulator}",
         f"--eval_every={args.eval_every}", f"--eval_rows={args.eval_rows}",
         f"--threads={args.threads}", f"--seed={args.seed}",
         f"--staleness={args.staleness}", f"--progress={args.progress}",
@@ -321,6 +322,8 @@ def parse_args(argv=None):
                    help="table sizes as a fraction of Criteo's")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--emb_lr", type=float, default=0.05)
+    p.add_argument("--initial_accumulator", type=float, default=1e-4,
+                   help="Adagrad's starting sum of squares, every run")
     p.add_argument("--prefetch", type=int, default=1)
     p.add_argument("--staleness", type=int, default=2)
     p.add_argument("--eval_every", type=int, default=102400)

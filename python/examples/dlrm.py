@@ -17,7 +17,11 @@ The model (DLRM, Naumov et al. 2019): dense features through a bottom MLP
 13-64-16, each categorical field through an embedding of dimension 16,
 pairwise dot products of those 27 vectors, then a top MLP (367-64-1) to
 one logit. Adagrad on the servers for both (--emb_optimizer=rowwise_adagrad
-for TorchRec's row-wise variant). Data: downpour.clicklog's generator at
+for TorchRec's row-wise variant), its sums of squares starting at
+--initial_accumulator (1e-4): from 0, a coordinate's first step is
+lr * sign(g) however small g is, so rows whose gradient is near 0 move by
+the full rate in the direction float rounding picks, and two runs of the
+same arithmetic in another order drift apart (docs/BENCHMARKS.md). Data: downpour.clicklog's generator at
 --scale of Criteo's table sizes; rank r trains on rows r, r + N, ...
 
 It prints a live progress line, then held-out AUC and log loss (rank 0's
@@ -208,7 +212,8 @@ class Progress:
 def emb_optimizer(args) -> dpt.ServerOptimizer:
     if args.emb_optimizer == "rowwise_adagrad":
         return dpt.RowwiseAdagrad(lr=args.emb_lr)
-    return dpt.Adagrad(lr=args.emb_lr, initial_accumulator=0.0)
+    return dpt.Adagrad(lr=args.emb_lr,
+                       initial_accumulator=args.initial_accumulator)
 
 
 def run_worker(args) -> None:
@@ -227,7 +232,8 @@ def run_worker(args) -> None:
     net = build(emb, args.seed)  # rank 0's MLPs are the ones used
     model = dpt.DistributedModel(
         net, client, member, name="dlrm",
-        optimizer=dpt.Adagrad(lr=args.lr, initial_accumulator=0.0))
+        optimizer=dpt.Adagrad(lr=args.lr,
+                              initial_accumulator=args.initial_accumulator))
     eval_set = EvalSet(gen, args.eval_rows) if rank == 0 else None
     snapshots = Snapshots()
     points = eval_points(args.steps * total * args.batch, args.eval_every)
@@ -451,6 +457,9 @@ def parse_args(argv: Optional[List[str]] = None):
                    help="the embedding table's Adagrad rate")
     p.add_argument("--emb_optimizer", default="adagrad",
                    choices=["adagrad", "rowwise_adagrad"])
+    p.add_argument("--initial_accumulator", type=float, default=1e-4,
+                   help="Adagrad's starting sum of squares (MLPs and "
+                        "tables)")
     p.add_argument("--prefetch", type=int, default=1,
                    help="1: pull the next batch's rows during this step")
     p.add_argument("--eval_every", type=int, default=100000,
