@@ -30,10 +30,12 @@ def test_two_workers_learn(mode):
     assert result["examples"] == 2 * 150 * 256
     # Untrained (under BSP, where no worker can be ahead of rank 0's first
     # snapshot): about chance. After 76,800 examples the model is well on
-    # its way to the planted model's 0.807 (single-process PyTorch: 0.76).
+    # its way to the planted model's 0.807: measured 0.765-0.770 under BSP,
+    # SSP and the hybrid (BSP repeats bit for bit); ASP, whose two workers'
+    # pushes interleave as they happen to, 0.734-0.756 in 6 runs.
     if mode == "bsp":
         assert curve[0]["auc"] < 0.6
-    assert curve[-1]["auc"] > 0.74, curve
+    assert curve[-1]["auc"] > (0.72 if mode == "asp" else 0.75), curve
     assert curve[-1]["auc"] > curve[0]["auc"] + 0.05
     assert curve[-1]["log_loss"] < curve[0]["log_loss"]
     # The workers hold no table: far below a GB each.

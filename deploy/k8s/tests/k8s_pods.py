@@ -252,10 +252,35 @@ def container_env(pod, container, objects, pod_ip="127.0.0.1"):
     return env
 
 
+# Ports for the pods' fixed container ports: below the kernel's ephemeral
+# range (32768-60999 here), from which every outgoing connection on the
+# machine takes its local port. A port picked there (bind to 0) could be
+# taken by another test's client connection before the daemon bound it
+# (seen: a scheduler that could not serve metrics, in 1 of 5 runs two at a
+# time). Each test process walks its own stretch of the range below, so
+# that two at once rarely even try the same port; one in use is skipped.
+_PORT_LOW, _PORT_HIGH = 20000, 32768
+_next_port = [None]
+_given = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    span = _PORT_HIGH - _PORT_LOW
+    if _next_port[0] is None:
+        _next_port[0] = (os.getpid() * 64) % span
+    for _ in range(span):
+        port = _PORT_LOW + _next_port[0]
+        _next_port[0] = (_next_port[0] + 1) % span
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    raise PlanError(f"no free port in [{_PORT_LOW}, {_PORT_HIGH})")
 
 
 def _matches(selector, labels):
