@@ -39,9 +39,8 @@ class ExampleStream {
   // when member.policy() has elastic seats). `stream` numbers the
   // fixed-shard Batcher (the rank, or a Hogwild thread's number); elastic
   // streams ignore it. `member` must outlive the stream.
-  static std::unique_ptr<ExampleStream> Create(JobMember& member,
-                                               uint64_t seed, int num_examples,
-                                               int stream);
+  static std::unique_ptr<ExampleStream> Create(JobMember& member, uint64_t seed,
+                                               int num_examples, int stream);
   // Whether `policy` has its workers draw from epoch splits.
   static bool SplitsEpochs(const ConsistencyPolicy& policy) {
     return policy.elastic_workers > 0;

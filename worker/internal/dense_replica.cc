@@ -1,5 +1,7 @@
 #include "worker/internal/dense_replica.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -20,10 +22,12 @@ absl::Status DenseReplica::Init() {
   DP_ASSIGN_OR_RETURN(Dataset full, LoadFashionMnist(o.data_dir, true));
   // With elastic seats every worker holds every example and trains its
   // share of each epoch (worker/example_stream.h).
-  train_ =
-      ExampleStream::SplitsEpochs(ctx_->policy())
-          ? full
-          : Shard(full, ctx_->data_shard(), ctx_->policy().total_workers());
+  const int dim = full.dim, classes = full.num_classes;
+  if (ExampleStream::SplitsEpochs(ctx_->policy())) {
+    train_ = std::move(full);
+  } else {
+    train_ = Shard(full, ctx_->data_shard(), ctx_->policy().total_workers());
+  }
   if (rank == 0) {
     DP_ASSIGN_OR_RETURN(test_, LoadFashionMnist(o.data_dir, false));
   }
@@ -33,12 +37,11 @@ absl::Status DenseReplica::Init() {
                      "' (cpu; cuda for mlp only)"));
   }
   if (o.device == "cuda") {
-    DP_ASSIGN_OR_RETURN(model_, MakeCudaMlp({full.dim, 256, full.num_classes}));
+    DP_ASSIGN_OR_RETURN(model_, MakeCudaMlp({dim, 256, classes}));
   } else if (o.model == "softmax") {
-    model_ =
-        MakeSoftmaxRegression(full.dim, full.num_classes, /*l2=*/0, o.threads);
+    model_ = MakeSoftmaxRegression(dim, classes, /*l2=*/0, o.threads);
   } else if (o.model == "mlp") {
-    model_ = MakeMlp({full.dim, 256, full.num_classes}, /*l2=*/0, o.threads);
+    model_ = MakeMlp({dim, 256, classes}, /*l2=*/0, o.threads);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown model '", o.model, "' (softmax, mlp, sparse_lr)"));

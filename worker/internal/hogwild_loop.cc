@@ -109,8 +109,8 @@ class HogwildLoop final : public TrainingLoop {
   }
 
   StepContext& ctx_;
-  std::unique_ptr<ExampleStream> shared_stream_;  // epoch splits only
   DenseReplica& replica_;
+  std::unique_ptr<ExampleStream> shared_stream_;  // epoch splits only
   std::atomic<int64_t> next_, completed_;
   std::atomic<uint64_t> examples_{0};
   std::atomic<bool> failed_{false};
