@@ -369,25 +369,19 @@ void StallSection() {
 }
 
 void ScalingSection() {
-  auto cluster = StartCluster(1, "scaling", {"--ranges_per_table=8"});
-  auto client = Connect(*cluster);
-  SchedulerClient sched(cluster->scheduler_address());
   TableOptions o;
   o.name = "w";
   o.width = 64;
   o.num_keys = 8 * 32768;
   o.handler = "sgd";
-  auto table = client->CreateTable(o);
-  Check(table.status(), "create table");
   std::printf(
       "\n## Throughput as servers join (%d writers, pushes of width 64, 8 "
       "ranges)\n\n| rows a push | servers | rows pushed/s | MB/s | CPU "
       "cores, writers' process / servers |\n|---|---|---|---|---|\n",
       absl::GetFlag(FLAGS_writers));
   const absl::Duration phase = absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  // Servers are only ever added, so each pass after the first runs on 4
-  // servers from the start: it starts from a fresh cluster instead.
-  bool first = true;
+  // Servers are only ever added, so each pass starts from a fresh cluster
+  // of one.
   for (const std::string& r : absl::GetFlag(FLAGS_scaling_rows)) {
     size_t rows = 0;
     if (!absl::SimpleAtoi(r, &rows) || rows == 0 || rows > o.num_keys) {
@@ -395,16 +389,11 @@ void ScalingSection() {
                    r.c_str(), static_cast<unsigned long long>(o.num_keys));
       std::exit(1);
     }
-    if (!first) {
-      client.reset();
-      Check(cluster->Stop(), "stop cluster");
-      cluster = StartCluster(1, "scaling", {"--ranges_per_table=8"});
-      client = Connect(*cluster);
-      auto again = client->CreateTable(o);
-      Check(again.status(), "create table");
-      table = std::move(again);
-    }
-    first = false;
+    auto cluster = StartCluster(1, "scaling", {"--ranges_per_table=8"});
+    auto client = Connect(*cluster);
+    SchedulerClient sched(cluster->scheduler_address());
+    auto table = client->CreateTable(o);
+    Check(table.status(), "create table");
     auto writers =
         std::make_unique<Writers>(*cluster, *table, o.num_keys, rows);
     for (int servers : {1, 2, 4}) {
@@ -423,9 +412,10 @@ void ScalingSection() {
                   (ServersCpuSeconds(*cluster) - servers0) / secs);
       std::fflush(stdout);
     }
+    writers.reset();
+    client.reset();
+    Check(cluster->Stop(), "stop cluster");
   }
-  client.reset();
-  Check(cluster->Stop(), "stop cluster");
 }
 
 // Rows each live server served as primary, summed over its ranges.

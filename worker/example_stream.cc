@@ -25,10 +25,11 @@ class ShardStream final : public ExampleStream {
     *out = batcher_.Next(batch);
     if (epochs != nullptr) {
       epochs->resize(out->size());
-      for (int64_t& e : *epochs) e = drawn_++ / num_examples_;
-    } else {
-      drawn_ += out->size();
+      for (size_t i = 0; i < out->size(); ++i) {
+        (*epochs)[i] = (drawn_ + static_cast<int64_t>(i)) / num_examples_;
+      }
     }
+    drawn_ += out->size();
     return absl::OkStatus();
   }
 
