@@ -1,6 +1,7 @@
 #include "client/job_member.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <random>
@@ -301,6 +302,7 @@ class JobMemberImpl final : public JobMember {
   bool BarrierPassed(absl::string_view name) const override {
     return passed_barriers_.contains(name);
   }
+  bool asked_to_leave() const override { return asked_to_leave_.load(); }
 
   absl::Status ReportClock(const ClockReport& report) override {
     proto::AdvanceClockRequest adv;
@@ -440,7 +442,14 @@ class JobMemberImpl final : public JobMember {
         }
       }
       auto hb = scheduler_.Heartbeat(id_, 0);
-      if (hb.ok()) continue;
+      if (hb.ok()) {
+        if (hb->leave_for_good() && !asked_to_leave_.exchange(true)) {
+          DP_LOG(INFO) << "the operator asked rank " << rank_
+                       << " to leave the job for good (retire)";
+          if (options_.on_asked_to_leave) options_.on_asked_to_leave();
+        }
+        continue;
+      }
       if (hb.status().code() != absl::StatusCode::kAborted) {
         DP_LOG(WARNING) << hb.status();
         continue;
@@ -480,6 +489,7 @@ class JobMemberImpl final : public JobMember {
   absl::Mutex hb_mu_;
   bool stop_heartbeats_ ABSL_GUARDED_BY(hb_mu_) = false;
   bool holds_name_ ABSL_GUARDED_BY(hb_mu_) = false;  // in LiveNames()
+  std::atomic<bool> asked_to_leave_{false};  // set by the heartbeat thread
   absl::Mutex join_mu_;  // one joiner at a time (Leave, the destructor)
   std::thread heartbeat_;
   std::unique_ptr<ClockReporter> reporter_;

@@ -119,6 +119,10 @@ struct JobMemberOptions {
   // worker blocked on the data plane learns it only this way. Empty: it is
   // only logged (WaitClock, Barrier and ReportClock return it too).
   std::function<void(const absl::Status&)> on_job_failed;
+  // Called once, from the heartbeat thread, when the operator asks this
+  // worker to leave the job for good (psctl retire, ASP and SSP): finish
+  // the step under way, then LeaveForGood. Empty: asked_to_leave() only.
+  std::function<void()> on_asked_to_leave;
 };
 
 // A worker's progress at the end of an iteration, for the job status.
@@ -190,6 +194,10 @@ class JobMember {
   // registered: a replacement joining a running job, which must neither
   // wait there alone nor redo what came before it (initial values).
   virtual bool BarrierPassed(absl::string_view name) const = 0;
+  // Whether the operator asked this worker to leave the job for good
+  // (psctl retire; learnt from the heartbeats): a training program checks
+  // it between steps and then calls LeaveForGood.
+  virtual bool asked_to_leave() const = 0;
 
   // Queues `report` and returns at once. Returns the first error an
   // earlier report got (then every later call returns it too).

@@ -94,6 +94,21 @@ absl::StatusOr<proto::DrainReply> SchedulerClient::Drain(
   return reply;
 }
 
+absl::StatusOr<proto::RetireWorkerReply> SchedulerClient::RetireWorker(
+    int rank) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::RetireWorkerRequest req;
+  req.set_rank(rank);
+  proto::RetireWorkerReply reply;
+  grpc::Status s = stub_->RetireWorker(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(
+        s, absl::StrCat("retire worker of rank ", rank, " at ", address_));
+  }
+  return reply;
+}
+
 absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
   grpc::ClientContext ctx;
   Prepare(&ctx, rpc_timeout_);

@@ -30,19 +30,23 @@ absl::Status CheckCounts(Clock staleness, int num_workers, int backup_workers) {
   return absl::OkStatus();
 }
 
-// Elastic seats: none under BSP (see consistency.h).
-absl::Status CheckSeats(ConsistencyPolicy::Kind kind, int64_t seats) {
+// Elastic seats: under BSP only without backup workers (see consistency.h).
+absl::Status CheckSeats(ConsistencyPolicy::Kind kind, int64_t seats,
+                        int backups) {
   if (seats < 0 || seats > std::numeric_limits<int>::max() / 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("elastic workers must be in [0, ",
                      std::numeric_limits<int>::max() / 4, "], got ", seats));
   }
-  if (seats > 0 && kind == ConsistencyPolicy::Kind::kBsp) {
+  if (seats > 0 && kind == ConsistencyPolicy::Kind::kBsp && backups > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "elastic workers (", seats,
-        ") need ASP or SSP: BSP changes its number of workers only at a "
-        "step that every server switches at together, which Downpour does "
-        "not do yet"));
+        ") under BSP need a job without backup "
+        "workers (got ",
+        backups,
+        "): a BSP job grows by counting every "
+        "worker in each step from the step it grows at, which backups, "
+        "whose pushes may be left out, do not fit"));
   }
   return absl::OkStatus();
 }
@@ -67,7 +71,8 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::Parse(
   const absl::Status counts =
       CheckCounts(p.staleness, num_workers, backup_workers);
   if (!counts.ok()) return counts;
-  const absl::Status seats = CheckSeats(p.kind, elastic_workers);
+  const absl::Status seats =
+      CheckSeats(p.kind, elastic_workers, backup_workers);
   if (!seats.ok()) return seats;
   p.num_workers = num_workers;
   p.backup_workers = backup_workers;
@@ -108,7 +113,8 @@ absl::StatusOr<ConsistencyPolicy> ConsistencyPolicy::FromJob(
   const absl::Status counts =
       CheckCounts(p.staleness, static_cast<int>(n), static_cast<int>(b));
   if (!counts.ok()) return counts;
-  const absl::Status seats = CheckSeats(p.kind, static_cast<int64_t>(e));
+  const absl::Status seats =
+      CheckSeats(p.kind, static_cast<int64_t>(e), static_cast<int>(b));
   if (!seats.ok()) return seats;
   p.num_workers = static_cast<int>(n);
   p.backup_workers = static_cast<int>(b);
@@ -174,8 +180,11 @@ absl::StatusOr<int> ClockTable::Join() {
         absl::StrCat("every elastic seat is taken (", policy_.elastic_workers,
                      " under ", policy_.ToString(), ")"));
   }
-  // Before the seat counts: the gate over the workers already there.
-  clocks_[joined_] = GatingClock();
+  // Before the seat counts: the gate over the workers already there. Under
+  // BSP one beyond it: no worker has started that step, so all of it can
+  // count the joiner (the scheduler announces it as the step the job grows
+  // at); the step at the gate may be under way with the old count.
+  clocks_[joined_] = GatingClock() + (policy_.is_bsp() ? 1 : 0);
   return joined_++;
 }
 

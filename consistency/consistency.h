@@ -15,13 +15,15 @@
 // With backup workers (N + b workers, b > 0) only the N fastest count: the
 // gating clock is the N-th largest clock instead of the minimum, and a
 // worker that falls behind it skips ahead.
-// Elastic seats (E, ASP and SSP only): ranks [N + b, N + b + E) are vacant
-// at the start and gate nobody; a worker joining the running job takes the
-// next one, starts at the gating clock, and counts in the gate from then on.
-// A worker may also leave for good (its rank retires). BSP keeps its count:
-// changing it belongs at a step boundary that every server switches at
-// together, which is not built.
-//
+// Elastic seats (E): ranks [N + b, N + b + E) are vacant at the start and
+// gate nobody; a worker joining the running job takes the next one and
+// counts in the gate from then on. Under ASP and SSP it starts at the
+// gating clock, and a worker may also leave for good (its rank retires).
+// Under BSP (without backups) it starts one step beyond the gating clock:
+// the step the job grows at, which the cluster map announces (the seat's
+// start clock) so that every server counts its push from exactly that
+// step on; BSP does not shrink.
+
 // ConsistencyPolicy is the one place that decides policy questions: the
 // scheduler builds it from its flags (Parse) and sends it to every worker
 // in the job's config (ToJob); a worker reads it back once (FromJob) and
@@ -60,7 +62,7 @@ struct ConsistencyPolicy {
 
   // "bsp", "ssp" (with `staleness`), "asp". kInvalidArgument otherwise, or
   // for a negative staleness, fewer than 1 worker, negative seats, or
-  // seats under BSP.
+  // seats under BSP with backup workers.
   static absl::StatusOr<ConsistencyPolicy> Parse(const std::string& name,
                                                  Clock staleness,
                                                  int num_workers,
@@ -176,9 +178,10 @@ class ClockTable {
 
   // Elastic seats: ranks from joined() on are vacant (they gate nobody).
   // Join takes the next one for a worker joining the running job: its clock
-  // starts at the gating clock, so that it holds nobody back, and it counts
-  // in the gate from then on. Returns the new rank, or kResourceExhausted
-  // when no seat is left.
+  // starts at the gating clock (under BSP one beyond, the step the job
+  // grows at), so that it holds nobody back, and it counts in the gate
+  // from then on. Returns the new rank, or kResourceExhausted when no seat
+  // is left.
   absl::StatusOr<int> Join();
   int joined() const { return joined_; }
   // Restores the number of ranks joined (a checkpoint, the scheduler's

@@ -296,9 +296,9 @@ TEST(StalenessTest, BackupWorkersCountOnlyTheFastest) {
 }
 
 // Elastic seats: vacant ones gate nobody; a joiner starts at the gating
-// clock and gates from then on; BSP has none.
+// clock and gates from then on; BSP has none with backup workers.
 TEST(ClockTableTest, ElasticSeatsJoinAtTheGatingClock) {
-  EXPECT_THAT(ConsistencyPolicy::Parse("bsp", 0, 2, 0, /*elastic=*/1),
+  EXPECT_THAT(ConsistencyPolicy::Parse("bsp", 0, 2, 1, /*elastic=*/1),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ConsistencyPolicy::Parse("ssp", 1, 2, 0, /*elastic=*/-1),
               StatusIs(absl::StatusCode::kInvalidArgument));
@@ -315,6 +315,7 @@ TEST(ClockTableTest, ElasticSeatsJoinAtTheGatingClock) {
                        ConsistencyPolicy::FromJob(job));
   EXPECT_EQ(back.elastic_workers, 2);
   job.set_consistency(proto::BSP);
+  job.set_backup_workers(1);
   EXPECT_THAT(ConsistencyPolicy::FromJob(job),
               StatusIs(absl::StatusCode::kInvalidArgument));
 
@@ -359,6 +360,27 @@ TEST(ClockTableTest, ElasticSeatsJoinAtTheGatingClock) {
   EXPECT_EQ(r.joined(), 4);
   r.SetJoined(0);
   EXPECT_EQ(r.joined(), 2);
+}
+
+// Under BSP a joiner starts one step beyond the gate: the step under way
+// completes with the workers already there, the next counts it too.
+TEST(ClockTableTest, ABspJoinerStartsAtTheNextStep) {
+  ASSERT_OK_AND_ASSIGN(const ConsistencyPolicy p,
+                       ConsistencyPolicy::Parse("bsp", 0, 2, 0, 1));
+  EXPECT_EQ(p.sync_workers(), 2u);
+  ClockTable t(p);
+  ASSERT_OK(t.Advance(0, 1));
+  ASSERT_OK(t.Advance(1, 1));
+  ASSERT_OK(t.Advance(0, 2));  // rank 1 is still in step 1
+  ASSERT_OK_AND_ASSIGN(const int seat, t.Join());
+  EXPECT_EQ(seat, 2);
+  EXPECT_EQ(t.clock(2), 2);
+  EXPECT_EQ(t.GatingClock(), 1);
+  EXPECT_FALSE(t.MayProceed(2));
+  ASSERT_OK(t.Advance(1, 2));
+  EXPECT_EQ(t.GatingClock(), 2);
+  EXPECT_TRUE(t.MayProceed(2));
+  EXPECT_FALSE(t.MayProceed(3));  // every rank, the joiner's too
 }
 
 // The servers leave vacant seats out of the staleness figures.

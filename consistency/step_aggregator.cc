@@ -54,7 +54,7 @@ StepAggregator::Result StepAggregator::Add(int rank, Clock clock,
   held.keys.assign(keys.begin(), keys.end());
   held.grads = TakeSpare();
   held.grads.assign(grads.begin(), grads.end());
-  return ++step.count < needed_ ? kHeld : kComplete;
+  return ++step.count < needed_.At(clock) ? kHeld : kComplete;
 }
 
 StepAggregator::Result StepAggregator::AddDirect(Clock clock) {
@@ -98,9 +98,18 @@ StepAggregator::Finished StepAggregator::Finish(Clock clock,
   return f;
 }
 
-std::vector<Clock> StepAggregator::Retire(int rank, int needed,
+std::vector<Clock> StepAggregator::SetNeeded(StepCounts needed) {
+  needed_ = std::move(needed);
+  std::vector<Clock> complete;
+  for (const auto& [clock, step] : pending_) {
+    if (step.count >= needed_.At(clock)) complete.push_back(clock);
+  }
+  return complete;
+}
+
+std::vector<Clock> StepAggregator::Retire(int rank, StepCounts needed,
                                           std::vector<uint64_t>* orphans) {
-  needed_ = needed;
+  needed_ = std::move(needed);
   std::vector<Clock> complete;
   for (auto it = pending_.begin(); it != pending_.end();) {
     Step& step = it->second;
@@ -117,7 +126,7 @@ std::vector<Clock> StepAggregator::Retire(int rank, int needed,
       it = pending_.erase(it);
       continue;
     }
-    if (step.count >= needed_) complete.push_back(it->first);
+    if (step.count >= needed_.At(it->first)) complete.push_back(it->first);
     ++it;
   }
   return complete;

@@ -18,7 +18,9 @@
 // needed == 1, AddDirect lets the caller apply a lone gradient straight from
 // its request buffer, without the copy. When the job goes on without a
 // rank (Retire), its held pushes are dropped and fewer ranks complete a
-// step.
+// step. A BSP job that grows (a worker took an elastic seat) needs more
+// ranks from the step the scheduler announced on (StepCounts): the count
+// is a function of the clock, not of when the server learnt of it.
 //
 // Gradient buffers are recycled across steps: on these machines writing to
 // fresh pages is ~40x slower than to reused ones.
@@ -29,12 +31,28 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "consistency/consistency.h"
 
 namespace downpour {
+
+// Distinct ranks that complete each step: `base` below the first change,
+// then each change's count from its clock on (changes ascending by clock).
+struct StepCounts {
+  int base = 1;
+  std::vector<std::pair<Clock, int>> changes;
+  int At(Clock clock) const {
+    int n = base;
+    for (const auto& [from, count] : changes) {
+      if (from > clock) break;
+      n = count;
+    }
+    return n;
+  }
+};
 
 class StepAggregator {
  public:
@@ -48,11 +66,14 @@ class StepAggregator {
   };
   enum Result { kHeld, kComplete, kLate };
 
-  // `ranks`: ranks a push may carry (N + b); `needed`: distinct ranks that
-  // complete a step (N). REQUIRES: 1 <= needed <= ranks.
-  StepAggregator(int ranks, int needed) : ranks_(ranks), needed_(needed) {}
+  // `ranks`: ranks a push may carry (N + b + E); `needed`: distinct ranks
+  // that complete each step (N). REQUIRES: 1 <= every count <= ranks.
+  StepAggregator(int ranks, StepCounts needed)
+      : ranks_(ranks), needed_(std::move(needed)) {}
+  StepAggregator(int ranks, int needed)
+      : StepAggregator(ranks, StepCounts{needed, {}}) {}
 
-  int needed() const { return needed_; }
+  int needed(Clock clock) const { return needed_.At(clock); }
   // The first clock not yet applied.
   Clock next_clock() const { return next_clock_; }
   // For a replica that learns the applied clock from its primary (or a
@@ -66,10 +87,10 @@ class StepAggregator {
   // REQUIRES: 0 <= rank < ranks.
   Result Add(int rank, Clock clock, absl::Span<const uint64_t> keys,
              absl::Span<const float> grads, uint64_t waiter);
-  // needed == 1 and nothing held for `clock`: the caller may apply the
-  // gradient straight from its buffer and then call Finish(clock, 0). Returns
-  // kLate for an applied clock, kComplete otherwise (nothing is copied).
-  // REQUIRES: needed() == 1.
+  // needed(clock) == 1 and nothing held for `clock`: the caller may apply
+  // the gradient straight from its buffer and then call Finish(clock, 0).
+  // Returns kLate for an applied clock, kComplete otherwise (nothing is
+  // copied). REQUIRES: needed(clock) == 1.
   Result AddDirect(Clock clock);
 
   // The held pushes of `clock`, by rank (only those with `pushed` count).
@@ -103,12 +124,15 @@ class StepAggregator {
 
   // The job went on without `rank`: its held pushes are dropped (their
   // waiters appended to `orphans`, for the caller to answer with an
-  // error), and from now on `needed` distinct ranks complete a step.
-  // Returns the held clocks that are complete by that count, ascending;
-  // the caller applies each as after Add's kComplete (Pushes, Finish).
-  // REQUIRES: 0 <= rank < ranks; needed >= 1.
-  std::vector<Clock> Retire(int rank, int needed,
+  // error), and from now on `needed` counts the ranks that complete a
+  // step. Returns the held clocks that are complete by that count,
+  // ascending; the caller applies each as after Add's kComplete (Pushes,
+  // Finish). REQUIRES: 0 <= rank < ranks; every count >= 1.
+  std::vector<Clock> Retire(int rank, StepCounts needed,
                             std::vector<uint64_t>* orphans);
+  // From now on `needed` counts the ranks that complete a step (a BSP job
+  // grew). Returns the held clocks complete by it, as Retire does.
+  std::vector<Clock> SetNeeded(StepCounts needed);
 
   // Drops every held step and returns the waiters they remembered (to be
   // answered with an error): the part moved to another server.
@@ -125,7 +149,7 @@ class StepAggregator {
   std::vector<float> TakeSpare();
 
   const int ranks_;
-  int needed_;
+  StepCounts needed_;
   Clock next_clock_ = 0;
   std::map<Clock, Step> pending_;
   std::vector<std::vector<float>> spare_;

@@ -71,7 +71,7 @@ TEST(StepAggregatorTest, ARetiredRankIsDroppedAndFewerRanksCompleteAStep) {
   EXPECT_EQ(steps.Add(2, 6, {}, c, 13), StepAggregator::kHeld);
   std::vector<uint64_t> orphans;
   // Rank 2 retires: its pushes go, and clock 5 needs ranks 0 and 1.
-  EXPECT_TRUE(steps.Retire(2, /*needed=*/2, &orphans).empty());
+  EXPECT_TRUE(steps.Retire(2, StepCounts{2, {}}, &orphans).empty());
   EXPECT_EQ(orphans, (std::vector<uint64_t>{12, 13}));
   EXPECT_EQ(steps.held_steps(), 1u);  // clock 6 had only rank 2's push
   EXPECT_EQ(steps.PushedCount(5), 1);
@@ -84,12 +84,38 @@ TEST(StepAggregatorTest, ARetiredRankIsDroppedAndFewerRanksCompleteAStep) {
   // Rank 1 retires while rank 0 waits at clock 6: the step is complete.
   EXPECT_EQ(steps.Add(0, 6, {}, a, 15), StepAggregator::kHeld);
   orphans.clear();
-  EXPECT_EQ(steps.Retire(1, 1, &orphans), (std::vector<Clock>{6}));
+  EXPECT_EQ(steps.Retire(1, StepCounts{1, {}}, &orphans),
+            (std::vector<Clock>{6}));
   EXPECT_TRUE(orphans.empty());
   f = steps.Finish(6, 0);
   EXPECT_EQ(f.ranks, (std::vector<int>{0}));
   EXPECT_EQ(f.waiters, (std::vector<uint64_t>{15}));
   EXPECT_EQ(steps.next_clock(), 7);
+}
+
+// A BSP job grown at an announced step: steps below it complete with the
+// old count, from it on only with the new one, whenever the counts arrive.
+TEST(StepAggregatorTest, TheCountOfAStepIsAFunctionOfItsClock) {
+  StepAggregator steps(/*ranks=*/3, /*needed=*/2);
+  const std::vector<float> g = {1};
+  // Clock 4 is held with two pushes when the change "3 from clock 4"
+  // arrives: it is not complete by it, and neither is clock 3 with one.
+  EXPECT_EQ(steps.Add(0, 3, {}, g, 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(0, 4, {}, g, 0), StepAggregator::kHeld);
+  const StepCounts grown{2, {{4, 3}}};
+  EXPECT_TRUE(steps.SetNeeded(grown).empty());
+  EXPECT_EQ(steps.needed(3), 2);
+  EXPECT_EQ(steps.needed(4), 3);
+  EXPECT_EQ(steps.needed(100), 3);
+  EXPECT_EQ(steps.Add(1, 3, {}, g, 0), StepAggregator::kComplete);
+  steps.Finish(3, 0);
+  EXPECT_EQ(steps.Add(1, 4, {}, g, 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(2, 4, {}, g, 0), StepAggregator::kComplete);
+  EXPECT_EQ(steps.Finish(4, 0).ranks, (std::vector<int>{0, 1, 2}));
+  // Lowering a count completes the held steps that now have enough.
+  EXPECT_EQ(steps.Add(0, 5, {}, g, 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(1, 5, {}, g, 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.SetNeeded(StepCounts{2, {}}), (std::vector<Clock>{5}));
 }
 
 }  // namespace

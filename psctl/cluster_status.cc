@@ -307,6 +307,12 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
         static_cast<int>(job.num_workers() + job.backup_workers());
     absl::StrAppend(&out, " + ", job.elastic_workers(), " elastic (",
                     std::max(0, s.job().workers_size() - started), " joined)");
+    // A BSP job counts each seat's pushes from the step it grew at.
+    if (job.consistency() == proto::BSP && s.map().seat_clocks_size() > 0) {
+      absl::StrAppend(&out, ", grew at step",
+                      s.map().seat_clocks_size() > 1 ? "s " : " ",
+                      absl::StrJoin(s.map().seat_clocks(), ", "));
+    }
   }
   absl::StrAppend(&out, "  gating clock ", s.job().gating_clock(), "\n\n");
 

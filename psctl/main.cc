@@ -10,6 +10,7 @@
 //                [--workers=N] [--worker_flags=--model=mlp,--steps=500]
 //                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
 //   psctl drain NAME [--cancel] [--timeout_s=120] [--scheduler=HOST:PORT]
+//   psctl retire RANK [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl checkpoint  [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl checkpoints [--scheduler=HOST:PORT]
 //   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
@@ -31,6 +32,12 @@
 // the job runs, then the server leaves the cluster and exits 0; psctl waits
 // for it (at most --timeout_s), printing progress. --cancel calls a drain
 // off (the ranges moved stay moved).
+//
+// retire removes the worker of rank RANK from a running ASP or SSP job for
+// good: it finishes its step, leaves (its rank retires: it gates nobody,
+// no replacement is waited for) and ps_worker exits 0; psctl waits for it
+// (at most --timeout_s). Then lower the worker Job's completions and
+// parallelism (docs/OPERATIONS.md, "Scaling").
 //
 // Every command prints human tables by default, `-o wide` for more
 // columns, `-o json` or `-o yaml` (the messages of psctl/psctl.proto, one
@@ -55,6 +62,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -120,7 +128,8 @@ ABSL_FLAG(std::vector<std::string>, lbfgs_flags, {},
 ABSL_FLAG(int64_t, job_timeout_s, 3600,
           "job: give up (and stop it) after this");
 ABSL_FLAG(int64_t, timeout_s, 120,
-          "checkpoint, restore, drain: wait this long for it to complete");
+          "checkpoint, restore, drain, retire: wait this long for it to "
+          "complete");
 ABSL_FLAG(bool, cancel, false,
           "drain: call the server's drain off instead (ranges moved stay "
           "moved)");
@@ -549,6 +558,55 @@ int Drain(const CommandContext& ctx) {
                          "someone cancelled it)")));
 }
 
+// Removes the worker of rank RANK from the job for good and waits for it.
+int Retire(const CommandContext& ctx) {
+  int rank = -1;
+  if (ctx.args.size() != 1 || !absl::SimpleAtoi(ctx.args[0], &rank)) {
+    std::fprintf(stderr,
+                 "psctl retire: name the worker's rank (psctl retire RANK; "
+                 "psctl status lists them)\n");
+    return kUsage;
+  }
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  SchedulerClient sched(ctx.scheduler,
+                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
+                        ctx.auth);
+  FILE* progress = ctx.machine() ? stderr : stdout;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  absl::StatusOr<proto::RetireWorkerReply> r = sched.RetireWorker(rank);
+  if (!r.ok()) return Fail(r.status());
+  if (!r->retired()) {
+    std::fprintf(progress, "rank %d: worker '%s' asked to leave for good\n",
+                 rank, r->name().c_str());
+    std::fflush(progress);
+  }
+  // Asked again (idempotent) until the worker has left: the request is not
+  // durable, so a scheduler restarted meanwhile hears it again.
+  while (!r->retired() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(200));
+    r = sched.RetireWorker(rank);
+    if (!r.ok()) return Fail(r.status());
+  }
+  psctl::RetireProgress out;
+  out.set_rank(rank);
+  out.set_worker(r->name());
+  out.set_node_id(r->node_id());
+  out.set_retired(r->retired());
+  out.set_waited_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  const int printed = PrintOutput(out, ctx.format, [&](bool) {
+    return out.retired() ? absl::StrFormat(
+                               "rank %d: retired (worker '%s') after %.1f s\n",
+                               rank, out.worker(), out.waited_seconds())
+                         : std::string();
+  });
+  if (out.retired()) return printed;
+  return Fail(absl::DeadlineExceededError(absl::StrCat(
+      "worker '", out.worker(), "' of rank ", rank, " has not left after ",
+      absl::FormatDuration(timeout),
+      " (it leaves after its step; a worker that never checks stays)")));
+}
+
 // Rolls the job back to --checkpoint and waits for it.
 int Restore(const CommandContext& ctx) {
   const uint64_t id = absl::GetFlag(FLAGS_checkpoint);
@@ -623,6 +681,7 @@ constexpr Command kCommands[] = {
     {"local", Local},
     {"job", Job},
     {"drain", Drain, 1},
+    {"retire", Retire, 1},
     {"checkpoint", Checkpoint},
     {"checkpoints", Checkpoints},
     {"restore", Restore},

@@ -105,13 +105,48 @@ absl::Status Job::TakeOverRank(int rank, const std::string& name) {
     map_->set_job_workers(static_cast<uint32_t>(clocks_.joined()));
     map_->add_seat_clocks(clocks_.clock(rank));
     map_->set_epoch(map_->epoch() + 1);
+    map_->add_seat_epochs(map_->epoch());
     durable_->ClocksChanged();
     DP_LOG(INFO) << "worker '" << name << "' joins the running job in elastic "
                  << "seat " << rank << " from clock " << clocks_.clock(rank)
                  << "; " << clocks_.joined() << " ranks; epoch "
-                 << map_->epoch();
+                 << map_->epoch()
+                 << (options_.policy.is_bsp()
+                         ? "; BSP steps count it from there, once every live "
+                           "server has applied this epoch"
+                         : "");
   }
   return absl::OkStatus();
+}
+
+Clock Job::ResizeHold() const {
+  Clock hold = std::numeric_limits<Clock>::max();
+  if (!options_.policy.is_bsp() || map_->seat_epochs_size() == 0) return hold;
+  const std::vector<const proto::NodeInfo*> servers = members_->AliveServers();
+  const int n = std::min(map_->seat_clocks_size(), map_->seat_epochs_size());
+  const Clock gating = clocks_.GatingClock();
+  for (int i = 0; i < n; ++i) {
+    // The gate passes a seat's start clock only once the hold is lifted;
+    // up to it (every worker has completed the step before) it may still
+    // be on.
+    const Clock step = map_->seat_clocks(i);
+    if (step < gating || step - 1 >= hold) continue;
+    for (const proto::NodeInfo* s : servers) {
+      if (members_->applied(s->id()) < map_->seat_epochs(i)) {
+        hold = step - 1;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+Clock Job::GatingClock() const {
+  return std::min(clocks_.GatingClock(), ResizeHold());
+}
+
+bool Job::MayProceed(Clock clock) const {
+  return options_.policy.Allows(clock, GatingClock());
 }
 
 absl::Status Job::LeaveForGood(NodeId id, const std::string& name,
@@ -122,12 +157,17 @@ absl::Status Job::LeaveForGood(NodeId id, const std::string& name,
   if (options_.policy.is_bsp()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "leave: worker '", name, "' (rank ", rank,
-        ") cannot leave a BSP job for good: BSP changes its number of "
-        "workers only at a step every server switches at together, which "
-        "Downpour does not do yet; leave without retire (a replacement takes "
-        "the rank) or use --on_worker_loss=continue"));
+        ") cannot leave a BSP job for good: a BSP job grows at announced "
+        "steps but does not shrink; leave without retire (a replacement "
+        "takes the rank) or use --on_worker_loss=continue"));
   }
   if (roster_.retired(rank)) return absl::OkStatus();
+  RetireNow(rank, name, how);
+  return absl::OkStatus();
+}
+
+void Job::RetireNow(int rank, const std::string& name, const std::string& how) {
+  asked_to_leave_.erase(rank);
   roster_.Retire(rank, name, how);
   clocks_.Retire(rank);
   workers_[rank].set_lost(false);
@@ -138,7 +178,57 @@ absl::Status Job::LeaveForGood(NodeId id, const std::string& name,
   map_->set_epoch(map_->epoch() + 1);
   DP_LOG(INFO) << "worker '" << name << "' (rank " << rank << ", clock "
                << clocks_.clock(rank) << ") left the job for good: " << how;
-  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::RetireWorkerReply> Job::Retire(int rank) {
+  if (rank < 0 || rank >= clocks_.joined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("retire: rank ", rank, " is not in the job (ranks [0, ",
+                     clocks_.joined(), ") have joined)"));
+  }
+  proto::RetireWorkerReply reply;
+  const auto holder = rank_holder_.find(rank);
+  const proto::NodeInfo* node =
+      holder == rank_holder_.end() ? nullptr : members_->Find(holder->second);
+  if (node != nullptr) {
+    reply.set_node_id(node->id());
+    reply.set_name(node->name());
+  }
+  if (roster_.retired(rank)) {
+    reply.set_retired(true);
+    return reply;
+  }
+  if (options_.policy.is_bsp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("retire: rank ", rank,
+                     " of a BSP job: a BSP job grows at announced "
+                     "steps but does not shrink"));
+  }
+  int others = 0;
+  for (int r = 0; r < clocks_.joined(); ++r) {
+    others += r != rank && !roster_.retired(r) ? 1 : 0;
+  }
+  if (others == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("retire: rank ", rank,
+                     " is the last rank of the job not retired; "
+                     "stop the job instead"));
+  }
+  if (node != nullptr && node->state() == proto::ALIVE) {
+    if (asked_to_leave_.insert(rank).second) {
+      DP_LOG(INFO) << "worker '" << node->name() << "' (rank " << rank
+                   << ") is asked to leave the job for good (retire)";
+    }
+    reply.set_asked(true);
+    return reply;
+  }
+  // Nobody will leave: retired here, as a lost worker's rank the job goes
+  // on without.
+  RetireNow(rank, node == nullptr ? "" : node->name(),
+            "retired by the operator while no live worker held it");
+  workers_[rank].set_finished(false);
+  reply.set_retired(true);
+  return reply;
 }
 
 void Job::Assign(int rank, NodeId node) {
@@ -296,8 +386,10 @@ absl::Status Job::Advance(const proto::AdvanceClockRequest& req,
   if (req.test_accuracy() >= 0) w.set_test_accuracy(req.test_accuracy());
   w.set_max_staleness(std::max(w.max_staleness(), req.max_staleness()));
   w.set_discarded(req.discarded());
-  reply->set_gating_clock(clocks_.GatingClock());
-  Clock others = std::numeric_limits<Clock>::max();
+  reply->set_gating_clock(GatingClock());
+  // A lower bound on the gate the worker may go by without asking
+  // (JobMember::WaitClock): held below an announced BSP step too.
+  Clock others = ResizeHold();
   for (int r = 0; r < clocks_.size(); ++r) {
     if (r != req.rank() && !clocks_.retired(r)) {
       others = std::min(others, clocks_.clock(r));
@@ -321,11 +413,20 @@ void Job::SetClocks(const proto::CheckpointManifest& m) {
     }
   }
   // A seat joined after that checkpoint starts at its gating clock, as a
-  // worker joining then would have.
+  // worker joining then would have; under BSP not before the step the job
+  // grew at, which the servers keep counting it from.
   const Clock gating = clocks_.GatingClock();
-  for (int r = options_.policy.total_workers(); r < clocks_.joined(); ++r) {
-    if (!recorded[r] && clocks_.Restore(r, gating).ok()) {
-      workers_[r].set_clock(gating);
+  const int first_seat = options_.policy.total_workers();
+  const int seat_clocks_from =
+      static_cast<int>(map_->job_workers()) - map_->seat_clocks_size();
+  for (int r = first_seat; r < clocks_.joined(); ++r) {
+    Clock start = gating;
+    const int i = r - seat_clocks_from;
+    if (options_.policy.is_bsp() && i >= 0 && i < map_->seat_clocks_size()) {
+      start = std::max(start, map_->seat_clocks(i));
+    }
+    if (!recorded[r] && clocks_.Restore(r, start).ok()) {
+      workers_[r].set_clock(start);
     }
   }
   // A rank the job went on without stays out of the gate: the roster
@@ -340,7 +441,7 @@ void Job::SetClocks(const proto::CheckpointManifest& m) {
 
 void Job::FillJobStatus(proto::JobStatus* status) const {
   *status->mutable_job() = config_;
-  status->set_gating_clock(clocks_.GatingClock());
+  status->set_gating_clock(GatingClock());
   // Vacant elastic seats are no workers.
   for (int r = 0; r < clocks_.joined(); ++r)
     *status->add_workers() = workers_[r];

@@ -15,10 +15,11 @@
 // Ranks: a worker asking for a rank gets exactly that one, taken over from
 // a holder that is not ALIVE; one that does not ask gets its old rank back
 // if its name had one, else the smallest rank nobody holds, else the next
-// elastic seat (ASP and SSP, --elastic_workers): it joins the running job
-// at the gating clock (ClockTable::Join) and the map's job_workers grows, a
-// new epoch. Retiring a rank (--on_worker_loss=continue, or a worker
-// leaving for good) adds it to the map's retired_ranks, a new epoch.
+// elastic seat (--elastic_workers): it joins the running job at the gating
+// clock (ClockTable::Join; under BSP the step after it) and the map's
+// job_workers, seat_clocks and seat_epochs grow, a new epoch. Retiring a rank
+// (--on_worker_loss=continue, or a worker leaving for good) adds it to the
+// map's retired_ranks, a new epoch.
 //
 // Thread-compatible: the scheduler's mutex guards it and the map.
 #ifndef DOWNPOUR_SCHEDULER_JOB_H_
@@ -29,6 +30,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -81,6 +83,13 @@ class Job {
   // no rank, or a rank already retired.
   absl::Status LeaveForGood(NodeId id, const std::string& name,
                             const std::string& how);
+  // The operator removes `rank` for good (RetireWorkerRequest): a live
+  // holder is asked to leave (AskedToLeave, through its heartbeats), any
+  // other holder's rank retires at once (the caller commits the state).
+  // Errors as RetireWorkerRequest says.
+  absl::StatusOr<proto::RetireWorkerReply> Retire(int rank);
+  // Whether the worker holding `rank` was asked to leave for good.
+  bool AskedToLeave(int rank) const { return asked_to_leave_.contains(rank); }
   // `node` holds `rank` from now on; a previous holder gives it up.
   void Assign(int rank, NodeId node);
   // The rank `node` holds, -1 if none.
@@ -112,8 +121,12 @@ class Job {
 
   // --- Clocks ---
   Clock clock(int rank) const { return clocks_.clock(rank); }
-  Clock GatingClock() const { return clocks_.GatingClock(); }
-  bool MayProceed(Clock clock) const { return clocks_.MayProceed(clock); }
+  // The workers' gating clock (ClockTable::GatingClock), held below a step
+  // a BSP job grows at until every live server has applied the map that
+  // announced it (ClusterMap.seat_epochs): a server completing that step
+  // with the old count would average over the wrong number of workers.
+  Clock GatingClock() const;
+  bool MayProceed(Clock clock) const;
   // Whether `rank` may report `clock` (with the job's slack). REQUIRES:
   // 0 <= rank < size().
   bool WithinBound(int rank, Clock clock) const {
@@ -152,6 +165,14 @@ class Job {
               const proto::CheckpointManifest* restored);
 
  private:
+  // Retires `rank` (not retired yet): out of the gate, the roster and the
+  // staleness figures, in the map's retired_ranks, a new epoch.
+  void RetireNow(int rank, const std::string& name, const std::string& how);
+  // Under BSP, the last step any worker may start while a live server has
+  // not applied the map announcing a seat (ClusterMap.seat_epochs): the
+  // step before the seat's start clock (no limit otherwise).
+  Clock ResizeHold() const;
+
   const JobOptions options_;
   proto::ClusterMap* const map_;
   const Membership* const members_;
@@ -163,6 +184,9 @@ class Job {
   // Workers' ranks, both ways; a rank is held by at most one node.
   absl::flat_hash_map<NodeId, int> rank_of_;
   absl::flat_hash_map<int, NodeId> rank_holder_;
+  // Ranks whose live worker was asked to leave for good (Retire); not
+  // durable: psctl asks again until the rank has retired.
+  absl::flat_hash_set<int> asked_to_leave_;
   // EpochSplit's answers, the kEpochSplitsKept newest.
   absl::btree_map<int64_t, std::vector<int>> epoch_splits_;
 };

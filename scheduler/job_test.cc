@@ -350,5 +350,51 @@ TEST_F(JobTest, BspWorkersCannotLeaveForGood) {
   EXPECT_EQ(map_.retired_ranks_size(), 0);
 }
 
+// The operator retires a rank (psctl retire): a live worker is asked, and
+// its rank retires when it leaves for good; a rank nobody live holds
+// retires at once; the last rank, ranks outside the job, and BSP are
+// refused.
+TEST_F(ElasticJobTest, TheOperatorRetiresARank) {
+  const NodeId a = Join("a");
+  const NodeId b = Join("b");
+  EXPECT_THAT(job_.Retire(2), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(job_.Retire(-1), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK_AND_ASSIGN(proto::RetireWorkerReply asked, job_.Retire(1));
+  EXPECT_TRUE(asked.asked());
+  EXPECT_FALSE(asked.retired());
+  EXPECT_EQ(asked.node_id(), b);
+  EXPECT_EQ(asked.name(), "b");
+  EXPECT_TRUE(job_.AskedToLeave(1));
+  EXPECT_FALSE(job_.AskedToLeave(0));
+  EXPECT_FALSE(job_.GivenUp(1));  // not before it leaves
+  ASSERT_OK(job_.LeaveForGood(b, "b", "left for good: asked"));
+  EXPECT_FALSE(job_.AskedToLeave(1));
+  ASSERT_OK_AND_ASSIGN(proto::RetireWorkerReply done, job_.Retire(1));
+  EXPECT_TRUE(done.retired());
+  EXPECT_THAT(map_.retired_ranks(), ElementsAre(1));
+  // The last rank not retired stays.
+  const absl::StatusOr<proto::RetireWorkerReply> last = job_.Retire(0);
+  EXPECT_THAT(last, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(last.status().message()), HasSubstr("last rank"));
+  // A rank whose worker is gone (dead, not replaced) retires at once.
+  const NodeId c = Join("c");
+  EXPECT_EQ(job_.RankOf(c), 2);
+  members_.MarkLeft(members_.Find(c));
+  ASSERT_OK_AND_ASSIGN(proto::RetireWorkerReply at_once, job_.Retire(2));
+  EXPECT_TRUE(at_once.retired());
+  EXPECT_THAT(map_.retired_ranks(), ElementsAre(1, 2));
+  EXPECT_TRUE(job_.GivenUp(2));
+  (void)a;
+}
+
+TEST_F(JobTest, BspRanksAreNotRetired) {
+  Join("a");
+  Join("b");
+  const absl::StatusOr<proto::RetireWorkerReply> refused = job_.Retire(1);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("BSP"));
+  EXPECT_FALSE(job_.AskedToLeave(1));
+}
+
 }  // namespace
 }  // namespace downpour

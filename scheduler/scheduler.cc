@@ -245,7 +245,22 @@ class SchedulerImpl final : public Scheduler,
     }
     tables_.ResolvePending();
     reply->set_epoch(durable_.published().epoch());
+    if (node->role() == proto::WORKER) {
+      const int rank = job_.RankOf(node->id());
+      if (rank >= 0 && job_.AskedToLeave(rank)) reply->set_leave_for_good(true);
+    }
     return grpc::Status::OK;
+  }
+
+  grpc::Status RetireWorker(grpc::ServerContext* ctx,
+                            const proto::RetireWorkerRequest* req,
+                            proto::RetireWorkerReply* reply) override {
+    absl::MutexLock lock(&lock_.mu);
+    absl::StatusOr<proto::RetireWorkerReply> r = job_.Retire(req->rank());
+    if (!r.ok()) return Err(r.status());
+    *reply = *std::move(r);
+    // A rank retired here is in the map (and on disk) before the answer.
+    return Err(durable_.AwaitDurable(lock_, durable_.Commit()));
   }
 
   grpc::Status Leave(grpc::ServerContext* ctx, const proto::LeaveRequest* req,

@@ -828,5 +828,74 @@ TEST_F(SchedulerRankTest, ReplacedWorkerTakesItsRankBack) {
   EXPECT_EQ(back.node_id(), fresh.node_id());
 }
 
+// A BSP job grows at the step after the gating clock when a worker takes
+// a seat, and no worker starts that step until every live server has
+// applied the map announcing it: a server still on the old map would
+// complete the step without the joiner's push.
+TEST_F(SchedulerRankTest, BspGrowsOnlyOnceEveryServerHasTheMap) {
+  SchedulerOptions o;
+  o.heartbeat_interval = absl::Milliseconds(50);
+  o.dead_after = absl::Seconds(30);
+  ASSERT_OK_AND_ASSIGN(o.policy, ConsistencyPolicy::Parse("bsp", 0, 2, 0, 1));
+  ASSERT_OK_AND_ASSIGN(scheduler_, Scheduler::Create(o));
+  client_ = std::make_unique<SchedulerClient>(scheduler_->address(),
+                                              absl::Seconds(5));
+  proto::RegisterRequest sr;
+  sr.set_role(proto::SERVER);
+  sr.set_name("s");
+  sr.set_data_endpoint("tcp://127.0.0.1:1");
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply server,
+                       client_->Register(sr, absl::Seconds(5)));
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply w0, Worker("w0", {}));
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply w1, Worker("w1", {}));
+  ASSERT_OK(
+      client_->AckEpoch(server.node_id(), scheduler_->CurrentMap().epoch()));
+  auto advance = [&](const proto::RegisterReply& w,
+                     Clock clock) -> absl::StatusOr<proto::AdvanceClockReply> {
+    proto::AdvanceClockRequest req;
+    req.set_node_id(w.node_id());
+    req.set_rank(w.rank());
+    req.set_clock(clock);
+    return client_->AdvanceClock(req);
+  };
+  ASSERT_OK(advance(w0, 1).status());
+  ASSERT_OK(advance(w1, 1).status());
+  ASSERT_OK(advance(w0, 2).status());  // w1 is still in step 1
+
+  const Epoch before = scheduler_->CurrentMap().epoch();
+  ASSERT_OK_AND_ASSIGN(proto::RegisterReply w2, Worker("w2", {}));
+  EXPECT_EQ(w2.rank(), 2);
+  EXPECT_EQ(w2.start_clock(), 2);  // one beyond the gating clock, 1
+  const proto::ClusterMap map = scheduler_->CurrentMap();
+  EXPECT_THAT(map.seat_clocks(), ::testing::ElementsAre(2));
+  ASSERT_EQ(map.seat_epochs_size(), 1);
+  EXPECT_GT(map.seat_epochs(0), before);
+  EXPECT_LE(map.seat_epochs(0), map.epoch());
+
+  // Step 1 completes, but the server has not applied the map: nobody may
+  // start step 2, and no reply lets a worker infer otherwise.
+  ASSERT_OK_AND_ASSIGN(proto::AdvanceClockReply r1, advance(w1, 2));
+  EXPECT_EQ(r1.gating_clock(), 1);
+  EXPECT_LE(r1.others_min_clock(), 1);
+  EXPECT_THAT(client_->WaitClock(w0.node_id(), 0, 2, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, client_->GetJobStatus());
+  EXPECT_EQ(status.gating_clock(), 1);
+
+  // Applied: step 2 opens, for the joiner too, and step 3 waits for it.
+  ASSERT_OK(client_->AckEpoch(server.node_id(), map.epoch()));
+  ASSERT_OK_AND_ASSIGN(
+      const int64_t gating,
+      client_->WaitClock(w0.node_id(), 0, 2, absl::Seconds(5)));
+  EXPECT_EQ(gating, 2);
+  ASSERT_OK(client_->WaitClock(w2.node_id(), 2, 2, absl::Seconds(5)).status());
+  ASSERT_OK(advance(w0, 3).status());
+  ASSERT_OK(advance(w1, 3).status());
+  EXPECT_THAT(client_->WaitClock(w0.node_id(), 0, 3, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK(advance(w2, 3).status());
+  ASSERT_OK(client_->WaitClock(w0.node_id(), 0, 3, absl::Seconds(5)).status());
+}
+
 }  // namespace
 }  // namespace downpour

@@ -32,14 +32,15 @@ absl::StatusOr<proto::TableSpec> SpecToDeclare(
           " and num_workers ", spec.num_workers(), " itself; leave both 0"));
     }
     const ConsistencyPolicy table = policy.ForTable(spec);
-    if (table.is_bsp() && policy.elastic_workers > 0) {
-      // A worker taking a seat would count as one of the N pushes of a
-      // step (consistency.h: BSP keeps its count).
+    if (table.is_bsp() && !policy.is_bsp() && policy.elastic_workers > 0) {
+      // A worker taking a seat of an ASP or SSP job starts at once, at the
+      // gating clock, and would count as one of the N pushes of a step that
+      // is under way; only a BSP job grows at an announced step.
       return absl::InvalidArgumentError(absl::StrCat(
-          "table '", spec.name(), "': BSP in a job with ",
-          policy.elastic_workers,
-          " elastic worker seats; a BSP table needs a fixed number of "
-          "workers (declare it SSP or ASP, or start the job without seats)"));
+          "table '", spec.name(), "': BSP in a ", policy.ToString(),
+          " job with ", policy.elastic_workers,
+          " elastic worker seats; a BSP table grows only in a BSP job "
+          "(declare it SSP or ASP, or run the job under BSP)"));
     }
     spec.set_sync_workers(table.sync_workers());
     spec.set_num_workers(table.tracked_workers());

@@ -178,8 +178,8 @@ TEST(SpecToDeclareTest, ATableThatFollowsTheJobGetsItsEnforcement) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-// With elastic seats the servers track every seat, and a BSP table (whose
-// steps count N pushes) is refused.
+// With elastic seats the servers track every seat; a BSP table is refused
+// in an SSP job (its joiners start mid-step) and declared in a BSP job.
 TEST(SpecToDeclareTest, ElasticSeatsAndTheirTables) {
   const ConsistencyPolicy ssp = *ConsistencyPolicy::Parse("ssp", 2, 2, 0, 3);
   proto::TableSpec spec = Dense("t");
@@ -192,6 +192,11 @@ TEST(SpecToDeclareTest, ElasticSeatsAndTheirTables) {
   EXPECT_THAT(bsp, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(bsp.status().message()),
               HasSubstr("elastic worker seats"));
+  const ConsistencyPolicy bsp_job =
+      *ConsistencyPolicy::Parse("bsp", 0, 2, 0, 1);
+  ASSERT_OK_AND_ASSIGN(declared, SpecToDeclare(spec, bsp_job));
+  EXPECT_EQ(declared.sync_workers(), 2);
+  EXPECT_EQ(declared.num_workers(), 3);
 }
 
 }  // namespace

@@ -12,15 +12,24 @@
 //  - each epoch's examples are split over the workers in the job when it
 //    began (JobMember::EpochShareOf): every example trained once per epoch
 //    through a join and a leave, also as ps_worker's loops draw them
-//    (worker/example_stream.h).
+//    (worker/example_stream.h);
+//  - the operator retires a worker (psctl retire): it leaves for good and
+//    exits 0, and the other trains on without it;
+//  - a BSP job grows at the step the scheduler announces, on every server
+//    at once, bit for bit as a reference grown there by construction.
+#include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -61,9 +70,10 @@ class ElasticWorkersTest : public ::testing::Test {
     ASSERT_EQ(system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
     LocalClusterOptions o = SuiteCluster::Defaults();  // two servers
     o.work_dir = dir_;
-    o.scheduler_flags = {"--consistency=ssp",
-                         absl::StrCat("--staleness=", kStaleness),
-                         "--num_workers=2", "--elastic_workers=1"};
+    // A held worker (SIGSTOP) must not be declared dead meanwhile.
+    o.scheduler_flags = {
+        "--consistency=ssp", absl::StrCat("--staleness=", kStaleness),
+        "--num_workers=2", "--elastic_workers=1", "--dead_after_ms=60000"};
     ASSERT_OK_AND_ASSIGN(cluster_, LocalCluster::Start(o));
     sched_ = std::make_unique<SchedulerClient>(cluster_->scheduler_address());
   }
@@ -313,22 +323,23 @@ TEST_F(ElasticWorkersTest, WorkersDrawEachEpochsExamplesOnce) {
 // every epoch whose split all completed holds each of the 60,000 examples
 // once (the shares' sizes add up), the joiner trains only in splits of 3
 // and from its first clock on (no share drawn and dropped), and every
-// worker ends cleanly.
-TEST_F(ElasticWorkersTest, PsWorkersTrainEachEpochsExamplesOnce) {
+// worker ends cleanly. Under SSP (the fixture's job) and under BSP, where
+// the joiner starts at the step the job grows at.
+void PsWorkersTrainEachEpochsExamplesOnce(const std::string& scheduler,
+                                          const std::string& dir) {
   constexpr int kTrainExamples = 60000;
   auto start = [&](int i) -> std::unique_ptr<Subprocess> {
     auto p = std::make_unique<Subprocess>(
-        std::vector<std::string>{RunfilePath("worker/ps_worker"),
-                                 "--scheduler=" + cluster_->scheduler_address(),
-                                 absl::StrCat("--name=w", i), "--model=softmax",
-                                 "--batch=1000", "--steps=100", "--seed=7",
-                                 "--eval_every=100000"},
-        absl::StrCat(dir_, "/w", i, ".log"));
+        std::vector<std::string>{
+            RunfilePath("worker/ps_worker"), "--scheduler=" + scheduler,
+            absl::StrCat("--name=w", i), "--model=softmax", "--batch=1000",
+            "--steps=100", "--seed=7", "--eval_every=100000"},
+        absl::StrCat(dir, "/w", i, ".log"));
     EXPECT_OK(p->Start());
     return p;
   };
   auto log_of = [&](int i) {
-    std::ifstream in(absl::StrCat(dir_, "/w", i, ".log"));
+    std::ifstream in(absl::StrCat(dir, "/w", i, ".log"));
     return std::string(std::istreambuf_iterator<char>(in),
                        std::istreambuf_iterator<char>());
   };
@@ -341,7 +352,18 @@ TEST_F(ElasticWorkersTest, PsWorkersTrainEachEpochsExamplesOnce) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_THAT(log_of(0), HasSubstr("epoch 0: trained 30000 examples"));
+  // The joiner joins before epoch 2 begins whatever the load: w1 is held
+  // (and w0 by the gate) until it has registered. Free, the two ran 30
+  // more steps before a loaded machine had started the third process, and
+  // no epoch was left for three to complete.
+  procs[1]->Signal(SIGSTOP);
   procs.push_back(start(2));
+  while (!absl::StrContains(log_of(2), "registered as node") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  procs[1]->Signal(SIGCONT);
+  ASSERT_THAT(log_of(2), HasSubstr("registered as node"));
   for (auto& p : procs) {
     ASSERT_OK_AND_ASSIGN(int status, p->Wait(absl::Minutes(5)));
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << p->LogTail();
@@ -392,15 +414,124 @@ TEST_F(ElasticWorkersTest, PsWorkersTrainEachEpochsExamplesOnce) {
   EXPECT_THAT(log_of(2), HasSubstr("epoch 0: not in its split"));
 }
 
-// A BSP job has no seats to take, and its workers cannot leave for good.
-TEST_F(ElasticWorkersTest, BspRefusesSeatsAndLeavingForGood) {
+TEST_F(ElasticWorkersTest, PsWorkersTrainEachEpochsExamplesOnce) {
+  PsWorkersTrainEachEpochsExamplesOnce(cluster_->scheduler_address(), dir_);
+}
+
+TEST_F(ElasticWorkersTest, BspPsWorkersTrainEachEpochsExamplesOnce) {
+  const std::string dir = dir_ + "/bsp_ps";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o = SuiteCluster::Defaults();
+  o.work_dir = dir;
+  o.scheduler_flags = {"--consistency=bsp", "--num_workers=2",
+                       "--elastic_workers=1", "--dead_after_ms=60000"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> bsp,
+                       LocalCluster::Start(o));
+  PsWorkersTrainEachEpochsExamplesOnce(bsp->scheduler_address(), dir);
+  if (HasFatalFailure()) return;
+  // Every worker ended at the job's last step: the joiner counted in each
+  // step from the one it started at.
+  SchedulerClient sched(bsp->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  ASSERT_EQ(status.workers_size(), 3);
+  for (const proto::WorkerStatus& w : status.workers()) {
+    EXPECT_EQ(w.clock(), 100) << "rank " << w.rank();
+  }
+  EXPECT_OK(bsp->Stop());
+}
+
+// psctl retire: the operator removes a worker from a running SSP job. It
+// finishes its step, leaves for good and exits 0; the other runs past the
+// bound without it to its last step (it would wait at the bound for ever
+// otherwise); the last rank is not retired.
+TEST_F(ElasticWorkersTest, PsctlRetiresAPsWorker) {
+  auto log_of = [&](const std::string& name) {
+    std::ifstream in(absl::StrCat(dir_, "/", name, ".log"));
+    return std::string(std::istreambuf_iterator<char>(in),
+                       std::istreambuf_iterator<char>());
+  };
+  // Started one after the other, so that w<i> holds rank i.
+  const absl::Time deadline = absl::Now() + absl::Minutes(3);
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = absl::StrCat("w", i);
+    workers.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{RunfilePath("worker/ps_worker"),
+                                 "--scheduler=" + cluster_->scheduler_address(),
+                                 "--name=" + name, "--model=softmax",
+                                 "--batch=1000", "--steps=150", "--seed=7",
+                                 "--eval_every=100000"},
+        absl::StrCat(dir_, "/", name, ".log")));
+    ASSERT_OK(workers.back()->Start());
+    while (!absl::StrContains(log_of(name), "registered as node") &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_THAT(log_of(name), HasSubstr(absl::StrCat("rank ", i, " of 2")));
+  }
+  while (!absl::StrContains(log_of("w1"), "epoch 0: trained") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(log_of("w1"), HasSubstr("epoch 0: trained"));
+  auto retire = [&](const std::string& rank, const std::string& log) {
+    return std::make_unique<Subprocess>(
+        std::vector<std::string>{RunfilePath("psctl/psctl"), "retire", rank,
+                                 "--scheduler=" + cluster_->scheduler_address(),
+                                 "--timeout_s=120"},
+        absl::StrCat(dir_, "/", log, ".log"));
+  };
+  auto psctl = [&](const std::string& rank,
+                   const std::string& log) -> absl::StatusOr<int> {
+    std::unique_ptr<Subprocess> p = retire(rank, log);
+    DP_RETURN_IF_ERROR(p->Start());
+    DP_ASSIGN_OR_RETURN(const int status, p->Wait(absl::Minutes(3)));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  // w0 is held (SIGSTOP) while w1 is asked, so that w1, gated by it, cannot
+  // finish its steps before it hears of the request however loaded the
+  // machine is.
+  workers[0]->Signal(SIGSTOP);
+  std::unique_ptr<Subprocess> first = retire("1", "retire1");
+  ASSERT_OK(first->Start());
+  while (!absl::StrContains(log_of("w1"), "to leave the job for good") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  workers[0]->Signal(SIGCONT);
+  ASSERT_OK_AND_ASSIGN(const int exit, first->Wait(absl::Minutes(3)));
+  EXPECT_TRUE(WIFEXITED(exit) && WEXITSTATUS(exit) == 0) << log_of("retire1");
+  EXPECT_THAT(log_of("retire1"), HasSubstr("rank 1: retired (worker 'w1')"));
+  for (auto& w : workers) {
+    ASSERT_OK_AND_ASSIGN(const int status, w->Wait(absl::Minutes(3)));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << w->LogTail();
+  }
+  EXPECT_THAT(log_of("w1"), HasSubstr("asked to leave the job for good"));
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched_->GetJobStatus());
+  ASSERT_EQ(status.workers_size(), 2);
+  EXPECT_TRUE(status.workers(1).retired());
+  EXPECT_LT(status.workers(1).clock(), 150);
+  EXPECT_EQ(status.workers(0).clock(), 150);
+  EXPECT_THAT(Map().retired_ranks(), ElementsAre(1));
+  // Rank 0 is the last; rank 5 is not in the job.
+  ASSERT_OK_AND_ASSIGN(const int last, psctl("0", "retire0"));
+  EXPECT_EQ(last, 1);
+  EXPECT_THAT(log_of("retire0"), HasSubstr("last rank"));
+  ASSERT_OK_AND_ASSIGN(const int outside, psctl("5", "retire5"));
+  EXPECT_EQ(outside, 1);
+  EXPECT_THAT(log_of("retire5"), HasSubstr("not in the job"));
+}
+
+// A BSP job's seats need a job without backup workers, and its workers
+// cannot leave for good (it grows but does not shrink).
+TEST_F(ElasticWorkersTest, BspRefusesSeatsWithBackupsAndLeavingForGood) {
   const std::string dir = dir_ + "/bsp";
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
   LocalClusterOptions o = SuiteCluster::Defaults();
   o.work_dir = dir;
   o.num_servers = 1;
   o.scheduler_flags = {"--consistency=bsp", "--num_workers=1",
-                       "--elastic_workers=1"};
+                       "--backup_workers=1", "--elastic_workers=1"};
   const absl::StatusOr<std::unique_ptr<LocalCluster>> refused =
       LocalCluster::Start(o);
   EXPECT_FALSE(refused.ok());
@@ -422,6 +553,190 @@ TEST_F(ElasticWorkersTest, BspRefusesSeatsAndLeavingForGood) {
   EXPECT_OK(a->Flush(absl::Seconds(30)));
   a.reset();
   EXPECT_OK(bsp->Stop());
+}
+
+// The gradient of worker `rank` at step `clock` for parameters `w`: a
+// function of all three, so that a step averaged over the wrong ranks, at
+// the wrong clock or from other parameters ends elsewhere.
+std::vector<float> BspGradient(absl::Span<const float> w, int rank,
+                               Clock clock) {
+  std::vector<float> g(w.size());
+  const float a = 0.5f + 0.25f * static_cast<float>(rank);
+  for (size_t j = 0; j < w.size(); ++j) {
+    const int b = static_cast<int>((j * 7 + rank * 13 + clock * 5) % 17) - 8;
+    g[j] = a * w[j] + static_cast<float>(b) / 8.0f;
+  }
+  return g;
+}
+
+// A BSP job grows from 2 to 3 workers at the step the scheduler announces
+// (one beyond the gating clock when the third registers): every step below
+// it is the mean of ranks 0 and 1, every step from it the mean of 0, 1 and
+// 2, on both servers. The parameters equal, bit for bit, a reference that
+// does exactly that by construction: a table without BSP, to which the test
+// pushes each step's mean, summed in rank order as the servers sum it, and
+// the same handler applies it.
+TEST_F(ElasticWorkersTest, BspGrowsAtTheAnnouncedStepBitForBit) {
+  constexpr int kWeights = 1000;  // split over the two servers
+  constexpr Clock kSteps = 16;
+  const std::string dir = dir_ + "/bsp_grow";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o = SuiteCluster::Defaults();  // two servers
+  o.work_dir = dir;
+  o.scheduler_flags = {"--consistency=bsp", "--num_workers=2",
+                       "--elastic_workers=1"};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster,
+                       LocalCluster::Start(o));
+  SchedulerClient sched(cluster->scheduler_address());
+
+  auto join = [&](const std::string& name) -> absl::StatusOr<Worker> {
+    JobMemberOptions mo;
+    mo.scheduler_address = cluster->scheduler_address();
+    mo.name = name;
+    Worker w;
+    DP_ASSIGN_OR_RETURN(w.member, JobMember::Join(mo));
+    ClientOptions co;
+    co.scheduler_address = cluster->scheduler_address();
+    DP_ASSIGN_OR_RETURN(w.client, Client::Connect(co));
+    w.clock = w.member->start_clock();
+    return w;
+  };
+  TableOptions to;
+  to.num_keys = kWeights;
+  to.init = "uniform";
+  to.init_a = -1;
+  to.init_b = 1;
+  to.init_seed = 7;
+  to.handler = "adagrad";
+  to.handler_params = {{"learning_rate", 0.1}};
+  ASSERT_OK_AND_ASSIGN(Worker a, join("a"));
+  ASSERT_OK_AND_ASSIGN(Worker b, join("b"));
+  {
+    TableOptions w = to;
+    w.name = "w";
+    w.follows_job = true;
+    ASSERT_OK(a.client->CreateTable(w).status());
+  }
+
+  // Each worker runs its steps in a thread of its own: a BSP push is
+  // answered once the step is complete.
+  std::atomic<Clock> a_clock{0};
+  auto run = [&](Worker* w, std::atomic<Clock>* progress) -> absl::Status {
+    DP_ASSIGN_OR_RETURN(Table t, w->client->OpenTable("w"));
+    std::vector<float> values(kWeights);
+    for (; w->clock < kSteps; ++w->clock) {
+      DP_RETURN_IF_ERROR(
+          w->member->WaitClock(w->clock, absl::Seconds(60)).status());
+      w->client->SetWorkerClock(w->member->rank(), w->clock);
+      DP_RETURN_IF_ERROR(w->client->PullSync(t, Keys::Range(0, kWeights),
+                                             absl::MakeSpan(values)));
+      DP_RETURN_IF_ERROR(w->client->PushSync(
+          t, Keys::Range(0, kWeights),
+          BspGradient(values, w->member->rank(), w->clock)));
+      ClockReport report;
+      report.clock = w->clock + 1;
+      DP_RETURN_IF_ERROR(w->member->ReportClock(report));
+      if (progress != nullptr) progress->store(w->clock + 1);
+    }
+    return w->member->Flush(absl::Seconds(30));
+  };
+  absl::Status a_done, b_done, c_done;
+  std::thread ta([&] { a_done = run(&a, &a_clock); });
+  std::thread tb([&] { b_done = run(&b, nullptr); });
+  // The third worker registers once the job is under way.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (a_clock.load() < 4 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  absl::StatusOr<Worker> joined = join("c");
+  Clock grow_at = -1;
+  std::thread tc;
+  if (joined.ok()) {
+    grow_at = joined->member->start_clock();
+    tc = std::thread([&] { c_done = run(&*joined, nullptr); });
+  }
+  ta.join();
+  tb.join();
+  if (tc.joinable()) tc.join();
+  ASSERT_OK(joined.status());
+  ASSERT_OK(a_done);
+  ASSERT_OK(b_done);
+  ASSERT_OK(c_done);
+  EXPECT_EQ(joined->member->rank(), 2);
+  EXPECT_EQ(joined->member->first_clock(), grow_at);
+  // One beyond the gating clock, which was at least 3 (a had reported 4).
+  EXPECT_GE(grow_at, 4);
+  EXPECT_LT(grow_at, kSteps);
+  ASSERT_OK_AND_ASSIGN(proto::ClusterMap map, sched.GetClusterMap());
+  EXPECT_THAT(map.seat_clocks(), ElementsAre(grow_at));
+  ASSERT_EQ(map.seat_epochs_size(), 1);
+  ASSERT_OK_AND_ASSIGN(proto::JobStatus status, sched.GetJobStatus());
+  ASSERT_EQ(status.workers_size(), 3);
+  for (const proto::WorkerStatus& w : status.workers()) {
+    EXPECT_EQ(w.clock(), kSteps) << "rank " << w.rank();
+  }
+  {
+    Subprocess psctl(
+        {RunfilePath("psctl/psctl"), "status",
+         "--scheduler=" + cluster->scheduler_address(), "--interval_ms=0"},
+        dir + "/psctl.log");
+    ASSERT_OK(psctl.Start());
+    ASSERT_OK_AND_ASSIGN(const int exit, psctl.Wait(absl::Seconds(60)));
+    EXPECT_TRUE(WIFEXITED(exit) && WEXITSTATUS(exit) == 0);
+    std::ifstream in(dir + "/psctl.log");
+    const std::string out((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("+ 1 elastic (1 joined), grew at "
+                                            "step ",
+                                            grow_at)));
+  }
+
+  // The references, step by step: one grown where the job grew, one that
+  // never grew (the run must equal the first, and the two must differ, or
+  // the test could not tell).
+  auto reference = [&](const std::string& name, Clock grown,
+                       std::vector<float>* out) -> absl::Status {
+    TableOptions ro = to;
+    ro.name = name;  // applied on arrival
+    DP_RETURN_IF_ERROR(a.client->CreateTable(ro).status());
+    DP_ASSIGN_OR_RETURN(Table t, a.client->OpenTable(name));
+    std::vector<float> values(kWeights), mean(kWeights);
+    for (Clock c = 0; c < kSteps; ++c) {
+      DP_RETURN_IF_ERROR(a.client->GetSync(t, Keys::Range(0, kWeights),
+                                           absl::MakeSpan(values)));
+      const int ranks = c < grown ? 2 : 3;
+      std::fill(mean.begin(), mean.end(), 0.0f);
+      for (int r = 0; r < ranks; ++r) {
+        const std::vector<float> g = BspGradient(values, r, c);
+        for (int j = 0; j < kWeights; ++j) mean[j] += g[j];
+      }
+      for (float& v : mean) v /= static_cast<float>(ranks);
+      DP_RETURN_IF_ERROR(a.client->PushSync(t, Keys::Range(0, kWeights), mean));
+    }
+    out->resize(kWeights);
+    return a.client->GetSync(t, Keys::Range(0, kWeights), absl::MakeSpan(*out));
+  };
+  std::vector<float> want, never_grown;
+  ASSERT_OK(reference("ref", grow_at, &want));
+  ASSERT_OK(reference("ref_two", kSteps, &never_grown));
+  std::vector<float> got(kWeights);
+  ASSERT_OK_AND_ASSIGN(Table w, a.client->OpenTable("w"));
+  ASSERT_OK(
+      a.client->GetSync(w, Keys::Range(0, kWeights), absl::MakeSpan(got)));
+  int differ = 0;
+  for (int j = 0; j < kWeights; ++j) {
+    if (std::memcmp(&got[j], &want[j], sizeof(float)) != 0 && ++differ <= 5) {
+      ADD_FAILURE() << "weight " << j << ": " << got[j] << " against the "
+                    << "reference's " << want[j];
+    }
+  }
+  EXPECT_EQ(differ, 0) << "grown at step " << grow_at;
+  EXPECT_NE(
+      std::memcmp(got.data(), never_grown.data(), kWeights * sizeof(float)), 0);
+  a.member.reset();
+  b.member.reset();
+  joined->member.reset();
+  EXPECT_OK(cluster->Stop());
 }
 
 }  // namespace

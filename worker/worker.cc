@@ -103,6 +103,9 @@ class WorkerImpl final : public Worker {
     // which the scheduler answers kUnavailable.
     mo.register_timeout = absl::Minutes(5);
     mo.on_job_failed = options_.on_job_failed;
+    // psctl retire: stop between two steps, as on SIGTERM, then leave for
+    // good (Run).
+    mo.on_asked_to_leave = [this] { stop_requested_.store(true); };
     DP_ASSIGN_OR_RETURN(member_, JobMember::Join(mo));
     health_.SetReady(true);
     const ConsistencyPolicy& policy = member_->policy();
@@ -116,6 +119,11 @@ class WorkerImpl final : public Worker {
                                member_->restored_from() != 0
                                    ? absl::StrCat(" (restored from checkpoint ",
                                                   member_->restored_from(), ")")
+                               : member_->rank() >= policy.total_workers() &&
+                                       member_->first_clock() ==
+                                           member_->start_clock()
+                                   ? " (an elastic seat: joining the "
+                                     "running job)"
                                    : " (the rank's clock: replacing "
                                      "a lost worker)")
                          : "");
@@ -156,6 +164,13 @@ class WorkerImpl final : public Worker {
 
   absl::Status Run() override {
     absl::Status s = loop_->Run();
+    if (s.code() == absl::StatusCode::kCancelled && member_->asked_to_leave()) {
+      // Retired by the operator: its last clock reaches the scheduler, then
+      // the rank retires; nobody replaces it, so this is a clean end.
+      DP_LOG(INFO) << "asked to leave the job for good (psctl retire): "
+                   << "leaving at clock " << member_->reported_clock();
+      return member_->LeaveForGood("retired by the operator", absl::Minutes(2));
+    }
     if (s.code() == absl::StatusCode::kCancelled) {
       // Stopped between two steps (RequestStop: SIGTERM): the rank waits
       // for a replacement, which continues from the clock reported.

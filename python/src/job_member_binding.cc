@@ -258,6 +258,12 @@ void RegisterJobMember(py::module_& m) {
           },
           "start_clock > 0 or restored_from != 0: the tables hold trained "
           "values (see also barrier_passed).")
+      .def_property_readonly(
+          "asked_to_leave",
+          [](const PyJobMember& s) { return s.Get()->asked_to_leave(); },
+          "Whether the operator asked this worker to leave the job for good "
+          "(psctl retire, ASP and SSP): check it between steps, then "
+          "leave(for_good=True).")
       .def(
           "barrier_passed",
           [](const PyJobMember& self, const std::string& name) {

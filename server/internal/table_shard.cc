@@ -27,7 +27,7 @@ TableShard::TableShard(std::unique_ptr<const TableLayout> layout)
       tracked_ranks_(static_cast<int>(
           std::max(layout_->spec.num_workers(), layout_->spec.sync_workers()))),
       retired_(tracked_ranks_, false),
-      needed_(static_cast<int>(layout_->spec.sync_workers())),
+      needed_{std::max(1, static_cast<int>(layout_->spec.sync_workers())), {}},
       staleness_(tracked_ranks_,
                  static_cast<int>(layout_->spec.sync_workers())) {}
 
@@ -95,7 +95,7 @@ TableShard::SyncOutcome TableShard::PushSynced(
     uint64_t waiter, std::vector<uint64_t>* released, SparseRows::Room* room) {
   const size_t n = (end - begin) * width();
   StepAggregator& steps = range.StepsFor({begin, end});
-  if (steps.needed() == 1) {
+  if (steps.needed(clock) == 1) {
     // One gradient is the whole step: apply it from the request's buffer.
     // The aggregated path would apply (0.0f + g) / 1, which equals g except
     // that a -0.0 gradient becomes +0.0; an update rule can tell the two
@@ -284,10 +284,7 @@ void TableShard::Retire(absl::Span<const int> ranks,
     fresh.push_back(r);
   }
   if (fresh.empty() || spec().sync_workers() == 0) return;
-  const int live =
-      static_cast<int>(std::count(retired_.begin(), retired_.end(), false));
-  needed_ =
-      std::max(1, std::min(static_cast<int>(spec().sync_workers()), live));
+  needed_ = NeededCounts();
   for (const auto& [begin, range] : ranges_) {
     range->SetNeeded(needed_);
     for (auto& [part, steps] : range->steps) {
@@ -295,6 +292,52 @@ void TableShard::Retire(absl::Span<const int> ranks,
       for (int r : fresh) done = steps.Retire(r, needed_, orphans);
       for (Clock c : done) {
         complete->push_back({range.get(), {part.first, part.second}, c});
+      }
+    }
+  }
+}
+
+StepCounts TableShard::NeededCounts() const {
+  const int sync = static_cast<int>(spec().sync_workers());
+  const int seats = static_cast<int>(seat_starts_.size());
+  const int first_seat = seats == 0 || joined_ <= 0
+                             ? tracked_ranks_
+                             : std::clamp(joined_ - seats, 0, tracked_ranks_);
+  int live = 0;
+  for (int r = 0; r < first_seat; ++r) live += retired_[r] ? 0 : 1;
+  StepCounts counts;
+  int n = std::min(sync, live);
+  counts.base = std::max(1, n);
+  std::vector<Clock> starts;
+  for (int i = 0; i < seats && first_seat + i < tracked_ranks_; ++i) {
+    if (!retired_[first_seat + i]) starts.push_back(seat_starts_[i]);
+  }
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 0; i < starts.size(); ++i) {
+    ++n;
+    if (i + 1 < starts.size() && starts[i + 1] == starts[i]) continue;
+    counts.changes.push_back({starts[i], std::max(1, n)});
+  }
+  return counts;
+}
+
+void TableShard::SetJoinedWorkers(int joined,
+                                  const std::vector<Clock>& seat_starts) {
+  staleness_.SetJoined(joined, seat_starts);
+  joined_ = joined;
+  seat_starts_ = seat_starts;
+  if (spec().sync_workers() == 0) return;
+  needed_ = NeededCounts();
+  // Every range, those this map brought too (made before it was applied).
+  for (const auto& [begin, range] : ranges_) {
+    range->SetNeeded(needed_);
+    for (auto& [part, steps] : range->steps) {
+      // A seat only raises the count, from a step no worker has started
+      // (the scheduler holds the gate below it until every server has
+      // applied this map): no held step can become complete here.
+      if (!steps.SetNeeded(needed_).empty()) {
+        DP_LOG(ERROR) << "table '" << spec().name() << "': a seat made a "
+                      << "held step complete; it stays held";
       }
     }
   }

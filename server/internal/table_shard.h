@@ -47,15 +47,16 @@ class TableShard {
   // as a backup (applying what its primary forwards).
   struct Range {
     enum class Role { kPrimary, kBackup };
-    Range(const TableLayout* layout, KeyRange range, int ranks, int needed)
+    Range(const TableLayout* layout, KeyRange range, int ranks,
+          StepCounts needed)
         : store(std::make_unique<RangeStore>(layout, range)),
           rounds(layout->num_vectors),
           ranks_(std::max(1, ranks)),
-          needed_(std::max(1, needed)) {}
+          needed_(std::move(needed)) {}
     KeyRange range() const { return store->range(); }
-    // Distinct ranks that complete a step of the aggregators made from now
-    // on (TableShard::Retire updates the existing ones).
-    void SetNeeded(int needed) { needed_ = std::max(1, needed); }
+    // Distinct ranks that complete each step, for the aggregators made from
+    // now on (TableShard updates the existing ones).
+    void SetNeeded(StepCounts needed) { needed_ = std::move(needed); }
 
     // BSP steps (tables with sync_workers > 0) aggregate per part: a key
     // range as the workers push it (they cut a large table into parts the
@@ -95,7 +96,7 @@ class TableShard {
 
    private:
     int ranks_;
-    int needed_;
+    StepCounts needed_;
   };
 
   // kInvalidArgument / kNotFound for a bad handler or initializer spec;
@@ -189,10 +190,10 @@ class TableShard {
   // Ranks from `joined` on are vacant elastic seats (ClusterMap
   // .job_workers, 0: none): left out of the staleness figures until a
   // worker takes them, and then counted from the clock they started at
-  // (`seat_starts`, ClusterMap.seat_clocks).
-  void SetJoinedWorkers(int joined, const std::vector<Clock>& seat_starts) {
-    staleness_.SetJoined(joined, seat_starts);
-  }
+  // (`seat_starts`, ClusterMap.seat_clocks). A BSP table counts a taken
+  // seat's pushes from that clock on: a step needs one more push from each
+  // seat's start (StepCounts; see NeededCounts).
+  void SetJoinedWorkers(int joined, const std::vector<Clock>& seat_starts);
   bool retired(int rank) const {
     return rank >= 0 && rank < static_cast<int>(retired_.size()) &&
            retired_[rank];
@@ -236,6 +237,10 @@ class TableShard {
   void MergeApplied(absl::Span<const Clock> counts);
   // Ranks a request may carry: max(num_workers, sync_workers).
   int tracked_ranks() const { return tracked_ranks_; }
+  // Distinct ranks that complete each BSP step: min(sync_workers, ranks
+  // the job started with that are not retired), plus, from each taken
+  // seat's start clock on, that seat unless it retired.
+  StepCounts NeededCounts() const;
   // A task ADD was dropped as late or repeated.
   void CountDroppedTaskAdd() {
     dropped_task_adds_.fetch_add(1, std::memory_order_relaxed);
@@ -267,7 +272,10 @@ class TableShard {
   const int tracked_ranks_;
   // Data thread only (and PrepareMap's thread, never at the same time).
   std::vector<bool> retired_;
-  int needed_;  // distinct ranks that complete a step
+  StepCounts needed_;  // NeededCounts(), kept for the ranges made later
+  // ClusterMap.job_workers (0: every tracked rank) and .seat_clocks.
+  int joined_ = 0;
+  std::vector<Clock> seat_starts_;
   // Changed only by the data thread, which holds stats_mu_ while it adds or
   // removes a range; the data thread reads it without the lock, the stats
   // (any thread) with it.

@@ -174,7 +174,8 @@ def export_params(scheduler_port, secret, out_dir, label):
 
 
 def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
-                scale=None, export=None, grow_workers=None):
+                scale=None, export=None, grow_workers=None,
+                shrink_workers=None):
     """Runs the pods of `objects` (then those of each of `extra_objects`,
     once the first are ready) to the end of their Jobs; returns
     {pod name: log path}. Raises Failure.
@@ -199,7 +200,13 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
     grow_workers: a clock: the worker Job's completions and parallelism one
     more (as `kubectl patch job` of an Indexed Job makes them) once the
     gating clock reaches it; the new pod, of the next completion index,
-    must take the next elastic seat and complete with the others."""
+    must take the next elastic seat and complete with the others.
+
+    shrink_workers: a clock, after grow_workers: once the gating clock
+    reaches it, `psctl retire` of the grown pod's rank, and the Job's
+    completions and parallelism back down (`kubectl patch job`): the pod
+    must finish its step, leave the job for good and exit 0, and the
+    others complete without it."""
     binaries = {k: runfile(v) if v else k for k, v in BINARIES.items()}
     extra_server = None
     if scale is not None:
@@ -318,6 +325,8 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
         # 3 scaled back down (it drained and exited 0).
         scale_state = 0 if scale is not None else 3
         grown = grow_workers is None
+        retire = None  # psctl retire of the grown pod's rank, once started
+        retire_log = os.path.join(root, "psctl-retire.log")
         while any(p.pod.kind == "Job" for p, _, _ in running.values()):
             if scale_state < 3:
                 scale_state = scale_step(scale, scale_state, plan, procs,
@@ -331,6 +340,23 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
                     print(f"[{label}] gating clock {gating:.0f}: the worker "
                           f"Job grows by one ({extra_worker})")
                     start([p for p in procs if p.pod.name == extra_worker])
+            elif shrink_workers is not None and retire is None:
+                text = scrape(metrics_port(plan, scheduler), 0.5) or ""
+                gating = metric(text, "downpour_job_gating_clock")
+                if gating is not None and gating >= shrink_workers:
+                    rank = extra_worker.split("-")[-2]
+                    print(f"[{label}] gating clock {gating:.0f}: psctl "
+                          f"retire {rank}, then the worker Job shrinks by "
+                          f"one ({extra_worker} leaves)")
+                    with open(retire_log, "wb") as out:
+                        retire = subprocess.Popen(
+                            [runfile("psctl/psctl"), "retire", rank,
+                             "--scheduler=127.0.0.1:"
+                             f"{plan.ports[(scheduler.pod.name, 7070)]}",
+                             "--cluster_secret_file="
+                             f"{secret_file(plan, scheduler)}",
+                             "--timeout_s=120"],
+                            stdout=out, stderr=subprocess.STDOUT)
             poll_once()
             if not upgraded:
                 text = scrape(metrics_port(plan, scheduler), 0.5) or ""
@@ -349,6 +375,20 @@ def run_cluster(objects, root, label, rng, extra_objects=(), upgrade=None,
         if not grown:
             raise Failure(f"[{label}] the job ended before its worker Job "
                           f"grew")
+        if shrink_workers is not None:
+            if retire is None:
+                raise Failure(f"[{label}] the job ended before its worker "
+                              f"Job shrank")
+            rc = retire.wait(timeout=130)
+            if rc != 0:
+                raise Failure(f"[{label}] psctl retire exited {rc}:\n"
+                              f"{tail(retire_log)}")
+            print(f"[{label}] {tail(retire_log, 1).strip()}")
+            with open(logs[extra_worker], errors="replace") as f:
+                if "asked to leave the job for good" not in f.read():
+                    raise Failure(f"[{label}] {extra_worker} did not leave "
+                                  f"when retired:\n"
+                                  f"{tail(logs[extra_worker])}")
         if export is not None:
             logs["params"] = export_params(
                 plan.ports[(scheduler.pod.name, 7070)],
@@ -664,7 +704,8 @@ configMapGenerator:
                           tail(logs["downpour-lbfgs-local-0"]))
 
         # An SSP job on dev-2x2 whose worker Job grows from 2 to 3 pods
-        # while it trains: the third takes the elastic seat.
+        # while it trains (the third takes the elastic seat), and back to 2
+        # (psctl retire of its rank, then the Job patched down).
         ssp = os.path.join(k8s, "overlays", "dev-ssp")
         os.makedirs(ssp)
         with open(os.path.join(ssp, "kustomization.yaml"), "w") as f:
@@ -675,7 +716,7 @@ configMapGenerator:
                 "      - STALENESS=2\n      - ELASTIC_WORKERS=1\n"))
         grow = k8s_pods.render(KUBECTL, ssp)
         logs = run_cluster(grow, os.path.join(tmp, "workers"), "workers", rng,
-                           grow_workers=30)
+                           grow_workers=30, shrink_workers=150)
         check_training(grow, logs, "workers")
         joiner = "downpour-worker-2-local"
         with open(logs[joiner], errors="replace") as f:
