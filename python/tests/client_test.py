@@ -7,6 +7,7 @@ import ast
 import os
 import random
 import re
+import subprocess
 import threading
 import time
 
@@ -453,7 +454,21 @@ def test_a_worker_joins_an_elastic_seat_and_leaves_for_good(tmp_path):
         a.flush()
         with pytest.raises(downpour.DeadlineExceededError):
             a.wait_clock(4, timeout=0.3)
-        # ... until it leaves for good.
+        # ... until it leaves for good: the operator asks it (psctl
+        # retire), it sees it and leaves.
+        assert not b.asked_to_leave
+        retire = subprocess.Popen(
+            [os.path.join(bin_dir(), "psctl", "psctl"), "retire", "1",
+             f"--scheduler={c.scheduler_address}", "--timeout_s=60"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while not b.asked_to_leave and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert b.asked_to_leave
+        assert not a.asked_to_leave
         b.leave(for_good=True, reason="test")
+        out, _ = retire.communicate(timeout=60)
+        assert retire.returncode == 0, out
+        assert "rank 1: retired (worker 'b')" in out
         assert a.wait_clock(4, timeout=30) >= 3
         a.leave(finished=True)
