@@ -35,9 +35,10 @@ namespace {
 // Thread-safe.
 class ClockReporter {
  public:
-  // `scheduler` must outlive this object. Clocks start at `start_clock`.
-  ClockReporter(SchedulerClient* scheduler, Clock start_clock)
-      : scheduler_(scheduler), own_clock_(start_clock), others_(start_clock) {
+  // `scheduler` must outlive this object. Clocks start at `start_clock`;
+  // the others' are taken to be at least `others` (<= start_clock).
+  ClockReporter(SchedulerClient* scheduler, Clock start_clock, Clock others)
+      : scheduler_(scheduler), own_clock_(start_clock), others_(others) {
     thread_ = std::thread([this] { Loop(); });
   }
   // Sends what is still queued, then stops.
@@ -271,7 +272,13 @@ class JobMemberImpl final : public JobMember {
     // Keeps the worker alive in the scheduler's eyes while it computes or
     // waits on a slow peer.
     heartbeat_ = std::thread([this, interval] { HeartbeatLoop(interval); });
-    reporter_ = std::make_unique<ClockReporter>(&scheduler_, start_clock_);
+    // Not the start clock: a BSP joiner starts one step beyond the others,
+    // and taking them to be there let it start that step before they had
+    // completed the one before (and before every server had the map that
+    // counts it).
+    reporter_ = std::make_unique<ClockReporter>(
+        &scheduler_, start_clock_,
+        std::min<Clock>(start_clock_, reply.gating_clock()));
     return absl::OkStatus();
   }
 

@@ -85,6 +85,7 @@ absl::Status NodeLifecycle::FinishRegister(SchedulerMutex& lock,
       absl::ToInt64Milliseconds(heartbeat_interval_));
   if (rank >= 0) {
     reply->set_start_clock(job_->clock(rank));
+    reply->set_gating_clock(job_->GatingClock());
     for (const std::string& b : barriers_->passed()) {
       reply->add_passed_barriers(b);
     }

@@ -865,7 +865,8 @@ TEST_F(SchedulerRankTest, BspGrowsOnlyOnceEveryServerHasTheMap) {
   const Epoch before = scheduler_->CurrentMap().epoch();
   ASSERT_OK_AND_ASSIGN(proto::RegisterReply w2, Worker("w2", {}));
   EXPECT_EQ(w2.rank(), 2);
-  EXPECT_EQ(w2.start_clock(), 2);  // one beyond the gating clock, 1
+  EXPECT_EQ(w2.start_clock(), 2);   // one beyond the gating clock, 1
+  EXPECT_EQ(w2.gating_clock(), 1);  // not its start: the others are behind
   const proto::ClusterMap map = scheduler_->CurrentMap();
   EXPECT_THAT(map.seat_clocks(), ::testing::ElementsAre(2));
   ASSERT_EQ(map.seat_epochs_size(), 1);
