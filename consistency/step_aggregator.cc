@@ -1,5 +1,6 @@
 #include "consistency/step_aggregator.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace downpour {
@@ -8,9 +9,7 @@ void StepAggregator::set_next_clock(Clock clock) {
   if (clock <= next_clock_) return;
   next_clock_ = clock;
   while (!pending_.empty() && pending_.begin()->first < clock) {
-    for (Push& p : pending_.begin()->second.by_rank) {
-      if (p.pushed) spare_.push_back(std::move(p.grads));
-    }
+    for (Push& p : pending_.begin()->second.by_rank) Recycle(p);
     pending_.erase(pending_.begin());
   }
 }
@@ -20,7 +19,7 @@ std::vector<uint64_t> StepAggregator::Abandon() {
   for (auto& [clock, step] : pending_) {
     for (Push& p : step.by_rank) {
       waiters.insert(waiters.end(), p.waiters.begin(), p.waiters.end());
-      if (p.pushed) spare_.push_back(std::move(p.grads));
+      Recycle(p);
     }
   }
   pending_.clear();
@@ -30,6 +29,10 @@ std::vector<uint64_t> StepAggregator::Abandon() {
 void StepAggregator::Reset(Clock next_clock) {
   Abandon();
   next_clock_ = next_clock;
+}
+
+void StepAggregator::Recycle(Push& p) {
+  if (p.pushed && p.grads.capacity() > 0) spare_.push_back(std::move(p.grads));
 }
 
 std::vector<float> StepAggregator::TakeSpare() {
@@ -51,10 +54,17 @@ StepAggregator::Result StepAggregator::Add(int rank, Clock clock,
   if (waiter != 0) held.waiters.push_back(waiter);
   if (held.pushed) return kHeld;  // a resend
   held.pushed = true;
+  if (++step.count >= needed_.At(clock)) {
+    // The caller applies the step now, from its buffers (see Add).
+    held.borrowed = true;
+    held.borrowed_keys = keys;
+    held.borrowed_grads = grads;
+    return kComplete;
+  }
   held.keys.assign(keys.begin(), keys.end());
   held.grads = TakeSpare();
   held.grads.assign(grads.begin(), grads.end());
-  return ++step.count < needed_.At(clock) ? kHeld : kComplete;
+  return kHeld;
 }
 
 StepAggregator::Result StepAggregator::AddDirect(Clock clock) {
@@ -69,6 +79,29 @@ const std::vector<StepAggregator::Push>& StepAggregator::Pushes(
 int StepAggregator::PushedCount(Clock clock) const {
   auto it = pending_.find(clock);
   return it == pending_.end() ? 0 : it->second.count;
+}
+
+void StepAggregator::Mean(Clock clock, size_t n,
+                          std::vector<float>* out) const {
+  const Step& step = pending_.at(clock);
+  const float count = static_cast<float>(step.count);
+  // A block at a time, so that the sum stays in the cache while every
+  // rank's gradient is added to it (one pass over memory, not one a rank).
+  // The loops are written to be vectorized (BUILD: -ftree-vectorize), which
+  // keeps every float's operations and their order.
+  constexpr size_t kBlock = 2048;
+  out->resize(n);
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(n - b, kBlock);
+    float* __restrict dst = out->data() + b;
+    std::fill(dst, dst + m, 0.0f);
+    for (const Push& p : step.by_rank) {
+      if (!p.pushed) continue;
+      const float* __restrict src = p.Grads().data() + b;
+      for (size_t j = 0; j < m; ++j) dst[j] += src[j];
+    }
+    for (size_t j = 0; j < m; ++j) dst[j] /= count;
+  }
 }
 
 StepAggregator::Finished StepAggregator::Finish(Clock clock,
@@ -90,7 +123,7 @@ StepAggregator::Finished StepAggregator::Finish(Clock clock,
       f.waiters.insert(f.waiters.end(), p.waiters.begin(), p.waiters.end());
       if (!p.pushed) continue;
       f.ranks.push_back(r);
-      spare_.push_back(std::move(p.grads));
+      Recycle(p);
     }
     pending_.erase(it);
   }
@@ -117,7 +150,7 @@ std::vector<Clock> StepAggregator::Retire(int rank, StepCounts needed,
     orphans->insert(orphans->end(), p.waiters.begin(), p.waiters.end());
     p.waiters.clear();
     if (p.pushed) {
-      spare_.push_back(std::move(p.grads));
+      Recycle(p);
       p = Push();
       --step.count;
     }

@@ -14,12 +14,13 @@
 //       released = steps.Finish(clock, waiter);
 //   }
 //
-// A rank's resend of a clock it already pushed is ignored (kHeld). With
-// needed == 1, AddDirect lets the caller apply a lone gradient straight from
-// its request buffer, without the copy. When the job goes on without a
-// rank (Retire), its held pushes are dropped and fewer ranks complete a
-// step. A BSP job that grows (a worker took an elastic seat) needs more
-// ranks from the step the scheduler announced on (StepCounts): the count
+// A rank's resend of a clock it already pushed is ignored (kHeld). The push
+// that completes a step is not copied: the caller applies the step from its
+// request's buffers at once. With needed == 1, AddDirect lets the caller
+// apply a lone gradient straight from its request buffer as well. When the job
+// goes on without a rank (Retire), its held pushes are dropped and fewer ranks
+// complete a step. A BSP job that grows (a worker took an elastic seat) needs
+// more ranks from the step the scheduler announced on (StepCounts): the count
 // is a function of the clock, not of when the server learnt of it.
 //
 // Gradient buffers are recycled across steps: on these machines writing to
@@ -59,10 +60,24 @@ class StepAggregator {
   // One rank's held push.
   struct Push {
     bool pushed = false;
-    std::vector<uint64_t> keys;  // key batches only
-    std::vector<float> grads;
+    // The push's keys (key batches only) and gradients: copies while held;
+    // the caller's own buffers for the push that completed the step.
+    absl::Span<const uint64_t> Keys() const {
+      return borrowed ? borrowed_keys : absl::MakeConstSpan(keys);
+    }
+    absl::Span<const float> Grads() const {
+      return borrowed ? borrowed_grads : absl::MakeConstSpan(grads);
+    }
     // Its requests waiting for the step (a resend adds one).
     std::vector<uint64_t> waiters;
+
+   private:
+    friend class StepAggregator;
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    bool borrowed = false;
+    absl::Span<const uint64_t> borrowed_keys;
+    absl::Span<const float> borrowed_grads;
   };
   enum Result { kHeld, kComplete, kLate };
 
@@ -84,6 +99,8 @@ class StepAggregator {
   // Records `rank`'s push for `clock` (keys: for key batches, else empty).
   // `waiter` != 0 names a request that wants an answer once the step is
   // applied; it is remembered with the step (kHeld) and returned by Finish.
+  // kComplete: the caller applies the step (Pushes, then Finish) before
+  // `keys` and `grads` go away, since this push is read from them.
   // REQUIRES: 0 <= rank < ranks.
   Result Add(int rank, Clock clock, absl::Span<const uint64_t> keys,
              absl::Span<const float> grads, uint64_t waiter);
@@ -97,6 +114,12 @@ class StepAggregator {
   // REQUIRES: Add returned kComplete for it.
   const std::vector<Push>& Pushes(Clock clock) const;
   int PushedCount(Clock clock) const;
+  // The mean of `clock`'s pushes of `n` floats each (range parts), into
+  // out[0, n): every float is 0 + g_0 + g_1 + ... in rank order over the
+  // ranks that pushed, divided by their count, whatever order the pushes
+  // came in. REQUIRES: Add returned kComplete for it; every push holds n
+  // floats.
+  void Mean(Clock clock, size_t n, std::vector<float>* out) const;
 
   // Closes `clock` after the caller applied it: returns the waiters the step
   // remembered, except `completing` (the request that completed it, which
@@ -117,7 +140,7 @@ class StepAggregator {
       if (clock == except) continue;
       for (const Push& p : step.by_rank) {
         if (!p.pushed) continue;
-        for (uint64_t k : p.keys) fn(k);
+        for (uint64_t k : p.Keys()) fn(k);
       }
     }
   }
@@ -147,6 +170,8 @@ class StepAggregator {
     int count = 0;
   };
   std::vector<float> TakeSpare();
+  // Keeps a held push's gradient buffer for a later push.
+  void Recycle(Push& p);
 
   const int ranks_;
   StepCounts needed_;

@@ -19,9 +19,17 @@ TEST(StepAggregatorTest, HoldsUntilEnoughRanksThenHandsThemBackInRankOrder) {
   const auto& pushes = steps.Pushes(0);
   ASSERT_EQ(pushes.size(), 3u);
   EXPECT_TRUE(pushes[0].pushed);
-  EXPECT_EQ(pushes[0].grads, a);
+  EXPECT_EQ(
+      std::vector<float>(pushes[0].Grads().begin(), pushes[0].Grads().end()),
+      a);
   EXPECT_FALSE(pushes[1].pushed);
-  EXPECT_EQ(pushes[2].grads, b);
+  EXPECT_EQ(
+      std::vector<float>(pushes[2].Grads().begin(), pushes[2].Grads().end()),
+      b);
+  // Held pushes are copies; the one that completed the step is read from
+  // its caller's buffer, which outlives the step's application.
+  EXPECT_NE(pushes[2].Grads().data(), b.data());
+  EXPECT_EQ(pushes[0].Grads().data(), a.data());
   StepAggregator::Finished f = steps.Finish(0, /*completing=*/9);
   EXPECT_EQ(f.waiters, (std::vector<uint64_t>{7, 8}));
   EXPECT_EQ(f.ranks, (std::vector<int>{0, 2}));
@@ -31,14 +39,49 @@ TEST(StepAggregatorTest, HoldsUntilEnoughRanksThenHandsThemBackInRankOrder) {
   EXPECT_EQ(steps.Add(1, 0, {}, a, 0), StepAggregator::kLate);
 }
 
+TEST(StepAggregatorTest, TheMeanIsTheRankOrderedSumWhateverTheArrivalOrder) {
+  // 5000 floats (more than one block and not a multiple of it) from ranks
+  // 3, 0 and 2 of 4, arriving in that order; rank 1 does not push.
+  const size_t n = 5000;
+  std::vector<std::vector<float>> g(4, std::vector<float>(n));
+  uint64_t x = 88172645463325252ull;
+  for (auto& v : g) {
+    for (float& f : v) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      f = static_cast<float>(static_cast<double>(x % 2000001) / 1e6 - 1.0);
+    }
+  }
+  StepAggregator steps(/*ranks=*/4, /*needed=*/3);
+  EXPECT_EQ(steps.Add(3, 0, {}, g[3], 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(0, 0, {}, g[0], 0), StepAggregator::kHeld);
+  EXPECT_EQ(steps.Add(2, 0, {}, g[2], 0), StepAggregator::kComplete);
+  std::vector<float> mean;
+  steps.Mean(0, n, &mean);
+  ASSERT_EQ(mean.size(), n);
+  size_t differ_from_arrival_order = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const float expected = (((0.0f + g[0][j]) + g[2][j]) + g[3][j]) / 3.0f;
+    ASSERT_EQ(mean[j], expected) << j;  // bit for bit
+    const float arrival = (((0.0f + g[3][j]) + g[0][j]) + g[2][j]) / 3.0f;
+    differ_from_arrival_order += arrival != expected;
+  }
+  // The order matters for floats: the test would see the wrong one.
+  EXPECT_GT(differ_from_arrival_order, 0u);
+  steps.Finish(0, 0);
+}
+
 TEST(StepAggregatorTest, KeyBatchesAreKeptWithTheirKeys) {
   StepAggregator steps(2, 2);
   const std::vector<uint64_t> k0 = {5, 1}, k1 = {};
   const std::vector<float> g0 = {0.5f, 0.25f};
   EXPECT_EQ(steps.Add(1, 4, k1, {}, 0), StepAggregator::kHeld);
   EXPECT_EQ(steps.Add(0, 4, k0, g0, 0), StepAggregator::kComplete);
-  EXPECT_EQ(steps.Pushes(4)[0].keys, k0);
-  EXPECT_TRUE(steps.Pushes(4)[1].keys.empty());
+  EXPECT_EQ(std::vector<uint64_t>(steps.Pushes(4)[0].Keys().begin(),
+                                  steps.Pushes(4)[0].Keys().end()),
+            k0);
+  EXPECT_TRUE(steps.Pushes(4)[1].Keys().empty());
   steps.Finish(4, 0);
   EXPECT_EQ(steps.next_clock(), 5);
 }

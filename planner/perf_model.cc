@@ -61,7 +61,7 @@ struct Costs {
   double caller_req, caller_byte;      // the calling thread's share
   double control_cli, control_sched;   // a clock report's CPU
   double srv_req, srv_push, srv_pull;  // server CPU per request, per byte
-  double srv_held;                     // a BSP request held, beyond that
+  double srv_held;    // a byte of a BSP request held, beyond that
   double srv_serial;  // of srv_req and srv_*, the share on the data thread
   double apply_sum;   // per float
 };
@@ -84,7 +84,12 @@ Costs CostsOf(const Calibration& c) {
   k.srv_req = n.server_us_per_request * 1e-6;
   k.srv_push = n.server_ns_per_push_byte * 1e-9;
   k.srv_pull = n.server_ns_per_pull_byte * 1e-9;
-  k.srv_held = n.server_us_per_held_request * 1e-6;
+  // The probe holds requests of message_bytes; what holding costs grows
+  // with the bytes held (calibrated at 32, 128 and 512 KiB on the 2-core
+  // VM: 0, 28 and 159 us), so a request of the job is charged by its size.
+  k.srv_held = n.message_bytes > 0 ? n.server_us_per_held_request * 1e-6 /
+                                         static_cast<double>(n.message_bytes)
+                                   : 0;
   k.srv_serial = std::clamp(n.server_serial_fraction, 0.0, 1.0);
   auto sum = c.apply_ns_per_float.find("sum");
   k.apply_sum =
@@ -131,10 +136,16 @@ void PickBottleneck(Prediction* p) {
   // equals the critical path when the host has a core for every busy
   // thread, up to rounding).
   if (p->critical_s >= p->step_s * (1 - 1e-9)) {
-    p->bottleneck =
-        p->exposed_comm_s > p->straggler_factor * p->compute.total_s()
-            ? Bottleneck::kLatency
-            : Bottleneck::kCompute;
+    // The largest part of the critical path: compute, the round trips, or
+    // (BSP) the busiest server's turn.
+    const double compute = p->straggler_factor * p->compute.total_s();
+    const double trips = p->exposed_comm_s - p->server_wait_s;
+    if (p->server_wait_s > compute && p->server_wait_s > trips) {
+      p->bottleneck = Bottleneck::kServerCpu;
+    } else {
+      p->bottleneck =
+          trips > compute ? Bottleneck::kLatency : Bottleneck::kCompute;
+    }
   } else if (p->step_s == p->server_s) {
     p->bottleneck = Bottleneck::kServerCpu;
   } else if (p->step_s == p->nic_s) {
@@ -230,6 +241,7 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
 
   // CPU: the client's per worker step, each server's per job step.
   double server_total = 0;
+  double server_receive = 0;  // the busiest data thread's receiving
   for (int i = 0; i < s; ++i) {
     ServerTraffic t = Total({dense[i], emb[i]});
     p.client_cpu_s += t.requests * k.cli_req + t.bytes_up * k.cli_push +
@@ -243,7 +255,7 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
     if (job.mode == Mode::kBsp && senders > 1) {
       // Requests held until the step is complete; N gradients summed (rank
       // order) into the step, then one apply.
-      applied = senders * t.requests * k.srv_held +
+      applied = senders * t.bytes_up * k.srv_held +
                 t.floats_applied * (n * k.apply_sum + apply);
     } else if (job.mode == Mode::kBsp) {
       applied = t.floats_applied * apply;  // straight from the request
@@ -254,7 +266,14 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
     // Only the data thread's part is served one request after another:
     // the I/O threads receive and send beside it. Holding, summing and
     // applying are all the data thread's.
-    p.server_s = std::max(p.server_s, k.srv_serial * transport + applied);
+    const double turn = k.srv_serial * transport + applied;
+    if (turn > p.server_s) {
+      p.server_s = turn;
+      // Of it, receiving the workers' requests and gradients (half of a
+      // request's fixed cost, all of the bytes up).
+      server_receive = k.srv_serial * senders *
+                       (t.requests * k.srv_req / 2 + t.bytes_up * k.srv_push);
+    }
     server_total += cpu;
     if (cpu > p.busiest.cpu_s || i == 0) {
       p.busiest.index = i;
@@ -282,12 +301,24 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
   if (dense_total > 0) {
     switch (job.mode) {
       case Mode::kBsp: {
-        // Parts go out as the backward pass finishes them; the last one's
-        // round trip stays exposed, and its server first answers the
-        // workers whose parts came before.
+        // Parts go out as the backward pass finishes them, and the last
+        // one's round trip stays exposed. Workers and servers take turns:
+        // a server answers a part only once every worker's gradient of it
+        // is in, so the apply and the replies of the whole step lie on the
+        // path. The replies go out one worker after another, so the
+        // workers answered first start the next step ahead of the last,
+        // and their requests are received while it still computes: of the
+        // receiving, only the last worker's share waits (when the compute
+        // covers the others'). At the least the turn is the last part's
+        // own work: its push, its apply, the replies to the workers
+        // answered before.
         const double x = std::min<double>(kBspPartBytes, dense_total);
-        exposed = k.alpha + x / k.push_bps + x / k.pull_bps + x * k.srv_push +
-                  x / 4 * apply + (senders - 1) / 2 * x * k.srv_pull;
+        const double last_part =
+            x * k.srv_push + x / 4 * apply + (senders - 1) / 2 * x * k.srv_pull;
+        const double early =
+            std::min(g_tc, (senders - 1) / senders * server_receive);
+        p.server_wait_s = std::max(last_part, p.server_s - early);
+        exposed = k.alpha + x / k.push_bps + x / k.pull_bps + p.server_wait_s;
         break;
       }
       case Mode::kSsp:

@@ -98,7 +98,10 @@ struct Prediction {
   ComputeEstimate compute;
   double straggler_factor = 1;  // g
   double exposed_comm_s = 0;    // communication on the worker's path
-  double critical_s = 0;        // g * Tc + exposed_comm_s
+  // BSP: of exposed_comm_s, the busiest server's turn (its work of the
+  // step, which the workers wait for before the next).
+  double server_wait_s = 0;
+  double critical_s = 0;  // g * Tc + exposed_comm_s
   // One worker's CPU per step beyond its compute: the data plane's (client
   // threads and the calling thread) and its clock report's.
   double client_cpu_s = 0;

@@ -113,32 +113,74 @@ TEST_F(PerfModelTest, FourBspWorkersOnTwoCoresAreHostBound) {
   const Prediction p = Predict(model_, cal_, job, PlanOptions{});
   // g = 1 + 0.1 x E[slowest of 4] = 1.10294.
   EXPECT_NEAR(p.straggler_factor, 1.10294, 1e-5);
-  // Server 0, per step of the job: 4 x (2 requests x (10 + 5 held) us +
-  // 2040 bytes x 0.2 ns) + 510 floats x (4 x 0.5 + 1.5) ns = 121.632 +
-  // 1.785 us; server 1: 4 x (15 + 0.4) + 1.75 = 63.35 us.
+  // Server 0, per step of the job: 4 x (2 requests x 10 us + 2040 bytes x
+  // 0.2 ns) = 81.632 us, holding 4 x 2040 bytes x 5 ns = 40.8 us, and
+  // 510 floats x (4 x 0.5 + 1.5) ns = 1.785 us; server 1: 4 x (10 + 0.4)
+  // + 40 + 1.75 = 83.35 us.
   EXPECT_EQ(p.busiest.index, 0);
-  EXPECT_NEAR(p.server_s, 123.417 * kUs, 1e-11);
+  EXPECT_NEAR(p.server_s, 124.217 * kUs, 1e-11);
   EXPECT_EQ(p.busiest.requests, 8);
   EXPECT_EQ(p.busiest.bytes_in, 4 * 2040);
-  EXPECT_NEAR(p.servers_cpu_s, (123.417 + 63.35) * kUs, 1e-11);
-  // The last part (all 4040 bytes) round trip: 100 + 8.08 us, its push
-  // 0.404 us and apply 1.515 us, and half of 3 other replies, 0.606 us.
-  EXPECT_NEAR(p.exposed_comm_s, 110.605 * kUs, 1e-11);
+  EXPECT_NEAR(p.servers_cpu_s, (124.217 + 83.35) * kUs, 1e-11);
+  // The last part (all 4040 bytes) round trip: 100 + 8.08 us; then the
+  // busiest server's turn, less what it receives from the 3 workers
+  // answered first while the last computes: 3/4 of 4 x (10 / 2 us + 2040
+  // bytes x 0.1 ns) = 30.612 us (the compute, 51.97 us, covers it). That
+  // is more than the last part's own work (its push 0.404 us, apply 1.515
+  // us, half of 3 other replies 0.606 us).
+  EXPECT_NEAR(p.server_wait_s, (124.217 - 30.612) * kUs, 1e-11);
+  EXPECT_NEAR(p.exposed_comm_s, (108.08 + 93.605) * kUs, 1e-11);
   // The training thread: 41.04 us of compute and 3 requests (6.0808 us).
-  EXPECT_NEAR(p.critical_s, (1.10294 * 47.1208 + 110.605) * kUs, 1e-9);
-  // Host: 4 x (41.04 + 50.808 + 30) + 123.417 + 63.35 = 674.159 us of
-  // CPU, 4.15 threads busy over the critical path, of which the 2 cores
+  EXPECT_NEAR(p.critical_s, (1.10294 * 47.1208 + 201.685) * kUs, 1e-9);
+  // Host: 4 x (41.04 + 50.808 + 30) + 124.217 + 83.35 = 694.959 us of
+  // CPU, 2.74 threads busy over the critical path, of which the 2 cores
   // run 2.
   EXPECT_NEAR(p.client_cpu_s, 50.808 * kUs, 1e-11);
-  EXPECT_NEAR(p.host_s, 674.159 / 2 * kUs, 1e-10);
+  EXPECT_NEAR(p.host_s, 694.959 / 2 * kUs, 1e-10);
   EXPECT_EQ(p.bottleneck, Bottleneck::kHostCores);
-  EXPECT_NEAR(p.examples_per_s, 40 / (337.0795 * kUs), 1);
+  EXPECT_NEAR(p.examples_per_s, 40 / (347.4795 * kUs), 1);
+}
+
+TEST_F(PerfModelTest, BspWorkersWaitForTheBusiestServersTurn) {
+  // One host per process: no host term. The BSP step is the compute, the
+  // last part's round trip and the server's turn, one after another.
+  JobShape job;
+  job.workers = 4;
+  job.servers = 1;
+  job.mode = Mode::kBsp;
+  PlanOptions o;
+  o.placement = Placement::kDedicatedHosts;
+  o.nic_gbs = 100;
+  const Prediction p = Predict(model_, cal_, job, o);
+  // The server's turn: 4 x (2 requests x 10 us + 4040 bytes x 0.2 ns) =
+  // 83.232 us, holding 4 x 4040 bytes x 5 ns = 80.8 us, summing and
+  // applying 1010 floats x 3.5 ns = 3.535 us: 167.567 us; of its receiving,
+  // 4 x (5 + 0.404) us, the 3 workers answered first's share (31.212 us)
+  // overlaps the last one's compute.
+  EXPECT_NEAR(p.server_s, 167.567 * kUs, 1e-11);
+  EXPECT_NEAR(p.server_wait_s, (167.567 - 31.212) * kUs, 1e-11);
+  EXPECT_NEAR(p.critical_s,
+              p.straggler_factor * (p.compute.total_s() + p.caller_cpu_s) +
+                  (108.08 + 136.355) * kUs,
+              1e-11);
+  EXPECT_EQ(p.step_s, p.critical_s);
+  EXPECT_EQ(p.bottleneck, Bottleneck::kServerCpu);
+  // One worker: nobody is answered first, the whole turn waits.
+  job.workers = 1;
+  const Prediction one = Predict(model_, cal_, job, o);
+  EXPECT_NEAR(one.server_wait_s, one.server_s, 1e-15);
+  // ASP overlaps the server's work with the next step: no turn to wait.
+  job.workers = 4;
+  job.mode = Mode::kAsp;
+  const Prediction asp = Predict(model_, cal_, job, o);
+  EXPECT_EQ(asp.server_wait_s, 0);
+  EXPECT_LT(asp.critical_s, p.critical_s);
 }
 
 TEST_F(PerfModelTest, OnlyTheDataThreadsShareOfAServerIsServedInTurn) {
   // The job above with a quarter of the server's request and byte CPU on
   // its data thread: server 0's 81.632 us of requests and bytes count
-  // 20.408 us towards its step; holding (40 us) and applying (1.785 us)
+  // 20.408 us towards its step; holding (40.8 us) and applying (1.785 us)
   // stay whole. All of its CPU still counts towards the host.
   cal_.network.server_serial_fraction = 0.25;
   JobShape job;
@@ -146,9 +188,9 @@ TEST_F(PerfModelTest, OnlyTheDataThreadsShareOfAServerIsServedInTurn) {
   job.servers = 2;
   job.mode = Mode::kBsp;
   const Prediction p = Predict(model_, cal_, job, PlanOptions{});
-  EXPECT_NEAR(p.server_s, (20.408 + 41.785) * kUs, 1e-11);
-  EXPECT_NEAR(p.busiest.cpu_s, 123.417 * kUs, 1e-11);
-  EXPECT_NEAR(p.servers_cpu_s, (123.417 + 63.35) * kUs, 1e-11);
+  EXPECT_NEAR(p.server_s, (20.408 + 42.585) * kUs, 1e-11);
+  EXPECT_NEAR(p.busiest.cpu_s, 124.217 * kUs, 1e-11);
+  EXPECT_NEAR(p.servers_cpu_s, (124.217 + 83.35) * kUs, 1e-11);
 }
 
 TEST_F(PerfModelTest, AMeasuredStepReplacesTheLayerEstimate) {

@@ -108,6 +108,7 @@ Json PredictionToJson(const Prediction& p) {
   terms.Set("straggler_factor", Json::Number(p.straggler_factor));
   terms.Set("exposed_comm_ms", Json::Number(p.exposed_comm_s * 1e3));
   terms.Set("critical_ms", Json::Number(p.critical_s * 1e3));
+  terms.Set("server_wait_ms", Json::Number(p.server_wait_s * 1e3));
   terms.Set("client_cpu_ms", Json::Number(p.client_cpu_s * 1e3));
   terms.Set("caller_cpu_ms", Json::Number(p.caller_cpu_s * 1e3));
   terms.Set("server_ms", Json::Number(p.server_s * 1e3));

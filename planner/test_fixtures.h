@@ -20,10 +20,10 @@ inline constexpr char kTinyModel[] = R"({
 // both free; a 100 us round trip;
 // 1 GB/s with one request in flight, 2 GB/s with 4; 10 us of CPU per
 // request and 0.1 ns per byte on either side, of which the calling thread
-// spends 2 us and 0.01 ns; a BSP request held for aggregation costs the
-// server 5 us more; a clock report costs the worker 20 us and the
-// scheduler 30 us; apply per float: sgd 1 ns, sum 0.5, momentum 1.5,
-// adagrad 2.
+// spends 2 us and 0.01 ns; a BSP request of 1000 bytes held for
+// aggregation costs the server 5 us more (5 ns per byte held); a clock report
+// costs the worker 20 us and the scheduler 30 us; apply per float: sgd 1 ns,
+// sum 0.5, momentum 1.5, adagrad 2.
 inline constexpr char kRoundCalibration[] = R"({
   "format_version": 1,
   "created": "2026-11-26T00:00:00Z",
@@ -43,7 +43,7 @@ inline constexpr char kRoundCalibration[] = R"({
   },
   "network": {
     "latency_us": {"median": 105, "p10": 100, "p90": 120, "samples": 5},
-    "message_bytes": 1048576,
+    "message_bytes": 1000,
     "in_flight": 4,
     "push_gbs_1": {"median": 1, "p10": 1, "p90": 1, "samples": 5},
     "pull_gbs_1": {"median": 1, "p10": 1, "p90": 1, "samples": 5},

@@ -133,14 +133,8 @@ TableShard::SyncOutcome TableShard::ApplyRangeStep(
     uint64_t completing, std::vector<uint64_t>* released,
     SparseRows::Room* room) {
   const size_t n = (end - begin) * width();
-  // Sum in rank order, so the result does not depend on arrival order.
-  sum_.assign(n, 0.0f);
-  for (const StepAggregator::Push& g : steps.Pushes(clock)) {
-    if (!g.pushed) continue;
-    for (size_t j = 0; j < n; ++j) sum_[j] += g.grads[j];
-  }
-  const float count = static_cast<float>(steps.PushedCount(clock));
-  for (float& v : sum_) v /= count;
+  // In rank order, so the result does not depend on arrival order.
+  steps.Mean(clock, n, &sum_);
   absl::Status room_made = PrepareWriteRange(
       range, begin, end, SparseRows::Write::kPush, clock, room);
   if (room_made.ok()) range.store->PushRange(begin, end, sum_.data());
@@ -182,7 +176,8 @@ TableShard::SyncOutcome TableShard::ApplyKeyStep(
   std::vector<Key>& all = *applied_keys;
   all.clear();
   for (const StepAggregator::Push& p : pushes) {
-    all.insert(all.end(), p.keys.begin(), p.keys.end());
+    const absl::Span<const uint64_t> keys = p.Keys();
+    all.insert(all.end(), keys.begin(), keys.end());
   }
   std::sort(all.begin(), all.end());
   all.erase(std::unique(all.begin(), all.end()), all.end());
@@ -194,9 +189,10 @@ TableShard::SyncOutcome TableShard::ApplyKeyStep(
   // zero gradient), so the mean is over every rank.
   sum_.assign(all.size() * w, 0.0f);
   for (const StepAggregator::Push& p : pushes) {
-    for (size_t i = 0; i < p.keys.size(); ++i) {
-      float* dst = sum_.data() + slot[p.keys[i]] * w;
-      const float* g = p.grads.data() + i * w;
+    const absl::Span<const uint64_t> keys = p.Keys();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      float* dst = sum_.data() + slot[keys[i]] * w;
+      const float* g = p.Grads().data() + i * w;
       for (size_t j = 0; j < w; ++j) dst[j] += g[j];
     }
   }
