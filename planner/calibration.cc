@@ -181,6 +181,9 @@ Json CalibrationToJson(const Calibration& c) {
     for (int64_t v : t.layer_sizes) sizes.Append(Json::Number(v));
     e.Set("dense_layers", std::move(sizes));
     e.Set("ms", SpreadToJson(t.ms));
+    if (t.streamed_ms.samples > 0) {
+      e.Set("streamed_ms", SpreadToJson(t.streamed_ms));
+    }
     steps.Append(std::move(e));
   }
   compute.Set("steps", std::move(steps));
@@ -307,6 +310,9 @@ absl::StatusOr<Calibration> ParseCalibration(absl::string_view text,
             }
           }
           t.ms = ReadPositive(sr, where, "ms");
+          if (sr.OptionalValue("streamed_ms") != nullptr) {
+            t.streamed_ms = ReadPositive(sr, where, "streamed_ms");
+          }
           kr.Merge(sr.Finish());
           k.steps.push_back(t);
         }

@@ -71,6 +71,12 @@ struct StepTime {
   int64_t batch = 0;
   std::vector<int64_t> layer_sizes;
   Spread ms;
+  // The same step with its gradient's parts sent to a server as the
+  // backward pass finishes them (ps_worker's BSP loop), to the end of the
+  // backward pass; samples == 0: not measured. Recorded for the model's
+  // BSP compute, not used by it yet (docs/ARCHITECTURE.md, "The
+  // equations").
+  Spread streamed_ms;
 };
 
 struct ComputeCalibration {

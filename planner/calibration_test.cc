@@ -37,10 +37,22 @@ TEST(CalibrationTest, ParsesWritesAndReadsBack) {
   ASSERT_NE(c.compute.FindLayer(10, 100, 10), nullptr);
   EXPECT_EQ(c.compute.FindLayer(10, 100, 11), nullptr);
 
+  // A step, measured plain and streamed to a server, travels with it.
+  StepTime t;
+  t.batch = 10;
+  t.layer_sizes = {100, 10};
+  t.ms = {0.1, 0.08, 0.12, 5};
+  t.streamed_ms = {0.15, 0.12, 0.2, 7};
+  c.compute.steps.push_back(t);
+
   const std::string path = ::testing::TempDir() + "/cal.json";
   ASSERT_OK(WriteCalibration(path, c));
   ASSERT_OK_AND_ASSIGN(Calibration back, ReadCalibration(path));
   EXPECT_EQ(CalibrationToJson(back).Dump(), CalibrationToJson(c).Dump());
+  const StepTime* read = back.compute.FindStep(10, {100, 10});
+  ASSERT_NE(read, nullptr);
+  EXPECT_EQ(read->streamed_ms.p10, 0.12);
+  EXPECT_EQ(read->streamed_ms.samples, 7);
   std::remove(path.c_str());
 }
 

@@ -101,6 +101,11 @@ std::string Describe(const planner::Calibration& c) {
     absl::StrAppend(&out, "  whole step, layers ",
                     absl::StrJoin(t.layer_sizes, "-"), ", batch ", t.batch,
                     ": ", Figure(t.ms, "ms", "%.3f"), "\n");
+    if (t.streamed_ms.samples > 0) {
+      absl::StrAppend(&out,
+                      "    its parts sent to the server as they finish (BSP): ",
+                      Figure(t.streamed_ms, "ms", "%.3f"), "\n");
+    }
   }
   const planner::NetworkCalibration& n = c.network;
   absl::StrAppend(
@@ -300,6 +305,17 @@ int CalibrateCommand(const ClusterAuth& auth) {
             ProbeControl(scheduler, auth,
                          cluster != nullptr ? cluster->scheduler().pid() : -1,
                          probe, &c.network);
+        // Only against the local cluster: a live cluster's job is not ours
+        // to add synchronous tables to.
+        if (failed.ok() && model.num_layers() > 0 && cluster != nullptr) {
+          absl::StatusOr<planner::Spread> streamed =
+              ProbeStreamedStep(**client, model, probe);
+          if (streamed.ok()) {
+            c.compute.steps.back().streamed_ms = *streamed;
+          } else {
+            failed = streamed.status();
+          }
+        }
       } else {
         failed = n.status();
       }

@@ -187,16 +187,10 @@ std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
   return out;
 }
 
-planner::StepTime MeasureStep(const planner::ModelSpec& spec,
-                              const ProbeOptions& o) {
-  planner::StepTime t;
-  t.batch = spec.batch;
-  t.layer_sizes = spec.layer_sizes;
-  std::vector<int> sizes(spec.layer_sizes.begin(), spec.layer_sizes.end());
-  std::unique_ptr<Model> model = MakeMlp(sizes);
+Dataset ProbeData(const planner::ModelSpec& spec) {
   Dataset data;
-  data.dim = sizes.front();
-  data.num_classes = sizes.back();
+  data.dim = static_cast<int>(spec.layer_sizes.front());
+  data.num_classes = static_cast<int>(spec.layer_sizes.back());
   data.num_examples = 4096;
   data.features.resize(size_t{4096} * data.dim);
   data.labels.resize(4096);
@@ -204,6 +198,17 @@ planner::StepTime MeasureStep(const planner::ModelSpec& spec,
     data.features[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000;
   }
   for (int i = 0; i < 4096; ++i) data.labels[i] = i % data.num_classes;
+  return data;
+}
+
+planner::StepTime MeasureStep(const planner::ModelSpec& spec,
+                              const ProbeOptions& o) {
+  planner::StepTime t;
+  t.batch = spec.batch;
+  t.layer_sizes = spec.layer_sizes;
+  std::vector<int> sizes(spec.layer_sizes.begin(), spec.layer_sizes.end());
+  std::unique_ptr<Model> model = MakeMlp(sizes);
+  const Dataset data = ProbeData(spec);
   std::vector<float> params(model->NumParams()), grad(params.size());
   model->Init(1, params.data());
   Batcher batcher(data.num_examples, 1, 0);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/dataset.h"
 #include "planner/calibration.h"
 #include "planner/model_spec.h"
 
@@ -40,6 +41,9 @@ planner::LayerRate MeasureLayer(int64_t batch, int64_t in, int64_t out,
 // itself (planner::ComputeCalibration::effective_cores).
 std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
                                                        double seconds);
+// The examples the step probes train on: 4096 of the model's input size
+// and classes, the same every time. REQUIRES: spec has dense layers.
+Dataset ProbeData(const planner::ModelSpec& spec);
 // One whole step of the dense model `spec` as ps_worker computes it (the
 // MLP of models/, one thread, on random data: a mini-batch drawn, loss and
 // gradient streamed), in milliseconds per call. REQUIRES: spec has dense

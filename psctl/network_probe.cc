@@ -12,10 +12,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/job_member.h"
 #include "cluster/scheduler_client.h"
 #include "common/status_macros.h"
 #include "common/subprocess.h"
+#include "models/batcher.h"
+#include "models/dataset.h"
+#include "models/model.h"
 
 namespace downpour {
 namespace {
@@ -128,6 +132,96 @@ absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
 }
 
 }  // namespace
+
+absl::StatusOr<planner::Spread> ProbeStreamedStep(
+    Client& client, const planner::ModelSpec& spec, const ProbeOptions& o) {
+  std::vector<int> sizes(spec.layer_sizes.begin(), spec.layer_sizes.end());
+  std::unique_ptr<Model> model = MakeMlp(sizes);
+  const Dataset data = ProbeData(spec);
+  const std::string tag =
+      absl::StrCat("psctl-calibrate-", getpid(), "-",
+                   absl::ToUnixMillis(absl::Now()), "-step");
+  // A table per parameter block, as ps_worker makes them, cut into parts
+  // as its BSP loop cuts them (worker/internal/bsp_loop.cc).
+  constexpr size_t kPartBytes = 128 << 10;
+  struct Part {
+    size_t table;
+    Key begin, end;
+    size_t offset, count, ready;
+  };
+  std::vector<Table> tables;
+  std::vector<Part> parts;
+  size_t offset = 0;
+  const std::vector<ParamBlock> blocks = model->Blocks();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    TableOptions t;
+    t.name = absl::StrCat(tag, "-", i);
+    t.width = static_cast<uint32_t>(blocks[i].width);
+    t.num_keys = blocks[i].rows;
+    t.handler = "sgd";
+    t.sync_workers = 1;
+    t.tracked_workers = 1;
+    DP_ASSIGN_OR_RETURN(Table table, client.CreateTable(t), "create table ",
+                        t.name);
+    tables.push_back(table);
+    const size_t rows_per_part =
+        std::max<size_t>(1, kPartBytes / (blocks[i].width * sizeof(float)));
+    for (size_t r = 0; r < blocks[i].rows; r += rows_per_part) {
+      const size_t e = std::min(blocks[i].rows, r + rows_per_part);
+      parts.push_back({i, r, e, offset + r * blocks[i].width,
+                       (e - r) * blocks[i].width, 0});
+    }
+    offset += blocks[i].rows * blocks[i].width;
+  }
+  std::vector<float> params(model->NumParams()), grads(params.size());
+  model->Init(1, params.data());
+  Batcher batcher(data.num_examples, 1, 0);
+  std::vector<Ticket> tickets;
+  absl::Status failed;
+  int64_t clock = 0;
+  auto step = [&]() -> double {
+    client.SetWorkerClock(0, clock++);
+    tickets.clear();
+    for (Part& p : parts) p.ready = 0;
+    auto ready = [&](size_t off, size_t count) {
+      for (Part& p : parts) {
+        const size_t b = std::max(off, p.offset);
+        const size_t e = std::min(off + count, p.offset + p.count);
+        if (b >= e) continue;
+        p.ready += e - b;
+        if (p.ready != p.count) continue;
+        for (size_t j = p.offset; j < p.offset + p.count; ++j) {
+          grads[j] *= 1e-3f;  // the learning rate, as the worker scales it
+        }
+        tickets.push_back(client.PushPull(
+            tables[p.table], Keys::Range(p.begin, p.end),
+            absl::MakeConstSpan(grads.data() + p.offset, p.count),
+            absl::MakeSpan(params.data() + p.offset, p.count)));
+      }
+    };
+    const absl::Time start = absl::Now();
+    model->LossAndGradientStreamed(params.data(), data,
+                                   batcher.Next(static_cast<int>(spec.batch)),
+                                   grads.data(), ready);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    for (Ticket t : tickets) {
+      absl::Status s = client.Wait(t);
+      if (failed.ok() && !s.ok()) failed = s;
+    }
+    return ms;
+  };
+  std::vector<double> samples;
+  for (int i = 0; i < 3; ++i) step();  // warm up: buffers and connections
+  for (int r = 0; r < std::max(1, o.rounds); ++r) {
+    const absl::Time stop = absl::Now() + absl::Seconds(o.seconds);
+    do {
+      samples.push_back(step());
+    } while (absl::Now() < stop && failed.ok());
+  }
+  client.SetWorkerClock(-1, -1);
+  DP_RETURN_IF_ERROR(failed, "the streamed step's PushPulls");
+  return planner::SpreadOf(samples);
+}
 
 absl::StatusOr<planner::NetworkCalibration> ProbeNetwork(
     Client& client, Client& second, const NetworkProbeOptions& o) {

@@ -41,6 +41,20 @@ struct NetworkProbeOptions {
 absl::StatusOr<planner::NetworkCalibration> ProbeNetwork(
     Client& client, Client& second, const NetworkProbeOptions& o);
 
+// One whole step of the dense model `spec` as ps_worker's BSP loop runs it
+// against a server: each ~128 KiB part of the gradient sent as a PushPull
+// the moment the backward pass finishes it, its reply written into the
+// parameters, to tables that apply each push at once (one rank,
+// sync_workers = 1). Milliseconds from the step's start to the end of its
+// backward pass, the sends overlapped (the wait for the last replies left
+// out), as ps_worker logs its compute; the CPU its client and the replies
+// take beside the products is what makes it longer than MeasureStep's.
+// Creates synchronous tables: for a cluster of one's own (psctl calibrate
+// runs it against its local cluster only). Errors: the client's.
+// REQUIRES: spec has dense layers.
+absl::StatusOr<planner::Spread> ProbeStreamedStep(
+    Client& client, const planner::ModelSpec& spec, const ProbeOptions& o);
+
 // A worker's clock report (every step makes one), into n's control_*
 // figures. With `scheduler_pid` (a local cluster whose scheduler runs
 // with --consistency=asp --num_workers=1), this process joins the job and

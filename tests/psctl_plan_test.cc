@@ -229,7 +229,12 @@ TEST(PsctlCalibrateTest, LocalAndLiveClusters) {
   EXPECT_GT(c.compute.gemm_peak_gflops.median, 0);
   EXPECT_FALSE(c.compute.effective_cores.empty());
   EXPECT_NE(c.compute.FindLayer(16, 64, 32), nullptr);
-  EXPECT_NE(c.compute.FindStep(16, {64, 32, 10}), nullptr);
+  const planner::StepTime* step = c.compute.FindStep(16, {64, 32, 10});
+  ASSERT_NE(step, nullptr);
+  // The step streamed to the local server, as ps_worker's BSP loop runs it.
+  EXPECT_GT(step->streamed_ms.samples, 0);
+  EXPECT_GT(step->streamed_ms.median, 0);
+  EXPECT_THAT(r.output, HasSubstr("its parts sent to the server"));
   EXPECT_GT(c.network.latency_us.median, 0);
   EXPECT_EQ(c.network.message_bytes, 16 << 10);
   EXPECT_EQ(c.network.server_cpu_source, "measured");
