@@ -20,11 +20,18 @@
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
+#include "planner/traffic.h"
 
 namespace downpour {
 namespace {
 
 constexpr uint32_t kWidth = 256;  // 1 KiB rows
+
+// The probes' scratch tables are named from this, unique to this run.
+std::string ScratchTablePrefix() {
+  return absl::StrCat("psctl-calibrate-", getpid(), "-",
+                      absl::ToUnixMillis(absl::Now()));
+}
 
 // CPU seconds of this process (every thread), or of the calling thread.
 double CpuSeconds(clockid_t clock) {
@@ -138,12 +145,9 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
   std::vector<int> sizes(spec.layer_sizes.begin(), spec.layer_sizes.end());
   std::unique_ptr<Model> model = MakeMlp(sizes);
   const Dataset data = ProbeData(spec);
-  const std::string tag =
-      absl::StrCat("psctl-calibrate-", getpid(), "-",
-                   absl::ToUnixMillis(absl::Now()), "-step");
+  const std::string tag = absl::StrCat(ScratchTablePrefix(), "-step");
   // A table per parameter block, as ps_worker makes them, cut into parts
   // as its BSP loop cuts them (worker/internal/bsp_loop.cc).
-  constexpr size_t kPartBytes = 128 << 10;
   struct Part {
     size_t table;
     Key begin, end;
@@ -164,8 +168,8 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
     DP_ASSIGN_OR_RETURN(Table table, client.CreateTable(t), "create table ",
                         t.name);
     tables.push_back(table);
-    const size_t rows_per_part =
-        std::max<size_t>(1, kPartBytes / (blocks[i].width * sizeof(float)));
+    const size_t rows_per_part = std::max<size_t>(
+        1, planner::kBspPartBytes / (blocks[i].width * sizeof(float)));
     for (size_t r = 0; r < blocks[i].rows; r += rows_per_part) {
       const size_t e = std::min(blocks[i].rows, r + rows_per_part);
       parts.push_back({i, r, e, offset + r * blocks[i].width,
@@ -225,8 +229,7 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
 
 absl::StatusOr<planner::NetworkCalibration> ProbeNetwork(
     Client& client, Client& second, const NetworkProbeOptions& o) {
-  const std::string tag = absl::StrCat("psctl-calibrate-", getpid(), "-",
-                                       absl::ToUnixMillis(absl::Now()));
+  const std::string tag = ScratchTablePrefix();
   const uint64_t rows = std::max<size_t>(1, o.message_bytes / (kWidth * 4));
   TableOptions big;
   big.name = tag;
