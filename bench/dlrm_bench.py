@@ -13,6 +13,13 @@ run today, with the same data, model, optimizer and batch size.
   hybrid  Downpour, the MLPs BSP and the embedding table ASP
   asp     Downpour, every table ASP (not in the default set)
 
+A distributed config with "-split" (ddp-split, bsp-split, ...) divides
+--batch over its workers instead of giving each worker --batch rows: each
+step's global batch is then the single process's, and a synchronous run
+makes as many updates as it does (rank r's rows of a step are rows r,
+r + N, ... of the single process's batch), as DDP users do to keep the
+optimizer's batch when they add workers.
+
 Every run trains on the same generator's rows (rank r of N takes rows r,
 r + N, ...), --batch rows per worker and step, Adagrad (--lr for the MLPs,
 --emb_lr for the tables), until --examples examples in all; rank 0's model
@@ -60,6 +67,18 @@ import downpour  # noqa: E402
 from downpour import clicklog  # noqa: E402
 
 DOWNPOUR_CONFIGS = ("bsp", "hybrid", "asp", "ssp")
+SPLIT = "-split"
+
+
+def base_config(config: str) -> str:
+    """The config without its "-split"."""
+    return config[:-len(SPLIT)] if config.endswith(SPLIT) else config
+
+
+def per_worker_batch(args, config: str, workers: int) -> int:
+    """Rows per worker and step: --batch, or --batch over the workers for a
+    "-split" config (main checks that they divide it)."""
+    return args.batch // workers if config.endswith(SPLIT) else args.batch
 
 
 # -- the PyTorch baselines --------------------------------------------------------
@@ -205,10 +224,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_torch(args, kind: str, world: int,
-              out_dir: str) -> Dict[str, object]:
-    """The single process (world 1) or DDP with `world` ranks; kind
-    "torch-fused" for the fused table."""
+def run_torch(args, kind: str, world: int, out_dir: str,
+              batch: int) -> Dict[str, object]:
+    """The single process (world 1) or DDP with `world` ranks of `batch`
+    rows a step; kind "torch-fused" for the fused table."""
     os.makedirs(out_dir, exist_ok=True)
     port = free_port()
     procs = []
@@ -216,10 +235,10 @@ def run_torch(args, kind: str, world: int,
         argv = [sys.executable, os.path.abspath(__file__),
                 f"--child_rank={r}", f"--child_world={world}",
                 f"--port={port}", f"--out_dir={out_dir}",
-                f"--child_kind={kind}"]
+                f"--child_kind={kind}", f"--batch={batch}"]
         argv += [f"--{k}={v}" for k, v in vars(args).items()
                  if k not in ("child_rank", "child_world", "port", "out_dir",
-                              "workers", "configs", "child_kind")]
+                              "workers", "configs", "child_kind", "batch")]
         log = open(os.path.join(out_dir, f"rank-{r}.log"), "wb")
         procs.append((subprocess.Popen(argv, stdout=log,
                                        stderr=subprocess.STDOUT), log))
@@ -249,13 +268,13 @@ def run_torch(args, kind: str, world: int,
             "server_peak_rss_mb": []}
 
 
-def run_downpour(args, mode: str, workers: int,
-                 out_dir: str) -> Dict[str, object]:
+def run_downpour(args, mode: str, workers: int, out_dir: str,
+                 batch: int) -> Dict[str, object]:
     job = dlrm.parse_args([
         f"--mode={mode}", f"--workers={workers}",
         f"--servers={args.servers}",
-        f"--steps={args.examples // (workers * args.batch)}",
-        f"--batch={args.batch}", f"--scale={args.scale}", f"--lr={args.lr}",
+        f"--steps={args.examples // (workers * batch)}",
+        f"--batch={batch}", f"--scale={args.scale}", f"--lr={args.lr}",
         f"--emb_lr={args.emb_lr}", f"--prefetch={args.prefetch}",
         f"--initial_accumulator={args.initial_accumulator}",
         f"--eval_every={args.eval_every}", f"--eval_rows={args.eval_rows}",
@@ -310,14 +329,16 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", default="torch,torch-fused,ddp,bsp,hybrid",
                    help="comma-separated: torch, torch-fused, ddp, bsp, hybrid, asp, "
-                        "ssp")
+                        "ssp; a distributed one with -split divides --batch "
+                        "over its workers")
     p.add_argument("--workers", default="4",
                    help="worker counts (comma-separated) for ddp and Downpour")
     p.add_argument("--servers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--examples", type=int, default=409600,
                    help="examples per run, all workers together")
-    p.add_argument("--batch", type=int, default=256, help="per worker")
+    p.add_argument("--batch", type=int, default=256,
+                   help="per worker (a -split config: per step, all workers)")
     p.add_argument("--scale", type=float, default=0.01,
                    help="table sizes as a fraction of Criteo's")
     p.add_argument("--lr", type=float, default=0.05)
@@ -354,11 +375,19 @@ def main() -> int:
     configs = [c for c in args.configs.split(",") if c]
     worker_counts = [int(w) for w in args.workers.split(",") if w]
     for c in configs:
-        if c not in ("torch", "torch-fused", "ddp") + DOWNPOUR_CONFIGS:
+        base = base_config(c)
+        known = base in ("torch", "torch-fused", "ddp") + DOWNPOUR_CONFIGS
+        if not known or (base != c and base in ("torch", "torch-fused")):
             print(f"unknown config {c!r}", file=sys.stderr)
             return 2
+        for w in (worker_counts if base != c else []):
+            if args.batch % w:
+                print(f"{c}: --batch={args.batch} does not divide over {w} "
+                      "workers", file=sys.stderr)
+                return 2
     print(f"DLRM (dim {dlrm.DIM}, bottom 13-64-16, top 367-64-1), batch "
-          f"{args.batch} per worker, {args.examples:,} examples per run, "
+          f"{args.batch} per worker (per step for -split configs), "
+          f"{args.examples:,} examples per run, "
           f"tables at {args.scale:g} of Criteo's sizes, {args.servers} "
           f"servers; {os.cpu_count()} cores; load {load_average()}")
     runs: Dict[str, List[Dict[str, object]]] = {}
@@ -368,15 +397,19 @@ def main() -> int:
             single = config in ("torch", "torch-fused")
             counts = [1] if single else worker_counts
             for workers in counts:
-                label = config if single else f"{config}-{workers}w"
+                batch = per_worker_batch(args, config, workers)
+                base = base_config(config)
+                label = config if single else f"{base}-{workers}w"
+                if base != config:
+                    label += f"-b{batch}"
                 out_dir = os.path.join(args.out_dir, f"{label}-r{rnd}")
                 t0 = time.monotonic()
-                if config in ("torch", "torch-fused"):
-                    r = run_torch(args, config, 1, out_dir)
-                elif config == "ddp":
-                    r = run_torch(args, config, workers, out_dir)
+                if single:
+                    r = run_torch(args, config, 1, out_dir, batch)
+                elif base == "ddp":
+                    r = run_torch(args, base, workers, out_dir, batch)
                 else:
-                    r = run_downpour(args, config, workers, out_dir)
+                    r = run_downpour(args, base, workers, out_dir, batch)
                 r.update(label=label, round=rnd, load=load_average())
                 runs.setdefault(label, []).append(r)
                 last_curves[label] = r["curve"]
