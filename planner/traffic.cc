@@ -27,8 +27,8 @@ std::vector<ServerTraffic> StepTraffic(const ModelSpec& spec, int servers,
                                        Mode mode) {
   std::vector<ServerTraffic> out(static_cast<size_t>(std::max(1, servers)));
   for (const DenseBlock& b : spec.DenseBlocks()) {
-    const int64_t part_rows =
-        std::max<int64_t>(1, kBspPartBytes / (b.width * 4));
+    const int64_t part_rows = std::max<int64_t>(
+        1, static_cast<int64_t>(kBspPartBytes) / (b.width * 4));
     for (int i = 0; i < servers; ++i) {
       int64_t begin, end;
       RangeOf(b.rows, servers, i, &begin, &end);

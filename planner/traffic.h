@@ -14,12 +14,10 @@
 #include <vector>
 
 #include "planner/model_spec.h"
+#include "worker/bsp_parts.h"  // kBspPartBytes: how BSP cuts its PushPulls
 
 namespace downpour {
 namespace planner {
-
-// The part size of BSP's PushPull (worker/internal/bsp_loop.cc).
-inline constexpr int64_t kBspPartBytes = 128 << 10;
 
 struct ServerTraffic {
   double requests = 0;        // data-plane requests (a PushPull counts once)

@@ -20,7 +20,7 @@
 #include "models/batcher.h"
 #include "models/dataset.h"
 #include "models/model.h"
-#include "planner/traffic.h"
+#include "worker/bsp_parts.h"
 
 namespace downpour {
 namespace {
@@ -147,15 +147,8 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
   const Dataset data = ProbeData(spec);
   const std::string tag = absl::StrCat(ScratchTablePrefix(), "-step");
   // A table per parameter block, as ps_worker makes them, cut into parts
-  // as its BSP loop cuts them (worker/internal/bsp_loop.cc).
-  struct Part {
-    size_t table;
-    Key begin, end;
-    size_t offset, count, ready;
-  };
+  // as its BSP loop cuts them.
   std::vector<Table> tables;
-  std::vector<Part> parts;
-  size_t offset = 0;
   const std::vector<ParamBlock> blocks = model->Blocks();
   for (size_t i = 0; i < blocks.size(); ++i) {
     TableOptions t;
@@ -168,15 +161,8 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
     DP_ASSIGN_OR_RETURN(Table table, client.CreateTable(t), "create table ",
                         t.name);
     tables.push_back(table);
-    const size_t rows_per_part = std::max<size_t>(
-        1, planner::kBspPartBytes / (blocks[i].width * sizeof(float)));
-    for (size_t r = 0; r < blocks[i].rows; r += rows_per_part) {
-      const size_t e = std::min(blocks[i].rows, r + rows_per_part);
-      parts.push_back({i, r, e, offset + r * blocks[i].width,
-                       (e - r) * blocks[i].width, 0});
-    }
-    offset += blocks[i].rows * blocks[i].width;
   }
+  BspPartTracker parts(CutBspParts(blocks));
   std::vector<float> params(model->NumParams()), grads(params.size());
   model->Init(1, params.data());
   Batcher batcher(data.num_examples, 1, 0);
@@ -186,14 +172,9 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
   auto step = [&]() -> double {
     client.SetWorkerClock(0, clock++);
     tickets.clear();
-    for (Part& p : parts) p.ready = 0;
+    parts.Reset();
     auto ready = [&](size_t off, size_t count) {
-      for (Part& p : parts) {
-        const size_t b = std::max(off, p.offset);
-        const size_t e = std::min(off + count, p.offset + p.count);
-        if (b >= e) continue;
-        p.ready += e - b;
-        if (p.ready != p.count) continue;
+      parts.Ready(off, count, [&](const BspPart& p) {
         for (size_t j = p.offset; j < p.offset + p.count; ++j) {
           grads[j] *= 1e-3f;  // the learning rate, as the worker scales it
         }
@@ -201,7 +182,7 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
             tables[p.table], Keys::Range(p.begin, p.end),
             absl::MakeConstSpan(grads.data() + p.offset, p.count),
             absl::MakeSpan(params.data() + p.offset, p.count)));
-      }
+      });
     };
     const absl::Time start = absl::Now();
     model->LossAndGradientStreamed(params.data(), data,

@@ -8,44 +8,12 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "models/learning_rate.h"
+#include "worker/bsp_parts.h"
 #include "worker/internal/training_loop.h"
 #include "worker/slowdown.h"
 
 namespace downpour {
 namespace {
-
-// A large table's PushPull goes out as row ranges of about this size, so
-// that the server applies and answers the first while the next are still
-// being computed or sent. Every worker cuts the same way (BSP aggregates
-// per range and clock, so all workers must push the same ranges).
-constexpr size_t kPushPullPartBytes = 128 << 10;
-
-// A PushPull unit: rows [begin, end) of table `table`, floats
-// [offset, offset + count) of the parameter array.
-struct ExchangePart {
-  size_t table;
-  Key begin, end;
-  size_t offset, count;
-  size_t ready = 0;  // floats of its gradient known to be final
-};
-
-// Cuts every table into row ranges of about kPushPullPartBytes; the cut
-// depends on the model only, so every worker cuts the same way.
-std::vector<ExchangePart> ExchangeParts(const std::vector<ParamBlock>& blocks) {
-  std::vector<ExchangePart> parts;
-  size_t off = 0;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const size_t rows = blocks[i].rows, width = blocks[i].width;
-    const size_t step =
-        std::max<size_t>(1, kPushPullPartBytes / (width * sizeof(float)));
-    for (size_t r = 0; r < rows; r += step) {
-      const size_t e = std::min(rows, r + step);
-      parts.push_back({i, r, e, off + r * width, (e - r) * width});
-    }
-    off += rows * width;
-  }
-  return parts;
-}
 
 class BspLoop final : public TrainingLoop {
  public:
@@ -71,7 +39,7 @@ class BspLoop final : public TrainingLoop {
     std::vector<float>& params = replica_.params();
     const std::vector<Table>& tables = replica_.tables();
     std::vector<float> grads(params.size());
-    std::vector<ExchangePart> parts = ExchangeParts(replica_.blocks());
+    BspPartTracker parts(CutBspParts(replica_.blocks()));
     std::vector<Ticket> tickets;
     DP_ASSIGN_OR_RETURN(std::unique_ptr<ExampleStream> stream,
                         ctx_.Examples(replica_.train().num_examples, rank));
@@ -97,8 +65,8 @@ class BspLoop final : public TrainingLoop {
       const uint64_t discarded_before = client.discarded_pushes();
       const uint64_t requests_before = client.traffic().requests;
       tickets.clear();
-      for (ExchangePart& p : parts) p.ready = 0;
-      auto send = [&](ExchangePart& p) {
+      parts.Reset();
+      auto send = [&](const BspPart& p) {
         for (size_t j = p.offset; j < p.offset + p.count; ++j) grads[j] *= lr;
         tickets.push_back(client.PushPull(
             tables[p.table], Keys::Range(p.begin, p.end),
@@ -107,13 +75,7 @@ class BspLoop final : public TrainingLoop {
       };
       // Sends every part that the range [off, off + count) completes.
       auto ready = [&](size_t off, size_t count) {
-        for (ExchangePart& p : parts) {
-          const size_t b = std::max(off, p.offset);
-          const size_t e = std::min(off + count, p.offset + p.count);
-          if (b >= e) continue;
-          p.ready += e - b;
-          if (p.ready == p.count) send(p);
-        }
+        parts.Ready(off, count, send);
       };
 
       DP_RETURN_IF_ERROR(stream->Next(o.batch, &batch));
@@ -133,10 +95,10 @@ class BspLoop final : public TrainingLoop {
       const absl::Time computed = absl::Now();
       compute_time += computed - start;
       absl::Status status;
-      if (tickets.size() != parts.size()) {
+      if (tickets.size() != parts.parts().size()) {
         status = absl::InternalError(
             absl::StrCat("the model reported ", tickets.size(), " of ",
-                         parts.size(), " gradient parts"));
+                         parts.parts().size(), " gradient parts"));
       }
       for (Ticket t : tickets) {
         absl::Status s = client.Wait(t);
