@@ -7,8 +7,8 @@
 // copied, then one pass over the part per rank and one to divide, in this
 // binary's plain -O2 loops).
 //
-//   bazel run -c opt //bench:aggregation_bench -- --ranks=2,4,8
-//   --part_kb=128,512
+//   bazel run -c opt //bench:aggregation_bench --
+//       --ranks=2,4,8 --part_kb=128,512  (one command line)
 #include <cstdio>
 #include <cstring>
 #include <string>
