@@ -984,7 +984,24 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
                                   const Part* scope,
                                   const proto::TableMap& table,
                                   const ClusterMapView& map) {
-  if (scope != nullptr && scope->size() == 0) {
+  // A retried part speaks for the range it was sent to. If that range has
+  // been split since, every piece of it must hear from this rank for the
+  // clock, each with the part's keys it holds (possibly none).
+  std::vector<int> pieces;
+  if (scope != nullptr) {
+    for (int r = 0; r < table.ranges_size(); ++r) {
+      const proto::RangeAssignment& a = table.ranges(r);
+      if (a.begin() < scope->range_end && a.end() > scope->range_begin) {
+        pieces.push_back(r);
+      }
+    }
+    if (pieces.size() == 1 &&
+        table.ranges(pieces[0]).begin() == scope->range_begin &&
+        table.ranges(pieces[0]).end() == scope->range_end) {
+      pieces.clear();  // not split: the part goes where its keys are
+    }
+  }
+  if (scope != nullptr && scope->size() == 0 && pieces.empty()) {
     // An empty part speaks for its range: to that range's primary now.
     Part p = *scope;
     const int r = ClusterMapView::RangeOf(table, p.range_begin);
@@ -1011,6 +1028,21 @@ void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
                                                     op->table.name, "'")));
     return;
   }
+  for (int r : pieces) {
+    const bool has_group =
+        std::any_of(groups->begin(), groups->end(),
+                    [r](const OwnerGroup& g) { return g.range == r; });
+    if (has_group) continue;
+    OwnerGroup empty;
+    empty.range = r;
+    empty.server = table.ranges(r).primary();
+    groups->push_back(std::move(empty));
+  }
+  // In key order, as the first routing sends them.
+  std::sort(groups->begin(), groups->end(),
+            [](const OwnerGroup& a, const OwnerGroup& b) {
+              return a.range < b.range;
+            });
   // One part per range and clock, not cut at max_message_bytes: the range
   // counts parts per rank. A part the servers would not take fails the
   // batch here, at once and before any part is sent (a step missing one

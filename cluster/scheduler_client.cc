@@ -94,6 +94,20 @@ absl::StatusOr<proto::DrainReply> SchedulerClient::Drain(
   return reply;
 }
 
+absl::StatusOr<proto::SplitRangeReply> SchedulerClient::SplitRange(
+    const proto::SplitRangeRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, rpc_timeout_);
+  proto::SplitRangeReply reply;
+  grpc::Status s = stub_->SplitRange(&ctx, req, &reply);
+  if (!s.ok()) {
+    return FromGrpcStatus(
+        s, absl::StrCat("split table '", req.table(), "' at key ", req.key(),
+                        " at ", address_));
+  }
+  return reply;
+}
+
 absl::StatusOr<proto::RetireWorkerReply> SchedulerClient::RetireWorker(
     int rank) {
   grpc::ClientContext ctx;

@@ -54,6 +54,9 @@ class SchedulerClient {
                      bool retire = false);
   // Drains a server or calls its drain off (proto::DrainRequest).
   absl::StatusOr<proto::DrainReply> Drain(const proto::DrainRequest& req);
+  // Starts a split of a table's range (proto::SplitRangeRequest).
+  absl::StatusOr<proto::SplitRangeReply> SplitRange(
+      const proto::SplitRangeRequest& req);
   // Removes a worker's rank from an ASP or SSP job for good
   // (proto::RetireWorkerRequest).
   absl::StatusOr<proto::RetireWorkerReply> RetireWorker(int rank);

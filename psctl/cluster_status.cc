@@ -224,7 +224,11 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
       rs->set_move_to(r.move_to());
       rs->set_handing_to(r.handing_to());
       rs->set_lost(r.lost());
+      rs->set_split_at(r.split_at());
       if (r.move_to() != 0) out.set_moves_under_way(out.moves_under_way() + 1);
+      if (r.split_at() != 0) {
+        out.set_splits_under_way(out.splits_under_way() + 1);
+      }
       const RangeKey key{t.spec().id(), r.begin()};
       auto after = load_after.find(key);
       if (after == load_after.end()) continue;
@@ -257,6 +261,7 @@ std::string FormatRanges(const psctl::ClusterStatus& s) {
               ? " (copying)"
               : "");
     }
+    if (r.split_at() != 0) move = absl::StrCat("split at ", r.split_at());
     rows.push_back({r.table(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
                     absl::StrCat(r.primary(), r.lost() ? " (lost)" : ""),
                     Ids(r.backups()), Ids(r.catching_up()), move,
@@ -378,6 +383,9 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
         flags.push_back(
             absl::StrCat("moving=", r.move_from(), "->", r.move_to()));
       }
+      if (r.split_at() != 0) {
+        flags.push_back(absl::StrCat("splitting_at=", r.split_at()));
+      }
       ranges.push_back(
           {t.spec().name(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
            absl::StrCat(r.primary()), Ids(r.replicas()), Ids(r.catching_up()),
@@ -406,6 +414,9 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
             ? std::string()
             : absl::StrCat("; draining: ", absl::StrJoin(draining, ", ")),
         "\n");
+  }
+  if (s.splits_under_way() > 0) {
+    absl::StrAppend(&out, "splits under way: ", s.splits_under_way(), "\n");
   }
 
   if (s.job().workers_size() > 0) {

@@ -11,6 +11,7 @@
 //                [--lbfgs_flags=--problem=softmax,--max_iterations=50]
 //   psctl drain NAME [--cancel] [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl retire RANK [--timeout_s=120] [--scheduler=HOST:PORT]
+//   psctl split TABLE KEY [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl checkpoint  [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl checkpoints [--scheduler=HOST:PORT]
 //   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
@@ -32,6 +33,12 @@
 // the job runs, then the server leaves the cluster and exits 0; psctl waits
 // for it (at most --timeout_s), printing progress. --cancel calls a drain
 // off (the ranges moved stay moved).
+//
+// split cuts the key range of TABLE holding KEY in two, [begin, KEY) and
+// [KEY, end), on the same servers, while the job runs (balancing may then
+// move a half); psctl waits until the map lists the halves (at most
+// --timeout_s). A range of one key, a key that already begins a range and
+// a bounded sparse table are refused.
 //
 // retire removes the worker of rank RANK from a running ASP or SSP job for
 // good: it finishes its step, leaves (its rank retires: it gates nobody,
@@ -607,6 +614,72 @@ int Retire(const CommandContext& ctx) {
       " (it leaves after its step; a worker that never checks stays)")));
 }
 
+int Split(const CommandContext& ctx) {
+  uint64_t key = 0;
+  if (ctx.args.size() != 2 || !absl::SimpleAtoi(ctx.args[1], &key)) {
+    std::fprintf(stderr,
+                 "psctl split: name the table and the key that begins the "
+                 "upper half (psctl split TABLE KEY; psctl tables lists "
+                 "the ranges)\n");
+    return kUsage;
+  }
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  SchedulerClient sched(ctx.scheduler,
+                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms)),
+                        ctx.auth);
+  proto::SplitRangeRequest req;
+  req.set_table(ctx.args[0]);
+  req.set_key(key);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  absl::StatusOr<proto::SplitRangeReply> r = sched.SplitRange(req);
+  if (!r.ok()) return Fail(r.status());
+  psctl::SplitProgress out;
+  out.set_table(req.table());
+  out.set_begin(r->begin());
+  out.set_end(r->end());
+  out.set_split_at(r->split_at());
+  // The map tells how it ends: a range now begins at the key (split), or
+  // the range holding it is no longer being split (called off).
+  enum { kUnderWay, kDone, kCancelled } state = kUnderWay;
+  while (state == kUnderWay) {
+    absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
+    if (!map.ok()) return Fail(map.status());
+    out.set_epoch(map->epoch());
+    for (const proto::TableMap& t : map->tables()) {
+      if (t.spec().id() != r->table_id()) continue;
+      for (const proto::RangeAssignment& a : t.ranges()) {
+        if (a.begin() == key) state = kDone;
+        if (a.begin() < key && key < a.end() && a.split_at() != key) {
+          state = kCancelled;
+        }
+      }
+    }
+    if (state != kUnderWay || absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  out.set_done(state == kDone);
+  out.set_waited_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  if (state == kCancelled) {
+    return Fail(absl::AbortedError(
+        absl::StrCat("split of table '", req.table(), "' keys [", out.begin(),
+                     ", ", out.end(), ") at key ", key,
+                     ": called off (a holder died or a copy started; retry)")));
+  }
+  const int printed = PrintOutput(out, ctx.format, [&](bool) {
+    return out.done() ? absl::StrFormat(
+                            "table '%s' keys [%d, %d): split at key %d "
+                            "after %.1f s (epoch %d)\n",
+                            out.table(), out.begin(), out.end(), key,
+                            out.waited_seconds(), out.epoch())
+                      : std::string();
+  });
+  if (out.done()) return printed;
+  return Fail(absl::DeadlineExceededError(
+      absl::StrCat("split of table '", req.table(), "' at key ", key,
+                   " not done after ", absl::FormatDuration(timeout))));
+}
+
 // Rolls the job back to --checkpoint and waits for it.
 int Restore(const CommandContext& ctx) {
   const uint64_t id = absl::GetFlag(FLAGS_checkpoint);
@@ -682,6 +755,7 @@ constexpr Command kCommands[] = {
     {"job", Job},
     {"drain", Drain, 1},
     {"retire", Retire, 1},
+    {"split", Split, 2},
     {"checkpoint", Checkpoint},
     {"checkpoints", Checkpoints},
     {"restore", Restore},

@@ -45,6 +45,10 @@ ABSL_FLAG(std::string, balance, "bytes",
           "holds) or load (each range's requests and rows per second as its "
           "primary measures them: hot ranges move to the least busy "
           "servers)");
+ABSL_FLAG(bool, split_hot_ranges, true,
+          "with --balance=load: split a key range too hot to move whole at "
+          "the median of its traffic, while the busiest server's load is "
+          "more than 1.3 times the mean (psctl split splits by hand)");
 ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.balance_load = balance == "load";
+  options.split_hot_ranges = absl::GetFlag(FLAGS_split_hot_ranges);
   if (options.ranges_per_table < 0 || options.ranges_per_table > 4096) {
     DP_LOG(ERROR) << "--ranges_per_table=" << options.ranges_per_table
                   << ": must be in [0, 4096]";

@@ -73,6 +73,7 @@ TableRegistryOptions TableOptionsOf(const SchedulerOptions& o) {
   t.max_moves = std::max(1, o.max_range_moves);
   t.balance_by = o.balance_load ? MoveOptions::Balance::kLoad
                                 : MoveOptions::Balance::kBytes;
+  t.split_hot_ranges = o.split_hot_ranges;
   return t;
 }
 CheckpointOptions CheckpointOptionsOf(const SchedulerOptions& o) {
@@ -278,6 +279,27 @@ class SchedulerImpl final : public Scheduler,
     }
     absl::MutexLock lock(&lock_.mu);
     return Err(lifecycle_.Drain(lock_, *req, reply));
+  }
+
+  grpc::Status SplitRange(grpc::ServerContext* ctx,
+                          const proto::SplitRangeRequest* req,
+                          proto::SplitRangeReply* reply) override {
+    if (absl::Status s = CheckName("table name", req->table(), kMaxNameBytes,
+                                   /*may_be_empty=*/false);
+        !s.ok()) {
+      return Err(s);
+    }
+    absl::MutexLock lock(&lock_.mu);
+    if (checkpoints_.restoring() != 0) {
+      return Err(absl::UnavailableError(
+          absl::StrCat("split: the job is being restored from checkpoint ",
+                       checkpoints_.restoring(), "; retry once it is done")));
+    }
+    absl::StatusOr<proto::SplitRangeReply> r = tables_.Split(*req);
+    if (!r.ok()) return Err(r.status());
+    *reply = *std::move(r);
+    // The split is in the map (and on disk) before the answer.
+    return Err(durable_.AwaitDurable(lock_, durable_.Commit()));
   }
 
   grpc::Status AckEpoch(grpc::ServerContext* ctx,

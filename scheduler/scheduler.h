@@ -171,6 +171,10 @@ struct SchedulerOptions {
   // primary measures them) instead of table bytes: a server more than 10%
   // above the mean load gives its hot ranges to the least busy servers.
   bool balance_load = false;
+  // With balance_load: a range too hot to move whole is split in two
+  // (scheduler/splits.h) while the busiest server is more than 1.3 times
+  // the mean.
+  bool split_hot_ranges = true;
   // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
   // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;

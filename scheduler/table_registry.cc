@@ -305,6 +305,32 @@ absl::Status TableRegistry::ReplicaReady(
           "handover report from map epoch ", req.epoch(), ", the map is at ",
           map_->epoch(), "; report again from the current map"));
     }
+    if (req.backup() == req.primary()) {
+      // A primary hands a range to itself only to split it (splits.h).
+      DP_RETURN_IF_ERROR(
+          FinishSplit(map_, req.table_id(), req.range_begin(), req.primary()));
+      ++splits_done_;
+      // The halves' loads are measured afresh; until then each weighs half.
+      const std::pair<TableId, Key> key{req.table_id(), req.range_begin()};
+      loads_.erase(key);
+      if (auto s = sizes_.find(key); s != sizes_.end()) {
+        s->second /= 2;
+        for (const proto::TableMap& t : map_->tables()) {
+          if (t.spec().id() != req.table_id()) continue;
+          for (const proto::RangeAssignment& r : t.ranges()) {
+            if (r.begin() == req.range_begin()) {
+              sizes_[{req.table_id(), r.end()}] = s->second;
+            }
+          }
+        }
+      }
+      handover_started_ = absl::InfiniteFuture();
+      Rebalance();
+      map_->set_epoch(map_->epoch() + 1);
+      DP_LOG(INFO) << "table " << req.table_id() << " range from key "
+                   << req.range_begin() << ": split, epoch " << map_->epoch();
+      return absl::OkStatus();
+    }
     DP_RETURN_IF_ERROR(HandOver(map_, req.table_id(), req.range_begin(),
                                 req.primary(), req.backup()));
     // The handovers left, if any, get a full timeout from the next sweep.
@@ -332,7 +358,7 @@ absl::Status TableRegistry::ReplicaReady(
 bool TableRegistry::CancelSlowHandOvers(absl::Time now) {
   // The clock starts at the first sweep that sees handovers under way
   // (again after each one completes, and in a restarted scheduler).
-  if (!HandOversUnderWay(*map_)) {
+  if (!HandOversUnderWay(*map_) && SplitsUnderWay(*map_) == 0) {
     handover_started_ = absl::InfiniteFuture();
     return false;
   }
@@ -352,6 +378,9 @@ bool TableRegistry::CancelSlowHandOvers(absl::Time now) {
     }
   }
   CancelHandOvers(map_);
+  // A split waits for the same report: one not made in time is called off
+  // (the range takes writes again; load may start it again later).
+  CancelSplits(map_);
   handover_started_ = absl::InfiniteFuture();
   return true;
 }
@@ -382,8 +411,9 @@ bool TableRegistry::Settle() {
       ++it;
     }
   }
+  const bool stale_splits = CancelStaleSplits(map_);
   const int before = MovesUnderWay(*map_);
-  if (!SettleMoves(map_, options_.replicas, &held_off)) return false;
+  if (!SettleMoves(map_, options_.replicas, &held_off)) return stale_splits;
   const int after = MovesUnderWay(*map_);
   if (after < before) moves_done_ += before - after;
   return true;
@@ -442,8 +472,72 @@ bool TableRegistry::Rebalance() {
     }
     // A move whose target already holds the range in sync moves on now.
     Settle();
+  } else if (o.by == MoveOptions::Balance::kLoad && options_.split_hot_ranges &&
+             MovesUnderWay(*map_) == 0) {
+    changed |= SplitForLoad();
   }
   return changed;
+}
+
+bool TableRegistry::SplitForLoad() {
+  if (SplitsUnderWay(*map_) > 0 || HandOversUnderWay(*map_)) return false;
+  // Only on a full picture: every range's load measured at least twice
+  // (a split's halves, and a new primary's ranges, start again).
+  RangeSizes load;
+  absl::flat_hash_map<std::pair<TableId, Key>, Key> split_keys;
+  for (const proto::TableMap& t : map_->tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      auto l = loads_.find({t.spec().id(), r.begin()});
+      if (l == loads_.end() || l->second.rates < 2) return false;
+      load[l->first] = static_cast<uint64_t>(l->second.rate);
+      split_keys[l->first] = l->second.split_key;
+    }
+  }
+  std::optional<SplitChoice> c =
+      PickSplit(*map_, load, split_keys, options_.split_threshold);
+  if (!c.has_value()) return false;
+  absl::StatusOr<proto::RangeAssignment> r = StartSplit(map_, c->table, c->at);
+  if (!r.ok()) {
+    DP_LOG(WARNING) << "split for load: " << r.status();
+    return false;
+  }
+  ++splits_started_;
+  DP_LOG(INFO) << "table " << c->table << " keys [" << r->begin() << ", "
+               << r->end() << "): too hot to move whole; splitting at key "
+               << c->at;
+  return true;
+}
+
+absl::StatusOr<proto::SplitRangeReply> TableRegistry::Split(
+    const proto::SplitRangeRequest& req) {
+  const proto::TableMap* table = nullptr;
+  for (const proto::TableMap& t : map_->tables()) {
+    if (t.spec().name() == req.table()) table = &t;
+  }
+  if (table == nullptr || pending_.contains(table->spec().id())) {
+    return absl::NotFoundError(
+        absl::StrCat("split: no table '", req.table(), "'"));
+  }
+  if (moving_stopped_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("split table '", req.table(),
+                     "': the scheduler is stopping; nothing moves any more"));
+  }
+  const TableId id = table->spec().id();
+  DP_ASSIGN_OR_RETURN(proto::RangeAssignment r,
+                      StartSplit(map_, id, req.key()));
+  ++splits_started_;
+  map_->set_epoch(map_->epoch() + 1);
+  DP_LOG(INFO) << "table '" << req.table() << "' keys [" << r.begin() << ", "
+               << r.end() << "): splitting at key " << r.split_at()
+               << " (asked), epoch " << map_->epoch();
+  proto::SplitRangeReply reply;
+  reply.set_table_id(id);
+  reply.set_begin(r.begin());
+  reply.set_end(r.end());
+  reply.set_split_at(r.split_at());
+  reply.set_epoch(map_->epoch());
+  return reply;
 }
 
 bool TableRegistry::HoldsRanges(NodeId id) const {
@@ -475,8 +569,10 @@ void TableRegistry::ReportRanges(NodeId primary,
       const double rate =
           static_cast<double>(r.requests() - l.requests + r.keys() - l.keys) /
           seconds;
-      l.rate = l.at == absl::Time() ? rate : 0.5 * l.rate + 0.5 * rate;
+      l.rate = l.rates == 0 ? rate : 0.5 * l.rate + 0.5 * rate;
+      ++l.rates;
     }
+    l.split_key = r.split_key();
     l.primary = primary;
     l.requests = r.requests();
     l.keys = r.keys();

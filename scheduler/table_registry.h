@@ -41,6 +41,7 @@
 #include "scheduler/membership.h"
 #include "scheduler/moves.h"
 #include "scheduler/scheduler_mutex.h"
+#include "scheduler/splits.h"
 
 namespace downpour {
 
@@ -65,6 +66,11 @@ struct TableRegistryOptions {
   // What rebalancing evens out: table bytes per server, or load (each
   // range's requests and rows per second, from the primaries' reports).
   MoveOptions::Balance balance_by = MoveOptions::Balance::kBytes;
+  // Under balance_by = kLoad: a range too hot to move whole is split
+  // (splits.h) while the busiest server's load is more than
+  // split_threshold times the mean and no move evens it out.
+  bool split_hot_ranges = true;
+  double split_threshold = 1.3;
 };
 
 // The spec a declaration of `spec` asks for: its id cleared, and for a
@@ -126,6 +132,12 @@ class TableRegistry {
   // comment gives the errors), and fills `reply` with how far it is. A
   // change bumps the epoch; the caller commits.
   absl::Status Drain(const proto::DrainRequest& req, proto::DrainReply* reply);
+  // Starts a split (proto::SplitRangeRequest, whose comment gives the
+  // errors): a new epoch; the caller commits.
+  absl::StatusOr<proto::SplitRangeReply> Split(
+      const proto::SplitRangeRequest& req);
+  uint64_t splits_started() const { return splits_started_; }
+  uint64_t splits_done() const { return splits_done_; }
   // Whether server `id` still holds a range (it may not leave).
   bool HoldsRanges(NodeId id) const;
   // No range moves from now on (the scheduler is stopping): drains are
@@ -193,8 +205,11 @@ class TableRegistry {
   std::vector<NodeId> Late(const PendingTable& p) const;
   void Resolve(PendingTable& p);
   void RemoveTable(TableId id);
-  // SettleMoves, counting the moves it ends.
+  // SettleMoves, counting the moves it ends; cancels splits that cannot go
+  // on (CancelStaleSplits).
   bool Settle();
+  // Splits a range if load calls for it (PickSplit); whether it did.
+  bool SplitForLoad();
 
   const TableRegistryOptions options_;
   proto::ClusterMap* const map_;
@@ -216,6 +231,8 @@ class TableRegistry {
     uint64_t requests = 0, keys = 0;
     absl::Time at;
     double rate = 0;
+    int rates = 0;  // rates measured (0: no rate yet)
+    Key split_key = 0;
   };
   absl::flat_hash_map<std::pair<TableId, Key>, Load> loads_;
   bool moving_stopped_ = false;
@@ -223,7 +240,9 @@ class TableRegistry {
   // wait before handing over again (the range takes writes meanwhile).
   absl::flat_hash_map<std::pair<TableId, Key>, absl::Time> handover_held_off_;
   uint64_t moves_started_ = 0;
-  uint64_t moves_done_ = 0;   // completed or cancelled
+  uint64_t moves_done_ = 0;  // completed or cancelled
+  uint64_t splits_started_ = 0;
+  uint64_t splits_done_ = 0;  // completed (a cancelled one is not)
   uint64_t promotions_ = 0;   // ranges a backup took over from a dead primary
   uint64_t ranges_lost_ = 0;  // ranges marked lost
 };

@@ -176,6 +176,13 @@ void Dispatcher::Handle(const IncomingMessage& request, OutgoingReply* reply,
   std::vector<ForwardedWrite> forwards;
   if (v.ok()) {
     if (v->range != nullptr) {
+      // A key of the request, which one chosen by the count, so that a
+      // batch's keys all get their chance.
+      const uint64_t pick = v->range->served_requests * 0x9E3779B97F4A7C15ull;
+      if (v->n > 0) {
+        v->range->SampleKey(v->is_range ? v->begin + pick % v->n
+                                        : v->keys[pick % v->n]);
+      }
       ++v->range->served_requests;
       v->range->served_keys += v->n;
     }
@@ -838,6 +845,7 @@ void Dispatcher::FillRangeLoads(
       l->set_rows(range->store->rows());
       l->set_requests(range->served_requests);
       l->set_keys(range->served_keys);
+      l->set_split_key(range->MedianKey());
     }
   }
 }

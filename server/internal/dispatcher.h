@@ -264,6 +264,10 @@ class Dispatcher {
   void AbandonSteps(TableShard::Range& range, const absl::Status& why);
   // Stops holding `range` of table `id`: its replication streams end and
   // its held BSP pushes are answered with `why`.
+  // Ranges held here that the map lists as pieces this server holds (a
+  // split, RangeAssignment.split_at) are cut in place (range_split.h).
+  void SplitHeldRanges(TableId id, TableShard& shard,
+                       const proto::TableMap& table, Epoch epoch);
   void DropRange(TableId id, TableShard& shard, TableShard::Range& range,
                  const absl::Status& why);
 

@@ -8,6 +8,7 @@
 #include "common/error_reason.h"
 #include "common/logging.h"
 #include "server/internal/dispatcher.h"
+#include "server/internal/range_split.h"
 
 namespace downpour {
 namespace server_internal {
@@ -105,6 +106,17 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       // Read without the data thread's help: PrepareMap never runs while
       // InstallMap changes the ranges.
       const TableShard::Range* held = shard->FindExact(range);
+      if (held == nullptr && !r.lost()) {
+        // A piece of a held range that the map split: cut from it in
+        // place (SplitHeldRanges), nothing new to allocate.
+        const TableShard::Range* whole = shard->Find(range.begin);
+        if (whole != nullptr && !whole->lost &&
+            whole->range().end >= range.end && !(whole->range() == range)) {
+          held_bytes =
+              SatAdd(held_bytes, RangeBytes(shard->layout(), range, nullptr));
+          continue;
+        }
+      }
       // A demoted primary may hold writes its successor lacks: it starts
       // over from a copy like any new backup, unless it handed the range
       // over.
@@ -271,6 +283,7 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
     auto drop = [&](TableShard::Range& range) {
       DropRange(id, *shard, range, moved);
     };
+    SplitHeldRanges(id, *shard, table, epoch);
     std::vector<TableShard::Range*> leaving;
     for (const auto& [begin, range] : shard->ranges()) {
       auto it = mine.find(begin);
@@ -343,8 +356,15 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       range->lost = assignment->lost();
       range->backups =
           assignment->replicas_size() + assignment->catching_up_size();
-      range->handing_to =
-          part == Part::kPrimary ? assignment->handing_to() : kNoNode;
+      // A split fences the range as a handover does, to itself: writes are
+      // refused until the replicator reports every one on the backups.
+      range->handing_to = kNoNode;
+      if (part == Part::kPrimary) {
+        range->handing_to =
+            assignment->handing_to() != kNoNode
+                ? assignment->handing_to()
+                : (assignment->split_at() != 0 ? self_ : kNoNode);
+      }
       if (replicator_ == nullptr) continue;
       if (part == Part::kPrimary) {
         std::vector<BackupInfo> backups;
@@ -401,6 +421,75 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
   absl::MutexLock lock(&mu_);
   if (epoch > epoch_) epoch_ = epoch;
   return prepared->status;
+}
+
+void Dispatcher::SplitHeldRanges(TableId id, TableShard& shard,
+                                 const proto::TableMap& table, Epoch epoch) {
+  // The map's ranges by begin key.
+  std::map<Key, const proto::RangeAssignment*> listed;
+  for (const proto::RangeAssignment& r : table.ranges()) listed[r.begin()] = &r;
+  std::vector<std::pair<TableShard::Range*, std::vector<Key>>> splits;
+  for (const auto& [begin, range] : shard.ranges()) {
+    const KeyRange kr = range->range();
+    auto it = listed.find(begin);
+    if (it == listed.end() || it->second->end() >= kr.end || range->lost) {
+      continue;
+    }
+    // The map lists pieces of it end to end, none lost (a restore's
+    // ranges start afresh), and this server holds one in sync: the range
+    // was split (maybe more than once in the maps it did not see). It is
+    // cut into all of them; the pieces it no longer holds go below.
+    std::vector<Key> cuts;
+    bool held_in_sync = false;
+    Key at = kr.begin;
+    while (at < kr.end) {
+      auto piece = listed.find(at);
+      if (piece == listed.end() || piece->second->end() > kr.end ||
+          piece->second->lost()) {
+        break;
+      }
+      const proto::RangeAssignment& a = *piece->second;
+      held_in_sync |= a.primary() == self_ ||
+                      std::find(a.replicas().begin(), a.replicas().end(),
+                                self_) != a.replicas().end();
+      if (at != kr.begin) cuts.push_back(at);
+      at = a.end();
+    }
+    if (at == kr.end && held_in_sync) {
+      splits.emplace_back(range.get(), std::move(cuts));
+    }
+  }
+  const absl::Status split = WithReason(
+      absl::AbortedError(absl::StrCat("not owner: the range was split in "
+                                      "epoch ",
+                                      epoch, "; retry with a fresh map")),
+      ErrorReason::kNotOwner);
+  for (auto& [range, cuts] : splits) {
+    const KeyRange kr = range->range();
+    // Held steps cannot complete here any more: their workers resend,
+    // and their clients cut the pushes where the pieces meet.
+    AbandonSteps(*range, split);
+    absl::StatusOr<std::vector<std::unique_ptr<TableShard::Range>>> pieces =
+        SplitRange(shard, *range, cuts);
+    if (!pieces.ok()) {
+      // Cannot happen (the rows are read back from memory); the pieces
+      // then start over as a new holder would.
+      DP_LOG(ERROR) << "table '" << shard.spec().name() << "' keys ["
+                    << kr.begin << ", " << kr.end
+                    << "): cannot split: " << pieces.status();
+      continue;
+    }
+    if (replicator_ != nullptr) {
+      // New streams for the pieces (SetBackups, below): the old one ends.
+      replicator_->DropPrimary(id, kr.begin, split);
+      replicator_->ForgetStream(id, kr.begin);
+    }
+    shard.RemoveRange(kr.begin);
+    for (auto& p : *pieces) shard.AddRange(std::move(p));
+    DP_LOG(INFO) << "table '" << shard.spec().name() << "' keys [" << kr.begin
+                 << ", " << kr.end << "): split in " << cuts.size() + 1
+                 << " at key " << cuts.front() << " (epoch " << epoch << ")";
+  }
 }
 
 void Dispatcher::DropRange(TableId id, TableShard& shard,

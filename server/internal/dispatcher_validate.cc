@@ -38,6 +38,14 @@ bool Dedupable(const proto::DataHeader& h, proto::Op op, bool synced) {
 // (with backoff, refreshing its map) until the map names the new primary.
 absl::Status HandingOver(const std::string& table,
                          const TableShard::Range& range, Epoch epoch) {
+  if (range.handing_to == range.primary) {
+    // Handed to itself: the range is being split (RangeAssignment.split_at).
+    return WithReason(
+        absl::UnavailableError(absl::StrCat(
+            "table '", table, "' keys [", range.range().begin, ", ",
+            range.range().end, "): being split (epoch ", epoch, "); retry")),
+        ErrorReason::kHandingOver);
+  }
   return WithReason(
       absl::UnavailableError(absl::StrCat(
           "table '", table, "' keys [", range.range().begin, ", ",
@@ -194,6 +202,9 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
       TableShard::Range* r = serving(k);
       if (r == nullptr) return not_owner(k);
       if (v.range != nullptr) {
+        // A client on an older map cut the batch for a range that has been
+        // split since: it cuts again on the new map.
+        if (h.epoch() < epoch) return not_owner(k);
         // Every range is replicated and moved on its own, so one request
         // speaks for one range; the client SDK splits batches that way.
         const KeyRange a = v.range->range(), b = r->range();

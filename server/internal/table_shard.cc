@@ -31,6 +31,14 @@ TableShard::TableShard(std::unique_ptr<const TableLayout> layout)
       staleness_(tracked_ranks_,
                  static_cast<int>(layout_->spec.sync_workers())) {}
 
+Key TableShard::Range::MedianKey() const {
+  const size_t n = std::min<uint64_t>(served_requests, kKeySample);
+  if (n == 0) return 0;
+  std::array<Key, kKeySample> keys = key_sample;
+  std::nth_element(keys.begin(), keys.begin() + n / 2, keys.begin() + n);
+  return keys[n / 2];
+}
+
 TableShard::Range* TableShard::Find(Key key) {
   auto it = ranges_.upper_bound(key);
   if (it == ranges_.begin()) return nullptr;

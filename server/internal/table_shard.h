@@ -19,6 +19,7 @@
 #ifndef DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_
 #define DOWNPOUR_SERVER_INTERNAL_TABLE_SHARD_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -93,6 +94,14 @@ class TableShard {
     // load, proto::RangeLoad); data thread only.
     uint64_t served_requests = 0;
     uint64_t served_keys = 0;
+    // One key of each of the last kKeySample requests, each picked by its
+    // request's count: their median is where a split halves the range's
+    // load (RangeLoad.split_key). Data thread only.
+    static constexpr size_t kKeySample = 64;
+    std::array<Key, kKeySample> key_sample{};
+    void SampleKey(Key k) { key_sample[served_requests % kKeySample] = k; }
+    // The median of the sample (0 before any request).
+    Key MedianKey() const;
 
    private:
     int ranks_;

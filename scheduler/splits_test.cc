@@ -1,0 +1,149 @@
+#include "scheduler/splits.h"
+
+#include "common/test_util.h"
+
+namespace downpour {
+namespace {
+
+// Servers 1..n, alive; one dense table (id 1, "t") of keys [0, 400) in
+// four ranges of 100, range i on server i % n + 1 with the next server
+// as an in-sync backup when n > 1.
+proto::ClusterMap Cluster(int n) {
+  proto::ClusterMap map;
+  map.set_epoch(1);
+  for (int i = 1; i <= n; ++i) {
+    proto::NodeInfo* node = map.add_nodes();
+    node->set_id(i);
+    node->set_role(proto::SERVER);
+    node->set_state(proto::ALIVE);
+  }
+  proto::TableMap* t = map.add_tables();
+  t->mutable_spec()->set_id(1);
+  t->mutable_spec()->set_name("t");
+  t->mutable_spec()->set_kind(proto::DENSE);
+  t->mutable_spec()->set_width(1);
+  t->mutable_spec()->set_num_keys(400);
+  for (int i = 0; i < 4; ++i) {
+    proto::RangeAssignment* r = t->add_ranges();
+    r->set_begin(100 * i);
+    r->set_end(100 * (i + 1));
+    r->set_primary(i % n + 1);
+    if (n > 1) r->add_replicas((i + 1) % n + 1);
+  }
+  return map;
+}
+
+const proto::RangeAssignment& Range(const proto::ClusterMap& map, int i) {
+  return map.tables(0).ranges(i);
+}
+
+TEST(SplitsTest, SplitKeepsHoldersAndKeyOrder) {
+  proto::ClusterMap map = Cluster(2);
+  absl::StatusOr<proto::RangeAssignment> r = StartSplit(&map, 1, 130);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->begin(), 100u);
+  EXPECT_EQ(r->split_at(), 130u);
+  EXPECT_EQ(SplitsUnderWay(map), 1);
+  // Only its primary's report finishes it.
+  EXPECT_EQ(FinishSplit(&map, 1, 100, /*primary=*/1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK(FinishSplit(&map, 1, 100, /*primary=*/2));
+  EXPECT_EQ(SplitsUnderWay(map), 0);
+  ASSERT_EQ(map.tables(0).ranges_size(), 5);
+  const std::vector<std::pair<Key, Key>> want = {
+      {0, 100}, {100, 130}, {130, 200}, {200, 300}, {300, 400}};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(Range(map, i).begin(), want[i].first) << i;
+    EXPECT_EQ(Range(map, i).end(), want[i].second) << i;
+    EXPECT_EQ(Range(map, i).split_at(), 0u) << i;
+  }
+  for (int i : {1, 2}) {
+    EXPECT_EQ(Range(map, i).primary(), 2u);
+    ASSERT_EQ(Range(map, i).replicas_size(), 1);
+    EXPECT_EQ(Range(map, i).replicas(0), 1u);
+  }
+  // Once is enough: a repeated report is refused.
+  EXPECT_EQ(FinishSplit(&map, 1, 100, 2).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SplitsTest, RefusesWhatCannotBeSplit) {
+  proto::ClusterMap map = Cluster(2);
+  EXPECT_EQ(StartSplit(&map, 7, 10).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(StartSplit(&map, 1, 400).status().code(),
+            absl::StatusCode::kOutOfRange);
+  // A key that already begins a range.
+  absl::Status at_begin = StartSplit(&map, 1, 200).status();
+  EXPECT_EQ(at_begin.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(at_begin.message()),
+              ::testing::HasSubstr("already begins"));
+  // A range of one key.
+  ASSERT_OK(StartSplit(&map, 1, 399).status());
+  ASSERT_OK(FinishSplit(&map, 1, 300, Range(map, 3).primary()));
+  absl::Status one = StartSplit(&map, 1, 399).status();
+  EXPECT_EQ(one.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(one.message()),
+              ::testing::HasSubstr("holds one key"));
+  // Busy ranges: retry later.
+  map.mutable_tables(0)->mutable_ranges(0)->add_catching_up(2);
+  EXPECT_EQ(StartSplit(&map, 1, 50).status().code(),
+            absl::StatusCode::kUnavailable);
+  map.mutable_tables(0)->mutable_ranges(1)->set_move_to(1);
+  EXPECT_EQ(StartSplit(&map, 1, 150).status().code(),
+            absl::StatusCode::kUnavailable);
+  ASSERT_OK(StartSplit(&map, 1, 250).status());
+  EXPECT_EQ(StartSplit(&map, 1, 260).status().code(),
+            absl::StatusCode::kUnavailable);
+  // A bounded sparse table.
+  proto::ClusterMap bounded = Cluster(2);
+  proto::TableSpec* spec = bounded.mutable_tables(0)->mutable_spec();
+  spec->set_kind(proto::SPARSE);
+  spec->mutable_bounds()->set_max_rows(10);
+  absl::Status b = StartSplit(&bounded, 1, 50).status();
+  EXPECT_EQ(b.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(b.message()), ::testing::HasSubstr("bounded"));
+}
+
+TEST(SplitsTest, StaleSplitsAreCancelled) {
+  proto::ClusterMap map = Cluster(2);
+  ASSERT_OK(StartSplit(&map, 1, 50).status());
+  ASSERT_OK(StartSplit(&map, 1, 150).status());
+  EXPECT_FALSE(CancelStaleSplits(&map));
+  // A new backup copying range 0 (its old one died): cancelled.
+  map.mutable_tables(0)->mutable_ranges(0)->add_catching_up(1);
+  EXPECT_TRUE(CancelStaleSplits(&map));
+  EXPECT_EQ(Range(map, 0).split_at(), 0u);
+  EXPECT_EQ(Range(map, 1).split_at(), 150u);
+  // Range 1's primary dies: cancelled too.
+  map.mutable_nodes(1)->set_state(proto::DEAD);
+  EXPECT_TRUE(CancelStaleSplits(&map));
+  EXPECT_EQ(SplitsUnderWay(map), 0);
+  ASSERT_OK(StartSplit(&map, 1, 250).status());
+  EXPECT_TRUE(CancelSplits(&map));
+  EXPECT_EQ(SplitsUnderWay(map), 0);
+}
+
+TEST(SplitsTest, PicksTheHottestRangeOfTheBusiestServer) {
+  proto::ClusterMap map = Cluster(4);
+  // No backups: each server's load is its range's.
+  for (auto& r : *map.mutable_tables(0)->mutable_ranges()) r.clear_replicas();
+  absl::flat_hash_map<std::pair<TableId, Key>, uint64_t> load = {
+      {{1, 0}, 1000}, {{1, 100}, 100}, {{1, 200}, 100}, {{1, 300}, 100}};
+  absl::flat_hash_map<std::pair<TableId, Key>, Key> keys = {
+      {{1, 0}, 7}, {{1, 100}, 150}, {{1, 200}, 250}, {{1, 300}, 350}};
+  std::optional<SplitChoice> c = PickSplit(map, load, keys, 1.3);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->begin, 0u);
+  EXPECT_EQ(c->at, 7u);
+  // A median key at the range's first key cannot split it.
+  keys[{1, 0}] = 0;
+  EXPECT_FALSE(PickSplit(map, load, keys, 1.3).has_value());
+  // Balanced enough: nothing.
+  keys[{1, 0}] = 7;
+  load[{1, 0}] = 120;
+  EXPECT_FALSE(PickSplit(map, load, keys, 1.3).has_value());
+}
+
+}  // namespace
+}  // namespace downpour

@@ -1,0 +1,297 @@
+// Splitting key ranges over the real daemons (scheduler/splits.h): a range
+// split by hand (psctl split's call) while writers add known amounts
+// (tests/exact_writes.h), and kill -9 of the range's primary, of its
+// backup and of the scheduler while the range is fenced for the split.
+// No add may fail, and every row must hold exactly what was acknowledged;
+// bad splits are refused with the reason named. With --balance=load, a
+// range whose keys are hot at one end is split by the scheduler itself.
+#include <signal.h>
+
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "cluster/scheduler_client.h"
+#include "common/test_util.h"
+#include "launch/local_cluster.h"
+#include "proto/downpour.pb.h"
+#include "tests/exact_writes.h"
+
+namespace downpour {
+namespace {
+
+using MapPredicate = std::function<bool(const proto::ClusterMap&)>;
+
+const proto::TableMap* TableNamed(const proto::ClusterMap& map,
+                                  const std::string& name) {
+  for (const auto& t : map.tables()) {
+    if (t.spec().name() == name) return &t;
+  }
+  return nullptr;
+}
+
+// The range of table `name` holding `key`, or nullptr.
+const proto::RangeAssignment* RangeOf(const proto::ClusterMap& map,
+                                      const std::string& name, Key key) {
+  const proto::TableMap* t = TableNamed(map, name);
+  if (t == nullptr) return nullptr;
+  for (const auto& r : t->ranges()) {
+    if (r.begin() <= key && key < r.end()) return &r;
+  }
+  return nullptr;
+}
+
+bool Quiet(const proto::ClusterMap& map, int replicas) {
+  if (map.tables_size() == 0) return false;
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) {
+      if (r.move_to() != kNoNode || r.handing_to() != kNoNode ||
+          r.split_at() != 0 || r.catching_up_size() > 0 || r.lost() ||
+          1 + r.replicas_size() != replicas) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+class SplitTest : public ::testing::Test {
+ protected:
+  void Start(int servers, std::vector<std::string> scheduler_flags,
+             std::vector<std::string> server_flags = {}, bool durable = false) {
+    dir_ = TestTmpDir() + "/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_EQ(system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
+    LocalClusterOptions o;
+    o.bin_dir = RunfilePath("");
+    o.work_dir = dir_;
+    o.num_servers = servers;
+    o.scheduler_flags = std::move(scheduler_flags);
+    o.server_flags = std::move(server_flags);
+    o.durable = durable;
+    ASSERT_OK_AND_ASSIGN(cluster_, LocalCluster::Start(o));
+    sched_ = std::make_unique<SchedulerClient>(cluster_->scheduler_address());
+    ClientOptions co;
+    co.scheduler_address = cluster_->scheduler_address();
+    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(co));
+    ASSERT_OK_AND_ASSIGN(tables_, CreateExactTables(client_.get()));
+    writes_ =
+        std::make_unique<ExactWrites>(cluster_->scheduler_address(), tables_);
+  }
+  void TearDown() override {
+    if (writes_ != nullptr) (void)writes_->Stop();
+    client_.reset();
+    if (cluster_ != nullptr) {
+      EXPECT_OK(cluster_->Stop());
+    }
+  }
+  absl::StatusOr<proto::ClusterMap> AwaitMap(const std::string& what,
+                                             const MapPredicate& pred,
+                                             absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    proto::ClusterMap map;
+    while (absl::Now() < deadline) {
+      auto m = sched_->GetClusterMap();
+      if (m.ok()) {
+        map = *std::move(m);
+        if (pred(map)) return map;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no map where ", what, " within ", absl::FormatDuration(timeout),
+        "; last:\n", map.DebugString()));
+  }
+  absl::StatusOr<proto::SplitRangeReply> Split(const std::string& table,
+                                               Key key) {
+    proto::SplitRangeRequest req;
+    req.set_table(table);
+    req.set_key(key);
+    return sched_->SplitRange(req);
+  }
+  // Waits until table `table` has a range beginning at `key`.
+  void AwaitSplit(const std::string& table, Key key) {
+    ASSERT_OK(AwaitMap(
+                  absl::StrCat("a range of '", table, "' begins at ", key),
+                  [&](const proto::ClusterMap& m) {
+                    const proto::RangeAssignment* r = RangeOf(m, table, key);
+                    return r != nullptr && r->begin() == key;
+                  },
+                  absl::Seconds(60))
+                  .status());
+  }
+  int IndexOf(NodeId id) {
+    auto map = sched_->GetClusterMap();
+    if (!map.ok()) return -1;
+    for (const auto& n : map->nodes()) {
+      if (n.id() == id) return std::stoi(n.name().substr(7));
+    }
+    return -1;
+  }
+  void AwaitWrites(uint64_t more) {
+    ASSERT_OK(writes_->AwaitProgress(more, absl::Seconds(60)));
+  }
+  void StopAndCheck(const std::string& when) {
+    EXPECT_OK(writes_->Stop()) << when;
+    EXPECT_OK(writes_->Check(client_.get())) << when;
+    std::cout << when << ": " << writes_->acknowledged()
+              << " row adds, all exact; longest wait for an add "
+              << absl::FormatDuration(writes_->longest_wait()) << std::endl;
+  }
+
+  std::string dir_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<SchedulerClient> sched_;
+  std::unique_ptr<Client> client_;
+  ExactTables tables_;
+  std::unique_ptr<ExactWrites> writes_;
+};
+
+TEST_F(SplitTest, RangesSplitWhileWritesGoOnAndBadSplitsAreRefused) {
+  Start(2, {"--replicas=2", "--ranges_per_table=2"});
+  writes_->Start(4, 1);
+  AwaitWrites(2000);
+  // The dense table's first range [0, 1500), twice, and the sparse
+  // table's upper range in its middle.
+  ASSERT_OK(Split("dense", 700).status());
+  AwaitSplit("dense", 700);
+  AwaitWrites(2000);
+  ASSERT_OK(Split("dense", 701).status());
+  AwaitSplit("dense", 701);
+  const Key sparse_at = (Key{1} << 63) + (Key{1} << 62);
+  ASSERT_OK(Split("sparse", sparse_at).status());
+  AwaitSplit("sparse", sparse_at);
+  AwaitWrites(2000);
+  ASSERT_OK_AND_ASSIGN(
+      proto::ClusterMap map,
+      AwaitMap(
+          "quiet", [](const proto::ClusterMap& m) { return Quiet(m, 2); },
+          absl::Seconds(60)));
+  EXPECT_EQ(TableNamed(map, "dense")->ranges_size(), 4);
+  EXPECT_EQ(TableNamed(map, "sparse")->ranges_size(), 3);
+  StopAndCheck("after three splits");
+
+  // Bad splits: a range of one key, a key that begins a range, a key
+  // outside the key space, a table that does not exist.
+  absl::Status one = Split("dense", 700).status();
+  EXPECT_EQ(one.code(), absl::StatusCode::kFailedPrecondition) << one;
+  EXPECT_THAT(std::string(one.message()), ::testing::HasSubstr("one key"));
+  absl::Status begins = Split("dense", 701).status();
+  EXPECT_EQ(begins.code(), absl::StatusCode::kFailedPrecondition) << begins;
+  EXPECT_EQ(Split("dense", 3000).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Split("nope", 5).status().code(), absl::StatusCode::kNotFound);
+}
+
+// kill -9 while the range is fenced: its primary reports it quiet a while
+// late (--inject_handover_delay_ms), and the victim dies meanwhile.
+enum class Victim { kPrimary, kBackup, kScheduler };
+
+class KillDuringASplitTest : public SplitTest,
+                             public ::testing::WithParamInterface<Victim> {};
+
+TEST_P(KillDuringASplitTest, NothingIsLost) {
+  const Victim victim = GetParam();
+  Start(3, {"--replicas=2", "--ranges_per_table=2"},
+        {"--inject_handover_delay_ms=1500"},
+        /*durable=*/victim == Victim::kScheduler);
+  writes_->Start(4, 2);
+  AwaitWrites(2000);
+  ASSERT_OK_AND_ASSIGN(proto::SplitRangeReply r, Split("dense", 500));
+  ASSERT_OK_AND_ASSIGN(proto::ClusterMap map,
+                       AwaitMap(
+                           "the range fenced for its split",
+                           [](const proto::ClusterMap& m) {
+                             const proto::RangeAssignment* a =
+                                 RangeOf(m, "dense", 500);
+                             return a != nullptr && a->split_at() == 500;
+                           },
+                           absl::Seconds(30)));
+  const proto::RangeAssignment* a = RangeOf(map, "dense", 500);
+  if (victim == Victim::kScheduler) {
+    std::cout << "kill -9 the scheduler" << std::endl;
+    cluster_->scheduler().Signal(SIGKILL);
+    EXPECT_OK(cluster_->scheduler().Wait(absl::Seconds(10)));
+    ASSERT_OK(cluster_->RestartScheduler());
+  } else {
+    ASSERT_GT(a->replicas_size(), 0);
+    const int index =
+        IndexOf(victim == Victim::kPrimary ? a->primary() : a->replicas(0));
+    ASSERT_GE(index, 0);
+    std::cout << "kill -9 server-" << index << std::endl;
+    cluster_->server(index).Signal(SIGKILL);
+    EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
+  }
+  // The writers go on: the split is called off (a holder died) or done.
+  AwaitWrites(2000);
+  ASSERT_OK(AwaitMap(
+                "no split under way, every range in sync",
+                [](const proto::ClusterMap& m) { return Quiet(m, 2); },
+                absl::Seconds(60))
+                .status());
+  StopAndCheck("after the kill");
+  // And the range can be split afterwards.
+  writes_->Start(4, 3);
+  absl::Status again;
+  for (int i = 0; i < 100; ++i) {
+    again = Split("dense", 500).status();
+    if (again.code() != absl::StatusCode::kUnavailable) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (again.code() != absl::StatusCode::kFailedPrecondition) {
+    ASSERT_OK(again);  // else the first split had completed
+  }
+  AwaitSplit("dense", 500);
+  AwaitWrites(2000);
+  StopAndCheck("after splitting again");
+}
+
+INSTANTIATE_TEST_SUITE_P(Victims, KillDuringASplitTest,
+                         ::testing::Values(Victim::kPrimary, Victim::kBackup,
+                                           Victim::kScheduler),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Victim::kPrimary:
+                               return "Primary";
+                             case Victim::kBackup:
+                               return "Backup";
+                             default:
+                               return "Scheduler";
+                           }
+                         });
+
+// Load follows the keys: one server's range is hot at its first keys; the
+// scheduler splits it at the median of its traffic and moves a half.
+TEST_F(SplitTest, AHotRangeIsSplitByLoad) {
+  Start(2, {"--balance=load", "--ranges_per_table=2", "--rebalance=true"});
+  // Adds to the first 100 keys of the dense table, in batches, until the
+  // scheduler has split the range (bounded: at most 60 s).
+  std::vector<Key> keys(100);
+  for (Key k = 0; k < 100; ++k) keys[k] = k;
+  std::vector<float> ones(keys.size() * tables_.width, 1.0f);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  bool split = false;
+  while (!split && absl::Now() < deadline) {
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_OK(client_->Wait(client_->Add(tables_.dense, Keys(keys), ones),
+                              absl::Seconds(10)));
+    }
+    auto map = sched_->GetClusterMap();
+    ASSERT_OK(map.status());
+    split = TableNamed(*map, "dense")->ranges_size() > 2;
+  }
+  ASSERT_TRUE(split) << "the hot range was not split within 60 s";
+  auto map = sched_->GetClusterMap();
+  ASSERT_OK(map.status());
+  const proto::RangeAssignment* first = RangeOf(*map, "dense", 0);
+  std::cout << "split: first range now [" << first->begin() << ", "
+            << first->end() << ")" << std::endl;
+  // The median of keys 0..99 splits inside the first 100 keys.
+  EXPECT_LE(first->end(), 100u);
+}
+
+}  // namespace
+}  // namespace downpour
