@@ -22,7 +22,10 @@
 //    server's load (rows per second it serves as primary) over the mean,
 //    with one range per server and no moves (as before issue 23), with 32
 //    ranges balanced by bytes (the default), and by load
-//    (--balance=load), once the moves have settled.
+//    (--balance=load), once the moves have settled; then the same ids
+//    unmixed (keys in id order, spread over the key space: the hot ids
+//    all in the first of 4 ranges), balanced by load without and with
+//    splits (scheduler/splits.h), with the ranges each placement ends with.
 // Exits 1 if an operation fails.
 #include <algorithm>
 #include <atomic>
@@ -111,7 +114,8 @@ double ServersCpuSeconds(LocalCluster& c) {
 bool Settled(const proto::ClusterMap& map) {
   for (const auto& t : map.tables()) {
     for (const auto& r : t.ranges()) {
-      if (r.move_to() != 0 || r.handing_to() != 0 || r.catching_up_size() > 0) {
+      if (r.move_to() != 0 || r.handing_to() != 0 || r.catching_up_size() > 0 ||
+          r.split_at() != 0) {
         return false;
       }
     }
@@ -460,25 +464,38 @@ void ZipfSection() {
   for (uint64_t i = 0; i < kIds; ++i) {
     cdf[i] = (sum += 1.0 / std::pow(i + 1.0, 1.1));
   }
-  std::vector<Key> keys(kIds);
+  std::vector<Key> keys(kIds), in_order(kIds);
   for (uint64_t i = 0; i < kIds; ++i) {
     keys[i] = i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
+    in_order[i] = i * (kKeySpaceEnd / kIds);
   }
   std::printf(
-      "\n## Load with Zipf(1.1) ids (4 servers, sparse table of 32 ranges, "
-      "%d writers, 256-id pushes)\n\n| placement | busiest server / mean "
-      "(rows/s as primary) | map epoch |\n|---|---|---|\n",
+      "\n## Load with Zipf(1.1) ids (4 servers, sparse table, %d writers, "
+      "256-id pushes)\n\n| placement | busiest server / mean (rows/s as "
+      "primary) | ranges | map epoch |\n|---|---|---|---|\n",
       absl::GetFlag(FLAGS_writers));
   const absl::Duration phase = absl::Seconds(absl::GetFlag(FLAGS_seconds));
   struct Placement {
     const char* name;
     std::vector<std::string> flags;
+    const std::vector<Key>* keys;
   };
   const Placement placements[] = {
-      {"one range per server (before issue 23)", {"--rebalance=false"}},
-      {"32 ranges, --balance=bytes", {"--ranges_per_table=32"}},
-      {"32 ranges, --balance=load",
-       {"--ranges_per_table=32", "--balance=load"}}};
+      {"mixed ids, one range per server (before issue 23)",
+       {"--rebalance=false"},
+       &keys},
+      {"mixed ids, 32 ranges, --balance=bytes",
+       {"--ranges_per_table=32"},
+       &keys},
+      {"mixed ids, 32 ranges, --balance=load",
+       {"--ranges_per_table=32", "--balance=load", "--split_hot_ranges=false"},
+       &keys},
+      {"ids in order, 4 ranges, --balance=load, no splits",
+       {"--balance=load", "--split_hot_ranges=false"},
+       &in_order},
+      {"ids in order, 4 ranges, --balance=load with splits",
+       {"--balance=load"},
+       &in_order}};
   for (const Placement& p : placements) {
     auto cluster = StartCluster(4, "zipf", p.flags);
     auto client = Connect(*cluster);
@@ -491,25 +508,29 @@ void ZipfSection() {
     auto table = client->CreateTable(o);
     Check(table.status(), "create table");
     auto writers =
-        std::make_unique<Writers>(*cluster, *table, 0, 256, &keys, &cdf);
-    // Loads are measured from the servers' reports (about once a second);
-    // moves go on until no server is over the mean by more than 10%. Wait
-    // until nothing has moved for three seconds (at most a minute).
+        std::make_unique<Writers>(*cluster, *table, 0, 256, p.keys, &cdf);
+    // Loads are measured from the servers' reports (about once a second),
+    // and a range's load needs two of them after each change before it
+    // splits again; moves and splits go on until no server is over the
+    // mean by more than 10% (30% for splits). Wait until nothing has
+    // changed for six seconds (at most three minutes).
     absl::Time quiet_since = absl::Now();
     uint64_t last_epoch = 0;
-    const absl::Time deadline = absl::Now() + absl::Minutes(1);
+    int ranges = 0;
+    const absl::Time deadline = absl::Now() + absl::Minutes(3);
     while (absl::Now() < deadline &&
-           absl::Now() - quiet_since < absl::Seconds(3)) {
+           absl::Now() - quiet_since < absl::Seconds(6)) {
       auto map = sched.GetClusterMap();
       if (map.ok() && (map->epoch() != last_epoch || !Settled(*map))) {
         last_epoch = map->epoch();
         quiet_since = absl::Now();
+        ranges = map->tables_size() > 0 ? map->tables(0).ranges_size() : 0;
       }
       absl::SleepFor(absl::Milliseconds(50));
     }
     const double imbalance = Imbalance(*cluster, sched, phase);
     writers.reset();
-    std::printf("| %s | %.2f | epoch %llu |\n", p.name, imbalance,
+    std::printf("| %s | %.2f | %d | epoch %llu |\n", p.name, imbalance, ranges,
                 static_cast<unsigned long long>(last_epoch));
     std::fflush(stdout);
     client.reset();

@@ -7,7 +7,8 @@
 //    them once in rank order, so a second run with the same seeds ends
 //    with bit-for-bit the same weights;
 //  - a clocked push to a synced sparse table reaches every server, with
-//    an empty batch where the worker has no keys;
+//    an empty batch where the worker has no keys, and, held while its
+//    range is split, is sent again to both halves;
 //  - a malformed file (non-numeric feature, missing label) or a missing
 //    one makes the worker exit 1 with a message naming file and line.
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "cluster/scheduler_client.h"
 #include "common/test_util.h"
 #include "common/types.h"
 #include "launch/local_cluster.h"
@@ -232,6 +234,87 @@ TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
   ASSERT_OK(client->Wait(held));
   EXPECT_EQ(get(kb), 3.0f);
   EXPECT_EQ(get(ka), 1.0f);
+  client.reset();
+  EXPECT_OK((*cluster)->Stop());
+}
+
+// A rank's push held for a step when its range is split: the server
+// abandons the step, and the client sends the push again to each half
+// (an empty batch to the half where it has no keys), so that both halves
+// count the rank and the step completes with the same mean. Rank 0 has a
+// key in the lower half only, rank 1 in the upper half only.
+TEST(SparseTrainingTest, AHeldSyncedPushIsSentAgainToBothHalvesOfASplit) {
+  const std::string dir = TestTmpDir() + "/synced-split";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir;
+  o.num_servers = 2;
+  o.scheduler_flags = {"--replicas=2"};
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_OK(cluster);
+  ClientOptions co;
+  co.scheduler_address = (*cluster)->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
+  TableOptions t;
+  t.name = "synced";
+  t.sparse = true;
+  t.width = 1;
+  t.handler = "sum";
+  t.sync_workers = 2;
+  t.tracked_workers = 2;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  // Two keys of the first range, on either side of the split key.
+  const Key ka = 5, kb = 1000, split_at = 500;
+  auto get = [&](Key k) {
+    client->SetWorkerClock(0, -1);
+    float v = -1;
+    EXPECT_OK(
+        client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
+    return v;
+  };
+  const std::vector<Key> both = {ka, kb};
+  const std::vector<float> grads = {2, 4};
+  // An asynchronous push reads its keys and values until it is answered:
+  // they live to the end of the test.
+  const std::vector<Key> lower = {ka};
+  const std::vector<float> lower_grads = {2};
+  client->SetWorkerClock(0, 0);
+  Ticket held = client->Push(table, lower, lower_grads);
+  EXPECT_THAT(client->Wait(held, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));  // held
+  SchedulerClient sched((*cluster)->scheduler_address());
+  proto::SplitRangeRequest split;
+  split.set_table("synced");
+  split.set_key(split_at);
+  ASSERT_OK(sched.SplitRange(split).status());
+  // Wait until the map lists the halves.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool done = false;
+  while (!done && absl::Now() < deadline) {
+    auto map = sched.GetClusterMap();
+    ASSERT_OK(map.status());
+    for (const auto& tm : map->tables()) {
+      for (const auto& r : tm.ranges()) done |= r.begin() == split_at;
+    }
+    if (!done) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(done) << "the range was not split within 30 s";
+  // Rank 1 pushes kb, in the upper half: that half completes the step
+  // only if rank 0's push was sent again to it too (empty).
+  client->SetWorkerClock(1, 0);
+  ASSERT_OK(client->PushSync(table, std::vector<Key>{kb}, {4}));
+  ASSERT_OK(client->Wait(held, absl::Seconds(30)));
+  EXPECT_EQ(get(ka), 1.0f);  // the mean over both ranks, once
+  EXPECT_EQ(get(kb), 2.0f);
+  // The next step, on the halves from the start.
+  client->SetWorkerClock(1, 1);
+  held = client->Push(table, both, grads);
+  client->SetWorkerClock(0, 1);
+  ASSERT_OK(client->PushSync(table, both, grads));
+  ASSERT_OK(client->Wait(held, absl::Seconds(30)));
+  EXPECT_EQ(get(ka), 3.0f);
+  EXPECT_EQ(get(kb), 6.0f);
   client.reset();
   EXPECT_OK((*cluster)->Stop());
 }

@@ -294,6 +294,15 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     const KeyRange part =
         v.is_range ? KeyRange{v.begin, v.end} : v.range->range();
     auto steps = v.range->steps.find({part.begin, part.end});
+    if (steps == v.range->steps.end() && h.epoch() > epoch) {
+      // A part cut where a newer map split this range (the pieces keep
+      // the parts' clocks): asked again once this server has the map.
+      return WithReason(
+          absl::UnavailableError(absl::StrCat(
+              "server ", self_, " has applied epoch ", epoch,
+              " but the request is from epoch ", h.epoch(), "; retry")),
+          ErrorReason::kServerBehind);
+    }
     const Clock next =
         steps == v.range->steps.end() ? 0 : steps->second.next_clock();
     if (h.worker_clock() > next + 1) {
