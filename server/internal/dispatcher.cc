@@ -591,12 +591,18 @@ ForwardedWrite Dispatcher::StepForward(TableShard& shard,
     auto copy = std::make_shared<std::pair<Buffer, Buffer>>(
         pool_->Acquire(floats * sizeof(float)),
         pool_->Acquire(is_range ? 0 : applied_keys_.size() * sizeof(Key)));
-    std::memcpy(copy->first.data(), applied, floats * sizeof(float));
+    // A step of empty batches applies nothing and `applied` may be null:
+    // memcpy's pointers must not be null even for no bytes.
+    if (floats > 0) {
+      std::memcpy(copy->first.data(), applied, floats * sizeof(float));
+    }
     f.values = absl::MakeConstSpan(
         reinterpret_cast<const float*>(copy->first.data()), floats);
-    if (!is_range) {
+    if (!is_range && !applied_keys_.empty()) {
       std::memcpy(copy->second.data(), applied_keys_.data(),
                   applied_keys_.size() * sizeof(Key));
+    }
+    if (!is_range) {
       f.keys =
           absl::MakeConstSpan(reinterpret_cast<const Key*>(copy->second.data()),
                               applied_keys_.size());
