@@ -12,7 +12,7 @@
 # stops that target; the reproducer is kept in $FUZZ_OUT and the script
 # prints how to turn it into a regression test (copy it into the corpus as
 # regression-<what>, fix the bug, and `bazel test` replays it forever).
-# Exits 1 if any target failed.
+# Exits 1 if any target failed, 3 if the targets do not build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +49,7 @@ echo "fuzz: building ${#targets[@]} targets with --config=fuzz (log $out/build.l
 if ! bazel build --config=fuzz "${targets[@]}" >"$out/build.log" 2>&1; then
   grep -E 'ERROR|error:' "$out/build.log" | head -n 40 >&2
   echo "fuzz: build failed; see $out/build.log" >&2
-  exit 1
+  exit 3
 fi
 bin=$(bazel info --config=fuzz bazel-bin 2>/dev/null)
 

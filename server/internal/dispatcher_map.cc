@@ -106,7 +106,9 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
       // Read without the data thread's help: PrepareMap never runs while
       // InstallMap changes the ranges.
       const TableShard::Range* held = shard->FindExact(range);
-      if (held == nullptr && !r.lost()) {
+      // (Only a proper piece, begin < end: it then holds no more than the
+      // range it is cut from, which is allocated already.)
+      if (held == nullptr && !r.lost() && range.begin < range.end) {
         // A piece of a held range that the map split: cut from it in
         // place (SplitHeldRanges), nothing new to allocate.
         const TableShard::Range* whole = shard->Find(range.begin);
@@ -444,8 +446,10 @@ void Dispatcher::SplitHeldRanges(TableId id, TableShard& shard,
     Key at = kr.begin;
     while (at < kr.end) {
       auto piece = listed.find(at);
+      // (A piece that ends where it begins, or before, is no piece: a
+      // malformed map, which must not keep this loop going.)
       if (piece == listed.end() || piece->second->end() > kr.end ||
-          piece->second->lost()) {
+          piece->second->end() <= at || piece->second->lost()) {
         break;
       }
       const proto::RangeAssignment& a = *piece->second;
