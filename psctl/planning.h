@@ -5,7 +5,7 @@
 //
 //   psctl calibrate --model=mlp.json --calibration=cal.json   # local cluster
 //   psctl calibrate --scheduler=HOST:PORT --calibration=cal.json  # live one
-//   psctl plan --model=mlp.json --calibration=cal.json --workers=1..8 \
+//   psctl plan --model=mlp.json --calibration=cal.json --workers=1..8
 //       --servers=1..4 [--modes=bsp,ssp,asp] [-o json] [--plot=plan.png]
 //
 // Both return psctl's exit status: 0 done, 1 failed (a probe, a file that

@@ -167,8 +167,14 @@ def run_worker(args) -> None:
         loss.backward()
         model.step(loss.item(), examples=len(idx))
     model.finish()
-    member.leave(finished=True)  # the scheduler need not wait for silence
+    # Under SSP and ASP rank 0 may finish well before the others: the last
+    # snapshot is of the job's model once every worker's steps have landed,
+    # not of rank 0's view at its own last step.
+    member.barrier("trained", timeout=args.timeout_s)
     train_seconds = time.perf_counter() - start
+    if rank == 0:
+        model.pull()
+    member.leave(finished=True)  # the scheduler need not wait for silence
     if rank == 0:
         snapshots.take(train_seconds, args.steps, model.module)
         curve = snapshots.evaluate(args.data_dir)
