@@ -263,6 +263,11 @@ def run_worker(args) -> None:
     model.finish()
     end = time.time()
     progress.update(examples, progress.loss or 0.0, force=True)
+    # The last snapshot is of the job's model once every worker's steps have
+    # landed (under SSP and ASP rank 0 may finish ahead of the others).
+    member.barrier("trained", timeout=args.timeout_s)
+    if rank == 0:
+        model.pull()
     member.leave(finished=True)
     result = {"rank": rank, "examples": examples, "start": start, "end": end,
               "peak_rss_mb": peak_rss_mb(), "embedding": emb.stats(),
