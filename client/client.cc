@@ -94,6 +94,10 @@ struct OpState {
     absl::MutexLock lock(&mu);
     if (status.ok()) status = s;
   }
+  bool failed() {
+    absl::MutexLock lock(&mu);
+    return !status.ok();
+  }
   void Hold() { outstanding.fetch_add(1, std::memory_order_relaxed); }
   void Release() {
     if (outstanding.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
@@ -1230,6 +1234,14 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
         std::min(absl::Milliseconds(5) * (1 << std::min(again.attempt, 7)),
                  absl::Milliseconds(500));
     retries_->After(delay, [this, op, again = std::move(again)] {
+      // Another part failed for good: the operation fails whatever this
+      // part does, so it is not sent again (it would only hold the caller
+      // until the deadline).
+      if (op->failed()) {
+        CloseSeq(again.seq);
+        op->Release();
+        return;
+      }
       RefreshMap();
       Route(op, &again);
       op->Release();

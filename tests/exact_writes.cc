@@ -92,11 +92,6 @@ absl::Status ExactWrites::AwaitProgress(uint64_t more, absl::Duration timeout) {
 }
 
 absl::Status ExactWrites::RunWriter(uint64_t seed) {
-  ClientOptions co;
-  co.scheduler_address = scheduler_address_;
-  co.op_timeout = absl::Seconds(30);
-  DP_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(co));
-  std::mt19937_64 rng(seed);
   struct InFlight {
     Ticket ticket = 0;
     bool busy = false;
@@ -107,7 +102,16 @@ absl::Status ExactWrites::RunWriter(uint64_t seed) {
     std::vector<float> values;
   };
   constexpr int kWindow = 6;
+  // Declared before the client: a writer that returns on its first error
+  // leaves the window's other operations in flight, and only the client's
+  // destructor (which fails them and stops their retries) may end them
+  // before their buffers go.
   std::vector<InFlight> window(kWindow);
+  ClientOptions co;
+  co.scheduler_address = scheduler_address_;
+  co.op_timeout = absl::Seconds(30);
+  DP_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(co));
+  std::mt19937_64 rng(seed);
   const uint32_t width = tables_.width;
   auto land = [&](InFlight& f) -> absl::Status {
     f.busy = false;
