@@ -7,104 +7,21 @@
 // range whose keys are hot at one end is split by the scheduler itself.
 #include <signal.h>
 
-#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
-#include "cluster/scheduler_client.h"
 #include "common/test_util.h"
-#include "launch/local_cluster.h"
 #include "proto/downpour.pb.h"
+#include "tests/cluster_fixture.h"
 #include "tests/exact_writes.h"
 
 namespace downpour {
 namespace {
 
-using MapPredicate = std::function<bool(const proto::ClusterMap&)>;
-
-const proto::TableMap* TableNamed(const proto::ClusterMap& map,
-                                  const std::string& name) {
-  for (const auto& t : map.tables()) {
-    if (t.spec().name() == name) return &t;
-  }
-  return nullptr;
-}
-
-// The range of table `name` holding `key`, or nullptr.
-const proto::RangeAssignment* RangeOf(const proto::ClusterMap& map,
-                                      const std::string& name, Key key) {
-  const proto::TableMap* t = TableNamed(map, name);
-  if (t == nullptr) return nullptr;
-  for (const auto& r : t->ranges()) {
-    if (r.begin() <= key && key < r.end()) return &r;
-  }
-  return nullptr;
-}
-
-bool Quiet(const proto::ClusterMap& map, int replicas) {
-  if (map.tables_size() == 0) return false;
-  for (const auto& t : map.tables()) {
-    for (const auto& r : t.ranges()) {
-      if (r.move_to() != kNoNode || r.handing_to() != kNoNode ||
-          r.split_at() != 0 || r.catching_up_size() > 0 || r.lost() ||
-          1 + r.replicas_size() != replicas) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-class SplitTest : public ::testing::Test {
+class SplitTest : public ExactClusterTest {
  protected:
-  void Start(int servers, std::vector<std::string> scheduler_flags,
-             std::vector<std::string> server_flags = {}, bool durable = false) {
-    dir_ = TestTmpDir() + "/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    ASSERT_EQ(system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
-    LocalClusterOptions o;
-    o.bin_dir = RunfilePath("");
-    o.work_dir = dir_;
-    o.num_servers = servers;
-    o.scheduler_flags = std::move(scheduler_flags);
-    o.server_flags = std::move(server_flags);
-    o.durable = durable;
-    ASSERT_OK_AND_ASSIGN(cluster_, LocalCluster::Start(o));
-    sched_ = std::make_unique<SchedulerClient>(cluster_->scheduler_address());
-    ClientOptions co;
-    co.scheduler_address = cluster_->scheduler_address();
-    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(co));
-    ASSERT_OK_AND_ASSIGN(tables_, CreateExactTables(client_.get()));
-    writes_ =
-        std::make_unique<ExactWrites>(cluster_->scheduler_address(), tables_);
-  }
-  void TearDown() override {
-    if (writes_ != nullptr) (void)writes_->Stop();
-    client_.reset();
-    if (cluster_ != nullptr) {
-      EXPECT_OK(cluster_->Stop());
-    }
-  }
-  absl::StatusOr<proto::ClusterMap> AwaitMap(const std::string& what,
-                                             const MapPredicate& pred,
-                                             absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    proto::ClusterMap map;
-    while (absl::Now() < deadline) {
-      auto m = sched_->GetClusterMap();
-      if (m.ok()) {
-        map = *std::move(m);
-        if (pred(map)) return map;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "no map where ", what, " within ", absl::FormatDuration(timeout),
-        "; last:\n", map.DebugString()));
-  }
   absl::StatusOr<proto::SplitRangeReply> Split(const std::string& table,
                                                Key key) {
     proto::SplitRangeRequest req;
@@ -141,31 +58,6 @@ class SplitTest : public ::testing::Test {
     }
     FAIL() << "table '" << table << "' not split at " << key << " in 90 s";
   }
-  int IndexOf(NodeId id) {
-    auto map = sched_->GetClusterMap();
-    if (!map.ok()) return -1;
-    for (const auto& n : map->nodes()) {
-      if (n.id() == id) return std::stoi(n.name().substr(7));
-    }
-    return -1;
-  }
-  void AwaitWrites(uint64_t more) {
-    ASSERT_OK(writes_->AwaitProgress(more, absl::Seconds(60)));
-  }
-  void StopAndCheck(const std::string& when) {
-    EXPECT_OK(writes_->Stop()) << when;
-    EXPECT_OK(writes_->Check(client_.get())) << when;
-    std::cout << when << ": " << writes_->acknowledged()
-              << " row adds, all exact; longest wait for an add "
-              << absl::FormatDuration(writes_->longest_wait()) << std::endl;
-  }
-
-  std::string dir_;
-  std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<SchedulerClient> sched_;
-  std::unique_ptr<Client> client_;
-  ExactTables tables_;
-  std::unique_ptr<ExactWrites> writes_;
 };
 
 TEST_F(SplitTest, RangesSplitWhileWritesGoOnAndBadSplitsAreRefused) {
@@ -183,7 +75,7 @@ TEST_F(SplitTest, RangesSplitWhileWritesGoOnAndBadSplitsAreRefused) {
   ASSERT_OK_AND_ASSIGN(
       proto::ClusterMap map,
       AwaitMap(
-          "quiet", [](const proto::ClusterMap& m) { return Quiet(m, 2); },
+          "quiet", [](const proto::ClusterMap& m) { return Settled(m, 2); },
           absl::Seconds(60)));
   EXPECT_EQ(TableNamed(map, "dense")->ranges_size(), 4);
   EXPECT_EQ(TableNamed(map, "sparse")->ranges_size(), 3);
@@ -244,7 +136,7 @@ TEST_P(KillDuringASplitTest, NothingIsLost) {
   AwaitWrites(2000);
   ASSERT_OK(AwaitMap(
                 "no split under way, every range in sync",
-                [](const proto::ClusterMap& m) { return Quiet(m, 2); },
+                [](const proto::ClusterMap& m) { return Settled(m, 2); },
                 absl::Seconds(60))
                 .status());
   StopAndCheck("after the kill");

@@ -1,0 +1,155 @@
+#include "tests/cluster_fixture.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "common/test_util.h"
+
+namespace downpour {
+
+const proto::NodeInfo* NodeNamed(const proto::ClusterMap& map,
+                                 const std::string& name) {
+  for (const auto& n : map.nodes()) {
+    if (n.name() == name && n.role() == proto::SERVER) return &n;
+  }
+  return nullptr;
+}
+
+bool Holds(const proto::RangeAssignment& r, NodeId id) {
+  auto has = [id](const google::protobuf::RepeatedField<uint64_t>& f) {
+    return std::find(f.begin(), f.end(), id) != f.end();
+  };
+  return r.primary() == id || has(r.replicas()) || has(r.catching_up());
+}
+
+int RangesHeldBy(const proto::ClusterMap& map, NodeId id) {
+  int n = 0;
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) n += Holds(r, id);
+  }
+  return n;
+}
+
+const proto::TableMap* TableNamed(const proto::ClusterMap& map,
+                                  const std::string& name) {
+  for (const auto& t : map.tables()) {
+    if (t.spec().name() == name) return &t;
+  }
+  return nullptr;
+}
+
+const proto::RangeAssignment* RangeOf(const proto::ClusterMap& map,
+                                      const std::string& name, Key key) {
+  const proto::TableMap* t = TableNamed(map, name);
+  if (t == nullptr) return nullptr;
+  for (const auto& r : t->ranges()) {
+    if (r.begin() <= key && key < r.end()) return &r;
+  }
+  return nullptr;
+}
+
+bool Settled(const proto::ClusterMap& map, int replicas) {
+  if (map.tables_size() == 0) return false;
+  for (const auto& t : map.tables()) {
+    for (const auto& r : t.ranges()) {
+      if (r.move_to() != kNoNode || r.handing_to() != kNoNode ||
+          r.split_at() != 0 || r.catching_up_size() > 0 || r.lost() ||
+          1 + r.replicas_size() != replicas) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void ExactClusterTest::Start(int servers,
+                             std::vector<std::string> scheduler_flags,
+                             std::vector<std::string> server_flags,
+                             bool durable) {
+  dir_ = TestTmpDir() + "/" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  ASSERT_EQ(system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = dir_;
+  o.num_servers = servers;
+  o.scheduler_flags = std::move(scheduler_flags);
+  o.server_flags = std::move(server_flags);
+  o.durable = durable;
+  ASSERT_OK_AND_ASSIGN(cluster_, LocalCluster::Start(o));
+  sched_ = std::make_unique<SchedulerClient>(cluster_->scheduler_address());
+  ClientOptions co;
+  co.scheduler_address = cluster_->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(client_, Client::Connect(co));
+  ASSERT_OK_AND_ASSIGN(tables_, CreateExactTables(client_.get()));
+  writes_ =
+      std::make_unique<ExactWrites>(cluster_->scheduler_address(), tables_);
+}
+
+void ExactClusterTest::TearDown() {
+  if (writes_ != nullptr) (void)writes_->Stop();
+  client_.reset();
+  if (cluster_ != nullptr) {
+    EXPECT_OK(cluster_->Stop());
+  }
+}
+
+proto::ClusterMap ExactClusterTest::Map() {
+  auto map = sched_->GetClusterMap();
+  return map.ok() ? *map : proto::ClusterMap();
+}
+
+absl::StatusOr<proto::ClusterMap> ExactClusterTest::AwaitMap(
+    const std::string& what, const MapPredicate& pred, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  proto::ClusterMap map;
+  while (absl::Now() < deadline) {
+    auto m = sched_->GetClusterMap();
+    if (m.ok()) {
+      map = *std::move(m);
+      if (pred(map)) return map;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "no map where ", what, " within ", absl::FormatDuration(timeout),
+      "; last:\n", map.DebugString()));
+}
+
+NodeId ExactClusterTest::IdOf(int index) {
+  const proto::ClusterMap map = Map();
+  const proto::NodeInfo* n = NodeNamed(map, absl::StrCat("server-", index));
+  return n == nullptr ? kNoNode : n->id();
+}
+
+int ExactClusterTest::IndexOf(NodeId id) {
+  const proto::ClusterMap map = Map();
+  for (const auto& n : map.nodes()) {
+    if (n.id() == id) return std::stoi(n.name().substr(7));
+  }
+  return -1;
+}
+
+void ExactClusterTest::Kill(int index) {
+  std::cout << "kill -9 server-" << index << std::endl;
+  cluster_->server(index).Signal(SIGKILL);
+  EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
+}
+
+void ExactClusterTest::AwaitWrites(uint64_t more) {
+  ASSERT_OK(writes_->AwaitProgress(more, absl::Seconds(60)));
+}
+
+void ExactClusterTest::StopAndCheck(const std::string& when) {
+  EXPECT_OK(writes_->Stop()) << when;
+  EXPECT_OK(writes_->Check(client_.get())) << when;
+  std::cout << when << ": " << writes_->acknowledged()
+            << " row adds, all exact; longest wait for an add "
+            << absl::FormatDuration(writes_->longest_wait()) << std::endl;
+}
+
+}  // namespace downpour
