@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
+#include "common/status_macros.h"
 #include "common/test_util.h"
 #include "common/types.h"
 #include "launch/local_cluster.h"
@@ -170,43 +171,69 @@ TEST(SparseTrainingTest, LibsvmFileUnderBspBeatsConstantAndRepeatsBitForBit) {
   EXPECT_EQ(differ, 0u) << "of " << keys.size() << " weights";
 }
 
+// Two servers and a client with a synced sparse table "synced" (width 1,
+// the "sum" handler, steps of 2 workers): the two tests of the client's
+// side of synced sparse tables below.
+struct SyncedCluster {
+  absl::Status Start(const std::string& name,
+                     std::vector<std::string> scheduler_flags = {}) {
+    const std::string dir = TestTmpDir() + "/" + name;
+    if (system(("mkdir -p " + dir).c_str()) != 0) {
+      return absl::InternalError("cannot make " + dir);
+    }
+    LocalClusterOptions o;
+    o.bin_dir = RunfilePath("");
+    o.work_dir = dir;
+    o.num_servers = 2;
+    o.scheduler_flags = std::move(scheduler_flags);
+    DP_ASSIGN_OR_RETURN(cluster, LocalCluster::Start(o));
+    ClientOptions co;
+    co.scheduler_address = cluster->scheduler_address();
+    DP_ASSIGN_OR_RETURN(client, Client::Connect(co));
+    TableOptions t;
+    t.name = "synced";
+    t.sparse = true;
+    t.width = 1;
+    t.handler = "sum";
+    t.sync_workers = 2;
+    t.tracked_workers = 2;
+    DP_ASSIGN_OR_RETURN(table, client->CreateTable(t));
+    return absl::OkStatus();
+  }
+  // Key k's value, read without a clock.
+  float Get(Key k) {
+    client->SetWorkerClock(0, -1);
+    float v = -1;
+    EXPECT_OK(
+        client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
+    return v;
+  }
+  absl::Status Stop() {
+    client.reset();
+    return cluster->Stop();
+  }
+
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<Client> client;
+  Table table;
+};
+
 // The client's side of synced sparse tables: a clocked push sends every
 // server a batch, empty ones included, so that a server none of whose keys
 // a rank touched still hears from it and applies the clock. Without the
 // empty parts, key kA below would stay held forever.
 TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
-  const std::string dir = TestTmpDir() + "/synced-client";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 2;
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_OK(cluster);
-  ClientOptions co;
-  co.scheduler_address = (*cluster)->scheduler_address();
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
-  TableOptions t;
-  t.name = "synced";
-  t.sparse = true;
-  t.width = 1;
-  t.handler = "sum";
-  t.sync_workers = 2;
-  t.tracked_workers = 2;
-  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  SyncedCluster c;
+  ASSERT_OK(c.Start("synced-client"));
+  Client* client = c.client.get();
+  const Table table = c.table;
+  auto get = [&](Key k) { return c.Get(k); };
   // The key space is split in two contiguous ranges, one per server.
   const Key ka = 5, kb = kKeySpaceEnd - 5;
   auto push = [&](int rank, int64_t clock, std::vector<Key> keys,
                   std::vector<float> grads) {
     client->SetWorkerClock(rank, clock);
     return client->PushSync(table, keys, grads);
-  };
-  auto get = [&](Key k) {
-    client->SetWorkerClock(0, -1);
-    float v = -1;
-    EXPECT_OK(
-        client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
-    return v;
   };
   // A held push is answered only once its step is applied (so that an
   // answered gradient cannot be lost with a server before it counts): the
@@ -234,8 +261,7 @@ TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
   ASSERT_OK(client->Wait(held));
   EXPECT_EQ(get(kb), 3.0f);
   EXPECT_EQ(get(ka), 1.0f);
-  client.reset();
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK(c.Stop());
 }
 
 // A rank's push held for a step when its range is split: the server
@@ -244,35 +270,13 @@ TEST(SparseTrainingTest, SyncedSparsePushReachesEveryServer) {
 // count the rank and the step completes with the same mean. Rank 0 has a
 // key in the lower half only, rank 1 in the upper half only.
 TEST(SparseTrainingTest, AHeldSyncedPushIsSentAgainToBothHalvesOfASplit) {
-  const std::string dir = TestTmpDir() + "/synced-split";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = dir;
-  o.num_servers = 2;
-  o.scheduler_flags = {"--replicas=2"};
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_OK(cluster);
-  ClientOptions co;
-  co.scheduler_address = (*cluster)->scheduler_address();
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(co));
-  TableOptions t;
-  t.name = "synced";
-  t.sparse = true;
-  t.width = 1;
-  t.handler = "sum";
-  t.sync_workers = 2;
-  t.tracked_workers = 2;
-  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  SyncedCluster c;
+  ASSERT_OK(c.Start("synced-split", {"--replicas=2"}));
+  Client* client = c.client.get();
+  const Table table = c.table;
+  auto get = [&](Key k) { return c.Get(k); };
   // Two keys of the first range, on either side of the split key.
   const Key ka = 5, kb = 1000, split_at = 500;
-  auto get = [&](Key k) {
-    client->SetWorkerClock(0, -1);
-    float v = -1;
-    EXPECT_OK(
-        client->GetSync(table, std::vector<Key>{k}, absl::MakeSpan(&v, 1)));
-    return v;
-  };
   const std::vector<Key> both = {ka, kb};
   const std::vector<float> grads = {2, 4};
   // An asynchronous push reads its keys and values until it is answered:
@@ -283,7 +287,7 @@ TEST(SparseTrainingTest, AHeldSyncedPushIsSentAgainToBothHalvesOfASplit) {
   Ticket held = client->Push(table, lower, lower_grads);
   EXPECT_THAT(client->Wait(held, absl::Milliseconds(200)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));  // held
-  SchedulerClient sched((*cluster)->scheduler_address());
+  SchedulerClient sched(c.cluster->scheduler_address());
   proto::SplitRangeRequest split;
   split.set_table("synced");
   split.set_key(split_at);
@@ -315,8 +319,7 @@ TEST(SparseTrainingTest, AHeldSyncedPushIsSentAgainToBothHalvesOfASplit) {
   ASSERT_OK(client->Wait(held, absl::Seconds(30)));
   EXPECT_EQ(get(ka), 3.0f);
   EXPECT_EQ(get(kb), 6.0f);
-  client.reset();
-  EXPECT_OK((*cluster)->Stop());
+  EXPECT_OK(c.Stop());
 }
 
 TEST(SparseTrainingTest, MalformedLibsvmFileIsAClearErrorNamingFileAndLine) {
