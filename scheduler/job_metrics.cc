@@ -109,10 +109,11 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   w->Counter("downpour_cluster_ranges_lost_total",
              "Ranges marked lost (their only holder restarted empty)", {},
              static_cast<double>(events.ranges_lost));
-  int moving = 0, draining = 0;
+  int moving = 0, splitting = 0, draining = 0;
   for (const proto::TableMap& t : map.tables()) {
     for (const proto::RangeAssignment& r : t.ranges()) {
       moving += r.move_to() != 0;
+      splitting += r.split_at() != 0;
     }
   }
   for (const proto::NodeInfo& n : map.nodes()) {
@@ -129,6 +130,15 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   w->Counter("downpour_cluster_range_moves_ended_total",
              "Range moves ended (completed or cancelled)", {},
              static_cast<double>(events.moves_done));
+  w->Gauge("downpour_cluster_range_splits",
+           "Ranges being split now (psctl split, --balance=load)", {},
+           splitting);
+  w->Counter("downpour_cluster_range_splits_started_total",
+             "Range splits started", {},
+             static_cast<double>(events.splits_started));
+  w->Counter("downpour_cluster_range_splits_done_total",
+             "Range splits completed (not those called off)", {},
+             static_cast<double>(events.splits_done));
 
   const proto::JobConfig& c = job.job();
   w->Gauge("downpour_job_info", "The job's consistency policy (value 1)",

@@ -24,6 +24,10 @@ struct SchedulerEvents {
   // (completed or cancelled).
   uint64_t moves_started = 0;
   uint64_t moves_done = 0;
+  // Range splits (scheduler/splits.h) started, and completed (a split
+  // called off is started but never completed).
+  uint64_t splits_started = 0;
+  uint64_t splits_done = 0;
 };
 
 void WriteSchedulerMetrics(const proto::ClusterMap& map,

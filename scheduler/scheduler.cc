@@ -145,6 +145,8 @@ class SchedulerImpl final : public Scheduler,
           events.ranges_lost = tables_.ranges_lost();
           events.moves_started = tables_.moves_started();
           events.moves_done = tables_.moves_done();
+          events.splits_started = tables_.splits_started();
+          events.splits_done = tables_.splits_done();
         }
         WriteSchedulerMetrics(map, job, events, w);
       });

@@ -321,5 +321,46 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
   EXPECT_GT(m.Sum("downpour_cluster_epoch"), epoch);
 }
 
+TEST_F(MetricsTest, SchedulerCountsRangeSplits) {
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
+  TableOptions t;
+  t.name = "emb";
+  t.width = 2;
+  t.num_keys = 100;
+  ASSERT_OK(client->CreateTable(t).status());
+  ASSERT_OK_AND_ASSIGN(ScrapedMetrics m, Scrape(scheduler_metrics_));
+  EXPECT_EQ(m.Sum("downpour_cluster_range_splits_started_total"), 0);
+  EXPECT_EQ(m.Sum("downpour_cluster_range_splits_done_total"), 0);
+  EXPECT_EQ(m.types.at("downpour_cluster_range_splits_done_total"), "counter");
+
+  // Split the first range [0, 50) at 20; a range busy catching up a backup
+  // is refused for now (UNAVAILABLE) and asked again.
+  SchedulerClient sched(cluster_->scheduler_address());
+  proto::SplitRangeRequest split;
+  split.set_table("emb");
+  split.set_key(20);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::Status s;
+  do {
+    s = sched.SplitRange(split).status();
+    if (s.code() == absl::StatusCode::kUnavailable) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  } while (s.code() == absl::StatusCode::kUnavailable &&
+           absl::Now() < deadline);
+  ASSERT_OK(s);
+  while (absl::Now() < deadline) {
+    ASSERT_OK_AND_ASSIGN(m, Scrape(scheduler_metrics_));
+    if (m.Sum("downpour_cluster_range_splits_done_total") > 0) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(m.Sum("downpour_cluster_range_splits_started_total"), 1);
+  EXPECT_EQ(m.Sum("downpour_cluster_range_splits_done_total"), 1);
+  EXPECT_EQ(m.Sum("downpour_cluster_range_splits"), 0);
+  EXPECT_EQ(m.Sum("downpour_table_ranges", {{"table", "emb"}}), 3);
+}
+
 }  // namespace
 }  // namespace downpour
