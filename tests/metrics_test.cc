@@ -111,6 +111,7 @@ class MetricsTest : public ::testing::Test {
     }
   }
   void TearDown() override {
+    client_.reset();
     if (cluster_ != nullptr) {
       EXPECT_OK(cluster_->Stop());
     }
@@ -128,7 +129,21 @@ class MetricsTest : public ::testing::Test {
     return out;
   }
 
+  // Connects client_ and creates the dense table "emb" (100 keys of
+  // width 2).
+  void CreateEmb() {
+    ASSERT_OK_AND_ASSIGN(
+        client_,
+        Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
+    TableOptions t;
+    t.name = "emb";
+    t.width = 2;
+    t.num_keys = 100;
+    ASSERT_OK(client_->CreateTable(t).status());
+  }
+
   std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
   std::string scheduler_metrics_;
   std::vector<std::string> server_metrics_;
 };
@@ -236,14 +251,7 @@ TEST_F(MetricsTest, ServerFiguresMoveWithTheTraffic) {
 }
 
 TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
-  ASSERT_OK_AND_ASSIGN(
-      auto client,
-      Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
-  TableOptions t;
-  t.name = "emb";
-  t.width = 2;
-  t.num_keys = 100;
-  ASSERT_OK(client->CreateTable(t).status());
+  ASSERT_NO_FATAL_FAILURE(CreateEmb());
 
   // A worker reports progress as ps_worker does.
   SchedulerClient sched(cluster_->scheduler_address());
@@ -322,14 +330,7 @@ TEST_F(MetricsTest, SchedulerShowsTheJobAndAFailover) {
 }
 
 TEST_F(MetricsTest, SchedulerCountsRangeSplits) {
-  ASSERT_OK_AND_ASSIGN(
-      auto client,
-      Client::Connect({.scheduler_address = cluster_->scheduler_address()}));
-  TableOptions t;
-  t.name = "emb";
-  t.width = 2;
-  t.num_keys = 100;
-  ASSERT_OK(client->CreateTable(t).status());
+  ASSERT_NO_FATAL_FAILURE(CreateEmb());
   ASSERT_OK_AND_ASSIGN(ScrapedMetrics m, Scrape(scheduler_metrics_));
   EXPECT_EQ(m.Sum("downpour_cluster_range_splits_started_total"), 0);
   EXPECT_EQ(m.Sum("downpour_cluster_range_splits_done_total"), 0);

@@ -43,7 +43,9 @@ class SplitTest : public ExactClusterTest {
         continue;
       }
       // kFailedPrecondition: a range begins there already.
-      if (s.code() != absl::StatusCode::kFailedPrecondition) ASSERT_OK(s);
+      if (s.code() != absl::StatusCode::kFailedPrecondition) {
+        ASSERT_OK(s);
+      }
       absl::StatusOr<proto::ClusterMap> map = AwaitMap(
           absl::StrCat("the split of '", table, "' at ", key, " done or off"),
           [&](const proto::ClusterMap& m) {

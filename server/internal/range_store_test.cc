@@ -113,7 +113,7 @@ TEST(RangeStorePinTest, WriteToPinnedRowsWaitsForRelease) {
   writer.join();
   EXPECT_TRUE(written.load());
   std::vector<float> out((160 - 150) * kWidth);
-  shard->GetRange(150, 160, out.data());
+  ASSERT_OK(shard->GetRange(150, 160, out.data()));
   EXPECT_EQ(out, Filled(150, 160, 7));
   EXPECT_EQ(shard->pin_waits(), 1u);
   EXPECT_EQ(shard->pin_copies(), 0u);
@@ -191,7 +191,7 @@ TEST(RangeStorePinTest, StuckPinMakesTheWriterCopyAndOutlivesTheShard) {
   EXPECT_EQ(Snapshot(*p), Filled(0, kKeys, 5));
   // ... and the table has the write, on top of every other row.
   std::vector<float> out(kKeys * kWidth);
-  shard->GetRange(0, kKeys, out.data());
+  ASSERT_OK(shard->GetRange(0, kKeys, out.data()));
   std::vector<float> expected = Filled(0, kKeys, 5);
   std::fill(expected.begin() + 10 * kWidth, expected.begin() + 20 * kWidth, 9);
   EXPECT_EQ(out, expected);
@@ -228,15 +228,15 @@ TEST(RangeStoreTest, APutResetsTheHandlerStateOfItsRows) {
     t->Push(keys, g.data());
     fresh->Push(keys, g.data());
     std::vector<float> a(2), b(2);
-    t->Get(keys, a.data());
-    fresh->Get(keys, b.data());
+    ASSERT_OK(t->Get(keys, a.data()));
+    ASSERT_OK(fresh->Get(keys, b.data()));
     EXPECT_EQ(a, b);
     t->PutRange(3, 5, v.data());
     t->Push(keys, g.data());
     fresh->PutRange(3, 5, v.data());
     fresh->Push(keys, g.data());
-    t->Get(keys, a.data());
-    fresh->Get(keys, b.data());
+    ASSERT_OK(t->Get(keys, a.data()));
+    ASSERT_OK(fresh->Get(keys, b.data()));
     EXPECT_EQ(a, b);
   }
 }
