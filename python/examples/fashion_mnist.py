@@ -171,7 +171,7 @@ def run_worker(args) -> None:
     # snapshot is of the job's model once every worker's steps have landed,
     # not of rank 0's view at its own last step.
     member.barrier("trained", timeout=args.timeout_s)
-    train_seconds = time.perf_counter() - start
+    train_seconds = time.perf_counter() - start  # until the last worker's end
     if rank == 0:
         model.pull()
     member.leave(finished=True)  # the scheduler need not wait for silence
