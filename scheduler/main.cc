@@ -40,6 +40,11 @@ ABSL_FLAG(bool, rebalance, true,
           "only off drained servers)");
 ABSL_FLAG(int32_t, max_range_moves, 2,
           "key ranges being moved at once (scale out, drains)");
+ABSL_FLAG(int32_t, handover_timeout_ms, 2000,
+          "how long a range's primary may take to hand the range over (a "
+          "move, a primary balance) or to report it quiet for a split; the "
+          "range refuses writes meanwhile (clients retry), and past this the "
+          "change is called off");
 ABSL_FLAG(std::string, balance, "bytes",
           "what --rebalance evens out: bytes (the table memory each server "
           "holds) or load (each range's requests and rows per second as its "
@@ -122,6 +127,13 @@ int main(int argc, char** argv) {
   options.ranges_per_table = absl::GetFlag(FLAGS_ranges_per_table);
   options.rebalance = absl::GetFlag(FLAGS_rebalance);
   options.max_range_moves = absl::GetFlag(FLAGS_max_range_moves);
+  const int32_t handover_ms = absl::GetFlag(FLAGS_handover_timeout_ms);
+  if (handover_ms < 100 || handover_ms > 600000) {
+    DP_LOG(ERROR) << "--handover_timeout_ms=" << handover_ms
+                  << ": must be in [100, 600000]";
+    return 2;
+  }
+  options.handover_timeout = absl::Milliseconds(handover_ms);
   const std::string balance = absl::GetFlag(FLAGS_balance);
   if (balance != "bytes" && balance != "load") {
     DP_LOG(ERROR) << "--balance=" << balance << ": bytes or load";

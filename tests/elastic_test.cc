@@ -214,6 +214,76 @@ TEST_F(ElasticTest, ADrainedServerLeavesAndExitsZero) {
   EXPECT_OK(sched_->Leave(w.node_id(), true, "test"));
 }
 
+// An operation that one server refuses for good is not held by its other
+// parts' retries: range 0 of a full table that evicts nothing refuses a new
+// row (RESOURCE_EXHAUSTED) while range 1 is fenced for its handover to
+// another server for 20 s (HANDING_OVER, which clients retry). The
+// operation fails at once, and its part for range 1 is never sent again
+// (its key still reads 0 once the range has moved).
+TEST_F(ElasticTest, AFailedOperationIsNotHeldByItsOtherPartsRetries) {
+  Start(3,
+        {"--ranges_per_table=2", "--max_range_moves=8",
+         "--handover_timeout_ms=60000", "--dead_after_ms=60000"},
+        {"--inject_handover_delay_ms=20000"});
+  TableOptions o;
+  o.name = "full";
+  o.sparse = true;
+  o.width = 1;
+  o.handler = "sum";
+  TableOptions::Bounds b;
+  b.max_rows = 6;  // split over the table's ranges
+  b.eviction = "none";
+  o.bounds = b;
+  ASSERT_OK_AND_ASSIGN(Table t, client_->CreateTable(o));
+  // Range 0 filled key by key until it refuses one: `refused`.
+  Key refused = 0;
+  absl::Status full;
+  while (full.ok() && refused < 100) {
+    ++refused;
+    full = client_->AddSync(t, std::vector<Key>{refused}, {1.0f});
+  }
+  ASSERT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  const Key upper = kKeySpaceEnd - 5;
+  proto::ClusterMap map = Map();
+  const proto::RangeAssignment* low = RangeOf(map, "full", 1);
+  const proto::RangeAssignment* high = RangeOf(map, "full", upper);
+  ASSERT_NE(low, nullptr);
+  ASSERT_NE(high, nullptr);
+  ASSERT_NE(low->primary(), high->primary())
+      << "the two ranges of a new table are placed on different servers";
+  const NodeId from = high->primary();
+  const int index = IndexOf(from);
+  ASSERT_GE(index, 0);
+  ASSERT_OK(Drain(absl::StrCat("server-", index)).status());
+  ASSERT_OK(AwaitMap(
+                "range 1 of 'full' fenced for its handover",
+                [&](const proto::ClusterMap& m) {
+                  const proto::RangeAssignment* r = RangeOf(m, "full", upper);
+                  return r != nullptr && r->handing_to() != kNoNode;
+                },
+                absl::Seconds(90))
+                .status());
+  const std::vector<Key> keys = {refused, upper};
+  const std::vector<float> ones(2, 1.0f);
+  const Ticket op = client_->Add(t, keys, ones);
+  // Well inside the 20 s fence: only an operation that stopped waiting for
+  // range 1 is done by then.
+  const absl::Status s = client_->Wait(op, absl::Seconds(8));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  ASSERT_OK(AwaitMap(
+                "range 1 of 'full' moved off the drained server",
+                [&](const proto::ClusterMap& m) {
+                  const proto::RangeAssignment* r = RangeOf(m, "full", upper);
+                  return r != nullptr && r->handing_to() == kNoNode &&
+                         r->primary() != from;
+                },
+                absl::Seconds(90))
+                .status());
+  std::vector<float> got(2, -1.0f);
+  ASSERT_OK(client_->GetSync(t, keys, absl::MakeSpan(got)));
+  EXPECT_EQ(got, std::vector<float>({0.0f, 0.0f}));
+}
+
 TEST_F(ElasticTest, TheLastServerCannotBeDrained) {
   Start(1, {});
   auto refused = Drain("server-0");
