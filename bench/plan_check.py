@@ -14,6 +14,13 @@ within 10% of the fastest measured.
     /usr/bin/python3 bench/plan_check.py                  # 1,2,4 x 1,2, bsp+asp
     /usr/bin/python3 bench/plan_check.py --workers=1,2,4,8 --servers=1,2,4
 
+--replay=RESULTS --cores_from=CAL,... runs nothing: it takes the predictions
+and measurements of an earlier run (its results.json) and predicts each
+configuration again with the cores that another calibration file measured
+(the host term only; every other term as recorded), to show how much of
+the error follows from that one probe. It also prints how far the rounds
+of one configuration lie apart.
+
 The measured figure is ps_demo's "examples/s (all training)": examples per
 second while every worker trains (start-up, the last steps and the final
 evaluation left out), the quantity the model predicts. Each run is sized
@@ -91,6 +98,70 @@ def measure(args, workers: int, servers: int, mode: str, steps: int
     return rate, train_s, cpu_w, cpu_s
 
 
+def median(v: List[float]) -> float:
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] +
+                                               v[len(v) // 2]) / 2
+
+
+def effective_cores(curve: List[Tuple[float, float]], threads: float) -> float:
+    """ComputeCalibration::EffectiveCores (planner/calibration.cc)."""
+    prev_t = prev_c = 0.0
+    for t, c in curve:
+        if threads <= t:
+            return prev_c + (c - prev_c) * (threads - prev_t) / (t - prev_t)
+        prev_t, prev_c = t, c
+    return prev_c
+
+
+def replay(args) -> int:
+    with open(args.replay) as f:
+        results = json.load(f)
+    batch = results["plan"]["model"]["batch"]
+    runs = results["runs"]
+    spreads = []
+    for key, rs in runs.items():
+        m = [x["examples_per_s"] for x in rs]
+        if len(m) > 1:
+            spreads.append(((max(m) - min(m)) / min(m), key))
+    if spreads:
+        spreads.sort()
+        print("rounds of one configuration apart (max/min - 1): median "
+              "%.0f%%, largest %.0f%% (%s), over 20%% in %d of %d" %
+              (100 * median([x for x, _ in spreads]), 100 * spreads[-1][0],
+               spreads[-1][1], sum(1 for x, _ in spreads if x > 0.2),
+               len(spreads)))
+    for path in args.cores_from.split(","):
+        with open(path) as f:
+            cal = json.load(f)
+        curve = [(e["threads"], e["cores"])
+                 for e in cal["compute"]["effective_cores"]]
+        host_cores = cal["cluster"]["cores"]
+        errors = []
+        for key, rs in runs.items():
+            w, s = (int(x) for x in key.split(",")[:2])
+            predicted = []
+            for x in rs:
+                # Predict's shared-host term (planner/perf_model.cc) with
+                # these cores.
+                t = x["predicted"]["terms"]
+                cpu = t["host_ms"] * t["effective_cores"]
+                busy = min(max(cpu / t["critical_ms"], 1.0), w + s)
+                cores = min(busy, host_cores, effective_cores(curve, busy))
+                step = max(t["critical_ms"], t["server_ms"], t["nic_ms"],
+                           cpu / cores)
+                predicted.append(w * batch / step * 1e3)
+            measured = median([x["examples_per_s"] for x in rs])
+            errors.append(median(predicted) / measured - 1)
+        worst = max(errors, key=abs)
+        print("%s: cores %s: within %.0f%%: %d of %d, worst %+.0f%%" %
+              (path, ", ".join("%g: %.2f" % c for c in curve),
+               100 * args.tolerance,
+               sum(1 for e in errors if abs(e) <= args.tolerance),
+               len(errors), 100 * worst))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workers", default="1,2,4")
@@ -120,7 +191,17 @@ def main() -> int:
     p.add_argument("--run_timeout_s", type=int, default=300)
     p.add_argument("--tolerance", type=float, default=0.20)
     p.add_argument("--recommend_tolerance", type=float, default=0.10)
+    p.add_argument("--replay", default="",
+                   help="an earlier run's results.json: predict it again "
+                   "with the cores of each --cores_from file; runs nothing")
+    p.add_argument("--cores_from", default="",
+                   help="comma-separated calibration files, for --replay")
     args = p.parse_args()
+    if args.replay:
+        if not args.cores_from:
+            print("--replay needs --cores_from", file=sys.stderr)
+            return 2
+        return replay(args)
     os.makedirs(args.out_dir, exist_ok=True)
     psctl = os.path.join(args.bin_dir, "psctl", "psctl")
     for b in (psctl, os.path.join(args.bin_dir, "tools", "ps_demo")):
@@ -196,11 +277,6 @@ def main() -> int:
                   "%.0f examples/s (training %.2f s, load %.1f), predicted "
                   "%.0f (%+.0f%%)" % (r, w, s, mode, steps, rate, train_s,
                                       load, p_rate, 100 * err), flush=True)
-
-    def median(v: List[float]) -> float:
-        v = sorted(v)
-        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] +
-                                                   v[len(v) // 2]) / 2
 
     def med(key, f) -> float:
         return median([f(x) for x in runs[key]])
