@@ -66,6 +66,47 @@ bool Settled(const proto::ClusterMap& map, int replicas) {
   return true;
 }
 
+absl::Status SplitAndAwait(SchedulerClient& sched, const std::string& table,
+                           Key key, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string what = absl::StrCat("the split of '", table, "' at ", key);
+  proto::SplitRangeRequest req;
+  req.set_table(table);
+  req.set_key(key);
+  while (absl::Now() < deadline) {
+    const absl::Status asked = sched.SplitRange(req).status();
+    if (asked.code() == absl::StatusCode::kUnavailable) {
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    // FAILED_PRECONDITION is also the answer when a range begins at `key`
+    // already: the map says which.
+    if (!asked.ok() && asked.code() != absl::StatusCode::kFailedPrecondition) {
+      return asked;
+    }
+    for (;;) {
+      absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
+      if (!map.ok()) return map.status();
+      const proto::RangeAssignment* r = RangeOf(*map, table, key);
+      if (r == nullptr) {
+        return absl::NotFoundError(absl::StrCat(what, ": no range holds it"));
+      }
+      if (r->begin() == key) return absl::OkStatus();
+      if (!asked.ok()) return asked;
+      if (r->split_at() != key) break;  // called off
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": not done within ", absl::FormatDuration(timeout)));
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    std::cout << what << " called off; asking again" << std::endl;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(what, ": still refused as busy or called off after ",
+                   absl::FormatDuration(timeout)));
+}
+
 void ExactClusterTest::Start(int servers,
                              std::vector<std::string> scheduler_flags,
                              std::vector<std::string> server_flags,

@@ -1,7 +1,8 @@
 // A test fixture for cluster changes under load: a LocalCluster of real
 // daemons, the exact tables of tests/exact_writes.h with their writers, and
 // the map queries the elastic and split tests wait on. Shared by
-// tests/elastic_test.cc and tests/split_test.cc.
+// tests/elastic_test.cc and tests/split_test.cc; the tests that split a
+// range of their own cluster use SplitAndAwait.
 #ifndef DOWNPOUR_TESTS_CLUSTER_FIXTURE_H_
 #define DOWNPOUR_TESTS_CLUSTER_FIXTURE_H_
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -38,6 +40,15 @@ const proto::RangeAssignment* RangeOf(const proto::ClusterMap& map,
 // No move, copy, handover or split under way, and every range has
 // `replicas` holders in sync.
 bool Settled(const proto::ClusterMap& map, int replicas);
+
+// Asks the scheduler to split table `table` at `key` and waits until a range
+// begins there (at once if one does already). A split refused while the
+// range is busy (UNAVAILABLE: a copy or handover under way) or called off by
+// the scheduler (its servers' report came after the handover timeout) is
+// asked again, as psctl's user would. Any other refusal, or no split within
+// `timeout`, is the error.
+absl::Status SplitAndAwait(SchedulerClient& sched, const std::string& table,
+                           Key key, absl::Duration timeout);
 
 class ExactClusterTest : public ::testing::Test {
  protected:

@@ -19,6 +19,7 @@
 #include "launch/local_cluster.h"
 #include "launch/local_job.h"
 #include "models/model.h"
+#include "tests/cluster_fixture.h"
 #include "tests/model_params.h"
 
 namespace downpour {
@@ -52,24 +53,10 @@ std::pair<std::string, Key> SplitPoint(const proto::ClusterMap& map) {
   return {largest->spec().name(), r.begin() + (r.end() - r.begin()) / 2 + 3};
 }
 
-bool Holds(const proto::RangeAssignment& r, NodeId id) {
-  auto in = [&](const google::protobuf::RepeatedField<uint64_t>& f) {
-    return std::find(f.begin(), f.end(), id) != f.end();
-  };
-  return r.primary() == id || in(r.replicas()) || in(r.catching_up());
-}
-
 // Ranges `name` holds (-1: not in the map).
 int Held(const proto::ClusterMap& map, const std::string& name) {
-  for (const auto& n : map.nodes()) {
-    if (n.name() != name) continue;
-    int held = 0;
-    for (const auto& t : map.tables()) {
-      for (const auto& r : t.ranges()) held += Holds(r, n.id());
-    }
-    return held;
-  }
-  return -1;
+  const proto::NodeInfo* n = NodeNamed(map, name);
+  return n == nullptr ? -1 : RangesHeldBy(map, n->id());
 }
 
 bool NoMoves(const proto::ClusterMap& map) {
@@ -131,28 +118,13 @@ JobRun Train(const std::string& tag, int replicas, Change change) {
     if (!map.ok()) break;
     const auto [table, key] = SplitPoint(*map);
     EXPECT_NE(key, 0u);
-    proto::SplitRangeRequest split;
-    split.set_table(table);
-    split.set_key(key);
     std::cout << "split '" << table << "' at key " << key << std::endl;
-    absl::Status s;
-    // A range being copied or handed over is busy: asked again.
-    for (int tries = 0; tries < 200; ++tries) {
-      s = sched.SplitRange(split).status();
-      if (s.code() != absl::StatusCode::kUnavailable) break;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    EXPECT_OK(s);
+    EXPECT_OK(SplitAndAwait(sched, table, key, absl::Seconds(120)));
     run.split_at.push_back(AwaitJob(
         sched, absl::Seconds(120),
         [&, table = table, key = key](const proto::ClusterMap& m, int64_t) {
-          for (const auto& t : m.tables()) {
-            if (t.spec().name() != table) continue;
-            for (const auto& r : t.ranges()) {
-              if (r.begin() == key) return true;
-            }
-          }
-          return false;
+          const proto::RangeAssignment* r = RangeOf(m, table, key);
+          return r != nullptr && r->begin() == key;
         }));
   }
   if (change == Change::kScaleOutAndDrain) {

@@ -17,6 +17,7 @@
 #include "common/test_util.h"
 #include "launch/local_cluster.h"
 #include "metrics/scrape.h"
+#include "tests/cluster_fixture.h"
 #include "zmq.h"
 
 namespace downpour {
@@ -336,22 +337,10 @@ TEST_F(MetricsTest, SchedulerCountsRangeSplits) {
   EXPECT_EQ(m.Sum("downpour_cluster_range_splits_done_total"), 0);
   EXPECT_EQ(m.types.at("downpour_cluster_range_splits_done_total"), "counter");
 
-  // Split the first range [0, 50) at 20; a range busy catching up a backup
-  // is refused for now (UNAVAILABLE) and asked again.
+  // Split the first range [0, 50) at 20.
   SchedulerClient sched(cluster_->scheduler_address());
-  proto::SplitRangeRequest split;
-  split.set_table("emb");
-  split.set_key(20);
+  ASSERT_OK(SplitAndAwait(sched, "emb", 20, absl::Seconds(30)));
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  absl::Status s;
-  do {
-    s = sched.SplitRange(split).status();
-    if (s.code() == absl::StatusCode::kUnavailable) {
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  } while (s.code() == absl::StatusCode::kUnavailable &&
-           absl::Now() < deadline);
-  ASSERT_OK(s);
   while (absl::Now() < deadline) {
     ASSERT_OK_AND_ASSIGN(m, Scrape(scheduler_metrics_));
     if (m.Sum("downpour_cluster_range_splits_done_total") > 0) break;

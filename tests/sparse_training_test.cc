@@ -29,6 +29,7 @@
 #include "models/dataset.h"
 #include "models/model.h"
 #include "models/sparse_lr.h"
+#include "tests/cluster_fixture.h"
 #include "worker/worker.h"
 
 namespace downpour {
@@ -288,22 +289,7 @@ TEST(SparseTrainingTest, AHeldSyncedPushIsSentAgainToBothHalvesOfASplit) {
   EXPECT_THAT(client->Wait(held, absl::Milliseconds(200)),
               StatusIs(absl::StatusCode::kDeadlineExceeded));  // held
   SchedulerClient sched(c.cluster->scheduler_address());
-  proto::SplitRangeRequest split;
-  split.set_table("synced");
-  split.set_key(split_at);
-  ASSERT_OK(sched.SplitRange(split).status());
-  // Wait until the map lists the halves.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  bool done = false;
-  while (!done && absl::Now() < deadline) {
-    auto map = sched.GetClusterMap();
-    ASSERT_OK(map.status());
-    for (const auto& tm : map->tables()) {
-      for (const auto& r : tm.ranges()) done |= r.begin() == split_at;
-    }
-    if (!done) absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_TRUE(done) << "the range was not split within 30 s";
+  ASSERT_OK(SplitAndAwait(sched, "synced", split_at, absl::Seconds(30)));
   // Rank 1 pushes kb, in the upper half: that half completes the step
   // only if rank 0's push was sent again to it too (empty).
   client->SetWorkerClock(1, 0);

@@ -29,37 +29,6 @@ class SplitTest : public ExactClusterTest {
     req.set_key(key);
     return sched_->SplitRange(req);
   }
-  // Splits table `table` at `key` and waits until a range begins there.
-  // A split the scheduler calls off (its report came after the handover
-  // timeout, as the servers' injected delay may make it when the map
-  // changes meanwhile) is asked again, as psctl's user would; so is one
-  // refused while the range is busy (a copy to a new backup).
-  void SplitAndAwait(const std::string& table, Key key) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(90);
-    while (absl::Now() < deadline) {
-      absl::Status s = Split(table, key).status();
-      if (s.code() == absl::StatusCode::kUnavailable) {
-        absl::SleepFor(absl::Milliseconds(100));
-        continue;
-      }
-      // kFailedPrecondition: a range begins there already.
-      if (s.code() != absl::StatusCode::kFailedPrecondition) {
-        ASSERT_OK(s);
-      }
-      absl::StatusOr<proto::ClusterMap> map = AwaitMap(
-          absl::StrCat("the split of '", table, "' at ", key, " done or off"),
-          [&](const proto::ClusterMap& m) {
-            const proto::RangeAssignment* r = RangeOf(m, table, key);
-            return r != nullptr && (r->begin() == key || r->split_at() != key);
-          },
-          absl::Seconds(60));
-      ASSERT_OK(map.status());
-      if (RangeOf(*map, table, key)->begin() == key) return;
-      std::cout << "split of '" << table << "' at " << key
-                << " called off; asking again" << std::endl;
-    }
-    FAIL() << "table '" << table << "' not split at " << key << " in 90 s";
-  }
 };
 
 TEST_F(SplitTest, RangesSplitWhileWritesGoOnAndBadSplitsAreRefused) {
@@ -68,11 +37,11 @@ TEST_F(SplitTest, RangesSplitWhileWritesGoOnAndBadSplitsAreRefused) {
   AwaitWrites(2000);
   // The dense table's first range [0, 1500), twice, and the sparse
   // table's upper range in its middle.
-  SplitAndAwait("dense", 700);
+  ASSERT_OK(SplitAndAwait(*sched_, "dense", 700, absl::Seconds(90)));
   AwaitWrites(2000);
-  SplitAndAwait("dense", 701);
+  ASSERT_OK(SplitAndAwait(*sched_, "dense", 701, absl::Seconds(90)));
   const Key sparse_at = (Key{1} << 63) + (Key{1} << 62);
-  SplitAndAwait("sparse", sparse_at);
+  ASSERT_OK(SplitAndAwait(*sched_, "sparse", sparse_at, absl::Seconds(90)));
   AwaitWrites(2000);
   ASSERT_OK_AND_ASSIGN(
       proto::ClusterMap map,
@@ -145,7 +114,7 @@ TEST_P(KillDuringASplitTest, NothingIsLost) {
   // And the range can be split afterwards (if the first split had not
   // finished before the kill).
   writes_->Start(4, 3);
-  SplitAndAwait("dense", 500);
+  ASSERT_OK(SplitAndAwait(*sched_, "dense", 500, absl::Seconds(90)));
   AwaitWrites(2000);
   StopAndCheck("after splitting again");
 }
