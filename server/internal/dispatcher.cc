@@ -598,11 +598,11 @@ ForwardedWrite Dispatcher::StepForward(TableShard& shard,
     }
     f.values = absl::MakeConstSpan(
         reinterpret_cast<const float*>(copy->first.data()), floats);
-    if (!is_range && !applied_keys_.empty()) {
-      std::memcpy(copy->second.data(), applied_keys_.data(),
-                  applied_keys_.size() * sizeof(Key));
-    }
     if (!is_range) {
+      if (!applied_keys_.empty()) {
+        std::memcpy(copy->second.data(), applied_keys_.data(),
+                    applied_keys_.size() * sizeof(Key));
+      }
       f.keys =
           absl::MakeConstSpan(reinterpret_cast<const Key*>(copy->second.data()),
                               applied_keys_.size());
