@@ -105,6 +105,29 @@ TEST_F(PerfModelTest, OneAspWorkerWaitsForTheRoundTrip) {
   EXPECT_NEAR(p.examples_per_s, 10 / (108.08 * kUs), 1e-3);
 }
 
+TEST_F(PerfModelTest, AProcessKeepsUpToTwoThreadsBusy) {
+  // 8 free cores, and a client whose I/O threads spend 200 us a request
+  // (the calling thread still 2 us): with 1 ASP worker and 1 server, the
+  // job's CPU keeps more threads busy over the critical path than it has
+  // processes, as on the 16-core host (8 workers and one server kept 10.9
+  // cores busy). Two busy threads a process, not one.
+  Calibration c = cal_;
+  c.cluster.cores = 8;
+  c.compute.effective_cores = {{1, 1}, {8, 8}};
+  c.network.client_us_per_request = 200;
+  JobShape job;
+  job.mode = Mode::kAsp;
+  const Prediction p = Predict(model_, c, job, PlanOptions{});
+  EXPECT_NEAR(p.critical_s, 108.08 * kUs, 1e-11);
+  // 41.04 us of compute, 2 x 200 + 0.808 + 20 us of client CPU, 30 us of
+  // the scheduler's, 22.828 us of the server's: 514.676 us, 4.76 threads
+  // over the critical path, of which 2 processes keep 4 busy.
+  EXPECT_NEAR(p.client_cpu_s, 420.808 * kUs, 1e-11);
+  EXPECT_NEAR(p.effective_cores, 4, 1e-9);
+  EXPECT_NEAR(p.host_s, 514.676 / 4 * kUs, 1e-11);
+  EXPECT_EQ(p.bottleneck, Bottleneck::kHostCores);
+}
+
 TEST_F(PerfModelTest, FourBspWorkersOnTwoCoresAreHostBound) {
   JobShape job;
   job.workers = 4;
