@@ -146,7 +146,7 @@ def replay(args) -> int:
                 # these cores.
                 t = x["predicted"]["terms"]
                 cpu = t["host_ms"] * t["effective_cores"]
-                busy = min(max(cpu / t["critical_ms"], 1.0), w + s)
+                busy = min(max(cpu / t["critical_ms"], 1.0), 2 * (w + s))
                 cores = min(busy, host_cores, effective_cores(curve, busy))
                 step = max(t["critical_ms"], t["server_ms"], t["nic_ms"],
                            cpu / cores)
