@@ -120,18 +120,60 @@ planner::LayerRate MeasureLayer(int64_t batch, int64_t in, int64_t out,
   return r;
 }
 
+namespace {
+
+// k busy threads of 256^3 GEMMs for `seconds`: their aggregate rate, FLOP/s.
+double BusyRate(int k, double seconds) {
+  constexpr double kFlops = 2.0 * 256 * 256 * 256;
+  std::atomic<bool> go{false};
+  std::vector<double> rates(k, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < k; ++i) {
+    threads.emplace_back([&, i] {
+      LayerOps ops(256, 256, 256);
+      // The kernel's default timer slack (50 us) would stretch every short
+      // sleep below past its end: with products of about 1 ms that read as
+      // a tenth of a core lost on an idle host (one thread gave 0.77 cores
+      // on 16 idle ones). Job threads block on sockets, not timers, so no
+      // slack belongs in this figure.
+      prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+      while (!go.load()) std::this_thread::yield();
+      // A short sleep after each product, as a job's threads block on the
+      // network every step: the kernel favours threads that wake up over
+      // ones that never sleep, and a pure spinner would get less of a busy
+      // host than the job will. The sleeps asked for are not time the
+      // thread wanted a core, so they are left out of its rate; a wake-up
+      // that waits for a core is, and stays in.
+      constexpr absl::Duration kNap = absl::Microseconds(20);
+      ops.Forward();
+      int64_t iters = 0;
+      const absl::Time start = absl::Now();
+      const absl::Time stop = start + absl::Seconds(seconds);
+      absl::Time now = start;
+      do {
+        ops.Forward();
+        absl::SleepFor(kNap);
+        ++iters;
+        now = absl::Now();
+      } while (now < stop);
+      const double wanted =
+          std::max(1e-9, absl::ToDoubleSeconds(now - start - iters * kNap));
+      rates[i] = kFlops * static_cast<double>(iters) / wanted;
+    });
+  }
+  go.store(true);
+  for (std::thread& th : threads) th.join();
+  double total = 0;
+  for (double r : rates) total += r;
+  return total;
+}
+
+}  // namespace
+
 std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
                                                        double seconds) {
   constexpr double kFlops = 2.0 * 256 * 256 * 256;
-  // What one thread gets when it has a core: the 90th percentile of its
-  // calls' rates (the slower calls are the ones other processes cut into).
-  double one_core;
-  {
-    LayerOps ops(256, 256, 256);
-    std::vector<double> rates;
-    CallRates([&] { ops.Forward(); }, kFlops, seconds, &rates);
-    one_core = planner::SpreadOf(rates).p90;
-  }
+  constexpr int kRounds = 3;
   std::vector<int> counts;
   const int most = std::min(64, std::max(8, 2 * cores));
   for (int t = 1; t < most; t *= 2) {
@@ -140,49 +182,32 @@ std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
   }
   if (counts.back() < cores) counts.push_back(cores);
   counts.push_back(most);
-  std::vector<std::pair<int64_t, double>> out;
-  for (int t : counts) {
-    std::atomic<bool> go{false};
-    std::vector<double> rates(t, 0);
-    std::vector<std::thread> threads;
-    for (int i = 0; i < t; ++i) {
-      threads.emplace_back([&, i] {
-        LayerOps ops(256, 256, 256);
-        // The kernel's default timer slack (50 us) would stretch every
-        // short sleep below past its end: with products of about 1 ms that
-        // read as a tenth of a core lost on an idle host (one thread gave
-        // 0.77 cores on 16 idle ones). Job threads block on sockets, not
-        // timers, so no slack belongs in this figure.
-        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-        while (!go.load()) std::this_thread::yield();
-        // A short sleep after each product, as a job's threads block on the
-        // network every step: the kernel favours threads that wake up over
-        // ones that never sleep, and a pure spinner would get less of a
-        // busy host than the job will. The sleeps asked for are not time
-        // the thread wanted a core, so they are left out of its rate; a
-        // wake-up that waits for a core is, and stays in.
-        constexpr absl::Duration kNap = absl::Microseconds(20);
-        ops.Forward();
-        int64_t iters = 0;
-        const absl::Time start = absl::Now();
-        const absl::Time stop = start + absl::Seconds(seconds);
-        absl::Time now = start;
-        do {
-          ops.Forward();
-          absl::SleepFor(kNap);
-          ++iters;
-          now = absl::Now();
-        } while (now < stop);
-        const double wanted =
-            std::max(1e-9, absl::ToDoubleSeconds(now - start - iters * kNap));
-        rates[i] = kFlops * static_cast<double>(iters) / wanted;
-      });
+  // Each count is measured in every round, each time against one thread's
+  // rate with a core to itself taken just before (the 90th percentile of
+  // its calls' rates: the slower calls are the ones other processes cut
+  // into), and the median of the rounds kept. One reference for the whole
+  // curve, as before, let a single slow moment of the host scale every
+  // count: seven readings within a minute on an idle 16-core host gave one
+  // thread 0.68 to 1.59 cores and 16 threads 11.3 to 24.8.
+  LayerOps solo(256, 256, 256);
+  std::vector<std::vector<double>> readings(counts.size());
+  for (int round = 0; round < kRounds; ++round) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      std::vector<double> rates;
+      CallRates([&] { solo.Forward(); }, kFlops, seconds / 2, &rates);
+      const double one_core = planner::SpreadOf(rates).p90;
+      readings[i].push_back(BusyRate(counts[i], seconds) / one_core);
     }
-    go.store(true);
-    for (std::thread& th : threads) th.join();
-    double total = 0;
-    for (double r : rates) total += r;
-    out.emplace_back(t, total / one_core);
+  }
+  std::vector<std::pair<int64_t, double>> out;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    std::vector<double>& r = readings[i];
+    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+    // No more cores than threads, or than the host has.
+    out.emplace_back(
+        counts[i],
+        std::min<double>({r[r.size() / 2], static_cast<double>(counts[i]),
+                          static_cast<double>(cores)}));
   }
   return out;
 }

@@ -228,6 +228,12 @@ TEST(PsctlCalibrateTest, LocalAndLiveClusters) {
   EXPECT_EQ(c.cluster.host, planner::ThisHost().host);
   EXPECT_GT(c.compute.gemm_peak_gflops.median, 0);
   EXPECT_FALSE(c.compute.effective_cores.empty());
+  // The probe's noise never reads more cores than threads or the host has.
+  for (const auto& [threads, cores] : c.compute.effective_cores) {
+    EXPECT_GT(cores, 0);
+    EXPECT_LE(cores, threads);
+    EXPECT_LE(cores, c.cluster.cores);
+  }
   EXPECT_NE(c.compute.FindLayer(16, 64, 32), nullptr);
   const planner::StepTime* step = c.compute.FindStep(16, {64, 32, 10});
   ASSERT_NE(step, nullptr);
