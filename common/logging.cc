@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/json_text.h"
 
 namespace downpour {
 namespace {
@@ -33,38 +34,6 @@ const char* SeverityName(LogSeverity s) {
       return "FATAL";
   }
   return "?";
-}
-
-// A JSON string literal of `s`: quotes, backslashes and control characters
-// escaped. Bytes >= 0x80 pass through (messages are UTF-8 or ASCII).
-void AppendJsonString(std::string* out, const std::string& s) {
-  out->push_back('"');
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", static_cast<int>(c));
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
 }
 
 }  // namespace
@@ -106,12 +75,12 @@ std::string FormatLogLine(LogFormat format, LogSeverity severity,
         "\",\"severity\":\"", SeverityName(severity), "\"");
     if (!tag.empty()) {
       out.append(",\"tag\":");
-      AppendJsonString(&out, tag);
+      AppendJsonString(tag, &out);
     }
     out.append(",\"file\":");
-    AppendJsonString(&out, base);
+    AppendJsonString(base, &out);
     absl::StrAppend(&out, ",\"line\":", line, ",\"message\":");
-    AppendJsonString(&out, message);
+    AppendJsonString(message, &out);
     out.push_back('}');
     return out;
   }

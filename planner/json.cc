@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_text.h"
 
 namespace downpour {
 namespace planner {
@@ -68,36 +69,6 @@ Json& Json::Append(Json value) {
 
 namespace {
 
-void DumpString(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", c);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
-}
-
 std::string FormatNumber(double v) {
   if (!std::isfinite(v)) return "null";
   if (v == std::floor(v) && std::fabs(v) <= 9007199254740992.0) {
@@ -125,7 +96,7 @@ void Json::DumpTo(std::string* out, int indent, int depth) const {
       out->append(FormatNumber(number_));
       return;
     case Kind::kString:
-      DumpString(string_, out);
+      AppendJsonString(string_, out);
       return;
     case Kind::kArray: {
       // Arrays of numbers stay on one line: a plot's series, layer sizes.
@@ -146,7 +117,7 @@ void Json::DumpTo(std::string* out, int indent, int depth) const {
       for (size_t i = 0; i < members_.size(); ++i) {
         if (i > 0) out->push_back(',');
         newline(depth + 1);
-        DumpString(members_[i].first, out);
+        AppendJsonString(members_[i].first, out);
         out->append(indent > 0 ? ": " : ":");
         members_[i].second.DumpTo(out, indent, depth + 1);
       }
@@ -357,18 +328,7 @@ class JsonParser {
               return Error("bad \\u escape");
             }
           }
-          // UTF-8 of the code unit (surrogate pairs are not combined: the
-          // planner's files hold names and numbers).
-          if (code < 0x80) {
-            out->push_back(static_cast<char>(code));
-          } else if (code < 0x800) {
-            out->push_back(static_cast<char>(0xC0 | (code >> 6)));
-            out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-          } else {
-            out->push_back(static_cast<char>(0xE0 | (code >> 12)));
-            out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-            out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-          }
+          AppendUtf8(code, out);
           break;
         }
         default:

@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace downpour {
@@ -153,16 +154,7 @@ class JsonParser {
           pos_ += 4;
           // protobuf escapes only control characters and a few ASCII ones
           // this way; anything else arrives as UTF-8 already.
-          if (cp < 0x80) {
-            out->push_back(static_cast<char>(cp));
-          } else if (cp < 0x800) {
-            out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-            out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-          } else {
-            out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-            out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-            out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-          }
+          AppendUtf8(cp, out);
           break;
         }
         default:  // " \ /
