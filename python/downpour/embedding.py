@@ -450,7 +450,49 @@ class _Layer(torch.nn.Module):
         raise NotImplementedError
 
 
-class Embedding(_Layer):
+class _IdLayer(_Layer):
+    """What Embedding and EmbeddingBag share: ids below num_embeddings (None:
+    any 64-bit id), keyed with feature_keys(ids, feature); a padding_idx."""
+
+    def __init__(self, num_embeddings: Optional[int], embedding_dim: int,
+                 padding_idx: Optional[int], feature: int,
+                 client: downpour.Client, name: str,
+                 optimizer: Optional[ServerOptimizer], init: str,
+                 init_a: float, init_b: float, init_seed: int,
+                 follows_job: bool, consistency: Optional[str],
+                 bounds: Optional[Dict[str, Any]]):
+        # Checked before the table is declared.
+        if padding_idx is not None and num_embeddings is not None:
+            if padding_idx < 0:
+                padding_idx += num_embeddings
+            if not 0 <= padding_idx < num_embeddings:
+                raise ValueError("padding_idx must be within num_embeddings")
+        super().__init__(embedding_dim, client, name, optimizer, init, init_a,
+                         init_b, init_seed, follows_job, consistency,
+                         bounds)
+        self.num_embeddings = num_embeddings
+        self.padding_idx = padding_idx
+        self.feature = feature
+
+    def _keys(self, ids: torch.Tensor) -> np.ndarray:
+        return feature_keys(_ids_of(ids, self.num_embeddings), self.feature)
+
+    def _to_keys(self, unique: np.ndarray) -> np.ndarray:
+        return _downpour.feature_keys(unique, self.feature)
+
+    def _lookup(self, input: torch.Tensor):
+        return self._table.lookup(_ids_of(input, self.num_embeddings),
+                                  self._train(), self._to_keys,
+                                  self.padding_idx)
+
+    def prefetch(self, input: torch.Tensor) -> None:
+        """Starts pulling the rows of a later forward(input, ...) (see the
+        module docstring)."""
+        self._table.prefetch(_ids_of(input, self.num_embeddings),
+                             self._to_keys)
+
+
+class Embedding(_IdLayer):
     """``torch.nn.Embedding`` over a Downpour sparse table: forward(input)
     returns input.shape + (embedding_dim,), float32, on input's device (the
     lookup itself runs on the CPU). num_embeddings: None (any 64-bit id) or
@@ -477,35 +519,13 @@ class Embedding(_Layer):
                  consistency: Optional[str] = None, feature: int = 0,
                  bounds: Optional[Dict[str, Any]] = None):
         _check_torch_args(max_norm, _weight, dtype)
-        if padding_idx is not None and num_embeddings is not None:
-            if padding_idx < 0:
-                padding_idx += num_embeddings
-            if not 0 <= padding_idx < num_embeddings:
-                raise ValueError("padding_idx must be within num_embeddings")
-        super().__init__(embedding_dim, client, name, optimizer, init, init_a,
-                         init_b, init_seed, follows_job, consistency,
-                         bounds)
-        self.num_embeddings = num_embeddings
-        self.padding_idx = padding_idx
+        super().__init__(num_embeddings, embedding_dim, padding_idx, feature,
+                         client, name, optimizer, init, init_a, init_b,
+                         init_seed, follows_job, consistency, bounds)
         self.scale_grad_by_freq = scale_grad_by_freq
-        self.feature = feature
-
-    def _keys(self, ids: torch.Tensor) -> np.ndarray:
-        return feature_keys(_ids_of(ids, self.num_embeddings), self.feature)
-
-    def _to_keys(self, unique: np.ndarray) -> np.ndarray:
-        return _downpour.feature_keys(unique, self.feature)
-
-    def prefetch(self, input: torch.Tensor) -> None:
-        """Starts pulling the rows of a later forward(input) (see the module
-        docstring)."""
-        self._table.prefetch(_ids_of(input, self.num_embeddings),
-                             self._to_keys)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        weight, inverse, pad = self._table.lookup(
-            _ids_of(input, self.num_embeddings), self._train(),
-            self._to_keys, self.padding_idx)
+        weight, inverse, pad = self._lookup(input)
         return F.embedding(inverse, weight, pad, None, 2.0,
                            self.scale_grad_by_freq, False).to(input.device)
 
@@ -514,7 +534,7 @@ class Embedding(_Layer):
                 f"table='{self.table.name}'")
 
 
-class EmbeddingBag(_Layer):
+class EmbeddingBag(_IdLayer):
     """``torch.nn.EmbeddingBag`` over a Downpour sparse table:
     forward(input, offsets=None, per_sample_weights=None) with mode "sum",
     "mean" or "max", include_last_offset and padding_idx (entries excluded
@@ -537,39 +557,18 @@ class EmbeddingBag(_Layer):
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode has to be one of sum, mean or max, got "
                              f"{mode!r}")
-        if padding_idx is not None and num_embeddings is not None:
-            if padding_idx < 0:
-                padding_idx += num_embeddings
-            if not 0 <= padding_idx < num_embeddings:
-                raise ValueError("padding_idx must be within num_embeddings")
-        super().__init__(embedding_dim, client, name, optimizer, init, init_a,
-                         init_b, init_seed, follows_job, consistency,
-                         bounds)
-        self.num_embeddings = num_embeddings
+        super().__init__(num_embeddings, embedding_dim, padding_idx, feature,
+                         client, name, optimizer, init, init_a, init_b,
+                         init_seed, follows_job, consistency, bounds)
         self.mode = mode
         self.scale_grad_by_freq = scale_grad_by_freq
         self.include_last_offset = include_last_offset
-        self.padding_idx = padding_idx
-        self.feature = feature
-
-    def _keys(self, ids: torch.Tensor) -> np.ndarray:
-        return feature_keys(_ids_of(ids, self.num_embeddings), self.feature)
-
-    def _to_keys(self, unique: np.ndarray) -> np.ndarray:
-        return _downpour.feature_keys(unique, self.feature)
-
-    def prefetch(self, input: torch.Tensor) -> None:
-        """Starts pulling the rows of a later forward(input, ...)."""
-        self._table.prefetch(_ids_of(input, self.num_embeddings),
-                             self._to_keys)
 
     def forward(self, input: torch.Tensor,
                 offsets: Optional[torch.Tensor] = None,
                 per_sample_weights: Optional[torch.Tensor] = None
                 ) -> torch.Tensor:
-        weight, inverse, pad = self._table.lookup(
-            _ids_of(input, self.num_embeddings), self._train(),
-            self._to_keys, self.padding_idx)
+        weight, inverse, pad = self._lookup(input)
         if offsets is not None:
             offsets = offsets.cpu()
         if per_sample_weights is not None:

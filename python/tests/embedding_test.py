@@ -115,6 +115,20 @@ def test_embedding_bag_equals_torch(client, mode, weighted):
     assert layer.stats()["pushes"] == 1
 
 
+def test_padding_idx_is_checked_before_a_table_is_declared(client):
+    for layer in (dpt.Embedding, dpt.EmbeddingBag):
+        name = fresh("pad")
+        with pytest.raises(ValueError, match="padding_idx"):
+            layer(10, 4, padding_idx=10, client=client, name=name)
+        with pytest.raises(ValueError, match="padding_idx"):
+            layer(10, 4, padding_idx=-11, client=client, name=name)
+        with pytest.raises(downpour.NotFoundError):
+            client.open_table(name)
+        # Negative counts from the end, as in torch.
+        assert layer(10, 4, padding_idx=-1, client=client,
+                     name=name).padding_idx == 9
+
+
 def test_embedding_and_padding_equal_torch(client):
     g = torch.Generator().manual_seed(2)
     layer = dpt.Embedding(40, 6, padding_idx=3, client=client,
