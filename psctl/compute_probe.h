@@ -38,7 +38,10 @@ planner::LayerRate MeasureLayer(int64_t batch, int64_t in, int64_t out,
                                 const ProbeOptions& o);
 // For 1, 2, 4, ... busy threads (and `cores`, up to max(8, 2 x cores)):
 // their aggregate GEMM rate over the rate of one thread that has a core to
-// itself (planner::ComputeCalibration::effective_cores).
+// itself (planner::ComputeCalibration::effective_cores): the median of
+// three rounds, each against one thread's rate taken just before it, and
+// never more than the threads or `cores`. Takes about 4.5 x `seconds` per
+// count.
 std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
                                                        double seconds);
 // The examples the step probes train on: 4096 of the model's input size
