@@ -114,15 +114,13 @@ def effective_cores(curve: List[Tuple[float, float]], threads: float) -> float:
     return prev_c
 
 
-def replay(args) -> int:
-    with open(args.replay) as f:
-        results = json.load(f)
-    batch = results["plan"]["model"]["batch"]
-    runs = results["runs"]
+def print_round_spread(runs: Dict[str, List[dict]]) -> None:
+    """How far the rounds of one configuration lie apart: a model cannot be
+    checked more closely than the measurement repeats."""
     spreads = []
     for key, rs in runs.items():
         m = [x["examples_per_s"] for x in rs]
-        if len(m) > 1:
+        if len(m) > 1 and min(m) > 0:
             spreads.append(((max(m) - min(m)) / min(m), key))
     if spreads:
         spreads.sort()
@@ -131,6 +129,14 @@ def replay(args) -> int:
               (100 * median([x for x, _ in spreads]), 100 * spreads[-1][0],
                spreads[-1][1], sum(1 for x, _ in spreads if x > 0.2),
                len(spreads)))
+
+
+def replay(args) -> int:
+    with open(args.replay) as f:
+        results = json.load(f)
+    batch = results["plan"]["model"]["batch"]
+    runs = results["runs"]
+    print_round_spread(runs)
     for path in args.cores_from.split(","):
         with open(path) as f:
             cal = json.load(f)
@@ -356,6 +362,7 @@ def main() -> int:
           "-> %s" % (rec_key + (rec_measured,) + fastest_key +
                      (fastest, 100 * rec_measured / fastest,
                       "met" if goal2 else "NOT met")))
+    print_round_spread({"%d,%d,%s" % k: v for k, v in runs.items()})
     print("took %.0f s; load average now %.1f" % (time.time() - started,
                                                   load_average()))
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:
