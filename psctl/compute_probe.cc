@@ -122,15 +122,20 @@ planner::LayerRate MeasureLayer(int64_t batch, int64_t in, int64_t out,
 
 namespace {
 
-// k busy threads of 256^3 GEMMs for `seconds`: their aggregate rate, FLOP/s.
+// The cores probe's product: 256 x 256 x 256, about 1 ms on one core.
+constexpr int64_t kCoreProbeSize = 256;
+constexpr double kCoreProbeFlops =
+    2.0 * kCoreProbeSize * kCoreProbeSize * kCoreProbeSize;
+
+// k busy threads of the probe's product for `seconds`: their aggregate
+// rate, FLOP/s.
 double BusyRate(int k, double seconds) {
-  constexpr double kFlops = 2.0 * 256 * 256 * 256;
   std::atomic<bool> go{false};
   std::vector<double> rates(k, 0);
   std::vector<std::thread> threads;
   for (int i = 0; i < k; ++i) {
     threads.emplace_back([&, i] {
-      LayerOps ops(256, 256, 256);
+      LayerOps ops(kCoreProbeSize, kCoreProbeSize, kCoreProbeSize);
       // The kernel's default timer slack (50 us) would stretch every short
       // sleep below past its end: with products of about 1 ms that read as
       // a tenth of a core lost on an idle host (one thread gave 0.77 cores
@@ -158,7 +163,7 @@ double BusyRate(int k, double seconds) {
       } while (now < stop);
       const double wanted =
           std::max(1e-9, absl::ToDoubleSeconds(now - start - iters * kNap));
-      rates[i] = kFlops * static_cast<double>(iters) / wanted;
+      rates[i] = kCoreProbeFlops * static_cast<double>(iters) / wanted;
     });
   }
   go.store(true);
@@ -172,7 +177,6 @@ double BusyRate(int k, double seconds) {
 
 std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
                                                        double seconds) {
-  constexpr double kFlops = 2.0 * 256 * 256 * 256;
   constexpr int kRounds = 3;
   std::vector<int> counts;
   const int most = std::min(64, std::max(8, 2 * cores));
@@ -189,12 +193,12 @@ std::vector<std::pair<int64_t, double>> EffectiveCores(int cores,
   // curve, as before, let a single slow moment of the host scale every
   // count: seven readings within a minute on an idle 16-core host gave one
   // thread 0.68 to 1.59 cores and 16 threads 11.3 to 24.8.
-  LayerOps solo(256, 256, 256);
+  LayerOps solo(kCoreProbeSize, kCoreProbeSize, kCoreProbeSize);
   std::vector<std::vector<double>> readings(counts.size());
   for (int round = 0; round < kRounds; ++round) {
     for (size_t i = 0; i < counts.size(); ++i) {
       std::vector<double> rates;
-      CallRates([&] { solo.Forward(); }, kFlops, seconds / 2, &rates);
+      CallRates([&] { solo.Forward(); }, kCoreProbeFlops, seconds / 2, &rates);
       const double one_core = planner::SpreadOf(rates).p90;
       readings[i].push_back(BusyRate(counts[i], seconds) / one_core);
     }
