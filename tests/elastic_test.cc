@@ -263,6 +263,26 @@ TEST_F(ElasticTest, AFailedOperationIsNotHeldByItsOtherPartsRetries) {
                 },
                 absl::Seconds(90))
                 .status());
+  // The scheduler's map names the handover before the primary has applied
+  // it, and until then range 1 still takes writes. A probe add to another
+  // key of range 1 still unanswered after 2 s is being refused
+  // (HANDING_OVER) and retried: the range is fenced. (The probe is applied
+  // after the move; only `refused` and `upper` are read below.)
+  const std::vector<Key> probe = {upper + 1};
+  const std::vector<float> one = {1.0f};
+  bool fenced = false;
+  const absl::Time fence_deadline = absl::Now() + absl::Seconds(15);
+  while (!fenced && absl::Now() < fence_deadline) {
+    const absl::Status p =
+        client_->Wait(client_->Add(t, probe, one), absl::Seconds(2));
+    if (p.code() == absl::StatusCode::kDeadlineExceeded) {
+      fenced = true;
+    } else {
+      ASSERT_OK(p);
+    }
+  }
+  ASSERT_TRUE(fenced) << "range 1's primary took writes for 15 s after the "
+                         "map named its handover";
   const std::vector<Key> keys = {refused, upper};
   const std::vector<float> ones(2, 1.0f);
   const Ticket op = client_->Add(t, keys, ones);
