@@ -39,11 +39,13 @@ bool Dedupable(const proto::DataHeader& h, proto::Op op, bool synced) {
 absl::Status HandingOver(const std::string& table,
                          const TableShard::Range& range, Epoch epoch) {
   if (range.handing_to == range.primary) {
-    // Handed to itself: the range is being split (RangeAssignment.split_at).
+    // Handed to itself: the range is being split or merged
+    // (RangeAssignment.split_at, .merge).
     return WithReason(
         absl::UnavailableError(absl::StrCat(
             "table '", table, "' keys [", range.range().begin, ", ",
-            range.range().end, "): being split (epoch ", epoch, "); retry")),
+            range.range().end, "): being split or merged (epoch ", epoch,
+            "); retry")),
         ErrorReason::kHandingOver);
   }
   return WithReason(
