@@ -568,6 +568,9 @@ absl::StatusOr<proto::RangeAssignment> TableRegistry::StartMergeAt(
     }
     break;
   }
+  // A quiet report left from an earlier map (a restore) must not count
+  // for this merge.
+  PruneMergeQuiet();
   return StartMerge(map_, id, key, upper_end);
 }
 
@@ -638,6 +641,7 @@ bool TableRegistry::MergeForLoad() {
       PickMerge(*map_, load, YoungBoundaries(), options_.merge_threshold);
   if (!c.has_value()) return false;
   Key upper_end = 0;
+  PruneMergeQuiet();
   absl::StatusOr<proto::RangeAssignment> r =
       StartMerge(map_, c->table, c->begin, &upper_end);
   if (!r.ok()) {
