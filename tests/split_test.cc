@@ -6,7 +6,8 @@
 // bad splits are refused with the reason named. With --balance=load, a
 // range whose keys are hot at one end is split by the scheduler itself.
 // Merges of neighbours (psctl merge's call) are checked the same way: under
-// exactly-once writers, and with kill -9 while both ranges are fenced.
+// exactly-once writers, and with kill -9 while both ranges are fenced; with
+// --balance=load, cold neighbours are merged by the scheduler itself.
 #include <signal.h>
 
 #include <iostream>
@@ -251,6 +252,46 @@ INSTANTIATE_TEST_SUITE_P(Victims, KillDuringAMergeTest,
                                return "Scheduler";
                            }
                          });
+
+// Cold neighbours merge: with four ranges a table and writes to the
+// first keys only, the scheduler merges the cold ranges (one pair at a
+// time), never the hot one, and every write stays exact.
+TEST_F(SplitTest, ColdNeighboursAreMergedByLoad) {
+  Start(2, {"--balance=load", "--ranges_per_table=4", "--replicas=2",
+            "--merge_min_age_s=0"});
+  // Adds to the first 100 keys of the dense table, in batches, until the
+  // scheduler has merged its three cold ranges into one (bounded: at most
+  // 60 s).
+  std::vector<Key> keys(100);
+  for (Key k = 0; k < 100; ++k) keys[k] = k;
+  std::vector<float> ones(keys.size() * tables_.width, 1.0f);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  int ranges = 4;
+  int adds = 0;
+  while (ranges > 2 && absl::Now() < deadline) {
+    for (int i = 0; i < 50; ++i, ++adds) {
+      ASSERT_OK(client_->Wait(client_->Add(tables_.dense, Keys(keys), ones),
+                              absl::Seconds(10)));
+    }
+    auto map = sched_->GetClusterMap();
+    ASSERT_OK(map.status());
+    ranges = TableNamed(*map, "dense")->ranges_size();
+  }
+  ASSERT_EQ(ranges, 2) << "the cold ranges were not merged within 60 s";
+  auto map = sched_->GetClusterMap();
+  ASSERT_OK(map.status());
+  // The hot range [0, 750) stays as it was.
+  EXPECT_EQ(RangeOf(*map, "dense", 0)->end(), 750u);
+  EXPECT_EQ(RangeOf(*map, "dense", 750)->end(), 3000u);
+  // Every add landed exactly once, through the merges.
+  std::vector<float> got(keys.size() * tables_.width);
+  ASSERT_OK(client_->Wait(
+      client_->Pull(tables_.dense, Keys(keys), absl::MakeSpan(got)),
+      absl::Seconds(10)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], static_cast<float>(adds)) << "float " << i;
+  }
+}
 
 // Load follows the keys: one server's range is hot at its first keys; the
 // scheduler splits it at the median of its traffic and moves a half.
