@@ -374,6 +374,18 @@ absl::Status FinishMerge(proto::ClusterMap* map, TableId table, Key begin) {
         hi.merge() != proto::RangeAssignment::MERGE_WITH_PREVIOUS) {
       break;
     }
+    // Only as the merge could start now: a holder that died or a copy that
+    // began since (a failover during the merge) leaves the ranges apart;
+    // CancelStaleSplits then calls the merge off.
+    proto::RangeAssignment a = lo, b = hi;
+    a.clear_merge();
+    b.clear_merge();
+    bool unavailable = false;
+    const std::string why = CannotMerge(*map, a, b, &unavailable);
+    if (!why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table ", table, " range from key ", begin, ": not merged: ", why));
+    }
     lo.set_end(hi.end());
     lo.clear_merge();
     ranges->DeleteSubrange(i + 1, 1);

@@ -104,7 +104,9 @@ absl::StatusOr<Key> MergeLowerBegin(const proto::ClusterMap& map, TableId table,
                                     Key begin);
 
 // Both neighbours of the merge whose lower range begins at `begin` were
-// reported quiet: the map lists them as one range.
+// reported quiet: the map lists them as one range. kFailedPrecondition if
+// no such merge is under way, or if the neighbours could not start it now
+// (a holder died, a copy began): they stay apart.
 absl::Status FinishMerge(proto::ClusterMap* map, TableId table, Key begin);
 
 int MergesUnderWay(const proto::ClusterMap& map);

@@ -187,6 +187,13 @@ TEST(SplitsTest, MergeJoinsNeighboursUnderTheLowerPrimary) {
   // Once is enough.
   EXPECT_EQ(FinishMerge(&map, 1, 100).code(),
             absl::StatusCode::kFailedPrecondition);
+  // Not when a copy began meanwhile (a failover during the merge).
+  proto::ClusterMap copying = Cluster(2);
+  ASSERT_OK(StartMerge(&copying, 1, 50, &end).status());
+  copying.mutable_tables(0)->mutable_ranges(1)->add_catching_up(3);
+  EXPECT_EQ(FinishMerge(&copying, 1, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(copying.tables(0).ranges_size(), 4);
 }
 
 TEST(SplitsTest, RefusesWhatCannotBeMerged) {

@@ -576,7 +576,14 @@ absl::StatusOr<proto::RangeAssignment> TableRegistry::StartMergeAt(
 
 void TableRegistry::PruneMergeQuiet() {
   for (auto it = merge_quiet_.begin(); it != merge_quiet_.end();) {
-    if (MergeLowerBegin(*map_, it->first, it->second).ok()) {
+    const auto [table, begin] = it->first;
+    bool keep = MergeLowerBegin(*map_, table, begin).ok();
+    if (const proto::TableMap* t = FindTableById(table); keep && t) {
+      for (const proto::RangeAssignment& r : t->ranges()) {
+        if (r.begin() == begin) keep = r.primary() == it->second;
+      }
+    }
+    if (keep) {
       ++it;
     } else {
       merge_quiet_.erase(it++);
@@ -601,7 +608,7 @@ absl::StatusOr<bool> TableRegistry::MergeReported(TableId table, Key begin,
     }
   }
   PruneMergeQuiet();
-  merge_quiet_.insert({table, begin});
+  merge_quiet_[{table, begin}] = primary;
   if (!merge_quiet_.contains({table, lower}) ||
       !merge_quiet_.contains({table, upper})) {
     return false;  // the other neighbour has yet to report

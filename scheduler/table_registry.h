@@ -235,7 +235,9 @@ class TableRegistry {
   // The primary of a merging range reported it quiet (ReplicaReady); the
   // merge is done once both neighbours have. Whether the map changed.
   absl::StatusOr<bool> MergeReported(TableId table, Key begin, NodeId primary);
-  // Forgets the quiet reports of ranges no longer being merged.
+  // Forgets the quiet reports of ranges no longer being merged, and those
+  // of a primary the range no longer has (a failover during the merge:
+  // the new primary fences the range anew and reports it itself).
   void PruneMergeQuiet();
   // Boundaries younger than merge_min_age, by (table, first key above).
   absl::flat_hash_set<std::pair<TableId, Key>> YoungBoundaries() const;
@@ -278,8 +280,9 @@ class TableRegistry {
   // counts from `started_`.
   absl::flat_hash_map<std::pair<TableId, Key>, absl::Time> boundary_born_;
   const absl::Time started_ = absl::Now();
-  // Merging ranges whose primary reported them quiet, by (table, begin).
-  absl::flat_hash_set<std::pair<TableId, Key>> merge_quiet_;
+  // Merging ranges reported quiet, by (table, begin): the primary that
+  // reported it (a report counts only while that server is the primary).
+  absl::flat_hash_map<std::pair<TableId, Key>, NodeId> merge_quiet_;
   uint64_t promotions_ = 0;   // ranges a backup took over from a dead primary
   uint64_t ranges_lost_ = 0;  // ranges marked lost
 };

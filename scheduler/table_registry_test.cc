@@ -228,6 +228,42 @@ TEST_F(TableRegistryTest, AMergeEndsOnceBothNeighboursReportedQuiet) {
   EXPECT_EQ(tables.merges_done(), 1u);
 }
 
+// A failover during a merge: the old primary's quiet report does not count
+// for the new primary, which reports the range itself.
+TEST_F(TableRegistryTest, AQuietReportCountsOnlyWhileItsServerIsThePrimary) {
+  TableRegistryOptions o = Options();
+  o.merge_min_age = absl::ZeroDuration();
+  TableRegistry tables(o, &map_, &members_, &durable_);
+  const NodeId a = Server("a"), b = Server("b");
+  TwoRangesOnTwoServers(&map_, a, b);
+  proto::SplitRangeRequest req;
+  req.set_table("t");
+  req.set_key(10);
+  req.set_merge(true);
+  ASSERT_OK(tables.Split(req).status());
+  proto::ReplicaReadyRequest quiet;
+  quiet.set_hand_over(true);
+  quiet.set_table_id(1);
+  quiet.set_epoch(map_.epoch());
+  quiet.set_primary(a);
+  quiet.set_backup(a);
+  quiet.set_range_begin(0);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  // b takes the lower range over (its holders stay a and b).
+  proto::RangeAssignment* lower = map_.mutable_tables(0)->mutable_ranges(0);
+  lower->set_primary(b);
+  lower->set_replicas(0, a);
+  quiet.set_range_begin(50);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  EXPECT_EQ(map_.tables(0).ranges_size(), 2) << "a's report counted for b";
+  quiet.set_primary(b);
+  quiet.set_backup(b);
+  quiet.set_range_begin(0);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_EQ(map_.tables(0).ranges_size(), 1);
+  EXPECT_EQ(map_.tables(0).ranges(0).primary(), b);
+}
+
 TEST(SpecToDeclareTest, ATableThatFollowsTheJobGetsItsEnforcement) {
   const ConsistencyPolicy bsp = *ConsistencyPolicy::Parse("bsp", 0, 4, 1);
   proto::TableSpec spec = Dense("t");
