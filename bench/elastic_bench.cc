@@ -115,7 +115,7 @@ bool Settled(const proto::ClusterMap& map) {
   for (const auto& t : map.tables()) {
     for (const auto& r : t.ranges()) {
       if (r.move_to() != 0 || r.handing_to() != 0 || r.catching_up_size() > 0 ||
-          r.split_at() != 0) {
+          r.split_at() != 0 || r.merge() != proto::RangeAssignment::NO_MERGE) {
         return false;
       }
     }

@@ -225,6 +225,13 @@ absl::StatusOr<psctl::ClusterStatus> GatherStatus(
       rs->set_handing_to(r.handing_to());
       rs->set_lost(r.lost());
       rs->set_split_at(r.split_at());
+      rs->set_merging_with_next(r.merge() ==
+                                proto::RangeAssignment::MERGE_WITH_NEXT);
+      rs->set_merging_with_previous(
+          r.merge() == proto::RangeAssignment::MERGE_WITH_PREVIOUS);
+      if (rs->merging_with_next()) {
+        out.set_merges_under_way(out.merges_under_way() + 1);
+      }
       if (r.move_to() != 0) out.set_moves_under_way(out.moves_under_way() + 1);
       if (r.split_at() != 0) {
         out.set_splits_under_way(out.splits_under_way() + 1);
@@ -262,6 +269,8 @@ std::string FormatRanges(const psctl::ClusterStatus& s) {
               : "");
     }
     if (r.split_at() != 0) move = absl::StrCat("split at ", r.split_at());
+    if (r.merging_with_next()) move = absl::StrCat("merge at ", r.end());
+    if (r.merging_with_previous()) move = absl::StrCat("merge at ", r.begin());
     rows.push_back({r.table(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
                     absl::StrCat(r.primary(), r.lost() ? " (lost)" : ""),
                     Ids(r.backups()), Ids(r.catching_up()), move,
@@ -386,6 +395,12 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
       if (r.split_at() != 0) {
         flags.push_back(absl::StrCat("splitting_at=", r.split_at()));
       }
+      if (r.merge() == proto::RangeAssignment::MERGE_WITH_NEXT) {
+        flags.push_back(absl::StrCat("merging_at=", r.end()));
+      }
+      if (r.merge() == proto::RangeAssignment::MERGE_WITH_PREVIOUS) {
+        flags.push_back(absl::StrCat("merging_at=", r.begin()));
+      }
       ranges.push_back(
           {t.spec().name(), absl::StrCat("[", r.begin(), ", ", r.end(), ")"),
            absl::StrCat(r.primary()), Ids(r.replicas()), Ids(r.catching_up()),
@@ -414,6 +429,9 @@ std::string FormatStatus(const psctl::ClusterStatus& s, bool wide) {
             ? std::string()
             : absl::StrCat("; draining: ", absl::StrJoin(draining, ", ")),
         "\n");
+  }
+  if (s.merges_under_way() > 0) {
+    absl::StrAppend(&out, "merges under way: ", s.merges_under_way(), "\n");
   }
   if (s.splits_under_way() > 0) {
     absl::StrAppend(&out, "splits under way: ", s.splits_under_way(), "\n");

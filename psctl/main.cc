@@ -12,6 +12,7 @@
 //   psctl drain NAME [--cancel] [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl retire RANK [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl split TABLE KEY [--timeout_s=120] [--scheduler=HOST:PORT]
+//   psctl merge TABLE KEY [--timeout_s=120] [--scheduler=HOST:PORT]
 //   psctl checkpoint  [--scheduler=HOST:PORT] [--timeout_s=120]
 //   psctl checkpoints [--scheduler=HOST:PORT]
 //   psctl restore --checkpoint=ID [--scheduler=HOST:PORT] [--timeout_s=120]
@@ -39,6 +40,12 @@
 // move a half); psctl waits until the map lists the halves (at most
 // --timeout_s). A range of one key, a key that already begins a range and
 // a bounded sparse table are refused.
+//
+// merge joins the key range of TABLE holding KEY with the range after it,
+// in place, when both are held by the same servers; psctl waits until the
+// map lists one range (at most --timeout_s). Bounded sparse tables, tables
+// that aggregate BSP steps and boundaries younger than the scheduler's
+// --merge_min_age_s are refused.
 //
 // retire removes the worker of rank RANK from a running ASP or SSP job for
 // good: it finishes its step, leaves (its rank retires: it gates nobody,
@@ -614,13 +621,19 @@ int Retire(const CommandContext& ctx) {
       " (it leaves after its step; a worker that never checks stays)")));
 }
 
-int Split(const CommandContext& ctx) {
+// psctl split and psctl merge: one asks for a split, the other for a
+// merge, and both wait until the map shows it done or called off.
+int SplitOrMerge(const CommandContext& ctx, bool merge) {
+  const char* verb = merge ? "merge" : "split";
   uint64_t key = 0;
   if (ctx.args.size() != 2 || !absl::SimpleAtoi(ctx.args[1], &key)) {
     std::fprintf(stderr,
-                 "psctl split: name the table and the key that begins the "
-                 "upper half (psctl split TABLE KEY; psctl tables lists "
-                 "the ranges)\n");
+                 merge ? "psctl merge: name the table and a key of the lower "
+                         "of the two ranges (psctl merge TABLE KEY; psctl "
+                         "tables lists the ranges)\n"
+                       : "psctl split: name the table and the key that "
+                         "begins the upper half (psctl split TABLE KEY; "
+                         "psctl tables lists the ranges)\n");
     return kUsage;
   }
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
@@ -630,6 +643,7 @@ int Split(const CommandContext& ctx) {
   proto::SplitRangeRequest req;
   req.set_table(ctx.args[0]);
   req.set_key(key);
+  req.set_merge(merge);
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
   absl::StatusOr<proto::SplitRangeReply> r = sched.SplitRange(req);
@@ -639,8 +653,12 @@ int Split(const CommandContext& ctx) {
   out.set_begin(r->begin());
   out.set_end(r->end());
   out.set_split_at(r->split_at());
-  // The map tells how it ends: a range now begins at the key (split), or
-  // the range holding it is no longer being split (called off).
+  out.set_merge(merge);
+  const Key at = r->split_at();
+  // The map tells how it ends. A split: a range now begins at the key
+  // (done), or the range holding it is no longer being split (called
+  // off). A merge: a range spans [begin, end) (done), or the lower range
+  // still ends at the boundary and is no longer being merged (called off).
   enum { kUnderWay, kDone, kCancelled } state = kUnderWay;
   while (state == kUnderWay) {
     absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
@@ -649,8 +667,16 @@ int Split(const CommandContext& ctx) {
     for (const proto::TableMap& t : map->tables()) {
       if (t.spec().id() != r->table_id()) continue;
       for (const proto::RangeAssignment& a : t.ranges()) {
-        if (a.begin() == key) state = kDone;
-        if (a.begin() < key && key < a.end() && a.split_at() != key) {
+        if (merge) {
+          if (a.begin() == r->begin() && a.end() == r->end()) state = kDone;
+          if (a.begin() == r->begin() && a.end() == at &&
+              a.merge() != proto::RangeAssignment::MERGE_WITH_NEXT) {
+            state = kCancelled;
+          }
+          continue;
+        }
+        if (a.begin() == at) state = kDone;
+        if (a.begin() < at && at < a.end() && a.split_at() != at) {
           state = kCancelled;
         }
       }
@@ -662,21 +688,22 @@ int Split(const CommandContext& ctx) {
   out.set_waited_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   if (state == kCancelled) {
     return Fail(absl::AbortedError(
-        absl::StrCat("split of table '", req.table(), "' keys [", out.begin(),
-                     ", ", out.end(), ") at key ", key,
+        absl::StrCat(verb, " of table '", req.table(), "' keys [", out.begin(),
+                     ", ", out.end(), ") at key ", at,
                      ": called off (a holder died or a copy started; retry)")));
   }
   const int printed = PrintOutput(out, ctx.format, [&](bool) {
     return out.done() ? absl::StrFormat(
-                            "table '%s' keys [%d, %d): split at key %d "
+                            "table '%s' keys [%d, %d): %s at key %d "
                             "after %.1f s (epoch %d)\n",
-                            out.table(), out.begin(), out.end(), key,
+                            out.table(), out.begin(), out.end(),
+                            merge ? "merged" : "split", at,
                             out.waited_seconds(), out.epoch())
                       : std::string();
   });
   if (out.done()) return printed;
   return Fail(absl::DeadlineExceededError(
-      absl::StrCat("split of table '", req.table(), "' at key ", key,
+      absl::StrCat(verb, " of table '", req.table(), "' at key ", at,
                    " not done after ", absl::FormatDuration(timeout))));
 }
 
@@ -755,7 +782,9 @@ constexpr Command kCommands[] = {
     {"job", Job},
     {"drain", Drain, 1},
     {"retire", Retire, 1},
-    {"split", Split, 2},
+    {"split", [](const CommandContext& c) { return SplitOrMerge(c, false); },
+     2},
+    {"merge", [](const CommandContext& c) { return SplitOrMerge(c, true); }, 2},
     {"checkpoint", Checkpoint},
     {"checkpoints", Checkpoints},
     {"restore", Restore},

@@ -109,11 +109,12 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   w->Counter("downpour_cluster_ranges_lost_total",
              "Ranges marked lost (their only holder restarted empty)", {},
              static_cast<double>(events.ranges_lost));
-  int moving = 0, splitting = 0, draining = 0;
+  int moving = 0, splitting = 0, merging = 0, draining = 0;
   for (const proto::TableMap& t : map.tables()) {
     for (const proto::RangeAssignment& r : t.ranges()) {
       moving += r.move_to() != 0;
       splitting += r.split_at() != 0;
+      merging += r.merge() == proto::RangeAssignment::MERGE_WITH_NEXT;
     }
   }
   for (const proto::NodeInfo& n : map.nodes()) {
@@ -139,6 +140,16 @@ void WriteSchedulerMetrics(const proto::ClusterMap& map,
   w->Counter("downpour_cluster_range_splits_done_total",
              "Range splits completed (not those called off)", {},
              static_cast<double>(events.splits_done));
+  w->Gauge("downpour_cluster_range_merges",
+           "Pairs of neighbouring ranges being merged now (psctl merge, "
+           "--balance=load)",
+           {}, merging);
+  w->Counter("downpour_cluster_range_merges_started_total",
+             "Range merges started", {},
+             static_cast<double>(events.merges_started));
+  w->Counter("downpour_cluster_range_merges_done_total",
+             "Range merges completed (not those called off)", {},
+             static_cast<double>(events.merges_done));
 
   const proto::JobConfig& c = job.job();
   w->Gauge("downpour_job_info", "The job's consistency policy (value 1)",

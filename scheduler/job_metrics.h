@@ -28,6 +28,9 @@ struct SchedulerEvents {
   // called off is started but never completed).
   uint64_t splits_started = 0;
   uint64_t splits_done = 0;
+  // Merges of neighbouring ranges, likewise.
+  uint64_t merges_started = 0;
+  uint64_t merges_done = 0;
 };
 
 void WriteSchedulerMetrics(const proto::ClusterMap& map,

@@ -54,6 +54,15 @@ ABSL_FLAG(bool, split_hot_ranges, true,
           "with --balance=load: split a key range too hot to move whole at "
           "the median of its traffic, while the busiest server's load is "
           "more than 1.3 times the mean (psctl split splits by hand)");
+ABSL_FLAG(bool, merge_cold_ranges, true,
+          "with --balance=load: merge neighbouring key ranges on the same "
+          "servers whose load together is at most a quarter of a range's "
+          "mean (psctl merge merges by hand)");
+ABSL_FLAG(int64_t, merge_min_age_s, 600,
+          "merge away only boundaries between ranges at least this old (by "
+          "this scheduler's clock): a write cut on a map without the "
+          "boundary may be retried until then, as long as the servers keep "
+          "an idle client's ledger (docs/ARCHITECTURE.md \"Merging ranges\")");
 ABSL_FLAG(std::string, consistency, "bsp", "bsp, ssp or asp");
 ABSL_FLAG(int64_t, staleness, 0, "SSP's staleness bound");
 ABSL_FLAG(int32_t, num_workers, 1, "workers whose updates count each step");
@@ -141,6 +150,14 @@ int main(int argc, char** argv) {
   }
   options.balance_load = balance == "load";
   options.split_hot_ranges = absl::GetFlag(FLAGS_split_hot_ranges);
+  options.merge_cold_ranges = absl::GetFlag(FLAGS_merge_cold_ranges);
+  const int64_t merge_min_age_s = absl::GetFlag(FLAGS_merge_min_age_s);
+  if (merge_min_age_s < 0 || merge_min_age_s > 86400 * 365) {
+    DP_LOG(ERROR) << "--merge_min_age_s=" << merge_min_age_s
+                  << ": must be in [0, 31536000]";
+    return 2;
+  }
+  options.merge_min_age = absl::Seconds(merge_min_age_s);
   if (options.ranges_per_table < 0 || options.ranges_per_table > 4096) {
     DP_LOG(ERROR) << "--ranges_per_table=" << options.ranges_per_table
                   << ": must be in [0, 4096]";

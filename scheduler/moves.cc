@@ -64,7 +64,8 @@ int Holders(const proto::RangeAssignment& r) {
 bool Movable(const proto::ClusterMap& map, const proto::RangeAssignment& r,
              int replicas) {
   return !r.lost() && r.move_to() == kNoNode && r.handing_to() == kNoNode &&
-         r.split_at() == 0 && Alive(map, r.primary()) &&
+         r.split_at() == 0 && r.merge() == proto::RangeAssignment::NO_MERGE &&
+         Alive(map, r.primary()) &&
          Holders(r) >= std::min<int>(std::max(1, replicas),
                                      static_cast<int>(LiveServers(map).size()));
 }

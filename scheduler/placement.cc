@@ -260,7 +260,7 @@ bool BalancePrimaries(proto::ClusterMap* map) {
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       // A moving range's handover is its move's (moves.h).
       if (r.lost() || r.handing_to() != kNoNode || r.move_to() != kNoNode ||
-          r.split_at() != 0) {
+          r.split_at() != 0 || r.merge() != proto::RangeAssignment::NO_MERGE) {
         continue;
       }
       auto from = count.find(r.primary());

@@ -74,6 +74,8 @@ TableRegistryOptions TableOptionsOf(const SchedulerOptions& o) {
   t.balance_by = o.balance_load ? MoveOptions::Balance::kLoad
                                 : MoveOptions::Balance::kBytes;
   t.split_hot_ranges = o.split_hot_ranges;
+  t.merge_cold_ranges = o.merge_cold_ranges;
+  t.merge_min_age = o.merge_min_age;
   return t;
 }
 CheckpointOptions CheckpointOptionsOf(const SchedulerOptions& o) {
@@ -147,6 +149,8 @@ class SchedulerImpl final : public Scheduler,
           events.moves_done = tables_.moves_done();
           events.splits_started = tables_.splits_started();
           events.splits_done = tables_.splits_done();
+          events.merges_started = tables_.merges_started();
+          events.merges_done = tables_.merges_done();
         }
         WriteSchedulerMetrics(map, job, events, w);
       });
@@ -294,13 +298,14 @@ class SchedulerImpl final : public Scheduler,
     absl::MutexLock lock(&lock_.mu);
     if (checkpoints_.restoring() != 0) {
       return Err(absl::UnavailableError(
-          absl::StrCat("split: the job is being restored from checkpoint ",
+          absl::StrCat(req->merge() ? "merge" : "split",
+                       ": the job is being restored from checkpoint ",
                        checkpoints_.restoring(), "; retry once it is done")));
     }
     absl::StatusOr<proto::SplitRangeReply> r = tables_.Split(*req);
     if (!r.ok()) return Err(r.status());
     *reply = *std::move(r);
-    // The split is in the map (and on disk) before the answer.
+    // The split or merge is in the map (and on disk) before the answer.
     return Err(durable_.AwaitDurable(lock_, durable_.Commit()));
   }
 

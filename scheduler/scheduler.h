@@ -175,6 +175,10 @@ struct SchedulerOptions {
   // (scheduler/splits.h) while the busiest server is more than 1.3 times
   // the mean.
   bool split_hot_ranges = true;
+  // With balance_load: cold neighbours on the same servers are merged.
+  bool merge_cold_ranges = true;
+  // A boundary is merged away only once this old (TableRegistryOptions).
+  absl::Duration merge_min_age = absl::Minutes(10);
   // The job's consistency contract; workers get ranks 0 .. N + b - 1, and
   // tables declared with follows_job get its enforcement fields.
   ConsistencyPolicy policy;

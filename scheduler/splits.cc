@@ -1,6 +1,8 @@
 #include "scheduler/splits.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +22,9 @@ std::string Busy(const proto::ClusterMap& map,
   if (r.lost()) return "its data was lost";
   if (r.split_at() != 0) {
     return absl::StrCat("it is being split at key ", r.split_at());
+  }
+  if (r.merge() != proto::RangeAssignment::NO_MERGE) {
+    return "it is being merged with a neighbour";
   }
   if (r.move_to() != kNoNode) {
     return absl::StrCat("it is moving to server ", r.move_to());
@@ -45,6 +50,51 @@ proto::TableMap* FindTable(proto::ClusterMap* map, TableId id) {
     if (t.spec().id() == id) return &t;
   }
   return nullptr;
+}
+
+// The servers holding a range: its primary and in-sync backups, sorted.
+std::vector<NodeId> Holders(const proto::RangeAssignment& r) {
+  std::vector<NodeId> h(r.replicas().begin(), r.replicas().end());
+  h.push_back(r.primary());
+  std::sort(h.begin(), h.end());
+  return h;
+}
+
+// Why the table's ranges are never merged (empty: they may be).
+std::string Unmergeable(const proto::TableSpec& spec) {
+  if (Bounded(spec)) {
+    return "it is a bounded sparse table, whose row cap is divided over its "
+           "ranges";
+  }
+  if (spec.sync_workers() > 0) {
+    return "it aggregates BSP steps, whose clocks are kept per pushed part; "
+           "merging such ranges is not built";
+  }
+  return "";
+}
+
+// Why neighbours `lo` and `hi` cannot start a merge now (empty: they can).
+// `unavailable` tells a passing reason (retry later) from a lasting one.
+std::string CannotMerge(const proto::ClusterMap& map,
+                        const proto::RangeAssignment& lo,
+                        const proto::RangeAssignment& hi, bool* unavailable) {
+  *unavailable = true;
+  std::string busy = Busy(map, lo);
+  if (!busy.empty()) {
+    return absl::StrCat("keys [", lo.begin(), ", ", lo.end(), "): ", busy);
+  }
+  busy = Busy(map, hi);
+  if (!busy.empty()) {
+    return absl::StrCat("keys [", hi.begin(), ", ", hi.end(), "): ", busy);
+  }
+  if (Holders(lo) != Holders(hi)) {
+    *unavailable = false;
+    return absl::StrCat("keys [", lo.begin(), ", ", lo.end(), ") and [",
+                        hi.begin(), ", ", hi.end(),
+                        ") are held by different servers; only neighbours on "
+                        "the same servers are merged");
+  }
+  return "";
 }
 
 }  // namespace
@@ -130,6 +180,30 @@ absl::Status FinishSplit(proto::ClusterMap* map, TableId table, Key begin,
 bool CancelStaleSplits(proto::ClusterMap* map) {
   bool changed = false;
   for (proto::TableMap& t : *map->mutable_tables()) {
+    auto* ranges = t.mutable_ranges();
+    for (int i = 0; i < ranges->size(); ++i) {
+      proto::RangeAssignment& r = *ranges->Mutable(i);
+      if (r.merge() == proto::RangeAssignment::NO_MERGE) continue;
+      // A merge is kept only as a pair whose neighbours could start it now.
+      const bool lower = r.merge() == proto::RangeAssignment::MERGE_WITH_NEXT;
+      const int j = lower ? i + 1 : i - 1;
+      bool keep = j >= 0 && j < ranges->size() &&
+                  ranges->Get(j).merge() ==
+                      (lower ? proto::RangeAssignment::MERGE_WITH_PREVIOUS
+                             : proto::RangeAssignment::MERGE_WITH_NEXT);
+      if (keep) {
+        proto::RangeAssignment lo = ranges->Get(lower ? i : j);
+        proto::RangeAssignment hi = ranges->Get(lower ? j : i);
+        lo.clear_merge();
+        hi.clear_merge();
+        bool unavailable = false;
+        keep = CannotMerge(*map, lo, hi, &unavailable).empty();
+      }
+      if (keep) continue;
+      r.clear_merge();
+      if (j >= 0 && j < ranges->size()) ranges->Mutable(j)->clear_merge();
+      changed = true;
+    }
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
       if (r.split_at() == 0) continue;
       const Key at = r.split_at();
@@ -148,8 +222,11 @@ bool CancelSplits(proto::ClusterMap* map) {
   bool changed = false;
   for (proto::TableMap& t : *map->mutable_tables()) {
     for (proto::RangeAssignment& r : *t.mutable_ranges()) {
-      if (r.split_at() == 0) continue;
+      if (r.split_at() == 0 && r.merge() == proto::RangeAssignment::NO_MERGE) {
+        continue;
+      }
       r.clear_split_at();
+      r.clear_merge();
       changed = true;
     }
   }
@@ -221,6 +298,149 @@ std::optional<SplitChoice> PickSplit(
       const uint64_t w = weight(t, r);
       if (w == 0 || (best.has_value() && w <= best_weight)) continue;
       best = SplitChoice{t.spec().id(), r.begin(), k->second};
+      best_weight = w;
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<proto::RangeAssignment> StartMerge(proto::ClusterMap* map,
+                                                  TableId table, Key key,
+                                                  Key* upper_end) {
+  proto::TableMap* t = FindTable(map, table);
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat("merge: no table ", table));
+  }
+  const std::string& name = t->spec().name();
+  const std::string never = Unmergeable(t->spec());
+  if (!never.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "merge table '", name, "': ", never, "; its ranges are not merged"));
+  }
+  auto* ranges = t->mutable_ranges();
+  for (int i = 0; i < ranges->size(); ++i) {
+    proto::RangeAssignment& lo = *ranges->Mutable(i);
+    if (key < lo.begin() || key >= lo.end()) continue;
+    if (i + 1 == ranges->size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "merge table '", name, "' at key ", key, ": [", lo.begin(), ", ",
+          lo.end(), ") is its last range; name a key of the lower neighbour"));
+    }
+    proto::RangeAssignment& hi = *ranges->Mutable(i + 1);
+    bool unavailable = false;
+    const std::string why = CannotMerge(*map, lo, hi, &unavailable);
+    if (!why.empty()) {
+      const std::string msg =
+          absl::StrCat("merge table '", name, "' at key ", hi.begin(), ": ",
+                       why, unavailable ? "; retry once that is done" : "");
+      return unavailable ? absl::UnavailableError(msg)
+                         : absl::FailedPreconditionError(msg);
+    }
+    lo.set_merge(proto::RangeAssignment::MERGE_WITH_NEXT);
+    hi.set_merge(proto::RangeAssignment::MERGE_WITH_PREVIOUS);
+    *upper_end = hi.end();
+    return lo;
+  }
+  return absl::OutOfRangeError(absl::StrCat("merge table '", name, "': key ",
+                                            key, " is outside its key space"));
+}
+
+absl::StatusOr<Key> MergeLowerBegin(const proto::ClusterMap& map, TableId table,
+                                    Key begin) {
+  for (const proto::TableMap& t : map.tables()) {
+    if (t.spec().id() != table) continue;
+    for (int i = 0; i < t.ranges_size(); ++i) {
+      const proto::RangeAssignment& r = t.ranges(i);
+      if (r.begin() != begin) continue;
+      if (r.merge() == proto::RangeAssignment::MERGE_WITH_NEXT) return begin;
+      if (r.merge() == proto::RangeAssignment::MERGE_WITH_PREVIOUS && i > 0) {
+        return t.ranges(i - 1).begin();
+      }
+      break;
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "table ", table, " range from key ", begin, ": no merge under way"));
+}
+
+absl::Status FinishMerge(proto::ClusterMap* map, TableId table, Key begin) {
+  proto::TableMap* t = FindTable(map, table);
+  auto* ranges = t == nullptr ? nullptr : t->mutable_ranges();
+  for (int i = 0; ranges != nullptr && i + 1 < ranges->size(); ++i) {
+    proto::RangeAssignment& lo = *ranges->Mutable(i);
+    if (lo.begin() != begin) continue;
+    const proto::RangeAssignment& hi = ranges->Get(i + 1);
+    if (lo.merge() != proto::RangeAssignment::MERGE_WITH_NEXT ||
+        hi.merge() != proto::RangeAssignment::MERGE_WITH_PREVIOUS) {
+      break;
+    }
+    // Only as the merge could start now: a holder that died or a copy that
+    // began since (a failover during the merge) leaves the ranges apart;
+    // CancelStaleSplits then calls the merge off.
+    proto::RangeAssignment a = lo, b = hi;
+    a.clear_merge();
+    b.clear_merge();
+    bool unavailable = false;
+    const std::string why = CannotMerge(*map, a, b, &unavailable);
+    if (!why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table ", table, " range from key ", begin, ": not merged: ", why));
+    }
+    lo.set_end(hi.end());
+    lo.clear_merge();
+    ranges->DeleteSubrange(i + 1, 1);
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("table ", table, " range from key ", begin,
+                   ": no merge with the next range under way"));
+}
+
+int MergesUnderWay(const proto::ClusterMap& map) {
+  int n = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      n += r.merge() == proto::RangeAssignment::MERGE_WITH_NEXT;
+    }
+  }
+  return n;
+}
+
+std::optional<SplitChoice> PickMerge(
+    const proto::ClusterMap& map,
+    const absl::flat_hash_map<std::pair<TableId, Key>, uint64_t>& load,
+    const absl::flat_hash_set<std::pair<TableId, Key>>& young,
+    double threshold) {
+  uint64_t total = 0;
+  int count = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      auto it = load.find({t.spec().id(), r.begin()});
+      total += it == load.end() ? 0 : it->second;
+      ++count;
+    }
+  }
+  if (total == 0 || count == 0) return std::nullopt;
+  const double limit = threshold * static_cast<double>(total) / count;
+  std::optional<SplitChoice> best;
+  uint64_t best_weight = 0;
+  for (const proto::TableMap& t : map.tables()) {
+    if (!Unmergeable(t.spec()).empty()) continue;
+    const TableId id = t.spec().id();
+    for (int i = 0; i + 1 < t.ranges_size(); ++i) {
+      const proto::RangeAssignment& lo = t.ranges(i);
+      const proto::RangeAssignment& hi = t.ranges(i + 1);
+      if (young.contains({id, hi.begin()})) continue;
+      bool unavailable = false;
+      if (!CannotMerge(map, lo, hi, &unavailable).empty()) continue;
+      auto a = load.find({id, lo.begin()});
+      auto b = load.find({id, hi.begin()});
+      // Unmeasured is not cold.
+      if (a == load.end() || b == load.end()) continue;
+      const uint64_t w = a->second + b->second;
+      if (static_cast<double>(w) > limit) continue;
+      if (best.has_value() && w >= best_weight) continue;
+      best = SplitChoice{id, lo.begin(), hi.begin()};
       best_weight = w;
     }
   }

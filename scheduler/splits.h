@@ -17,9 +17,15 @@
 // primary dies: the range then serves on unsplit. Moves (moves.h) leave a
 // range alone while it is being split.
 //
-// Splits are not undone: neighbours are not merged (a merged range's client
-// ledger would have to know which half a retried write reached; see
-// docs/ARCHITECTURE.md "Splitting ranges").
+// Merging neighbours undoes a split, with the same two steps: StartMerge
+// marks both ranges (RangeAssignment.merge), each primary fences its range
+// and reports it quiet, and FinishMerge, once both have, lists the one
+// range. Only neighbours held by the same servers, all in sync, are
+// merged, never those of a bounded sparse table or of one that aggregates
+// BSP steps, and the caller merges only across a boundary older than any
+// write a client may still retry (a write cut across it would read as
+// applied in the merged range when only one half applied it; see
+// docs/ARCHITECTURE.md "Merging ranges").
 //
 // Thread-compatible; no I/O.
 #ifndef DOWNPOUR_SCHEDULER_SPLITS_H_
@@ -30,6 +36,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/types.h"
 #include "proto/downpour.pb.h"
@@ -52,12 +59,13 @@ absl::StatusOr<proto::RangeAssignment> StartSplit(proto::ClusterMap* map,
 absl::Status FinishSplit(proto::ClusterMap* map, TableId table, Key begin,
                          NodeId primary);
 
-// Cancels the splits of ranges that no longer have all their holders in
-// sync, whose primary is not alive, or that something else now changes.
+// Cancels the splits and merges of ranges that no longer have all their
+// holders in sync, whose primary is not alive, or that something else now
+// changes (for a merge: either neighbour, or their holders differ).
 // Returns whether any was.
 bool CancelStaleSplits(proto::ClusterMap* map);
-// Cancels every split under way (a split not reported in time, like a
-// handover). Returns whether any was.
+// Cancels every split and merge under way (one not reported in time, like
+// a handover). Returns whether any was.
 bool CancelSplits(proto::ClusterMap* map);
 
 int SplitsUnderWay(const proto::ClusterMap& map);
@@ -78,6 +86,39 @@ std::optional<SplitChoice> PickSplit(
     const proto::ClusterMap& map,
     const absl::flat_hash_map<std::pair<TableId, Key>, uint64_t>& load,
     const absl::flat_hash_map<std::pair<TableId, Key>, Key>& split_keys,
+    double threshold);
+
+// Starts merging the range of `table` that holds `key` with the range after
+// it. Returns the lower range as it now stands (merge set) and, in
+// `*upper_end`, where the merged range will end. Errors as
+// proto::SplitRangeRequest's comment gives them. The boundary's age is the
+// caller's to check.
+absl::StatusOr<proto::RangeAssignment> StartMerge(proto::ClusterMap* map,
+                                                  TableId table, Key key,
+                                                  Key* upper_end);
+
+// The lower range of the merge that the range of `table` beginning at
+// `begin` is part of (itself or the range before it). kFailedPrecondition
+// if that range is not being merged.
+absl::StatusOr<Key> MergeLowerBegin(const proto::ClusterMap& map, TableId table,
+                                    Key begin);
+
+// Both neighbours of the merge whose lower range begins at `begin` were
+// reported quiet: the map lists them as one range. kFailedPrecondition if
+// no such merge is under way, or if the neighbours could not start it now
+// (a holder died, a copy began): they stay apart.
+absl::Status FinishMerge(proto::ClusterMap* map, TableId table, Key begin);
+
+int MergesUnderWay(const proto::ClusterMap& map);
+
+// Which neighbours load calls for merging: the eligible pair (as
+// StartMerge takes them, boundary not in `young`) with the least load whose
+// load together is at most `threshold` times the mean load of a range, and
+// some load measured. nullopt otherwise. `at` is the boundary that goes.
+std::optional<SplitChoice> PickMerge(
+    const proto::ClusterMap& map,
+    const absl::flat_hash_map<std::pair<TableId, Key>, uint64_t>& load,
+    const absl::flat_hash_set<std::pair<TableId, Key>>& young,
     double threshold);
 
 }  // namespace downpour

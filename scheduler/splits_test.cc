@@ -145,5 +145,141 @@ TEST(SplitsTest, PicksTheHottestRangeOfTheBusiestServer) {
   EXPECT_FALSE(PickSplit(map, load, keys, 1.3).has_value());
 }
 
+// Merges: Cluster(2) puts every range on servers 1 and 2 (primaries
+// alternating), Cluster(3) each range on a pair of its own.
+TEST(SplitsTest, MergeJoinsNeighboursUnderTheLowerPrimary) {
+  proto::ClusterMap map = Cluster(2);
+  Key end = 0;
+  absl::StatusOr<proto::RangeAssignment> r = StartMerge(&map, 1, 150, &end);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->begin(), 100u);
+  EXPECT_EQ(r->end(), 200u);
+  EXPECT_EQ(end, 300u);
+  EXPECT_EQ(Range(map, 1).merge(), proto::RangeAssignment::MERGE_WITH_NEXT);
+  EXPECT_EQ(Range(map, 2).merge(), proto::RangeAssignment::MERGE_WITH_PREVIOUS);
+  EXPECT_EQ(MergesUnderWay(map), 1);
+  // Either neighbour's report names the lower range.
+  for (Key begin : {100, 200}) {
+    absl::StatusOr<Key> lower = MergeLowerBegin(map, 1, begin);
+    ASSERT_OK(lower.status());
+    EXPECT_EQ(*lower, 100u) << begin;
+  }
+  EXPECT_EQ(MergeLowerBegin(map, 1, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A range being merged is not split, and not merged again.
+  EXPECT_EQ(StartSplit(&map, 1, 250).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StartMerge(&map, 1, 50, &end).status().code(),
+            absl::StatusCode::kUnavailable);
+  ASSERT_OK(FinishMerge(&map, 1, 100));
+  EXPECT_EQ(MergesUnderWay(map), 0);
+  ASSERT_EQ(map.tables(0).ranges_size(), 3);
+  const std::vector<std::pair<Key, Key>> want = {
+      {0, 100}, {100, 300}, {300, 400}};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Range(map, i).begin(), want[i].first) << i;
+    EXPECT_EQ(Range(map, i).end(), want[i].second) << i;
+    EXPECT_EQ(Range(map, i).merge(), proto::RangeAssignment::NO_MERGE) << i;
+  }
+  EXPECT_EQ(Range(map, 1).primary(), 2u);
+  ASSERT_EQ(Range(map, 1).replicas_size(), 1);
+  EXPECT_EQ(Range(map, 1).replicas(0), 1u);
+  // Once is enough.
+  EXPECT_EQ(FinishMerge(&map, 1, 100).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Not when a copy began meanwhile (a failover during the merge).
+  proto::ClusterMap copying = Cluster(2);
+  ASSERT_OK(StartMerge(&copying, 1, 50, &end).status());
+  copying.mutable_tables(0)->mutable_ranges(1)->add_catching_up(3);
+  EXPECT_EQ(FinishMerge(&copying, 1, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(copying.tables(0).ranges_size(), 4);
+}
+
+TEST(SplitsTest, RefusesWhatCannotBeMerged) {
+  proto::ClusterMap map = Cluster(2);
+  Key end = 0;
+  EXPECT_EQ(StartMerge(&map, 7, 10, &end).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(StartMerge(&map, 1, 400, &end).status().code(),
+            absl::StatusCode::kOutOfRange);
+  absl::Status last = StartMerge(&map, 1, 350, &end).status();
+  EXPECT_EQ(last.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(last.message()), ::testing::HasSubstr("last range"));
+  // A neighbour being copied to a new backup: later.
+  map.mutable_tables(0)->mutable_ranges(1)->add_catching_up(3);
+  EXPECT_EQ(StartMerge(&map, 1, 50, &end).status().code(),
+            absl::StatusCode::kUnavailable);
+  // Neighbours on different servers.
+  proto::ClusterMap three = Cluster(3);
+  absl::Status apart = StartMerge(&three, 1, 50, &end).status();
+  EXPECT_EQ(apart.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(apart.message()),
+              ::testing::HasSubstr("different servers"));
+  // Tables whose ranges are never merged.
+  proto::ClusterMap bsp = Cluster(2);
+  bsp.mutable_tables(0)->mutable_spec()->set_sync_workers(2);
+  absl::Status steps = StartMerge(&bsp, 1, 50, &end).status();
+  EXPECT_EQ(steps.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(steps.message()), ::testing::HasSubstr("BSP"));
+  proto::ClusterMap bounded = Cluster(2);
+  bounded.mutable_tables(0)->mutable_spec()->set_kind(proto::SPARSE);
+  bounded.mutable_tables(0)->mutable_spec()->mutable_bounds()->set_max_rows(10);
+  EXPECT_EQ(StartMerge(&bounded, 1, 50, &end).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MergesUnderWay(map) + MergesUnderWay(three) + MergesUnderWay(bsp) +
+                MergesUnderWay(bounded),
+            0);
+}
+
+TEST(SplitsTest, StaleMergesAreCancelled) {
+  proto::ClusterMap map = Cluster(2);
+  Key end = 0;
+  ASSERT_OK(StartMerge(&map, 1, 50, &end).status());
+  EXPECT_FALSE(CancelStaleSplits(&map));
+  // The upper neighbour gets a backup to copy: both are called off.
+  map.mutable_tables(0)->mutable_ranges(1)->add_catching_up(3);
+  EXPECT_TRUE(CancelStaleSplits(&map));
+  EXPECT_EQ(Range(map, 0).merge(), proto::RangeAssignment::NO_MERGE);
+  EXPECT_EQ(Range(map, 1).merge(), proto::RangeAssignment::NO_MERGE);
+  EXPECT_EQ(FinishMerge(&map, 1, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A primary dies.
+  proto::ClusterMap dies = Cluster(2);
+  ASSERT_OK(StartMerge(&dies, 1, 250, &end).status());
+  dies.mutable_nodes(0)->set_state(proto::DEAD);
+  EXPECT_TRUE(CancelStaleSplits(&dies));
+  EXPECT_EQ(MergesUnderWay(dies), 0);
+  // Not reported in time.
+  proto::ClusterMap slow = Cluster(2);
+  ASSERT_OK(StartMerge(&slow, 1, 250, &end).status());
+  EXPECT_TRUE(CancelSplits(&slow));
+  EXPECT_EQ(MergesUnderWay(slow), 0);
+  EXPECT_EQ(Range(slow, 3).merge(), proto::RangeAssignment::NO_MERGE);
+}
+
+TEST(SplitsTest, PicksTheColdestNeighboursOnTheSameServers) {
+  proto::ClusterMap map = Cluster(2);
+  absl::flat_hash_map<std::pair<TableId, Key>, uint64_t> load = {
+      {{1, 0}, 100}, {{1, 100}, 5}, {{1, 200}, 5}, {{1, 300}, 100}};
+  // The mean is 52.5; [100, 200) and [200, 300) weigh 10 together.
+  std::optional<SplitChoice> c = PickMerge(map, load, {}, 0.25);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->table, 1u);
+  EXPECT_EQ(c->begin, 100u);
+  EXPECT_EQ(c->at, 200u);
+  // A young boundary is left alone, and no other pair is cold enough.
+  EXPECT_FALSE(PickMerge(map, load, {{1, 200}}, 0.25).has_value());
+  // Unmeasured is not cold; nothing measured, nothing merged.
+  load.erase({1, 200});
+  EXPECT_FALSE(PickMerge(map, load, {}, 0.25).has_value());
+  EXPECT_FALSE(PickMerge(map, {}, {}, 0.25).has_value());
+  // Neighbours on different servers are not merged, however cold.
+  proto::ClusterMap three = Cluster(3);
+  absl::flat_hash_map<std::pair<TableId, Key>, uint64_t> cold = {
+      {{1, 0}, 100}, {{1, 100}, 1}, {{1, 200}, 1}, {{1, 300}, 100}};
+  EXPECT_FALSE(PickMerge(three, cold, {}, 0.25).has_value());
+}
+
 }  // namespace
 }  // namespace downpour

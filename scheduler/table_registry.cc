@@ -306,21 +306,33 @@ absl::Status TableRegistry::ReplicaReady(
           map_->epoch(), "; report again from the current map"));
     }
     if (req.backup() == req.primary()) {
-      // A primary hands a range to itself only to split it (splits.h).
+      // A primary hands a range to itself to split it or to merge it with
+      // a neighbour (splits.h).
+      if (MergeLowerBegin(*map_, req.table_id(), req.range_begin()).ok()) {
+        DP_ASSIGN_OR_RETURN(
+            bool merged,
+            MergeReported(req.table_id(), req.range_begin(), req.primary()));
+        if (merged) {
+          handover_started_ = absl::InfiniteFuture();
+          Rebalance();
+          map_->set_epoch(map_->epoch() + 1);
+        }
+        return absl::OkStatus();
+      }
       DP_RETURN_IF_ERROR(
           FinishSplit(map_, req.table_id(), req.range_begin(), req.primary()));
       ++splits_done_;
       // The halves' loads are measured afresh; until then each weighs half.
       const std::pair<TableId, Key> key{req.table_id(), req.range_begin()};
       loads_.erase(key);
-      if (auto s = sizes_.find(key); s != sizes_.end()) {
-        s->second /= 2;
-        for (const proto::TableMap& t : map_->tables()) {
-          if (t.spec().id() != req.table_id()) continue;
-          for (const proto::RangeAssignment& r : t.ranges()) {
-            if (r.begin() == req.range_begin()) {
-              sizes_[{req.table_id(), r.end()}] = s->second;
-            }
+      for (const proto::TableMap& t : map_->tables()) {
+        if (t.spec().id() != req.table_id()) continue;
+        for (const proto::RangeAssignment& r : t.ranges()) {
+          if (r.begin() != req.range_begin()) continue;
+          boundary_born_[{req.table_id(), r.end()}] = absl::Now();
+          if (auto s = sizes_.find(key); s != sizes_.end()) {
+            s->second /= 2;
+            sizes_[{req.table_id(), r.end()}] = s->second;
           }
         }
       }
@@ -358,7 +370,8 @@ absl::Status TableRegistry::ReplicaReady(
 bool TableRegistry::CancelSlowHandOvers(absl::Time now) {
   // The clock starts at the first sweep that sees handovers under way
   // (again after each one completes, and in a restarted scheduler).
-  if (!HandOversUnderWay(*map_) && SplitsUnderWay(*map_) == 0) {
+  if (!HandOversUnderWay(*map_) && SplitsUnderWay(*map_) == 0 &&
+      MergesUnderWay(*map_) == 0) {
     handover_started_ = absl::InfiniteFuture();
     return false;
   }
@@ -381,6 +394,7 @@ bool TableRegistry::CancelSlowHandOvers(absl::Time now) {
   // A split waits for the same report: one not made in time is called off
   // (the range takes writes again; load may start it again later).
   CancelSplits(map_);
+  PruneMergeQuiet();
   handover_started_ = absl::InfiniteFuture();
   return true;
 }
@@ -412,6 +426,7 @@ bool TableRegistry::Settle() {
     }
   }
   const bool stale_splits = CancelStaleSplits(map_);
+  PruneMergeQuiet();
   const int before = MovesUnderWay(*map_);
   if (!SettleMoves(map_, options_.replicas, &held_off)) return stale_splits;
   const int after = MovesUnderWay(*map_);
@@ -472,15 +487,20 @@ bool TableRegistry::Rebalance() {
     }
     // A move whose target already holds the range in sync moves on now.
     Settle();
-  } else if (o.by == MoveOptions::Balance::kLoad && options_.split_hot_ranges &&
-             MovesUnderWay(*map_) == 0) {
-    changed |= SplitForLoad();
+  } else if (o.by == MoveOptions::Balance::kLoad && MovesUnderWay(*map_) == 0) {
+    bool split = false;
+    if (options_.split_hot_ranges) split = SplitForLoad();
+    if (!split && options_.merge_cold_ranges) split = MergeForLoad();
+    changed |= split;
   }
   return changed;
 }
 
 bool TableRegistry::SplitForLoad() {
-  if (SplitsUnderWay(*map_) > 0 || HandOversUnderWay(*map_)) return false;
+  if (SplitsUnderWay(*map_) > 0 || MergesUnderWay(*map_) > 0 ||
+      HandOversUnderWay(*map_)) {
+    return false;
+  }
   // Only on a full picture: every range's load measured at least twice
   // (a split's halves, and a new primary's ranges, start again).
   RangeSizes load;
@@ -508,6 +528,139 @@ bool TableRegistry::SplitForLoad() {
   return true;
 }
 
+absl::flat_hash_set<std::pair<TableId, Key>> TableRegistry::YoungBoundaries()
+    const {
+  absl::flat_hash_set<std::pair<TableId, Key>> young;
+  const absl::Time now = absl::Now();
+  const bool all_young = now - started_ < options_.merge_min_age;
+  for (const proto::TableMap& t : map_->tables()) {
+    for (int i = 1; i < t.ranges_size(); ++i) {
+      const std::pair<TableId, Key> b{t.spec().id(), t.ranges(i).begin()};
+      auto it = boundary_born_.find(b);
+      if (all_young || (it != boundary_born_.end() &&
+                        now - it->second < options_.merge_min_age)) {
+        young.insert(b);
+      }
+    }
+  }
+  return young;
+}
+
+absl::StatusOr<proto::RangeAssignment> TableRegistry::StartMergeAt(
+    TableId id, Key key, Key* upper_end) {
+  const proto::TableMap* t = FindTableById(id);
+  for (int i = 0; t != nullptr && i + 1 < t->ranges_size(); ++i) {
+    const proto::RangeAssignment& lo = t->ranges(i);
+    if (key < lo.begin() || key >= lo.end()) continue;
+    const Key at = lo.end();
+    auto it = boundary_born_.find({id, at});
+    const absl::Time born = it == boundary_born_.end() ? started_ : it->second;
+    const absl::Duration age = absl::Now() - born;
+    if (age < options_.merge_min_age) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "merge table '", t->spec().name(), "' at key ", at,
+          ": the boundary is ",
+          absl::FormatDuration(absl::Trunc(age, absl::Seconds(1))),
+          " old (as this scheduler knows it); a write cut across it may be "
+          "retried until it is ",
+          absl::FormatDuration(options_.merge_min_age),
+          " old (ps_scheduler --merge_min_age_s)"));
+    }
+    break;
+  }
+  // A quiet report left from an earlier map (a restore) must not count
+  // for this merge.
+  PruneMergeQuiet();
+  return StartMerge(map_, id, key, upper_end);
+}
+
+void TableRegistry::PruneMergeQuiet() {
+  for (auto it = merge_quiet_.begin(); it != merge_quiet_.end();) {
+    const auto [table, begin] = it->first;
+    bool keep = MergeLowerBegin(*map_, table, begin).ok();
+    if (const proto::TableMap* t = FindTableById(table); keep && t) {
+      for (const proto::RangeAssignment& r : t->ranges()) {
+        if (r.begin() == begin) keep = r.primary() == it->second;
+      }
+    }
+    if (keep) {
+      ++it;
+    } else {
+      merge_quiet_.erase(it++);
+    }
+  }
+}
+
+absl::StatusOr<bool> TableRegistry::MergeReported(TableId table, Key begin,
+                                                  NodeId primary) {
+  DP_ASSIGN_OR_RETURN(Key lower, MergeLowerBegin(*map_, table, begin));
+  Key upper = lower;
+  if (const proto::TableMap* t = FindTableById(table); t != nullptr) {
+    for (const proto::RangeAssignment& r : t->ranges()) {
+      if (r.begin() == lower) upper = r.end();
+      if (r.begin() == begin && r.primary() != primary) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("table ", table, " range from key ", begin,
+                         ": merge report from "
+                         "server ",
+                         primary, ", but its primary is ", r.primary()));
+      }
+    }
+  }
+  PruneMergeQuiet();
+  merge_quiet_[{table, begin}] = primary;
+  if (!merge_quiet_.contains({table, lower}) ||
+      !merge_quiet_.contains({table, upper})) {
+    return false;  // the other neighbour has yet to report
+  }
+  DP_RETURN_IF_ERROR(FinishMerge(map_, table, lower));
+  merge_quiet_.erase({table, lower});
+  merge_quiet_.erase({table, upper});
+  boundary_born_.erase({table, upper});
+  ++merges_done_;
+  // The merged range's load is measured afresh; its size is the halves'.
+  loads_.erase({table, lower});
+  loads_.erase({table, upper});
+  if (auto hi = sizes_.find({table, upper}); hi != sizes_.end()) {
+    sizes_[{table, lower}] += hi->second;
+    sizes_.erase(hi);
+  }
+  DP_LOG(INFO) << "table " << table << " range from key " << lower
+               << ": merged with the range from key " << upper << ", epoch "
+               << map_->epoch() + 1;
+  return true;
+}
+
+bool TableRegistry::MergeForLoad() {
+  if (SplitsUnderWay(*map_) > 0 || MergesUnderWay(*map_) > 0 ||
+      HandOversUnderWay(*map_) || MovesUnderWay(*map_) > 0) {
+    return false;
+  }
+  RangeSizes load;
+  for (const proto::TableMap& t : map_->tables()) {
+    for (const proto::RangeAssignment& r : t.ranges()) {
+      auto l = loads_.find({t.spec().id(), r.begin()});
+      if (l == loads_.end() || l->second.rates < 2) continue;
+      load[l->first] = static_cast<uint64_t>(l->second.rate);
+    }
+  }
+  std::optional<SplitChoice> c =
+      PickMerge(*map_, load, YoungBoundaries(), options_.merge_threshold);
+  if (!c.has_value()) return false;
+  Key upper_end = 0;
+  PruneMergeQuiet();
+  absl::StatusOr<proto::RangeAssignment> r =
+      StartMerge(map_, c->table, c->begin, &upper_end);
+  if (!r.ok()) {
+    DP_LOG(WARNING) << "merge for load: " << r.status();
+    return false;
+  }
+  ++merges_started_;
+  DP_LOG(INFO) << "table " << c->table << " keys [" << r->begin() << ", "
+               << upper_end << "): cold neighbours; merging at key " << c->at;
+  return true;
+}
+
 absl::StatusOr<proto::SplitRangeReply> TableRegistry::Split(
     const proto::SplitRangeRequest& req) {
   const proto::TableMap* table = nullptr;
@@ -524,6 +677,23 @@ absl::StatusOr<proto::SplitRangeReply> TableRegistry::Split(
                      "': the scheduler is stopping; nothing moves any more"));
   }
   const TableId id = table->spec().id();
+  if (req.merge()) {
+    Key upper_end = 0;
+    DP_ASSIGN_OR_RETURN(proto::RangeAssignment lo,
+                        StartMergeAt(id, req.key(), &upper_end));
+    ++merges_started_;
+    map_->set_epoch(map_->epoch() + 1);
+    DP_LOG(INFO) << "table '" << req.table() << "' keys [" << lo.begin() << ", "
+                 << upper_end << "): merging at key " << lo.end()
+                 << " (asked), epoch " << map_->epoch();
+    proto::SplitRangeReply reply;
+    reply.set_table_id(id);
+    reply.set_begin(lo.begin());
+    reply.set_end(upper_end);
+    reply.set_split_at(lo.end());
+    reply.set_epoch(map_->epoch());
+    return reply;
+  }
   DP_ASSIGN_OR_RETURN(proto::RangeAssignment r,
                       StartSplit(map_, id, req.key()));
   ++splits_started_;

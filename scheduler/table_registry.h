@@ -71,6 +71,18 @@ struct TableRegistryOptions {
   // split_threshold times the mean and no move evens it out.
   bool split_hot_ranges = true;
   double split_threshold = 1.3;
+  // Under balance_by = kLoad: neighbours on the same servers whose load
+  // together is at most merge_threshold times a range's mean load are
+  // merged (splits.h), one pair at a time.
+  bool merge_cold_ranges = true;
+  double merge_threshold = 0.25;
+  // A boundary between ranges is merged away only once it is this old
+  // (by this scheduler's clock; a restarted scheduler counts from its
+  // start): a write first cut on a map without it may be retried, cut in
+  // two, until then. As long as the servers' client ledgers remember an
+  // idle client (server_internal::ClientLedger), which rests on the same
+  // bound on retries.
+  absl::Duration merge_min_age = absl::Minutes(10);
 };
 
 // The spec a declaration of `spec` asks for: its id cleared, and for a
@@ -138,6 +150,8 @@ class TableRegistry {
       const proto::SplitRangeRequest& req);
   uint64_t splits_started() const { return splits_started_; }
   uint64_t splits_done() const { return splits_done_; }
+  uint64_t merges_started() const { return merges_started_; }
+  uint64_t merges_done() const { return merges_done_; }
   // Whether server `id` still holds a range (it may not leave).
   bool HoldsRanges(NodeId id) const;
   // No range moves from now on (the scheduler is stopping): drains are
@@ -210,6 +224,23 @@ class TableRegistry {
   bool Settle();
   // Splits a range if load calls for it (PickSplit); whether it did.
   bool SplitForLoad();
+  // Merges cold neighbours if load calls for it (PickMerge); whether it
+  // did.
+  bool MergeForLoad();
+  // Starts merging at the boundary `at` of table `id` (the range holding
+  // `key` and the next), refused while the boundary is younger than
+  // merge_min_age.
+  absl::StatusOr<proto::RangeAssignment> StartMergeAt(TableId id, Key key,
+                                                      Key* upper_end);
+  // The primary of a merging range reported it quiet (ReplicaReady); the
+  // merge is done once both neighbours have. Whether the map changed.
+  absl::StatusOr<bool> MergeReported(TableId table, Key begin, NodeId primary);
+  // Forgets the quiet reports of ranges no longer being merged, and those
+  // of a primary the range no longer has (a failover during the merge:
+  // the new primary fences the range anew and reports it itself).
+  void PruneMergeQuiet();
+  // Boundaries younger than merge_min_age, by (table, first key above).
+  absl::flat_hash_set<std::pair<TableId, Key>> YoungBoundaries() const;
 
   const TableRegistryOptions options_;
   proto::ClusterMap* const map_;
@@ -243,6 +274,15 @@ class TableRegistry {
   uint64_t moves_done_ = 0;  // completed or cancelled
   uint64_t splits_started_ = 0;
   uint64_t splits_done_ = 0;  // completed (a cancelled one is not)
+  uint64_t merges_started_ = 0;
+  uint64_t merges_done_ = 0;
+  // When each boundary a split made here was made; any other boundary
+  // counts from `started_`.
+  absl::flat_hash_map<std::pair<TableId, Key>, absl::Time> boundary_born_;
+  const absl::Time started_ = absl::Now();
+  // Merging ranges reported quiet, by (table, begin): the primary that
+  // reported it (a report counts only while that server is the primary).
+  absl::flat_hash_map<std::pair<TableId, Key>, NodeId> merge_quiet_;
   uint64_t promotions_ = 0;   // ranges a backup took over from a dead primary
   uint64_t ranges_lost_ = 0;  // ranges marked lost
 };

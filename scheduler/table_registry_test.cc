@@ -158,6 +158,112 @@ TEST_F(TableRegistryTest, SlowHandOversAreCancelledAfterTheTimeout) {
   EXPECT_FALSE(tables_.CancelSlowHandOvers(kT0 + absl::Seconds(5)));
 }
 
+// A dense table "t" of two ranges, both on servers a (primary) and b.
+void TwoRangesOnTwoServers(proto::ClusterMap* map, NodeId a, NodeId b) {
+  proto::TableMap* t = map->add_tables();
+  *t->mutable_spec() = Dense("t");
+  t->mutable_spec()->set_id(1);
+  for (Key begin : {0, 50}) {
+    proto::RangeAssignment* r = t->add_ranges();
+    r->set_begin(begin);
+    r->set_end(begin + 50);
+    r->set_primary(a);
+    r->add_replicas(b);
+  }
+}
+
+TEST_F(TableRegistryTest, AYoungBoundaryIsNotMergedAway) {
+  TwoRangesOnTwoServers(&map_, Server("a"), Server("b"));
+  proto::SplitRangeRequest req;
+  req.set_table("t");
+  req.set_key(10);
+  req.set_merge(true);
+  // This scheduler has just started: for all it knows, a write cut on a
+  // map without the boundary may still be retried.
+  absl::Status young = tables_.Split(req).status();
+  EXPECT_EQ(young.code(), absl::StatusCode::kFailedPrecondition) << young;
+  EXPECT_THAT(std::string(young.message()), HasSubstr("--merge_min_age_s"));
+  EXPECT_EQ(MergesUnderWay(map_), 0);
+}
+
+TEST_F(TableRegistryTest, AMergeEndsOnceBothNeighboursReportedQuiet) {
+  TableRegistryOptions o = Options();
+  o.merge_min_age = absl::ZeroDuration();
+  TableRegistry tables(o, &map_, &members_, &durable_);
+  const NodeId a = Server("a"), b = Server("b");
+  TwoRangesOnTwoServers(&map_, a, b);
+  proto::SplitRangeRequest req;
+  req.set_table("t");
+  req.set_key(10);
+  req.set_merge(true);
+  absl::StatusOr<proto::SplitRangeReply> r = tables.Split(req);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->begin(), 0u);
+  EXPECT_EQ(r->split_at(), 50u);
+  EXPECT_EQ(r->end(), 100u);
+  const Epoch started = map_.epoch();
+  proto::ReplicaReadyRequest quiet;
+  quiet.set_hand_over(true);
+  quiet.set_table_id(1);
+  quiet.set_epoch(started);
+  quiet.set_backup(b);
+  quiet.set_primary(b);
+  quiet.set_range_begin(50);
+  // Only the range's primary reports it quiet.
+  EXPECT_EQ(tables.ReplicaReady(quiet).code(),
+            absl::StatusCode::kFailedPrecondition);
+  quiet.set_primary(a);
+  quiet.set_backup(a);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  // One neighbour is not enough.
+  EXPECT_EQ(map_.epoch(), started);
+  EXPECT_EQ(map_.tables(0).ranges_size(), 2);
+  quiet.set_range_begin(0);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  EXPECT_EQ(map_.epoch(), started + 1);
+  ASSERT_EQ(map_.tables(0).ranges_size(), 1);
+  EXPECT_EQ(map_.tables(0).ranges(0).end(), 100u);
+  EXPECT_EQ(map_.tables(0).ranges(0).merge(), proto::RangeAssignment::NO_MERGE);
+  EXPECT_EQ(tables.merges_started(), 1u);
+  EXPECT_EQ(tables.merges_done(), 1u);
+}
+
+// A failover during a merge: the old primary's quiet report does not count
+// for the new primary, which reports the range itself.
+TEST_F(TableRegistryTest, AQuietReportCountsOnlyWhileItsServerIsThePrimary) {
+  TableRegistryOptions o = Options();
+  o.merge_min_age = absl::ZeroDuration();
+  TableRegistry tables(o, &map_, &members_, &durable_);
+  const NodeId a = Server("a"), b = Server("b");
+  TwoRangesOnTwoServers(&map_, a, b);
+  proto::SplitRangeRequest req;
+  req.set_table("t");
+  req.set_key(10);
+  req.set_merge(true);
+  ASSERT_OK(tables.Split(req).status());
+  proto::ReplicaReadyRequest quiet;
+  quiet.set_hand_over(true);
+  quiet.set_table_id(1);
+  quiet.set_epoch(map_.epoch());
+  quiet.set_primary(a);
+  quiet.set_backup(a);
+  quiet.set_range_begin(0);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  // b takes the lower range over (its holders stay a and b).
+  proto::RangeAssignment* lower = map_.mutable_tables(0)->mutable_ranges(0);
+  lower->set_primary(b);
+  lower->set_replicas(0, a);
+  quiet.set_range_begin(50);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  EXPECT_EQ(map_.tables(0).ranges_size(), 2) << "a's report counted for b";
+  quiet.set_primary(b);
+  quiet.set_backup(b);
+  quiet.set_range_begin(0);
+  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_EQ(map_.tables(0).ranges_size(), 1);
+  EXPECT_EQ(map_.tables(0).ranges(0).primary(), b);
+}
+
 TEST(SpecToDeclareTest, ATableThatFollowsTheJobGetsItsEnforcement) {
   const ConsistencyPolicy bsp = *ConsistencyPolicy::Parse("bsp", 0, 4, 1);
   proto::TableSpec spec = Dense("t");

@@ -155,7 +155,8 @@ Key PickKey(FuzzInput& in) {
 }
 
 // The next map: a later (or, rarely, the same or an earlier) epoch, ranges
-// that move between this node and another, a table dropped or re-declared.
+// that move between this node and another, split or merged, a table
+// dropped or re-declared.
 proto::ClusterMap NextMap(const proto::ClusterMap& current, FuzzInput& in) {
   proto::ClusterMap map = current;
   map.set_epoch(in.Pick<Epoch>({current.epoch() + 1, current.epoch() + 1,
@@ -165,7 +166,21 @@ proto::ClusterMap NextMap(const proto::ClusterMap& current, FuzzInput& in) {
   for (int i = 0; i < edits && map.tables_size() > 0; ++i) {
     const int index = static_cast<int>(in.IntInRange(0, map.tables_size() - 1));
     proto::TableMap* t = map.mutable_tables(index);
-    switch (in.IntInRange(0, 4)) {
+    switch (in.IntInRange(0, 5)) {
+      case 5:  // merge the first two ranges (fenced first, or not)
+        if (t->ranges_size() >= 2) {
+          auto* r = t->mutable_ranges(0);
+          if (in.Bool()) {
+            r->set_merge(proto::RangeAssignment::MERGE_WITH_NEXT);
+            t->mutable_ranges(1)->set_merge(
+                proto::RangeAssignment::MERGE_WITH_PREVIOUS);
+            break;
+          }
+          r->set_end(t->ranges(1).end());
+          r->clear_merge();
+          t->mutable_ranges()->DeleteSubrange(1, 1);
+        }
+        break;
       case 0:  // flip an owner
         if (t->ranges_size() > 0) {
           auto* r = t->mutable_ranges(

@@ -57,13 +57,66 @@ bool Settled(const proto::ClusterMap& map, int replicas) {
   for (const auto& t : map.tables()) {
     for (const auto& r : t.ranges()) {
       if (r.move_to() != kNoNode || r.handing_to() != kNoNode ||
-          r.split_at() != 0 || r.catching_up_size() > 0 || r.lost() ||
+          r.split_at() != 0 || r.merge() != proto::RangeAssignment::NO_MERGE ||
+          r.catching_up_size() > 0 || r.lost() ||
           1 + r.replicas_size() != replicas) {
         return false;
       }
     }
   }
   return true;
+}
+
+absl::Status MergeAndAwait(SchedulerClient& sched, const std::string& table,
+                           Key at, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string what = absl::StrCat("the merge of '", table, "' at ", at);
+  proto::SplitRangeRequest req;
+  req.set_table(table);
+  req.set_key(at - 1);
+  req.set_merge(true);
+  // Asked once and then called off: a refusal may mean that the merge was
+  // done in the meantime, which the map tells.
+  bool asked_before = false;
+  {
+    absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
+    if (!map.ok()) return map.status();
+    const proto::RangeAssignment* r = RangeOf(*map, table, at);
+    if (r != nullptr && r->begin() != at) return absl::OkStatus();
+  }
+  while (absl::Now() < deadline) {
+    const absl::Status asked = sched.SplitRange(req).status();
+    if (asked.code() == absl::StatusCode::kUnavailable) {
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    if (!asked.ok() &&
+        (!asked_before ||
+         asked.code() != absl::StatusCode::kFailedPrecondition)) {
+      return asked;
+    }
+    asked_before = true;
+    for (;;) {
+      absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
+      if (!map.ok()) return map.status();
+      const proto::RangeAssignment* r = RangeOf(*map, table, at);
+      if (r == nullptr) {
+        return absl::NotFoundError(absl::StrCat(what, ": no range holds it"));
+      }
+      if (r->begin() != at) return absl::OkStatus();
+      if (!asked.ok()) return asked;
+      if (r->merge() != proto::RangeAssignment::MERGE_WITH_PREVIOUS) break;
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": not done within ", absl::FormatDuration(timeout)));
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    std::cout << what << " called off; asking again" << std::endl;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(what, ": still refused as busy or called off after ",
+                   absl::FormatDuration(timeout)));
 }
 
 absl::Status SplitAndAwait(SchedulerClient& sched, const std::string& table,

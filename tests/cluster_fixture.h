@@ -37,7 +37,7 @@ const proto::TableMap* TableNamed(const proto::ClusterMap& map,
 // The range of table `name` holding `key`, or nullptr.
 const proto::RangeAssignment* RangeOf(const proto::ClusterMap& map,
                                       const std::string& name, Key key);
-// No move, copy, handover or split under way, and every range has
+// No move, copy, handover, split or merge under way, and every range has
 // `replicas` holders in sync.
 bool Settled(const proto::ClusterMap& map, int replicas);
 
@@ -49,6 +49,12 @@ bool Settled(const proto::ClusterMap& map, int replicas);
 // `timeout`, is the error.
 absl::Status SplitAndAwait(SchedulerClient& sched, const std::string& table,
                            Key key, absl::Duration timeout);
+
+// Asks the scheduler to merge the two ranges of table `table` that meet at
+// `at` and waits until no range begins there (at once if none does). Busy
+// refusals and merges called off are asked again, as in SplitAndAwait.
+absl::Status MergeAndAwait(SchedulerClient& sched, const std::string& table,
+                           Key at, absl::Duration timeout);
 
 class ExactClusterTest : public ::testing::Test {
  protected:

@@ -1,5 +1,6 @@
 // psctl against real daemons: status and tables of a live cluster (human
-// and JSON, with rates from traffic the test sends, and a dead server), a
+// and JSON, with rates from traffic the test sends, and a dead server),
+// split and merge by hand, a
 // local cluster started by `psctl local` running a job started by
 // `psctl job`, checkpoints, restore and export (online and from the data
 // dirs), authentication, and usage errors.
@@ -414,6 +415,71 @@ TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
   EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
   client.reset();
   ASSERT_OK(cluster->Stop());
+}
+
+// psctl split and psctl merge: a range cut in two and joined again by
+// hand, each waited for until the map shows it; a merge of the last range
+// and a merge without a key are refused.
+TEST(PsctlTest, SplitAndMergeByHand) {
+  LocalClusterOptions o;
+  o.bin_dir = RunfilePath("");
+  o.work_dir = TestTmpDir() + "/split_merge";
+  std::system(("mkdir -p " + o.work_dir).c_str());
+  o.num_servers = 2;
+  o.scheduler_flags = {"--replicas=2", "--num_workers=1", "--consistency=asp",
+                       "--ranges_per_table=2", "--merge_min_age_s=0"};
+  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
+  const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  TableOptions t;
+  t.name = "w";
+  t.width = 2;
+  t.num_keys = 1000;
+  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  auto ranges = [&]() -> std::vector<std::pair<uint64_t, uint64_t>> {
+    PsctlRun r = Psctl({"tables", scheduler, "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    absl::StatusOr<psctl::ClusterStatus> s = ParseStatus(r.output);
+    EXPECT_OK(s.status());
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    if (!s.ok()) return out;
+    for (const psctl::RangeStatus& rs : s->ranges()) {
+      out.emplace_back(rs.begin(), rs.end());
+    }
+    return out;
+  };
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+  ASSERT_EQ(ranges(), (Ranges{{0, 500}, {500, 1000}}));
+
+  PsctlRun merge = Psctl({"merge", "w", "10", scheduler});
+  ASSERT_EQ(merge.exit_code, 0) << merge.output;
+  EXPECT_TRUE(absl::StrContains(merge.output,
+                                "table 'w' keys [0, 1000): merged at key 500"))
+      << merge.output;
+  EXPECT_EQ(ranges(), (Ranges{{0, 1000}}));
+  PsctlRun split = Psctl({"split", "w", "300", scheduler});
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_TRUE(absl::StrContains(split.output, "split at key 300"))
+      << split.output;
+  EXPECT_EQ(ranges(), (Ranges{{0, 300}, {300, 1000}}));
+
+  PsctlRun last = Psctl({"merge", "w", "999", scheduler});
+  EXPECT_EQ(last.exit_code, 1) << last.output;
+  EXPECT_TRUE(absl::StrContains(last.output, "last range")) << last.output;
+  PsctlRun no_key = Psctl({"merge", "w", scheduler});
+  EXPECT_EQ(no_key.exit_code, 2) << no_key.output;
+  // The values went through both changes: what was put is read back.
+  std::vector<float> put(2000);
+  for (size_t i = 0; i < put.size(); ++i) put[i] = static_cast<float>(i);
+  ASSERT_OK(client->Wait(client->Put(table, Keys::Range(0, 1000), put)));
+  PsctlRun again = Psctl({"merge", "w", "0", scheduler});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  std::vector<float> got(2000);
+  ASSERT_OK(client->Wait(
+      client->Pull(table, Keys::Range(0, 1000), absl::MakeSpan(got))));
+  EXPECT_EQ(got, put);
 }
 
 TEST(PsctlTest, BadUsageAndUnreachableScheduler) {

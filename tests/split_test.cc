@@ -5,6 +5,9 @@
 // No add may fail, and every row must hold exactly what was acknowledged;
 // bad splits are refused with the reason named. With --balance=load, a
 // range whose keys are hot at one end is split by the scheduler itself.
+// Merges of neighbours (psctl merge's call) are checked the same way: under
+// exactly-once writers, and with kill -9 while both ranges are fenced; with
+// --balance=load, cold neighbours are merged by the scheduler itself.
 #include <signal.h>
 
 #include <iostream>
@@ -27,6 +30,14 @@ class SplitTest : public ExactClusterTest {
     proto::SplitRangeRequest req;
     req.set_table(table);
     req.set_key(key);
+    return sched_->SplitRange(req);
+  }
+  absl::StatusOr<proto::SplitRangeReply> Merge(const std::string& table,
+                                               Key key) {
+    proto::SplitRangeRequest req;
+    req.set_table(table);
+    req.set_key(key);
+    req.set_merge(true);
     return sched_->SplitRange(req);
   }
 };
@@ -132,6 +143,155 @@ INSTANTIATE_TEST_SUITE_P(Victims, KillDuringASplitTest,
                                return "Scheduler";
                            }
                          });
+
+TEST_F(SplitTest, NeighboursMergeWhileWritesGoOnAndBadMergesAreRefused) {
+  // Two servers and two holders a range: every range on both servers.
+  Start(2, {"--replicas=2", "--ranges_per_table=2", "--merge_min_age_s=0"});
+  writes_->Start(4, 4);
+  AwaitWrites(2000);
+  // Split the dense table's first range, then merge it back; and merge
+  // the sparse table's two ranges into one.
+  ASSERT_OK(SplitAndAwait(*sched_, "dense", 700, absl::Seconds(90)));
+  AwaitWrites(2000);
+  ASSERT_OK(MergeAndAwait(*sched_, "dense", 700, absl::Seconds(90)));
+  AwaitWrites(2000);
+  ASSERT_OK_AND_ASSIGN(proto::ClusterMap before, sched_->GetClusterMap());
+  ASSERT_EQ(TableNamed(before, "sparse")->ranges_size(), 2);
+  const Key sparse_at = TableNamed(before, "sparse")->ranges(1).begin();
+  ASSERT_OK(MergeAndAwait(*sched_, "sparse", sparse_at, absl::Seconds(90)));
+  AwaitWrites(2000);
+  ASSERT_OK_AND_ASSIGN(
+      proto::ClusterMap map,
+      AwaitMap(
+          "quiet", [](const proto::ClusterMap& m) { return Settled(m, 2); },
+          absl::Seconds(60)));
+  EXPECT_EQ(TableNamed(map, "dense")->ranges_size(), 2);
+  EXPECT_EQ(TableNamed(map, "dense")->ranges(0).end(), 1500u);
+  EXPECT_EQ(TableNamed(map, "sparse")->ranges_size(), 1);
+  StopAndCheck("after a split and two merges");
+
+  // Bad merges: the last range, a key outside the key space, a table that
+  // does not exist.
+  absl::Status last = Merge("dense", 2999).status();
+  EXPECT_EQ(last.code(), absl::StatusCode::kFailedPrecondition) << last;
+  EXPECT_THAT(std::string(last.message()), ::testing::HasSubstr("last range"));
+  EXPECT_EQ(Merge("dense", 3000).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Merge("nope", 5).status().code(), absl::StatusCode::kNotFound);
+}
+
+// kill -9 while both neighbours are fenced for their merge (their
+// primary reports them quiet a while late).
+class KillDuringAMergeTest : public SplitTest,
+                             public ::testing::WithParamInterface<Victim> {};
+
+TEST_P(KillDuringAMergeTest, NothingIsLost) {
+  const Victim victim = GetParam();
+  // No balancing moves: the halves of the split stay on the same servers.
+  Start(3,
+        {"--replicas=2", "--ranges_per_table=2", "--merge_min_age_s=0",
+         "--rebalance=false"},
+        {"--inject_handover_delay_ms=1500"},
+        /*durable=*/victim == Victim::kScheduler);
+  writes_->Start(4, 5);
+  AwaitWrites(2000);
+  ASSERT_OK(SplitAndAwait(*sched_, "dense", 500, absl::Seconds(90)));
+  AwaitWrites(2000);
+  ASSERT_OK(Merge("dense", 100).status());
+  ASSERT_OK_AND_ASSIGN(
+      proto::ClusterMap map,
+      AwaitMap(
+          "the neighbours fenced for their merge",
+          [](const proto::ClusterMap& m) {
+            const proto::RangeAssignment* a = RangeOf(m, "dense", 100);
+            return a != nullptr &&
+                   a->merge() == proto::RangeAssignment::MERGE_WITH_NEXT;
+          },
+          absl::Seconds(30)));
+  const proto::RangeAssignment* a = RangeOf(map, "dense", 100);
+  if (victim == Victim::kScheduler) {
+    std::cout << "kill -9 the scheduler" << std::endl;
+    cluster_->scheduler().Signal(SIGKILL);
+    EXPECT_OK(cluster_->scheduler().Wait(absl::Seconds(10)));
+    ASSERT_OK(cluster_->RestartScheduler());
+  } else {
+    ASSERT_GT(a->replicas_size(), 0);
+    const int index =
+        IndexOf(victim == Victim::kPrimary ? a->primary() : a->replicas(0));
+    ASSERT_GE(index, 0);
+    std::cout << "kill -9 server-" << index << std::endl;
+    cluster_->server(index).Signal(SIGKILL);
+    EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
+  }
+  // The writers go on: the merge is called off (a holder died) or done.
+  AwaitWrites(2000);
+  ASSERT_OK(AwaitMap(
+                "no merge under way, every range in sync",
+                [](const proto::ClusterMap& m) { return Settled(m, 2); },
+                absl::Seconds(60))
+                .status());
+  StopAndCheck("after the kill");
+  // And the neighbours merge afterwards (if the first merge had not
+  // finished before the kill).
+  writes_->Start(4, 6);
+  ASSERT_OK(MergeAndAwait(*sched_, "dense", 500, absl::Seconds(90)));
+  AwaitWrites(2000);
+  StopAndCheck("after merging again");
+}
+
+INSTANTIATE_TEST_SUITE_P(Victims, KillDuringAMergeTest,
+                         ::testing::Values(Victim::kPrimary, Victim::kBackup,
+                                           Victim::kScheduler),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Victim::kPrimary:
+                               return "Primary";
+                             case Victim::kBackup:
+                               return "Backup";
+                             default:
+                               return "Scheduler";
+                           }
+                         });
+
+// Cold neighbours merge: with four ranges a table and writes to the
+// first keys only, the scheduler merges the cold ranges (one pair at a
+// time), never the hot one, and every write stays exact.
+TEST_F(SplitTest, ColdNeighboursAreMergedByLoad) {
+  Start(2, {"--balance=load", "--ranges_per_table=4", "--replicas=2",
+            "--merge_min_age_s=0"});
+  // Adds to the first 100 keys of the dense table, in batches, until the
+  // scheduler has merged its three cold ranges into one (bounded: at most
+  // 60 s).
+  std::vector<Key> keys(100);
+  for (Key k = 0; k < 100; ++k) keys[k] = k;
+  std::vector<float> ones(keys.size() * tables_.width, 1.0f);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  int ranges = 4;
+  int adds = 0;
+  while (ranges > 2 && absl::Now() < deadline) {
+    for (int i = 0; i < 50; ++i, ++adds) {
+      ASSERT_OK(client_->Wait(client_->Add(tables_.dense, Keys(keys), ones),
+                              absl::Seconds(10)));
+    }
+    auto map = sched_->GetClusterMap();
+    ASSERT_OK(map.status());
+    ranges = TableNamed(*map, "dense")->ranges_size();
+  }
+  ASSERT_EQ(ranges, 2) << "the cold ranges were not merged within 60 s";
+  auto map = sched_->GetClusterMap();
+  ASSERT_OK(map.status());
+  // The hot range [0, 750) stays as it was.
+  EXPECT_EQ(RangeOf(*map, "dense", 0)->end(), 750u);
+  EXPECT_EQ(RangeOf(*map, "dense", 750)->end(), 3000u);
+  // Every add landed exactly once, through the merges.
+  std::vector<float> got(keys.size() * tables_.width);
+  ASSERT_OK(client_->Wait(
+      client_->Pull(tables_.dense, Keys(keys), absl::MakeSpan(got)),
+      absl::Seconds(10)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], static_cast<float>(adds)) << "float " << i;
+  }
+}
 
 // Load follows the keys: one server's range is hot at its first keys; the
 // scheduler splits it at the median of its traffic and moves a half.

@@ -262,12 +262,16 @@ class Dispatcher {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Answers the BSP pushes waiting on a range that leaves this server.
   void AbandonSteps(TableShard::Range& range, const absl::Status& why);
-  // Stops holding `range` of table `id`: its replication streams end and
-  // its held BSP pushes are answered with `why`.
   // Ranges held here that the map lists as pieces this server holds (a
   // split, RangeAssignment.split_at) are cut in place (range_split.h).
   void SplitHeldRanges(TableId id, TableShard& shard,
                        const proto::TableMap& table, Epoch epoch);
+  // Neighbours held here that the map lists as one range this server holds
+  // in sync (a merge, RangeAssignment.merge) are joined in place.
+  void MergeHeldRanges(TableId id, TableShard& shard,
+                       const proto::TableMap& table, Epoch epoch);
+  // Stops holding `range` of table `id`: its replication streams end and
+  // its held BSP pushes are answered with `why`.
   void DropRange(TableId id, TableShard& shard, TableShard::Range& range,
                  const absl::Status& why);
 

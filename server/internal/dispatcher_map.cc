@@ -55,6 +55,25 @@ Part PartOf(const proto::RangeAssignment& r, NodeId self) {
   return Part::kNone;
 }
 
+// The ranges held here, none lost, that lie end to end over exactly
+// `range`, if there are two or more (a merge's pieces); else none.
+std::vector<TableShard::Range*> HeldPiecesOf(TableShard& shard,
+                                             KeyRange range) {
+  std::vector<TableShard::Range*> pieces;
+  Key at = range.begin;
+  while (at < range.end) {
+    auto it = shard.ranges().find(at);
+    if (it == shard.ranges().end() || it->second->lost ||
+        it->second->range().end > range.end || it->second->range().end <= at) {
+      return {};
+    }
+    pieces.push_back(it->second.get());
+    at = it->second->range().end;
+  }
+  if (pieces.size() < 2) return {};
+  return pieces;
+}
+
 // A primary the map lists among the range's in-sync backups handed the
 // range over (RangeAssignment.handing_to): it stopped writing, reported
 // that its backups held everything, and only then did the scheduler swap
@@ -114,6 +133,13 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
         const TableShard::Range* whole = shard->Find(range.begin);
         if (whole != nullptr && !whole->lost &&
             whole->range().end >= range.end && !(whole->range() == range)) {
+          held_bytes =
+              SatAdd(held_bytes, RangeBytes(shard->layout(), range, nullptr));
+          continue;
+        }
+        // Held neighbours that the map merged: joined in place
+        // (MergeHeldRanges); for a moment the server holds them twice.
+        if (!HeldPiecesOf(*shard, range).empty()) {
           held_bytes =
               SatAdd(held_bytes, RangeBytes(shard->layout(), range, nullptr));
           continue;
@@ -286,6 +312,7 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       DropRange(id, *shard, range, moved);
     };
     SplitHeldRanges(id, *shard, table, epoch);
+    MergeHeldRanges(id, *shard, table, epoch);
     std::vector<TableShard::Range*> leaving;
     for (const auto& [begin, range] : shard->ranges()) {
       auto it = mine.find(begin);
@@ -358,14 +385,17 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       range->lost = assignment->lost();
       range->backups =
           assignment->replicas_size() + assignment->catching_up_size();
-      // A split fences the range as a handover does, to itself: writes are
-      // refused until the replicator reports every one on the backups.
+      // A split or merge fences the range as a handover does, to itself:
+      // writes are refused until the replicator reports every one on the
+      // backups.
       range->handing_to = kNoNode;
       if (part == Part::kPrimary) {
-        range->handing_to =
-            assignment->handing_to() != kNoNode
-                ? assignment->handing_to()
-                : (assignment->split_at() != 0 ? self_ : kNoNode);
+        const bool fenced =
+            assignment->split_at() != 0 ||
+            assignment->merge() != proto::RangeAssignment::NO_MERGE;
+        range->handing_to = assignment->handing_to() != kNoNode
+                                ? assignment->handing_to()
+                                : (fenced ? self_ : kNoNode);
       }
       if (replicator_ == nullptr) continue;
       if (part == Part::kPrimary) {
@@ -493,6 +523,58 @@ void Dispatcher::SplitHeldRanges(TableId id, TableShard& shard,
     DP_LOG(INFO) << "table '" << shard.spec().name() << "' keys [" << kr.begin
                  << ", " << kr.end << "): split in " << cuts.size() + 1
                  << " at key " << cuts.front() << " (epoch " << epoch << ")";
+  }
+}
+
+void Dispatcher::MergeHeldRanges(TableId id, TableShard& shard,
+                                 const proto::TableMap& table, Epoch epoch) {
+  const absl::Status merged = WithReason(
+      absl::AbortedError(absl::StrCat("not owner: the range was merged with a "
+                                      "neighbour in epoch ",
+                                      epoch, "; retry with a fresh map")),
+      ErrorReason::kNotOwner);
+  for (const proto::RangeAssignment& r : table.ranges()) {
+    // Only a range this server holds in sync, listed whole (a restore's
+    // ranges start afresh, lost), that it holds as neighbours end to end:
+    // they were merged (maybe more than once in the maps it did not see).
+    const bool in_sync = r.primary() == self_ ||
+                         std::find(r.replicas().begin(), r.replicas().end(),
+                                   self_) != r.replicas().end();
+    const KeyRange kr{r.begin(), r.end()};
+    if (!in_sync || r.lost() || kr.begin >= kr.end ||
+        shard.FindExact(kr) != nullptr) {
+      continue;
+    }
+    std::vector<TableShard::Range*> pieces = HeldPiecesOf(shard, kr);
+    if (pieces.empty()) continue;
+    for (TableShard::Range* p : pieces) {
+      // Held steps cannot complete in a piece any more: their workers
+      // resend to the merged range.
+      AbandonSteps(*p, merged);
+    }
+    absl::StatusOr<std::unique_ptr<TableShard::Range>> whole =
+        MergeRanges(shard, pieces);
+    if (!whole.ok()) {
+      // Cannot happen (the rows are read back from memory); the range
+      // then starts over as a new holder's would.
+      DP_LOG(ERROR) << "table '" << shard.spec().name() << "' keys ["
+                    << kr.begin << ", " << kr.end
+                    << "): cannot merge: " << whole.status();
+      continue;
+    }
+    for (TableShard::Range* p : pieces) {
+      const Key begin = p->range().begin;
+      if (replicator_ != nullptr) {
+        // A new stream for the merged range (SetBackups, in InstallMap).
+        replicator_->DropPrimary(id, begin, merged);
+        replicator_->ForgetStream(id, begin);
+      }
+      shard.RemoveRange(begin);
+    }
+    shard.AddRange(*std::move(whole));
+    DP_LOG(INFO) << "table '" << shard.spec().name() << "' keys [" << kr.begin
+                 << ", " << kr.end << "): merged from " << pieces.size()
+                 << " ranges (epoch " << epoch << ")";
   }
 }
 

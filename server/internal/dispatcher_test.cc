@@ -103,6 +103,60 @@ TEST_F(DispatcherTest, PutAddGetPushOnDenseKeys) {
   EXPECT_EQ(out, (std::vector<float>{0.5, 0.25}));
 }
 
+// Neighbours this server holds, merged (RangeAssignment.merge): fenced
+// while marked, then joined in place with their rows. A key batch across
+// both, cut on the merged map before this server has it, is asked again;
+// from the map this server has, it is the caller's error.
+TEST_F(DispatcherTest, MergedNeighboursAreJoinedInPlace) {
+  proto::ClusterMap map = MakeMap();
+  map.set_epoch(6);
+  map.mutable_tables(0)->mutable_ranges(0)->set_primary(kSelf);
+  ASSERT_OK(dispatcher_.ApplyMap(map));
+  ASSERT_EQ(Run(proto::PUT, 1, 2, {10}, {1, 2}).status_code(), 0);
+  ASSERT_EQ(Run(proto::PUT, 1, 2, {60}, {3, 4}).status_code(), 0);
+  const std::vector<Key> keys = {10, 60};
+  const std::vector<float> ones(4, 1.0f);
+  auto add = [&](Epoch epoch, size_t n) {
+    IncomingMessage req;
+    req.header.set_op(proto::ADD);
+    req.header.set_table_id(1);
+    req.header.set_width(2);
+    req.header.set_num_keys(n);
+    req.header.set_epoch(epoch);
+    req.keys = absl::MakeConstSpan(keys).first(n);
+    req.values = absl::MakeConstSpan(ones).first(2 * n);
+    OutgoingReply reply;
+    std::vector<DeferredReply> released;
+    dispatcher_.Handle(req, &reply, &released);
+    return ReplyStatus(reply.header);
+  };
+  absl::Status s = add(6, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = add(5, 2);
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kNotOwner) << s;
+  s = add(7, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kServerBehind) << s;
+  // Marked for the merge: fenced.
+  map.set_epoch(7);
+  map.mutable_tables(0)->mutable_ranges(0)->set_merge(
+      proto::RangeAssignment::MERGE_WITH_NEXT);
+  map.mutable_tables(0)->mutable_ranges(1)->set_merge(
+      proto::RangeAssignment::MERGE_WITH_PREVIOUS);
+  ASSERT_OK(dispatcher_.ApplyMap(map));
+  s = add(7, 1);
+  EXPECT_EQ(ReasonOf(s), ErrorReason::kHandingOver) << s;
+  // Merged: one range, with both halves' rows.
+  map.set_epoch(8);
+  proto::TableMap* dense = map.mutable_tables(0);
+  dense->mutable_ranges(0)->set_end(100);
+  dense->mutable_ranges(0)->clear_merge();
+  dense->mutable_ranges()->DeleteSubrange(1, 1);
+  ASSERT_OK(dispatcher_.ApplyMap(map));
+  EXPECT_OK(add(8, 2));
+  EXPECT_EQ(GetDense({10, 60}), (std::vector<float>{2, 3, 4, 5}));
+}
+
 TEST_F(DispatcherTest, SparseRowsAreCreatedOnTouchAndHandlerApplies) {
   std::vector<float> out;
   const Key big = kKeySpaceEnd - 1;

@@ -34,16 +34,29 @@ bool Dedupable(const proto::DataHeader& h, proto::Op op, bool synced) {
   return OpWrites(op) || op == proto::VECTOR;
 }
 
+// A request from a map newer than the one this server has applied, which
+// it cannot serve yet: the client asks again.
+absl::Status Behind(NodeId self, Epoch applied, Epoch request) {
+  return WithReason(absl::UnavailableError(absl::StrCat(
+                        "server ", self, " has applied epoch ", applied,
+                        " but the request is from "
+                        "epoch ",
+                        request, "; retry")),
+                    ErrorReason::kServerBehind);
+}
+
 // A write to a range being handed to another server: the client retries
 // (with backoff, refreshing its map) until the map names the new primary.
 absl::Status HandingOver(const std::string& table,
                          const TableShard::Range& range, Epoch epoch) {
   if (range.handing_to == range.primary) {
-    // Handed to itself: the range is being split (RangeAssignment.split_at).
+    // Handed to itself: the range is being split or merged
+    // (RangeAssignment.split_at, .merge).
     return WithReason(
         absl::UnavailableError(absl::StrCat(
             "table '", table, "' keys [", range.range().begin, ", ",
-            range.range().end, "): being split (epoch ", epoch, "); retry")),
+            range.range().end, "): being split or merged (epoch ", epoch,
+            "); retry")),
         ErrorReason::kHandingOver);
   }
   return WithReason(
@@ -86,11 +99,7 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
   v.shard = Lookup(h.table_id(), &epoch);
   if (v.shard == nullptr) {
     if (h.epoch() > epoch) {
-      return WithReason(
-          absl::UnavailableError(absl::StrCat(
-              "server ", self_, " has applied epoch ", epoch,
-              " but the request is from epoch ", h.epoch(), "; retry")),
-          ErrorReason::kServerBehind);
+      return Behind(self_, epoch, h.epoch());
     }
     return absl::NotFoundError(
         absl::StrCat("unknown table id ", h.table_id(), " on server ", self_));
@@ -203,8 +212,10 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
       if (r == nullptr) return not_owner(k);
       if (v.range != nullptr) {
         // A client on an older map cut the batch for a range that has been
-        // split since: it cuts again on the new map.
+        // split since: it cuts again on the new map. One on a newer map cut
+        // it for a range this server has yet to merge: it asks again.
         if (h.epoch() < epoch) return not_owner(k);
+        if (h.epoch() > epoch) return Behind(self_, epoch, h.epoch());
         // Every range is replicated and moved on its own, so one request
         // speaks for one range; the client SDK splits batches that way.
         const KeyRange a = v.range->range(), b = r->range();
@@ -297,11 +308,7 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     if (steps == v.range->steps.end() && h.epoch() > epoch) {
       // A part cut where a newer map split this range (the pieces keep
       // the parts' clocks): asked again once this server has the map.
-      return WithReason(
-          absl::UnavailableError(absl::StrCat(
-              "server ", self_, " has applied epoch ", epoch,
-              " but the request is from epoch ", h.epoch(), "; retry")),
-          ErrorReason::kServerBehind);
+      return Behind(self_, epoch, h.epoch());
     }
     const Clock next =
         steps == v.range->steps.end() ? 0 : steps->second.next_clock();

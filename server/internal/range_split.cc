@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/internal/range_ledgers.h"
@@ -110,6 +113,109 @@ absl::StatusOr<std::vector<std::unique_ptr<TableShard::Range>>> SplitRange(
     }
   }
   return pieces;
+}
+
+proto::RangeLedgers JoinLedgers(absl::Span<const proto::RangeLedgers> parts) {
+  proto::RangeLedgers out;
+  // Per vector, the newest open round and the tasks applied in it.
+  std::map<uint32_t,
+           std::pair<int64_t, std::set<std::pair<uint64_t, uint64_t>>>>
+      rounds;
+  struct Writer {
+    uint64_t low = 0;
+    std::set<uint64_t> seqs;
+    std::map<uint64_t, std::vector<double>> scalars;
+  };
+  std::map<uint64_t, Writer> writers;
+  for (const proto::RangeLedgers& p : parts) {
+    for (const proto::RangeLedgers::Step& s : p.steps()) *out.add_steps() = s;
+    for (const proto::RangeLedgers::Round& r : p.rounds()) {
+      auto [it, fresh] = rounds.try_emplace(r.vector());
+      if (fresh || r.open() > it->second.first) {
+        it->second.first = r.open();
+        it->second.second.clear();
+      }
+      if (r.open() != it->second.first) continue;
+      for (int i = 0; i + 1 < r.tasks_size(); i += 2) {
+        it->second.second.insert({r.tasks(i), r.tasks(i + 1)});
+      }
+    }
+    for (const proto::RangeLedgers::Writer& w : p.writers()) {
+      Writer& j = writers[w.client_id()];
+      j.low = std::max(j.low, w.low_seq());
+      j.seqs.insert(w.seqs().begin(), w.seqs().end());
+      int at = 0;
+      for (int i = 0; i < w.scalar_seqs_size() && i < w.scalar_counts_size();
+           ++i) {
+        const int n = static_cast<int>(w.scalar_counts(i));
+        if (at + n > w.scalars_size()) break;
+        j.scalars[w.scalar_seqs(i)].assign(w.scalars().begin() + at,
+                                           w.scalars().begin() + at + n);
+        at += n;
+      }
+    }
+  }
+  for (const auto& [vector, round] : rounds) {
+    proto::RangeLedgers::Round* r = out.add_rounds();
+    r->set_vector(vector);
+    r->set_open(round.first);
+    for (const auto& [task, key] : round.second) {
+      r->add_tasks(task);
+      r->add_tasks(key);
+    }
+  }
+  for (const auto& [client, j] : writers) {
+    proto::RangeLedgers::Writer* w = out.add_writers();
+    w->set_client_id(client);
+    w->set_low_seq(j.low);
+    for (uint64_t seq : j.seqs) {
+      if (seq >= j.low) w->add_seqs(seq);
+    }
+    for (const auto& [seq, values] : j.scalars) {
+      if (seq < j.low) continue;
+      w->add_scalar_seqs(seq);
+      w->add_scalar_counts(static_cast<uint32_t>(values.size()));
+      for (double v : values) w->add_scalars(v);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<TableShard::Range>> MergeRanges(
+    const TableShard& shard,
+    absl::Span<const TableShard::Range* const> pieces) {
+  if (pieces.size() < 2) {
+    return absl::InvalidArgumentError("a merge needs two or more ranges");
+  }
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    if (pieces[i]->range().begin != pieces[i - 1]->range().end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot merge keys [", pieces[i - 1]->range().begin, ", ",
+          pieces[i - 1]->range().end, ") with [", pieces[i]->range().begin,
+          ", ", pieces[i]->range().end, "): they are not neighbours"));
+    }
+  }
+  std::unique_ptr<TableShard::Range> merged = shard.NewRange(
+      {pieces.front()->range().begin, pieces.back()->range().end});
+  std::vector<proto::RangeLedgers> ledgers(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    ExportLedgers(*pieces[i], &ledgers[i]);
+  }
+  ImportLedgers(JoinLedgers(ledgers), absl::Now(), merged.get());
+  merged->role = pieces.front()->role;
+  merged->primary = pieces.front()->primary;
+  merged->backups = pieces.front()->backups;
+  RowChunk chunk;
+  for (const TableShard::Range* p : pieces) {
+    std::optional<uint64_t> cursor = 0;
+    while (cursor.has_value()) {
+      cursor = p->store->ExportRows(*cursor, size_t{4} << 20, &chunk);
+      if (chunk.count == 0) continue;
+      absl::Status s = merged->store->ImportRows(chunk);
+      if (!s.ok()) return s;
+    }
+  }
+  return merged;
 }
 
 }  // namespace server_internal

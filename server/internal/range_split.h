@@ -1,5 +1,6 @@
 // Cutting a range a server holds into pieces, in place, when the cluster
-// map splits it (RangeAssignment.split_at; scheduler/splits.h): the rows
+// map splits it (and joining neighbours into one when it merges them,
+// MergeRanges, below) (RangeAssignment.split_at; scheduler/splits.h): the rows
 // (values, handler state, named vectors; a sparse range's cold rows and
 // admission counters too), the client ledger (each piece gets all of it: a
 // write the range applied is applied in every piece it touched, and a
@@ -39,6 +40,23 @@ namespace server_internal {
 absl::StatusOr<std::vector<std::unique_ptr<TableShard::Range>>> SplitRange(
     const TableShard& shard, const TableShard::Range& range,
     absl::Span<const Key> cuts);
+
+// One range holding what `pieces` hold, for a merge of neighbours
+// (RangeAssignment.merge): the pieces, end to end in key order, become
+// [pieces.front().begin, pieces.back().end) with all their rows, their
+// client ledgers joined (a write any piece applied counts as applied: the
+// scheduler merges only across a boundary older than any retry, so no
+// write was cut across it), their task rounds joined (the newest open
+// round of each vector, with the tasks applied in it) and their BSP step
+// parts kept. Role, primary and backups: the first piece's. The pieces are
+// not changed; like SplitRange, the merge copies them once. kInvalidArgument
+// unless there are two or more pieces, end to end; kDataLoss if rows cannot
+// be read back.
+absl::StatusOr<std::unique_ptr<TableShard::Range>> MergeRanges(
+    const TableShard& shard, absl::Span<const TableShard::Range* const> pieces);
+
+// The ledgers of neighbours, joined as MergeRanges joins them.
+proto::RangeLedgers JoinLedgers(absl::Span<const proto::RangeLedgers> parts);
 
 // The rows of `chunk` whose keys lie in [lo, hi), as a chunk of their own
 // (`out` replaced). `width` and `state_width`: the table's.
