@@ -172,15 +172,32 @@ void TwoRangesOnTwoServers(proto::ClusterMap* map, NodeId a, NodeId b) {
   }
 }
 
-TEST_F(TableRegistryTest, AYoungBoundaryIsNotMergedAway) {
-  TwoRangesOnTwoServers(&map_, Server("a"), Server("b"));
+// A merge of table "t"'s two ranges, as psctl merge asks for it.
+proto::SplitRangeRequest MergeOfT() {
   proto::SplitRangeRequest req;
   req.set_table("t");
   req.set_key(10);
   req.set_merge(true);
+  return req;
+}
+
+// `primary`'s report that the range of table 1 from `begin` is quiet.
+proto::ReplicaReadyRequest Quiet(NodeId primary, Key begin, Epoch epoch) {
+  proto::ReplicaReadyRequest quiet;
+  quiet.set_hand_over(true);
+  quiet.set_table_id(1);
+  quiet.set_epoch(epoch);
+  quiet.set_primary(primary);
+  quiet.set_backup(primary);
+  quiet.set_range_begin(begin);
+  return quiet;
+}
+
+TEST_F(TableRegistryTest, AYoungBoundaryIsNotMergedAway) {
+  TwoRangesOnTwoServers(&map_, Server("a"), Server("b"));
   // This scheduler has just started: for all it knows, a write cut on a
   // map without the boundary may still be retried.
-  absl::Status young = tables_.Split(req).status();
+  absl::Status young = tables_.Split(MergeOfT()).status();
   EXPECT_EQ(young.code(), absl::StatusCode::kFailedPrecondition) << young;
   EXPECT_THAT(std::string(young.message()), HasSubstr("--merge_min_age_s"));
   EXPECT_EQ(MergesUnderWay(map_), 0);
@@ -192,34 +209,20 @@ TEST_F(TableRegistryTest, AMergeEndsOnceBothNeighboursReportedQuiet) {
   TableRegistry tables(o, &map_, &members_, &durable_);
   const NodeId a = Server("a"), b = Server("b");
   TwoRangesOnTwoServers(&map_, a, b);
-  proto::SplitRangeRequest req;
-  req.set_table("t");
-  req.set_key(10);
-  req.set_merge(true);
-  absl::StatusOr<proto::SplitRangeReply> r = tables.Split(req);
+  absl::StatusOr<proto::SplitRangeReply> r = tables.Split(MergeOfT());
   ASSERT_OK(r.status());
   EXPECT_EQ(r->begin(), 0u);
   EXPECT_EQ(r->split_at(), 50u);
   EXPECT_EQ(r->end(), 100u);
   const Epoch started = map_.epoch();
-  proto::ReplicaReadyRequest quiet;
-  quiet.set_hand_over(true);
-  quiet.set_table_id(1);
-  quiet.set_epoch(started);
-  quiet.set_backup(b);
-  quiet.set_primary(b);
-  quiet.set_range_begin(50);
   // Only the range's primary reports it quiet.
-  EXPECT_EQ(tables.ReplicaReady(quiet).code(),
+  EXPECT_EQ(tables.ReplicaReady(Quiet(b, 50, started)).code(),
             absl::StatusCode::kFailedPrecondition);
-  quiet.set_primary(a);
-  quiet.set_backup(a);
-  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_OK(tables.ReplicaReady(Quiet(a, 50, started)));
   // One neighbour is not enough.
   EXPECT_EQ(map_.epoch(), started);
   EXPECT_EQ(map_.tables(0).ranges_size(), 2);
-  quiet.set_range_begin(0);
-  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_OK(tables.ReplicaReady(Quiet(a, 0, started)));
   EXPECT_EQ(map_.epoch(), started + 1);
   ASSERT_EQ(map_.tables(0).ranges_size(), 1);
   EXPECT_EQ(map_.tables(0).ranges(0).end(), 100u);
@@ -236,30 +239,16 @@ TEST_F(TableRegistryTest, AQuietReportCountsOnlyWhileItsServerIsThePrimary) {
   TableRegistry tables(o, &map_, &members_, &durable_);
   const NodeId a = Server("a"), b = Server("b");
   TwoRangesOnTwoServers(&map_, a, b);
-  proto::SplitRangeRequest req;
-  req.set_table("t");
-  req.set_key(10);
-  req.set_merge(true);
-  ASSERT_OK(tables.Split(req).status());
-  proto::ReplicaReadyRequest quiet;
-  quiet.set_hand_over(true);
-  quiet.set_table_id(1);
-  quiet.set_epoch(map_.epoch());
-  quiet.set_primary(a);
-  quiet.set_backup(a);
-  quiet.set_range_begin(0);
-  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_OK(tables.Split(MergeOfT()).status());
+  const Epoch epoch = map_.epoch();
+  ASSERT_OK(tables.ReplicaReady(Quiet(a, 0, epoch)));
   // b takes the lower range over (its holders stay a and b).
   proto::RangeAssignment* lower = map_.mutable_tables(0)->mutable_ranges(0);
   lower->set_primary(b);
   lower->set_replicas(0, a);
-  quiet.set_range_begin(50);
-  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_OK(tables.ReplicaReady(Quiet(a, 50, epoch)));
   EXPECT_EQ(map_.tables(0).ranges_size(), 2) << "a's report counted for b";
-  quiet.set_primary(b);
-  quiet.set_backup(b);
-  quiet.set_range_begin(0);
-  ASSERT_OK(tables.ReplicaReady(quiet));
+  ASSERT_OK(tables.ReplicaReady(Quiet(b, 0, epoch)));
   ASSERT_EQ(map_.tables(0).ranges_size(), 1);
   EXPECT_EQ(map_.tables(0).ranges(0).primary(), b);
 }

@@ -23,8 +23,28 @@
 namespace downpour {
 namespace {
 
+enum class Victim { kPrimary, kBackup, kScheduler };
+
 class SplitTest : public ExactClusterTest {
  protected:
+  // kill -9 of `victim`: the scheduler (restarted at once), or the
+  // primary or first backup of range `a`.
+  void Kill(Victim victim, const proto::RangeAssignment& a) {
+    if (victim == Victim::kScheduler) {
+      std::cout << "kill -9 the scheduler" << std::endl;
+      cluster_->scheduler().Signal(SIGKILL);
+      EXPECT_OK(cluster_->scheduler().Wait(absl::Seconds(10)));
+      ASSERT_OK(cluster_->RestartScheduler());
+      return;
+    }
+    ASSERT_GT(a.replicas_size(), 0);
+    const int index =
+        IndexOf(victim == Victim::kPrimary ? a.primary() : a.replicas(0));
+    ASSERT_GE(index, 0);
+    std::cout << "kill -9 server-" << index << std::endl;
+    cluster_->server(index).Signal(SIGKILL);
+    EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
+  }
   absl::StatusOr<proto::SplitRangeReply> Split(const std::string& table,
                                                Key key) {
     proto::SplitRangeRequest req;
@@ -77,7 +97,17 @@ TEST_F(SplitTest, RangesSplitWhileWritesGoOnAndBadSplitsAreRefused) {
 
 // kill -9 while the range is fenced: its primary reports it quiet a while
 // late (--inject_handover_delay_ms), and the victim dies meanwhile.
-enum class Victim { kPrimary, kBackup, kScheduler };
+
+std::string VictimName(const ::testing::TestParamInfo<Victim>& info) {
+  switch (info.param) {
+    case Victim::kPrimary:
+      return "Primary";
+    case Victim::kBackup:
+      return "Backup";
+    default:
+      return "Scheduler";
+  }
+}
 
 class KillDuringASplitTest : public SplitTest,
                              public ::testing::WithParamInterface<Victim> {};
@@ -100,20 +130,7 @@ TEST_P(KillDuringASplitTest, NothingIsLost) {
                            },
                            absl::Seconds(30)));
   const proto::RangeAssignment* a = RangeOf(map, "dense", 500);
-  if (victim == Victim::kScheduler) {
-    std::cout << "kill -9 the scheduler" << std::endl;
-    cluster_->scheduler().Signal(SIGKILL);
-    EXPECT_OK(cluster_->scheduler().Wait(absl::Seconds(10)));
-    ASSERT_OK(cluster_->RestartScheduler());
-  } else {
-    ASSERT_GT(a->replicas_size(), 0);
-    const int index =
-        IndexOf(victim == Victim::kPrimary ? a->primary() : a->replicas(0));
-    ASSERT_GE(index, 0);
-    std::cout << "kill -9 server-" << index << std::endl;
-    cluster_->server(index).Signal(SIGKILL);
-    EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
-  }
+  ASSERT_NO_FATAL_FAILURE(Kill(victim, *a));
   // The writers go on: the split is called off (a holder died) or done.
   AwaitWrites(2000);
   ASSERT_OK(AwaitMap(
@@ -133,16 +150,7 @@ TEST_P(KillDuringASplitTest, NothingIsLost) {
 INSTANTIATE_TEST_SUITE_P(Victims, KillDuringASplitTest,
                          ::testing::Values(Victim::kPrimary, Victim::kBackup,
                                            Victim::kScheduler),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case Victim::kPrimary:
-                               return "Primary";
-                             case Victim::kBackup:
-                               return "Backup";
-                             default:
-                               return "Scheduler";
-                           }
-                         });
+                         VictimName);
 
 TEST_F(SplitTest, NeighboursMergeWhileWritesGoOnAndBadMergesAreRefused) {
   // Two servers and two holders a range: every range on both servers.
@@ -219,20 +227,7 @@ TEST_P(KillDuringAMergeTest, NothingIsLost) {
           },
           absl::Seconds(30)));
   const proto::RangeAssignment* a = RangeOf(map, "dense", 100);
-  if (victim == Victim::kScheduler) {
-    std::cout << "kill -9 the scheduler" << std::endl;
-    cluster_->scheduler().Signal(SIGKILL);
-    EXPECT_OK(cluster_->scheduler().Wait(absl::Seconds(10)));
-    ASSERT_OK(cluster_->RestartScheduler());
-  } else {
-    ASSERT_GT(a->replicas_size(), 0);
-    const int index =
-        IndexOf(victim == Victim::kPrimary ? a->primary() : a->replicas(0));
-    ASSERT_GE(index, 0);
-    std::cout << "kill -9 server-" << index << std::endl;
-    cluster_->server(index).Signal(SIGKILL);
-    EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
-  }
+  ASSERT_NO_FATAL_FAILURE(Kill(victim, *a));
   // The writers go on: the merge is called off (a holder died) or done.
   AwaitWrites(2000);
   ASSERT_OK(AwaitMap(
@@ -252,16 +247,7 @@ TEST_P(KillDuringAMergeTest, NothingIsLost) {
 INSTANTIATE_TEST_SUITE_P(Victims, KillDuringAMergeTest,
                          ::testing::Values(Victim::kPrimary, Victim::kBackup,
                                            Victim::kScheduler),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case Victim::kPrimary:
-                               return "Primary";
-                             case Victim::kBackup:
-                               return "Backup";
-                             default:
-                               return "Scheduler";
-                           }
-                         });
+                         VictimName);
 
 // Cold neighbours merge: with four ranges a table and writes to the
 // first keys only, the scheduler merges the cold ranges (one pair at a
