@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <iostream>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/test_util.h"
 
 namespace downpour {
@@ -67,45 +69,45 @@ bool Settled(const proto::ClusterMap& map, int replicas) {
   return true;
 }
 
-absl::Status MergeAndAwait(SchedulerClient& sched, const std::string& table,
-                           Key at, absl::Duration timeout) {
+namespace {
+
+// Asks the scheduler for `req` (a split or a merge) until the map shows it
+// `done` at key `watch`, or refuses it for good. Busy refusals
+// (UNAVAILABLE) and changes called off (no longer `under_way`) are asked
+// again. FAILED_PRECONDITION is also the answer when the change is done
+// already: the map says which.
+absl::Status AskAndAwait(
+    SchedulerClient& sched, const proto::SplitRangeRequest& req,
+    const std::string& what, Key watch,
+    absl::FunctionRef<bool(const proto::RangeAssignment&)> done,
+    absl::FunctionRef<bool(const proto::RangeAssignment&)> under_way,
+    absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  const std::string what = absl::StrCat("the merge of '", table, "' at ", at);
-  proto::SplitRangeRequest req;
-  req.set_table(table);
-  req.set_key(at - 1);
-  req.set_merge(true);
-  // Asked once and then called off: a refusal may mean that the merge was
-  // done in the meantime, which the map tells.
-  bool asked_before = false;
-  {
-    absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
-    if (!map.ok()) return map.status();
-    const proto::RangeAssignment* r = RangeOf(*map, table, at);
-    if (r != nullptr && r->begin() != at) return absl::OkStatus();
-  }
+  proto::ClusterMap map;  // the last one read; `watched` points into it
+  auto watched = [&]() -> absl::StatusOr<const proto::RangeAssignment*> {
+    DP_ASSIGN_OR_RETURN(map, sched.GetClusterMap());
+    const proto::RangeAssignment* r = RangeOf(map, req.table(), watch);
+    if (r == nullptr) {
+      return absl::NotFoundError(absl::StrCat(what, ": no range holds it"));
+    }
+    return r;
+  };
+  DP_ASSIGN_OR_RETURN(const proto::RangeAssignment* first, watched());
+  if (done(*first)) return absl::OkStatus();
   while (absl::Now() < deadline) {
     const absl::Status asked = sched.SplitRange(req).status();
     if (asked.code() == absl::StatusCode::kUnavailable) {
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }
-    if (!asked.ok() &&
-        (!asked_before ||
-         asked.code() != absl::StatusCode::kFailedPrecondition)) {
+    if (!asked.ok() && asked.code() != absl::StatusCode::kFailedPrecondition) {
       return asked;
     }
-    asked_before = true;
     for (;;) {
-      absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
-      if (!map.ok()) return map.status();
-      const proto::RangeAssignment* r = RangeOf(*map, table, at);
-      if (r == nullptr) {
-        return absl::NotFoundError(absl::StrCat(what, ": no range holds it"));
-      }
-      if (r->begin() != at) return absl::OkStatus();
+      DP_ASSIGN_OR_RETURN(const proto::RangeAssignment* r, watched());
+      if (done(*r)) return absl::OkStatus();
       if (!asked.ok()) return asked;
-      if (r->merge() != proto::RangeAssignment::MERGE_WITH_PREVIOUS) break;
+      if (!under_way(*r)) break;  // called off
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             what, ": not done within ", absl::FormatDuration(timeout)));
@@ -119,45 +121,33 @@ absl::Status MergeAndAwait(SchedulerClient& sched, const std::string& table,
                    absl::FormatDuration(timeout)));
 }
 
+}  // namespace
+
+absl::Status MergeAndAwait(SchedulerClient& sched, const std::string& table,
+                           Key at, absl::Duration timeout) {
+  proto::SplitRangeRequest req;
+  req.set_table(table);
+  req.set_key(at - 1);
+  req.set_merge(true);
+  return AskAndAwait(
+      sched, req, absl::StrCat("the merge of '", table, "' at ", at), at,
+      [&](const proto::RangeAssignment& r) { return r.begin() != at; },
+      [](const proto::RangeAssignment& r) {
+        return r.merge() == proto::RangeAssignment::MERGE_WITH_PREVIOUS;
+      },
+      timeout);
+}
+
 absl::Status SplitAndAwait(SchedulerClient& sched, const std::string& table,
                            Key key, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  const std::string what = absl::StrCat("the split of '", table, "' at ", key);
   proto::SplitRangeRequest req;
   req.set_table(table);
   req.set_key(key);
-  while (absl::Now() < deadline) {
-    const absl::Status asked = sched.SplitRange(req).status();
-    if (asked.code() == absl::StatusCode::kUnavailable) {
-      absl::SleepFor(absl::Milliseconds(50));
-      continue;
-    }
-    // FAILED_PRECONDITION is also the answer when a range begins at `key`
-    // already: the map says which.
-    if (!asked.ok() && asked.code() != absl::StatusCode::kFailedPrecondition) {
-      return asked;
-    }
-    for (;;) {
-      absl::StatusOr<proto::ClusterMap> map = sched.GetClusterMap();
-      if (!map.ok()) return map.status();
-      const proto::RangeAssignment* r = RangeOf(*map, table, key);
-      if (r == nullptr) {
-        return absl::NotFoundError(absl::StrCat(what, ": no range holds it"));
-      }
-      if (r->begin() == key) return absl::OkStatus();
-      if (!asked.ok()) return asked;
-      if (r->split_at() != key) break;  // called off
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            what, ": not done within ", absl::FormatDuration(timeout)));
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    std::cout << what << " called off; asking again" << std::endl;
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat(what, ": still refused as busy or called off after ",
-                   absl::FormatDuration(timeout)));
+  return AskAndAwait(
+      sched, req, absl::StrCat("the split of '", table, "' at ", key), key,
+      [&](const proto::RangeAssignment& r) { return r.begin() == key; },
+      [&](const proto::RangeAssignment& r) { return r.split_at() == key; },
+      timeout);
 }
 
 void ExactClusterTest::Start(int servers,

@@ -45,6 +45,19 @@ class SplitTest : public ExactClusterTest {
     cluster_->server(index).Signal(SIGKILL);
     EXPECT_OK(cluster_->server(index).Wait(absl::Seconds(10)));
   }
+  // Kill, then: the writers go on while the split or merge under way is
+  // called off (a holder died) or done, every range comes back in sync,
+  // and every write is exact.
+  void KillAndSettle(Victim victim, const proto::RangeAssignment& a) {
+    ASSERT_NO_FATAL_FAILURE(Kill(victim, a));
+    AwaitWrites(2000);
+    ASSERT_OK(AwaitMap(
+                  "nothing under way, every range in sync",
+                  [](const proto::ClusterMap& m) { return Settled(m, 2); },
+                  absl::Seconds(60))
+                  .status());
+    StopAndCheck("after the kill");
+  }
   absl::StatusOr<proto::SplitRangeReply> Split(const std::string& table,
                                                Key key) {
     proto::SplitRangeRequest req;
@@ -130,15 +143,7 @@ TEST_P(KillDuringASplitTest, NothingIsLost) {
                            },
                            absl::Seconds(30)));
   const proto::RangeAssignment* a = RangeOf(map, "dense", 500);
-  ASSERT_NO_FATAL_FAILURE(Kill(victim, *a));
-  // The writers go on: the split is called off (a holder died) or done.
-  AwaitWrites(2000);
-  ASSERT_OK(AwaitMap(
-                "no split under way, every range in sync",
-                [](const proto::ClusterMap& m) { return Settled(m, 2); },
-                absl::Seconds(60))
-                .status());
-  StopAndCheck("after the kill");
+  ASSERT_NO_FATAL_FAILURE(KillAndSettle(victim, *a));
   // And the range can be split afterwards (if the first split had not
   // finished before the kill).
   writes_->Start(4, 3);
@@ -227,15 +232,7 @@ TEST_P(KillDuringAMergeTest, NothingIsLost) {
           },
           absl::Seconds(30)));
   const proto::RangeAssignment* a = RangeOf(map, "dense", 100);
-  ASSERT_NO_FATAL_FAILURE(Kill(victim, *a));
-  // The writers go on: the merge is called off (a holder died) or done.
-  AwaitWrites(2000);
-  ASSERT_OK(AwaitMap(
-                "no merge under way, every range in sync",
-                [](const proto::ClusterMap& m) { return Settled(m, 2); },
-                absl::Seconds(60))
-                .status());
-  StopAndCheck("after the kill");
+  ASSERT_NO_FATAL_FAILURE(KillAndSettle(victim, *a));
   // And the neighbours merge afterwards (if the first merge had not
   // finished before the kill).
   writes_->Start(4, 6);
