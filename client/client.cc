@@ -8,7 +8,6 @@
 #include <limits>
 #include <map>
 #include <random>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/open_writes.h"
 #include "client/internal/vector_request.h"
 #include "client/split_by_owner.h"
 #include "cluster/cluster_map.h"
@@ -581,23 +581,15 @@ class ClientImpl final : public Client {
   // Exactly once across retries: this client's random id, and the writes it
   // may still retry (a server forgets those below the smallest).
   const uint64_t client_id_ = RandomId();
-  absl::Mutex seq_mu_;
-  uint64_t next_seq_ ABSL_GUARDED_BY(seq_mu_) = 1;
-  std::set<uint64_t> open_seqs_ ABSL_GUARDED_BY(seq_mu_);
-  uint64_t OpenSeq() ABSL_LOCKS_EXCLUDED(seq_mu_) {
-    absl::MutexLock lock(&seq_mu_);
-    const uint64_t seq = next_seq_++;
-    open_seqs_.insert(seq);
-    return seq;
-  }
-  void CloseSeq(uint64_t seq) ABSL_LOCKS_EXCLUDED(seq_mu_) {
-    if (seq == 0) return;
-    absl::MutexLock lock(&seq_mu_);
-    open_seqs_.erase(seq);
-  }
-  uint64_t LowSeq() ABSL_LOCKS_EXCLUDED(seq_mu_) {
-    absl::MutexLock lock(&seq_mu_);
-    return open_seqs_.empty() ? next_seq_ : *open_seqs_.begin();
+  OpenWrites open_writes_;
+  // A write's part holds its number while it is in flight: a new number at
+  // its first send; a part cut from a retried one holds that one's number.
+  void HoldSeq(Part* part) {
+    if (part->seq == 0) {
+      part->seq = open_writes_.Open();
+    } else {
+      open_writes_.Retain(part->seq);
+    }
   }
 };
 
@@ -1093,7 +1085,8 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   const proto::NodeInfo* node = map.FindNode(part.server);
   if (node == nullptr || node->state() != proto::ALIVE) {
     // No live server holds the range (a failover would have named one).
-    CloseSeq(part.seq);
+    // The part holds no number yet: a retried part's number is released
+    // by the retry.
     op->Fail(WithReason(absl::UnavailableError(absl::StrCat(
                             Describe(*op, part), ": server ", part.server,
                             node == nullptr ? " is unknown" : " is dead",
@@ -1119,10 +1112,10 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
   h.set_round(op->round);
   h.set_task_id(op->task);
   if (writes) {
-    if (part.seq == 0) part.seq = OpenSeq();
+    HoldSeq(&part);
     h.set_client_id(client_id_);
     h.set_seq(part.seq);
-    h.set_low_seq(LowSeq());
+    h.set_low_seq(open_writes_.Low());
   }
   if (part.range_end > 0) {
     h.set_batch_range_begin(part.range_begin);
@@ -1198,10 +1191,10 @@ void ClientImpl::SendVector(const std::shared_ptr<OpState>& op, Part part,
   if (op->vector->writes()) {
     // Each range records its part under this number and answers a retry
     // with its first result instead of running it again.
-    if (part.seq == 0) part.seq = OpenSeq();
+    HoldSeq(&part);
     req.header.set_client_id(client_id_);
     req.header.set_seq(part.seq);
-    req.header.set_low_seq(LowSeq());
+    req.header.set_low_seq(open_writes_.Low());
   }
   op->Hold();  // for the reply
   CountSent(req);
@@ -1238,12 +1231,14 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
       // part does, so it is not sent again (it would only hold the caller
       // until the deadline).
       if (op->failed()) {
-        CloseSeq(again.seq);
+        open_writes_.Close(again.seq);
         op->Release();
         return;
       }
       RefreshMap();
+      // The parts cut from it hold its number now (HoldSeq).
       Route(op, &again);
+      open_writes_.Close(again.seq);
       op->Release();
     });
   };
@@ -1255,13 +1250,13 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
   if (!outcome.ok()) {
     const bool may_retry = absl::Now() < op->deadline && !shutting_down_.load();
     if (may_retry && Retriable(outcome)) return retry(outcome);
-    CloseSeq(part.seq);
+    open_writes_.Close(part.seq);
     op->Fail(Annotate(outcome, context()));
     op->Release();
     return;
   }
   const proto::DataHeader& h = reply->header;
-  CloseSeq(part.seq);
+  open_writes_.Close(part.seq);
   if (op->vector != nullptr) {
     absl::MutexLock lock(&op->vector->mu);
     op->vector->partials[part.begin].assign(h.scalars().begin(),

@@ -121,7 +121,8 @@ struct TableOptions {
   // Sparse tables: bounded memory (docs/ARCHITECTURE.md, "Bounded sparse
   // tables"). Absent: rows are created on first write and kept for ever.
   struct Bounds {
-    // The table's row cap, split evenly over its ranges; or a cap in bytes
+    // The table's row cap, split over its ranges by their share of the key
+    // space (evenly at first; ids are expected hashed); or a cap in bytes
     // (values, handler state and about 32 bytes of index per row). One of
     // the two, unless only a TTL or admission bounds the table.
     int64_t max_rows = 0;

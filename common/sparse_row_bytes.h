@@ -1,7 +1,7 @@
 // What a row of a bounded sparse table costs, and how a table's row cap
-// (TableSpec.bounds) is split over its ranges: one formula for the
-// scheduler (which checks caps against the servers' memory) and the servers
-// (which keep them). Pure; thread-safe.
+// (TableSpec.bounds) is split over its ranges by their share of the key
+// space: one formula for the scheduler (which checks caps against the
+// servers' memory) and the servers (which keep them). Pure; thread-safe.
 #ifndef DOWNPOUR_COMMON_SPARSE_ROW_BYTES_H_
 #define DOWNPOUR_COMMON_SPARSE_ROW_BYTES_H_
 
@@ -22,19 +22,44 @@ inline constexpr uint64_t SparseRowBytes(size_t width, size_t state_width) {
          kSparseRowOverheadBytes;
 }
 
-// The rows one range of a table with `num_ranges` ranges may hold: the
-// table's cap (`max_rows`, or `max_bytes` of SparseRowBytes rows; 0: none)
-// split evenly, rounded up. 0: no cap.
-inline constexpr uint64_t RangeRowCap(uint64_t max_rows, uint64_t max_bytes,
-                                      size_t width, size_t state_width,
-                                      size_t num_ranges) {
-  const uint64_t cap =
-      max_rows > 0
-          ? max_rows
-          : (max_bytes > 0 ? max_bytes / SparseRowBytes(width, state_width)
-                           : 0);
-  const uint64_t n = num_ranges == 0 ? 1 : num_ranges;
-  return cap == 0 ? 0 : cap / n + (cap % n != 0 ? 1 : 0);
+// A table's cap in rows: `max_rows`, or `max_bytes` of SparseRowBytes
+// rows (0: no cap).
+inline constexpr uint64_t TableRowCap(uint64_t max_rows, uint64_t max_bytes,
+                                      size_t width, size_t state_width) {
+  return max_rows > 0
+             ? max_rows
+             : (max_bytes > 0 ? max_bytes / SparseRowBytes(width, state_width)
+                              : 0);
+}
+
+// The part of a table-wide `total` (a row cap, admission counters) that a
+// range of `extent` keys of the table's `key_space` keys holds: its share
+// of the key space, rounded up, at least 1 (0 when `total` or `extent` is
+// 0). The share follows the keys, not the number of ranges, so that the
+// parts still add up to the table's total however its ranges were split
+// and merged; it assumes ids spread over the key space, as hashed ids do.
+// The initial ranges are the key space cut evenly (scheduler/placement.h),
+// each `total / n` rounded up: a tolerance of 2^-20 of a row absorbs the
+// rounding of their cuts.
+inline uint64_t KeySpaceShare(uint64_t total, uint64_t extent,
+                              uint64_t key_space) {
+  if (total == 0 || extent == 0 || key_space == 0) return 0;
+  if (extent >= key_space) return total;
+  using u128 = unsigned __int128;
+  const u128 scaled = static_cast<u128>(total) * extent;
+  const u128 slack = static_cast<u128>(key_space) >> 20;
+  const u128 rows =
+      scaled <= slack ? 0 : (scaled - slack + key_space - 1) / key_space;
+  return rows == 0 ? 1 : static_cast<uint64_t>(rows);
+}
+
+// The rows a range of `extent` keys of a sparse table's key space may
+// hold (0: no cap).
+inline uint64_t RangeRowCap(uint64_t max_rows, uint64_t max_bytes, size_t width,
+                            size_t state_width, uint64_t extent,
+                            uint64_t key_space) {
+  return KeySpaceShare(TableRowCap(max_rows, max_bytes, width, state_width),
+                       extent, key_space);
 }
 
 }  // namespace downpour

@@ -39,13 +39,13 @@
 // [KEY, end), on the same servers, while the job runs (balancing may then
 // move a half); psctl waits until the map lists the halves (at most
 // --timeout_s). A range of one key, a key that already begins a range and
-// a bounded sparse table are refused.
+// a cut of a bounded sparse table's range far from its middle are refused.
 //
 // merge joins the key range of TABLE holding KEY with the range after it,
 // in place, when both are held by the same servers; psctl waits until the
-// map lists one range (at most --timeout_s). Bounded sparse tables, tables
-// that aggregate BSP steps and boundaries younger than the scheduler's
-// --merge_min_age_s are refused.
+// map lists one range (at most --timeout_s). Tables that aggregate BSP
+// steps and boundaries younger than the scheduler's --merge_min_age_s are
+// refused.
 //
 // retire removes the worker of rank RANK from a running ASP or SSP job for
 // good: it finishes its step, leaves (its rank retires: it gates nobody,

@@ -69,8 +69,10 @@ uint64_t RangeBytes(const proto::TableSpec& spec, Key begin, Key end) {
 }
 
 namespace {
-// A bounded sparse table's bytes per range (0: not bounded by a cap).
-uint64_t SparseRangeBytes(const proto::TableMap& table) {
+// The bytes of a bounded sparse table's range `r` (0: not bounded by a
+// cap).
+uint64_t SparseRangeBytes(const proto::TableMap& table,
+                          const proto::RangeAssignment& r) {
   const proto::TableSpec& spec = table.spec();
   if (spec.kind() != proto::SPARSE || !spec.has_bounds()) return 0;
   uint64_t state = 0;
@@ -81,7 +83,8 @@ uint64_t SparseRangeBytes(const proto::TableMap& table) {
   const uint64_t rows = RangeRowCap(
       static_cast<uint64_t>(std::max<int64_t>(0, spec.bounds().max_rows())),
       static_cast<uint64_t>(std::max<int64_t>(0, spec.bounds().max_bytes())),
-      spec.width(), state, std::max(1, table.ranges_size()));
+      spec.width(), state, r.end() > r.begin() ? r.end() - r.begin() : 0,
+      kKeySpaceEnd);
   return SatMul(rows, SparseRowBytes(spec.width(), state));
 }
 }  // namespace
@@ -91,7 +94,7 @@ uint64_t HeldBytes(const proto::TableMap& table,
   if (table.spec().kind() == proto::DENSE) {
     return SatMul(r.end() - r.begin(), TableRowBytes(table.spec()));
   }
-  return SparseRangeBytes(table);
+  return SparseRangeBytes(table, r);
 }
 
 absl::flat_hash_map<NodeId, uint64_t> CommittedBytes(

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace downpour {
 namespace {
@@ -60,12 +61,34 @@ std::vector<NodeId> Holders(const proto::RangeAssignment& r) {
   return h;
 }
 
+// Why cutting `r`, a range of a table with `spec`, at `key` leaves a piece
+// too small (empty: it does not). A bounded sparse table's pieces keep row
+// caps by their share of the key space (common/sparse_row_bytes.h), which
+// fits ids spread over it (hashed); a cut far from the middle would leave a
+// piece a sliver of the range's cap while, with ids that are not spread,
+// it may get most of the rows.
+std::string UnevenCut(const proto::TableSpec& spec,
+                      const proto::RangeAssignment& r, Key key) {
+  if (!Bounded(spec) || key <= r.begin() || key >= r.end()) return "";
+  const uint64_t extent = r.end() - r.begin();
+  const uint64_t piece = std::min(key - r.begin(), r.end() - key);
+  // At least a share of 1/kMinBoundedPieceShare (rounded up), without
+  // overflow at the key space's end.
+  if (piece >= extent / kMinBoundedPieceShare +
+                   (extent % kMinBoundedPieceShare != 0 ? 1 : 0)) {
+    return "";
+  }
+  return absl::StrFormat(
+      "the table is bounded, and a piece's row cap follows its share of the "
+      "key space: a piece would keep %.2g%% of the range's cap, under 1/%d "
+      "(split nearer the middle; ids are expected spread over the key "
+      "space, hashed)",
+      100.0 * static_cast<double>(piece) / static_cast<double>(extent),
+      kMinBoundedPieceShare);
+}
+
 // Why the table's ranges are never merged (empty: they may be).
 std::string Unmergeable(const proto::TableSpec& spec) {
-  if (Bounded(spec)) {
-    return "it is a bounded sparse table, whose row cap is divided over its "
-           "ranges";
-  }
   if (spec.sync_workers() > 0) {
     return "it aggregates BSP steps, whose clocks are kept per pushed part; "
            "merging such ranges is not built";
@@ -106,12 +129,6 @@ absl::StatusOr<proto::RangeAssignment> StartSplit(proto::ClusterMap* map,
     return absl::NotFoundError(absl::StrCat("split: no table ", table));
   }
   const std::string& name = t->spec().name();
-  if (Bounded(t->spec())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "split table '", name,
-        "': it is a bounded sparse table, whose row cap is divided over its "
-        "ranges; its ranges are not split"));
-  }
   for (proto::RangeAssignment& r : *t->mutable_ranges()) {
     if (key < r.begin() || key >= r.end()) continue;
     if (r.end() - r.begin() == 1) {
@@ -127,6 +144,12 @@ absl::StatusOr<proto::RangeAssignment> StartSplit(proto::ClusterMap* map,
           ": the key already begins "
           "the range [",
           r.begin(), ", ", r.end(), "); name a key inside a range"));
+    }
+    const std::string uneven = UnevenCut(t->spec(), r, key);
+    if (!uneven.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("split table '", name, "' keys [", r.begin(), ", ",
+                       r.end(), ") at key ", key, ": ", uneven));
     }
     if (t->ranges_size() >= kMaxRangesPerTable) {
       return absl::ResourceExhaustedError(
@@ -284,7 +307,7 @@ std::optional<SplitChoice> PickSplit(
   std::optional<SplitChoice> best;
   uint64_t best_weight = 0;
   for (const proto::TableMap& t : map.tables()) {
-    if (Bounded(t.spec()) || t.ranges_size() >= kMaxRangesPerTable) continue;
+    if (t.ranges_size() >= kMaxRangesPerTable) continue;
     for (const proto::RangeAssignment& r : t.ranges()) {
       const bool held = r.primary() == busiest ||
                         std::find(r.replicas().begin(), r.replicas().end(),
@@ -292,7 +315,7 @@ std::optional<SplitChoice> PickSplit(
       if (!held || !Busy(map, r).empty()) continue;
       auto k = split_keys.find({t.spec().id(), r.begin()});
       if (k == split_keys.end() || k->second <= r.begin() ||
-          k->second >= r.end()) {
+          k->second >= r.end() || !UnevenCut(t.spec(), r, k->second).empty()) {
         continue;
       }
       const uint64_t w = weight(t, r);

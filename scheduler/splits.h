@@ -11,6 +11,9 @@
 //      R's primary and backups. Each holder cuts what it holds of R in two
 //      (rows, client ledger, BSP step clocks); nothing is copied between
 //      servers, so R's r copies exist throughout.
+// A bounded sparse table's pieces keep row caps by their share of the key
+// space (common/sparse_row_bytes.h), so its ranges are cut only near their
+// middle (kMinBoundedPieceShare).
 // Only a range with all its holders in sync and nothing else under way (no
 // move, handover, copy to a new backup, loss) is split, and a split is
 // cancelled (CancelStaleSplits) as soon as that stops being so, or when its
@@ -21,11 +24,10 @@
 // marks both ranges (RangeAssignment.merge), each primary fences its range
 // and reports it quiet, and FinishMerge, once both have, lists the one
 // range. Only neighbours held by the same servers, all in sync, are
-// merged, never those of a bounded sparse table or of one that aggregates
-// BSP steps, and the caller merges only across a boundary older than any
-// write a client may still retry (a write cut across it would read as
-// applied in the merged range when only one half applied it; see
-// docs/ARCHITECTURE.md "Merging ranges").
+// merged, never those of a table that aggregates BSP steps, and the caller
+// merges only across a boundary older than any write a client may still retry
+// (a write cut across it would read as applied in the merged range when only
+// one half applied it; see docs/ARCHITECTURE.md "Merging ranges").
 //
 // Thread-compatible; no I/O.
 #ifndef DOWNPOUR_SCHEDULER_SPLITS_H_
@@ -45,6 +47,9 @@ namespace downpour {
 
 // Ranges a table may be split into (by psctl split and by load).
 inline constexpr int kMaxRangesPerTable = 1024;
+// A bounded sparse table's range is split only where each piece keeps at
+// least 1/kMinBoundedPieceShare of its keys (and so of its row cap).
+inline constexpr int kMinBoundedPieceShare = 8;
 
 // Starts splitting the range of table `table` that holds `key` at `key`.
 // Returns the range as it now stands (split_at set). Errors as

@@ -169,7 +169,8 @@ void ExactClusterTest::Start(int servers,
   ClientOptions co;
   co.scheduler_address = cluster_->scheduler_address();
   ASSERT_OK_AND_ASSIGN(client_, Client::Connect(co));
-  ASSERT_OK_AND_ASSIGN(tables_, CreateExactTables(client_.get()));
+  ASSERT_OK_AND_ASSIGN(
+      tables_, CreateExactTables(client_.get(), 3000, 500, sparse_bounds_));
   writes_ =
       std::make_unique<ExactWrites>(cluster_->scheduler_address(), tables_);
 }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,8 @@ class ExactClusterTest : public ::testing::Test {
   // Stops the writers: none failed, every row exact.
   void StopAndCheck(const std::string& when);
 
+  // Bounds of the exact "sparse" table, if set before Start.
+  std::optional<TableOptions::Bounds> sparse_bounds_;
   std::string dir_;
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<SchedulerClient> sched_;

@@ -12,9 +12,9 @@ Key SparseExactKey(int i) {
   return (static_cast<Key>(i) * 0x9E3779B97F4A7C15ull) % (kKeySpaceEnd - 1);
 }
 
-absl::StatusOr<ExactTables> CreateExactTables(Client* client,
-                                              uint64_t dense_keys,
-                                              int sparse_keys) {
+absl::StatusOr<ExactTables> CreateExactTables(
+    Client* client, uint64_t dense_keys, int sparse_keys,
+    std::optional<TableOptions::Bounds> sparse_bounds) {
   ExactTables t;
   t.dense_keys = dense_keys;
   t.sparse_keys = sparse_keys;
@@ -30,6 +30,7 @@ absl::StatusOr<ExactTables> CreateExactTables(Client* client,
   s.sparse = true;
   s.width = t.width;
   s.handler = "sum";
+  s.bounds = std::move(sparse_bounds);
   DP_ASSIGN_OR_RETURN(t.sparse, client->CreateTable(s));
   return t;
 }

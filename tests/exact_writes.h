@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,10 +44,12 @@ struct ExactTables {
 Key SparseExactKey(int i);
 
 // Declares "dense" (`dense_keys` rows) and "sparse" with the "sum" rule,
-// width 4 (kAlreadyExists etc. as Client::CreateTable).
-absl::StatusOr<ExactTables> CreateExactTables(Client* client,
-                                              uint64_t dense_keys = 3000,
-                                              int sparse_keys = 500);
+// width 4, "sparse" with `sparse_bounds` if given (kAlreadyExists etc. as
+// Client::CreateTable). Sums stay exact under bounds only with a cold tier
+// (evicted rows come back) and admit_after 1 (adds create rows at once).
+absl::StatusOr<ExactTables> CreateExactTables(
+    Client* client, uint64_t dense_keys = 3000, int sparse_keys = 500,
+    std::optional<TableOptions::Bounds> sparse_bounds = std::nullopt);
 
 class ExactWrites {
  public:

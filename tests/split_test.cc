@@ -7,7 +7,9 @@
 // range whose keys are hot at one end is split by the scheduler itself.
 // Merges of neighbours (psctl merge's call) are checked the same way: under
 // exactly-once writers, and with kill -9 while both ranges are fenced; with
-// --balance=load, cold neighbours are merged by the scheduler itself.
+// --balance=load, cold neighbours are merged by the scheduler itself. A
+// bounded sparse table (with a cold tier) is split and merged under the
+// same writers, each piece keeping its share of the cap.
 #include <signal.h>
 
 #include <iostream>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cluster/server_admin_client.h"
+#include "common/sparse_row_bytes.h"
 #include "common/test_util.h"
 #include "proto/downpour.pb.h"
 #include "tests/cluster_fixture.h"
@@ -284,6 +288,90 @@ TEST_F(SplitTest, ColdNeighboursAreMergedByLoad) {
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i], static_cast<float>(adds)) << "float " << i;
   }
+}
+
+// A bounded sparse table with a cold tier (rows evicted to the tier come
+// back, so every sum stays exact): a range split in its middle and merged
+// back while writes go on, then the primary of its holders killed. Each
+// piece keeps its share of the table's cap (common/sparse_row_bytes.h) on
+// every holder, and a cut far from the middle is refused.
+TEST_F(SplitTest, ABoundedTableIsSplitAndMergedWithItsCap) {
+  constexpr int64_t kCap = 200;  // of 500 keys: rows go to the tier always
+  TableOptions::Bounds bounds;
+  bounds.max_rows = kCap;
+  bounds.eviction = "lru";
+  bounds.cold_tier = true;
+  sparse_bounds_ = bounds;
+  Start(3, {"--replicas=2", "--merge_min_age_s=0"}, {}, /*durable=*/true);
+  // Each server's cap: its ranges' shares of the key space.
+  auto check_caps = [&](const std::string& when) {
+    proto::ClusterMap map = Map();
+    const proto::TableMap* t = TableNamed(map, "sparse");
+    ASSERT_NE(t, nullptr);
+    for (const proto::NodeInfo& n : map.nodes()) {
+      if (n.role() != proto::SERVER || n.state() != proto::ALIVE) continue;
+      uint64_t cap = 0;
+      for (const proto::RangeAssignment& r : t->ranges()) {
+        bool held = r.primary() == n.id();
+        for (NodeId b : r.replicas()) held |= b == n.id();
+        if (held) cap += KeySpaceShare(kCap, r.end() - r.begin(), kKeySpaceEnd);
+      }
+      ASSERT_OK_AND_ASSIGN(
+          proto::ServerStats stats,
+          ServerAdminClient(n.admin_address()).GetStats(absl::Seconds(10)));
+      for (const proto::TableStats& ts : stats.tables()) {
+        if (ts.name() != "sparse") continue;
+        EXPECT_EQ(ts.row_cap(), cap) << when << ": " << n.name();
+        EXPECT_LE(ts.rows(), ts.row_cap()) << when << ": " << n.name();
+        EXPECT_GT(ts.cold_rows(), 0u) << when << ": " << n.name();
+      }
+    }
+  };
+  auto settle = [&] {
+    ASSERT_OK(AwaitMap(
+                  "nothing under way, every range in sync",
+                  [](const proto::ClusterMap& m) { return Settled(m, 2); },
+                  absl::Seconds(60))
+                  .status());
+  };
+  const proto::ClusterMap before = Map();
+  const proto::RangeAssignment& r = TableNamed(before, "sparse")->ranges(1);
+  const Key extent = r.end() - r.begin();
+  const Key mid = r.begin() + extent / 2;
+  writes_->Start(4, 1);
+  AwaitWrites(2000);
+  ASSERT_OK(SplitAndAwait(*sched_, "sparse", mid, absl::Seconds(90)));
+  AwaitWrites(2000);
+  ASSERT_NO_FATAL_FAILURE(settle());
+  StopAndCheck("after the split");
+  EXPECT_EQ(TableNamed(Map(), "sparse")->ranges_size(), 4);
+  ASSERT_NO_FATAL_FAILURE(check_caps("after the split"));
+
+  // A cut near a piece's end would leave a sliver of its cap.
+  absl::Status uneven = Split("sparse", mid + (extent / 2) / 100).status();
+  EXPECT_EQ(uneven.code(), absl::StatusCode::kFailedPrecondition) << uneven;
+  EXPECT_THAT(std::string(uneven.message()), ::testing::HasSubstr("bounded"));
+
+  // Writers that never crossed the split (see the merge tests above).
+  writes_->Start(4, 2);
+  AwaitWrites(2000);
+  ASSERT_OK(MergeAndAwait(*sched_, "sparse", mid, absl::Seconds(90)));
+  AwaitWrites(2000);
+  ASSERT_NO_FATAL_FAILURE(settle());
+  StopAndCheck("after the merge");
+  EXPECT_EQ(TableNamed(Map(), "sparse")->ranges_size(), 3);
+  ASSERT_NO_FATAL_FAILURE(check_caps("after the merge"));
+
+  // Split again, then kill -9 the pieces' primary: its backup holds the
+  // same rows, in memory and in its tier.
+  writes_->Start(4, 3);
+  ASSERT_OK(SplitAndAwait(*sched_, "sparse", mid, absl::Seconds(90)));
+  AwaitWrites(2000);
+  const proto::ClusterMap split = Map();
+  const proto::RangeAssignment* piece = RangeOf(split, "sparse", mid);
+  ASSERT_NE(piece, nullptr);
+  ASSERT_NO_FATAL_FAILURE(KillAndSettle(Victim::kPrimary, *piece));
+  ASSERT_NO_FATAL_FAILURE(check_caps("after the kill"));
 }
 
 // Load follows the keys: one server's range is hot at its first keys; the

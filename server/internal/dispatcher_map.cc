@@ -32,7 +32,7 @@ uint64_t SatMul(uint64_t a, uint64_t b) {
 uint64_t RangeBytes(const TableLayout& layout, KeyRange range,
                     const RangeStore* store) {
   if (!layout.dense && layout.bounds.max_rows > 0) {
-    return SatMul(layout.bounds.max_rows,
+    return SatMul(layout.BoundsOf(range).max_rows,
                   SparseRowBytes(layout.width, layout.state_width));
   }
   if (!layout.dense) return store == nullptr ? 0 : store->allocated_bytes();
@@ -107,9 +107,8 @@ std::unique_ptr<Dispatcher::PreparedMap> Dispatcher::PrepareMap(
     }
     const bool is_new = shard == nullptr;
     if (is_new) {
-      auto created =
-          TableShard::Create(table.spec(), {}, plugins_, pin_options_,
-                             std::max(1, table.ranges_size()), cold_store_);
+      auto created = TableShard::Create(table.spec(), {}, plugins_,
+                                        pin_options_, cold_store_);
       if (!created.ok()) {
         fail(id, created.status());
         continue;

@@ -12,7 +12,7 @@ namespace server_internal {
 
 absl::StatusOr<std::unique_ptr<const TableLayout>> TableLayout::Create(
     const proto::TableSpec& spec, const PluginRegistry* plugins,
-    const PinOptions& pins, size_t num_ranges, storage::ColdStore* cold_store) {
+    const PinOptions& pins, storage::ColdStore* cold_store) {
   if (spec.width() == 0) return absl::InvalidArgumentError("width is 0");
   DP_ASSIGN_OR_RETURN(std::unique_ptr<UpdateHandler> handler,
                       CreateHandler(spec.handler(), plugins), "table '",
@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<const TableLayout>> TableLayout::Create(
   l->pins = pins;
   l->key_space = KeyRange{0, l->dense ? spec.num_keys() : kKeySpaceEnd};
   if (!l->dense) {
-    l->bounds = RangeBounds::Of(spec, l->width, l->state_width, num_ranges);
+    l->bounds =
+        RangeBounds::Of(spec, l->width, l->state_width, 0, kKeySpaceEnd);
     if (l->bounds.cold && cold_store == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table '", spec.name(),
@@ -74,7 +75,7 @@ RangeStore::RangeStore(const TableLayout* layout, KeyRange range)
     }
     sparse_ = std::make_unique<SparseRows>(
         &layout_->init, layout_->handler.get(), width(), range_.begin,
-        range_.end, layout_->bounds, std::move(cold));
+        range_.end, layout_->BoundsOf(range_), std::move(cold));
   }
   UpdateAccounting();
 }

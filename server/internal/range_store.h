@@ -89,12 +89,10 @@ struct TableLayout {
   // kInvalidArgument / kNotFound for a bad handler or initializer spec, or
   // a width of 0; kFailedPrecondition for a cold tier without `cold_store`.
   // `plugins` (may be null) and `cold_store` (null: this server has no
-  // --data_dir) must outlive the layout. `num_ranges`: the table's ranges
-  // in the map, over which a sparse table's row cap is split.
+  // --data_dir) must outlive the layout.
   static absl::StatusOr<std::unique_ptr<const TableLayout>> Create(
       const proto::TableSpec& spec, const PluginRegistry* plugins,
-      const PinOptions& pins = {}, size_t num_ranges = 1,
-      storage::ColdStore* cold_store = nullptr);
+      const PinOptions& pins = {}, storage::ColdStore* cold_store = nullptr);
 
   proto::TableSpec spec;
   size_t width = 0;
@@ -108,10 +106,19 @@ struct TableLayout {
   PinOptions pins;
   // The table's whole key space, [0, num_keys) or [0, kKeySpaceEnd).
   KeyRange key_space{0, 0};
-  // Sparse tables: each range's bounds (TableSpec.bounds), and where the
-  // cold tier lives (null without one).
+  // Sparse tables: the table's bounds (TableSpec.bounds) over its whole
+  // key space, and where the cold tier lives (null without one).
   RangeBounds bounds;
   storage::ColdStore* cold_store = nullptr;
+
+  // The bounds of the table's range `range`: its caps follow its share of
+  // the key space, so that a piece of a split range, or neighbours merged,
+  // hold the same caps on every server whenever it first saw the table.
+  RangeBounds BoundsOf(KeyRange range) const {
+    return dense ? RangeBounds()
+                 : RangeBounds::Of(spec, width, state_width, range.begin,
+                                   range.end);
+  }
 
  private:
   explicit TableLayout(Initializer i) : init(i) {}

@@ -32,22 +32,23 @@ constexpr int kLfuSample = 8;
 }  // namespace
 
 RangeBounds RangeBounds::Of(const proto::TableSpec& spec, size_t width,
-                            size_t state_width, size_t num_ranges) {
+                            size_t state_width, Key begin, Key end) {
   RangeBounds b;
   if (!spec.has_bounds()) return b;
   const proto::SparseBounds& s = spec.bounds();
-  const uint64_t n = std::max<size_t>(1, num_ranges);
+  const uint64_t extent = end > begin ? end - begin : 0;
   b.max_rows =
       RangeRowCap(static_cast<uint64_t>(std::max<int64_t>(0, s.max_rows())),
                   static_cast<uint64_t>(std::max<int64_t>(0, s.max_bytes())),
-                  width, state_width, n);
+                  width, state_width, extent, kKeySpaceEnd);
   b.eviction = s.eviction();
   b.ttl_clocks = std::max<int64_t>(0, s.ttl_clocks());
   b.ttl = absl::Seconds(std::max<int64_t>(0, s.ttl_seconds()));
   b.admit_after =
       static_cast<uint32_t>(std::clamp<int64_t>(s.admit_after(), 1, 1 << 30));
   if (s.max_pending_ids() > 0) {
-    b.max_pending = (static_cast<uint64_t>(s.max_pending_ids()) + n - 1) / n;
+    b.max_pending = KeySpaceShare(static_cast<uint64_t>(s.max_pending_ids()),
+                                  extent, kKeySpaceEnd);
   } else {
     b.max_pending = b.max_rows > 0 ? b.max_rows : uint64_t{1} << 20;
   }

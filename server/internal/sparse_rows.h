@@ -69,9 +69,10 @@ struct RangeBounds {
   uint64_t max_pending = 0;
   bool cold = false;
 
-  // The bounds of table `spec` for one of its `num_ranges` ranges.
+  // The bounds of table `spec` for its range of keys [begin, end): the
+  // table's caps times the range's share of the key space (KeySpaceShare).
   static RangeBounds Of(const proto::TableSpec& spec, size_t width,
-                        size_t state_width, size_t num_ranges);
+                        size_t state_width, Key begin, Key end);
 };
 
 class SparseRows {

@@ -13,10 +13,10 @@ namespace server_internal {
 absl::StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
     const proto::TableSpec& spec, const std::vector<KeyRange>& ranges,
     const PluginRegistry* plugins, const PinOptions& pin_options,
-    size_t num_ranges, storage::ColdStore* cold_store) {
+    storage::ColdStore* cold_store) {
   DP_ASSIGN_OR_RETURN(
       std::unique_ptr<const TableLayout> layout,
-      TableLayout::Create(spec, plugins, pin_options, num_ranges, cold_store));
+      TableLayout::Create(spec, plugins, pin_options, cold_store));
   std::unique_ptr<TableShard> shard(new TableShard(std::move(layout)));
   for (const KeyRange& r : ranges) shard->AddRange(r);
   return shard;

@@ -109,12 +109,12 @@ class TableShard {
   };
 
   // kInvalidArgument / kNotFound for a bad handler or initializer spec;
-  // kFailedPrecondition for a cold tier without `cold_store`. `num_ranges`
-  // and `cold_store`: as TableLayout::Create.
+  // kFailedPrecondition for a cold tier without `cold_store`. `cold_store`:
+  // as TableLayout::Create.
   static absl::StatusOr<std::unique_ptr<TableShard>> Create(
       const proto::TableSpec& spec, const std::vector<KeyRange>& ranges,
       const PluginRegistry* plugins, const PinOptions& pin_options = {},
-      size_t num_ranges = 1, storage::ColdStore* cold_store = nullptr);
+      storage::ColdStore* cold_store = nullptr);
 
   const TableLayout& layout() const { return *layout_; }
   const proto::TableSpec& spec() const { return layout_->spec; }
