@@ -13,8 +13,8 @@
 // handler state and named vectors on first use, all counted from the
 // start). A bounded sparse table (TableSpec.bounds with a row cap) costs
 // its cap: each range its share of the key space of the cap, in rows of
-// SparseRowBytes (common/sparse_row_bytes.h). Other sparse tables hold only the rows
-// written, so they cost nothing at declaration; their growth is not
+// SparseRowBytes (common/sparse_row_bytes.h). Other sparse tables hold only the
+// rows written, so they cost nothing at declaration; their growth is not
 // checked here. Plugin handlers' state
 // is unknown to the scheduler (it loads no plugins) and counted as 0; the
 // server counts it exactly and refuses what it cannot hold (reported

@@ -12,6 +12,7 @@
 // same writers, each piece keeping its share of the cap.
 #include <signal.h>
 
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -55,12 +56,16 @@ class SplitTest : public ExactClusterTest {
   void KillAndSettle(Victim victim, const proto::RangeAssignment& a) {
     ASSERT_NO_FATAL_FAILURE(Kill(victim, a));
     AwaitWrites(2000);
+    ASSERT_NO_FATAL_FAILURE(Settle());
+    StopAndCheck("after the kill");
+  }
+  // Waits until nothing is under way and every range has 2 holders in sync.
+  void Settle() {
     ASSERT_OK(AwaitMap(
                   "nothing under way, every range in sync",
                   [](const proto::ClusterMap& m) { return Settled(m, 2); },
                   absl::Seconds(60))
                   .status());
-    StopAndCheck("after the kill");
   }
   absl::StatusOr<proto::SplitRangeReply> Split(const std::string& table,
                                                Key key) {
@@ -327,25 +332,27 @@ TEST_F(SplitTest, ABoundedTableIsSplitAndMergedWithItsCap) {
       }
     }
   };
-  auto settle = [&] {
-    ASSERT_OK(AwaitMap(
-                  "nothing under way, every range in sync",
-                  [](const proto::ClusterMap& m) { return Settled(m, 2); },
-                  absl::Seconds(60))
-                  .status());
-  };
   const proto::ClusterMap before = Map();
   const proto::RangeAssignment& r = TableNamed(before, "sparse")->ranges(1);
   const Key extent = r.end() - r.begin();
   const Key mid = r.begin() + extent / 2;
-  writes_->Start(4, 1);
-  AwaitWrites(2000);
-  ASSERT_OK(SplitAndAwait(*sched_, "sparse", mid, absl::Seconds(90)));
-  AwaitWrites(2000);
-  ASSERT_NO_FATAL_FAILURE(settle());
-  StopAndCheck("after the split");
-  EXPECT_EQ(TableNamed(Map(), "sparse")->ranges_size(), 4);
-  ASSERT_NO_FATAL_FAILURE(check_caps("after the split"));
+  // Writers (seeded `seed`) on while `change` splits or merges at `mid`;
+  // then every row exact, the table in `ranges` ranges, the caps right.
+  auto reshape = [&](uint64_t seed, const std::string& when,
+                     const std::function<absl::Status()>& change, int ranges) {
+    writes_->Start(4, seed);
+    AwaitWrites(2000);
+    ASSERT_OK(change());
+    AwaitWrites(2000);
+    ASSERT_NO_FATAL_FAILURE(Settle());
+    StopAndCheck(when);
+    EXPECT_EQ(TableNamed(Map(), "sparse")->ranges_size(), ranges);
+    ASSERT_NO_FATAL_FAILURE(check_caps(when));
+  };
+  ASSERT_NO_FATAL_FAILURE(reshape(
+      1, "after the split",
+      [&] { return SplitAndAwait(*sched_, "sparse", mid, absl::Seconds(90)); },
+      4));
 
   // A cut near a piece's end would leave a sliver of its cap.
   absl::Status uneven = Split("sparse", mid + (extent / 2) / 100).status();
@@ -353,14 +360,10 @@ TEST_F(SplitTest, ABoundedTableIsSplitAndMergedWithItsCap) {
   EXPECT_THAT(std::string(uneven.message()), ::testing::HasSubstr("bounded"));
 
   // Writers that never crossed the split (see the merge tests above).
-  writes_->Start(4, 2);
-  AwaitWrites(2000);
-  ASSERT_OK(MergeAndAwait(*sched_, "sparse", mid, absl::Seconds(90)));
-  AwaitWrites(2000);
-  ASSERT_NO_FATAL_FAILURE(settle());
-  StopAndCheck("after the merge");
-  EXPECT_EQ(TableNamed(Map(), "sparse")->ranges_size(), 3);
-  ASSERT_NO_FATAL_FAILURE(check_caps("after the merge"));
+  ASSERT_NO_FATAL_FAILURE(reshape(
+      2, "after the merge",
+      [&] { return MergeAndAwait(*sched_, "sparse", mid, absl::Seconds(90)); },
+      3));
 
   // Split again, then kill -9 the pieces' primary: its backup holds the
   // same rows, in memory and in its tier.
