@@ -184,6 +184,12 @@ Json CalibrationToJson(const Calibration& c) {
     if (t.streamed_ms.samples > 0) {
       e.Set("streamed_ms", SpreadToJson(t.streamed_ms));
     }
+    if (t.streamed_cpu_ms > 0) {
+      e.Set("streamed_cpu_ms", Json::Number(t.streamed_cpu_ms));
+    }
+    if (t.streamed_server_cpu_ms > 0) {
+      e.Set("streamed_server_cpu_ms", Json::Number(t.streamed_server_cpu_ms));
+    }
     steps.Append(std::move(e));
   }
   compute.Set("steps", std::move(steps));
@@ -313,6 +319,9 @@ absl::StatusOr<Calibration> ParseCalibration(absl::string_view text,
           if (sr.OptionalValue("streamed_ms") != nullptr) {
             t.streamed_ms = ReadPositive(sr, where, "streamed_ms");
           }
+          t.streamed_cpu_ms = sr.OptionalNumber("streamed_cpu_ms", 0, 0);
+          t.streamed_server_cpu_ms =
+              sr.OptionalNumber("streamed_server_cpu_ms", 0, 0);
           kr.Merge(sr.Finish());
           k.steps.push_back(t);
         }

@@ -73,10 +73,16 @@ struct StepTime {
   Spread ms;
   // The same step with its gradient's parts sent to a server as the
   // backward pass finishes them (ps_worker's BSP loop), to the end of the
-  // backward pass; samples == 0: not measured. Recorded for the model's
-  // BSP compute, not used by it yet (docs/ARCHITECTURE.md, "The
-  // equations").
+  // backward pass; samples == 0: not measured. Recorded, not used by the
+  // model (the CPU below is).
   Spread streamed_ms;
+  // The CPU that streamed step costs, replies included, per step: of the
+  // worker's process (its compute, its client's calls and I/O threads) and
+  // of the server (one rank, each part applied at once with sgd); 0: not
+  // measured. The model takes BSP's data-plane CPU from them
+  // (docs/ARCHITECTURE.md, "The equations").
+  double streamed_cpu_ms = 0;
+  double streamed_server_cpu_ms = 0;
 };
 
 struct ComputeCalibration {

@@ -43,6 +43,8 @@ TEST(CalibrationTest, ParsesWritesAndReadsBack) {
   t.layer_sizes = {100, 10};
   t.ms = {0.1, 0.08, 0.12, 5};
   t.streamed_ms = {0.15, 0.12, 0.2, 7};
+  t.streamed_cpu_ms = 0.21;
+  t.streamed_server_cpu_ms = 0.04;
   c.compute.steps.push_back(t);
 
   const std::string path = ::testing::TempDir() + "/cal.json";
@@ -53,6 +55,8 @@ TEST(CalibrationTest, ParsesWritesAndReadsBack) {
   ASSERT_NE(read, nullptr);
   EXPECT_EQ(read->streamed_ms.p10, 0.12);
   EXPECT_EQ(read->streamed_ms.samples, 7);
+  EXPECT_EQ(read->streamed_cpu_ms, 0.21);
+  EXPECT_EQ(read->streamed_server_cpu_ms, 0.04);
   std::remove(path.c_str());
 }
 

@@ -130,6 +130,47 @@ ModelSpec EmbeddingsOnly(const ModelSpec& spec) {
   return m;
 }
 
+// BSP's data-plane CPU as calibrated whole: the streamed step (psctl
+// calibrate's ProbeStreamedStep, ps_worker's BSP loop against one server)
+// over what the per-request and per-byte costs make of the same traffic.
+// Its parts cost more than the probes of single requests say (on a 16-core
+// host, workers spent 5.1-6.0 ms a step against 4.3-4.4 modelled): they go
+// out as the backward pass finishes them, each woken and answered on its
+// own. 1 where the step was not measured.
+struct BspScale {
+  double client = 1, server = 1;
+};
+BspScale BspScaleOf(const ModelSpec& spec, const Calibration& c,
+                    const Costs& k) {
+  BspScale s;
+  const StepTime* t = c.compute.FindStep(spec.batch, spec.layer_sizes);
+  if (t == nullptr || !spec.embeddings.empty() || t->streamed_cpu_ms <= 0) {
+    return s;
+  }
+  const ServerTraffic one = Total(StepTraffic(DenseOnly(spec), 1, Mode::kBsp));
+  const double client = one.requests * k.cli_req + one.bytes_up * k.cli_push +
+                        one.bytes_down * k.cli_pull;
+  // The probe's process computes the step too: its data plane is the rest.
+  const double measured = t->streamed_cpu_ms * 1e-3 - Cost(t->ms) * 1e-3;
+  // Clamped: a probe that a burst of load cut into should not make the
+  // model's CPU many times what the requests' probes measured.
+  if (client > 0 && measured > 0) {
+    s.client = std::clamp(measured / client, 0.5, 3.0);
+  }
+  if (t->streamed_server_cpu_ms > 0) {
+    const double transport = one.requests * k.srv_req +
+                             one.bytes_up * k.srv_push +
+                             one.bytes_down * k.srv_pull;
+    // The probe's tables apply each part with sgd, at once.
+    const double served = t->streamed_server_cpu_ms * 1e-3 -
+                          one.floats_applied * ApplyCost(c, "sgd");
+    if (transport > 0 && served > 0) {
+      s.server = std::clamp(served / transport, 0.5, 3.0);
+    }
+  }
+  return s;
+}
+
 void PickBottleneck(Prediction* p) {
   p->step_s = std::max({p->critical_s, p->server_s, p->nic_s, p->host_s});
   // On a tie the worker's own path names the bottleneck (the host term
@@ -240,17 +281,20 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
   const double apply = ApplyCost(c, spec.HandlerFor(job.mode));
 
   // CPU: the client's per worker step, each server's per job step.
+  const BspScale scale =
+      job.mode == Mode::kBsp ? BspScaleOf(spec, c, k) : BspScale();
   double server_total = 0;
   double server_receive = 0;  // the busiest data thread's receiving
   for (int i = 0; i < s; ++i) {
     ServerTraffic t = Total({dense[i], emb[i]});
-    p.client_cpu_s += t.requests * k.cli_req + t.bytes_up * k.cli_push +
-                      t.bytes_down * k.cli_pull;
+    p.client_cpu_s +=
+        scale.client * (t.requests * k.cli_req + t.bytes_up * k.cli_push +
+                        t.bytes_down * k.cli_pull);
     p.caller_cpu_s +=
         t.requests * k.caller_req + (t.bytes_up + t.bytes_down) * k.caller_byte;
-    const double transport =
-        senders * (t.requests * k.srv_req + t.bytes_up * k.srv_push +
-                   t.bytes_down * k.srv_pull);
+    const double transport = scale.server * senders *
+                             (t.requests * k.srv_req + t.bytes_up * k.srv_push +
+                              t.bytes_down * k.srv_pull);
     double applied = 0;
     if (job.mode == Mode::kBsp && senders > 1) {
       // Requests held until the step is complete; N gradients summed (rank
@@ -271,7 +315,7 @@ Prediction Predict(const ModelSpec& spec, const Calibration& c,
       p.server_s = turn;
       // Of it, receiving the workers' requests and gradients (half of a
       // request's fixed cost, all of the bytes up).
-      server_receive = k.srv_serial * senders *
+      server_receive = scale.server * k.srv_serial * senders *
                        (t.requests * k.srv_req / 2 + t.bytes_up * k.srv_push);
     }
     server_total += cpu;

@@ -235,6 +235,44 @@ TEST_F(PerfModelTest, AMeasuredStepReplacesTheLayerEstimate) {
   EXPECT_FALSE(WorkerCompute(model_, cal_.compute).measured_step);
 }
 
+// The streamed step measured at twice the client CPU and three times the
+// server CPU that the per-request costs make of its traffic: BSP's
+// data-plane CPU follows the measurement, other modes keep the costs. One
+// worker's step against one server: W0 (4000 bytes) and b0 (40 bytes) a
+// part each, 2 x 10 us + 4040 bytes x 0.1 ns each way = 20.808 us on
+// either side.
+TEST_F(PerfModelTest, TheStreamedStepsCpuScalesBspsDataPlane) {
+  JobShape job;
+  job.workers = 2;
+  job.servers = 1;
+  job.mode = Mode::kBsp;
+  JobShape asp = job;
+  asp.mode = Mode::kAsp;
+  StepTime t;
+  t.batch = model_.batch;
+  t.layer_sizes = model_.layer_sizes;
+  t.ms.median = t.ms.p90 = t.ms.p10 = 0.05;
+  cal_.compute.steps.push_back(t);
+  const Prediction before = Predict(model_, cal_, job, PlanOptions());
+  const Prediction asp_before = Predict(model_, cal_, asp, PlanOptions());
+
+  // The probe's process: the step's 50 us and twice 20.808 us; its
+  // server: three times 20.808 us and the parts applied with sgd (1010
+  // floats at 1 ns).
+  cal_.compute.steps.back().streamed_cpu_ms = (50 + 2 * 20.808) * 1e-3;
+  cal_.compute.steps.back().streamed_server_cpu_ms = (3 * 20.808 + 1.01) * 1e-3;
+  const Prediction after = Predict(model_, cal_, job, PlanOptions());
+  const double control = 20 * kUs;
+  EXPECT_NEAR(before.client_cpu_s - control, 20.808 * kUs, 1e-11);
+  EXPECT_NEAR(after.client_cpu_s - control, 2 * 20.808 * kUs, 1e-11);
+  // Two senders' transport, each three times the cost figures'.
+  EXPECT_NEAR(after.servers_cpu_s - before.servers_cpu_s, 2 * 2 * 20.808 * kUs,
+              1e-11);
+  const Prediction asp_after = Predict(model_, cal_, asp, PlanOptions());
+  EXPECT_EQ(asp_after.client_cpu_s, asp_before.client_cpu_s);
+  EXPECT_EQ(asp_after.servers_cpu_s, asp_before.servers_cpu_s);
+}
+
 TEST_F(PerfModelTest, DedicatedHostsHaveNoHostTermButALink) {
   JobShape job;
   job.workers = 4;

@@ -106,6 +106,15 @@ std::string Describe(const planner::Calibration& c) {
                       "    its parts sent to the server as they finish (BSP): ",
                       Figure(t.streamed_ms, "ms", "%.3f"), "\n");
     }
+    if (t.streamed_cpu_ms > 0) {
+      absl::StrAppend(&out, "    CPU of such a step, its replies included: ",
+                      absl::StrFormat("%.3f ms here", t.streamed_cpu_ms),
+                      t.streamed_server_cpu_ms > 0
+                          ? absl::StrFormat(", %.3f ms in the server",
+                                            t.streamed_server_cpu_ms)
+                          : std::string(),
+                      "\n");
+    }
   }
   const planner::NetworkCalibration& n = c.network;
   absl::StrAppend(
@@ -308,10 +317,13 @@ int CalibrateCommand(const ClusterAuth& auth) {
         // Only against the local cluster: a live cluster's job is not ours
         // to add synchronous tables to.
         if (failed.ok() && model.num_layers() > 0 && cluster != nullptr) {
-          absl::StatusOr<planner::Spread> streamed =
-              ProbeStreamedStep(**client, model, probe);
+          absl::StatusOr<StreamedStep> streamed =
+              ProbeStreamedStep(**client, model, probe, no.server);
           if (streamed.ok()) {
-            c.compute.steps.back().streamed_ms = *streamed;
+            planner::StepTime& t = c.compute.steps.back();
+            t.streamed_ms = streamed->ms;
+            t.streamed_cpu_ms = streamed->cpu_ms;
+            t.streamed_server_cpu_ms = streamed->server_cpu_ms;
           } else {
             failed = streamed.status();
           }

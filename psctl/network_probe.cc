@@ -140,8 +140,10 @@ absl::StatusOr<Totals> Run(Client& client, int depth, double seconds,
 
 }  // namespace
 
-absl::StatusOr<planner::Spread> ProbeStreamedStep(
-    Client& client, const planner::ModelSpec& spec, const ProbeOptions& o) {
+absl::StatusOr<StreamedStep> ProbeStreamedStep(Client& client,
+                                               const planner::ModelSpec& spec,
+                                               const ProbeOptions& o,
+                                               pid_t server) {
   std::vector<int> sizes(spec.layer_sizes.begin(), spec.layer_sizes.end());
   std::unique_ptr<Model> model = MakeMlp(sizes);
   const Dataset data = ProbeData(spec);
@@ -197,15 +199,36 @@ absl::StatusOr<planner::Spread> ProbeStreamedStep(
   };
   std::vector<double> samples;
   for (int i = 0; i < 3; ++i) step();  // warm up: buffers and connections
+  // Every step's CPU counts, the wait for its replies included (a step
+  // ends with its last reply, as ps_worker's does).
+  const double cpu0 = SelfCpuSeconds();
+  const double srv0 = server > 0 ? ProcessCpuSeconds(server) : -1;
+  const absl::Time start = absl::Now();
   for (int r = 0; r < std::max(1, o.rounds); ++r) {
     const absl::Time stop = absl::Now() + absl::Seconds(o.seconds);
+    bool more = true;
     do {
       samples.push_back(step());
-    } while (absl::Now() < stop && failed.ok());
+      // The server's CPU comes in 10 ms ticks: the last round goes on
+      // until it has a few (see kMinServerCpu).
+      more = absl::Now() < stop;
+      if (!more && srv0 >= 0 && r + 1 == std::max(1, o.rounds) &&
+          absl::Now() < start + absl::Seconds(kMaxServerWindow)) {
+        more = ProcessCpuSeconds(server) - srv0 < kMinServerCpu;
+      }
+    } while (more && failed.ok());
+  }
+  StreamedStep out;
+  const double steps = static_cast<double>(samples.size());
+  out.cpu_ms = (SelfCpuSeconds() - cpu0) / steps * 1e3;
+  if (srv0 >= 0) {
+    const double srv1 = ProcessCpuSeconds(server);
+    if (srv1 >= srv0) out.server_cpu_ms = (srv1 - srv0) / steps * 1e3;
   }
   client.SetWorkerClock(-1, -1);
   DP_RETURN_IF_ERROR(failed, "the streamed step's PushPulls");
-  return planner::SpreadOf(samples);
+  out.ms = planner::SpreadOf(samples);
+  return out;
 }
 
 absl::StatusOr<planner::NetworkCalibration> ProbeNetwork(

@@ -49,11 +49,20 @@ absl::StatusOr<planner::NetworkCalibration> ProbeNetwork(
 // backward pass, the sends overlapped (the wait for the last replies left
 // out), as ps_worker logs its compute; the CPU its client and the replies
 // take beside the products is what makes it longer than MeasureStep's.
-// Creates synchronous tables: for a cluster of one's own (psctl calibrate
-// runs it against its local cluster only). Errors: the client's.
-// REQUIRES: spec has dense layers.
-absl::StatusOr<planner::Spread> ProbeStreamedStep(
-    Client& client, const planner::ModelSpec& spec, const ProbeOptions& o);
+// Also the CPU per step, replies included: of this process and, with
+// `server` (its pid, on this host), of the server. Creates synchronous
+// tables: for a cluster of one's own (psctl calibrate runs it against its
+// local cluster only). Errors: the client's. REQUIRES: spec has dense
+// layers.
+struct StreamedStep {
+  planner::Spread ms;
+  double cpu_ms = 0;
+  double server_cpu_ms = 0;  // 0: not measured
+};
+absl::StatusOr<StreamedStep> ProbeStreamedStep(Client& client,
+                                               const planner::ModelSpec& spec,
+                                               const ProbeOptions& o,
+                                               pid_t server = -1);
 
 // A worker's clock report (every step makes one), into n's control_*
 // figures. With `scheduler_pid` (a local cluster whose scheduler runs
