@@ -241,6 +241,11 @@ TEST(PsctlCalibrateTest, LocalAndLiveClusters) {
   EXPECT_GT(step->streamed_ms.samples, 0);
   EXPECT_GT(step->streamed_ms.median, 0);
   EXPECT_THAT(r.output, HasSubstr("its parts sent to the server"));
+  // Its CPU on both sides: the process computes the step and sends it, so
+  // it spends at least what the step alone takes; the server serves it.
+  EXPECT_GE(step->streamed_cpu_ms, step->ms.p10 * 0.5);
+  EXPECT_GT(step->streamed_server_cpu_ms, 0);
+  EXPECT_THAT(r.output, HasSubstr("CPU of such a step"));
   EXPECT_GT(c.network.latency_us.median, 0);
   EXPECT_EQ(c.network.message_bytes, 16 << 10);
   EXPECT_EQ(c.network.server_cpu_source, "measured");
