@@ -850,12 +850,22 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
   if (op->keys.is_range()) {
     const Key b = scope ? scope->begin : op->keys.begin();
     const Key e = scope ? scope->end : op->keys.end();
+    // A table that aggregates BSP steps aggregates each stretch between a
+    // range's step cuts apart: a synced push is cut there too.
+    const bool synced =
+        op->clock >= 0 && OpWrites(op->op) && table->spec().sync_workers() > 0;
     Key k = b;
     while (k < e) {
       const int r = ClusterMapView::RangeOf(*table, k);
       if (r < 0) return outside(k);
       const proto::RangeAssignment& range = table->ranges(r);
-      const Key stop = std::min<Key>(e, range.end());
+      Key stop = std::min<Key>(e, range.end());
+      for (int c = 0; synced && c < range.step_cuts_size(); ++c) {
+        if (range.step_cuts(c) > k) {
+          stop = std::min<Key>(stop, range.step_cuts(c));
+          break;
+        }
+      }
       for (Key c = k; c < stop;) {
         Part p;
         p.is_range = true;
@@ -978,11 +988,18 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
 
 void ClientImpl::RouteSyncedBatch(const std::shared_ptr<OpState>& op,
                                   const Part* scope,
-                                  const proto::TableMap& table,
+                                  const proto::TableMap& whole,
                                   const ClusterMapView& map) {
-  // A retried part speaks for the range it was sent to. If that range has
+  // Ranges aggregate each stretch between their step cuts apart (neighbours
+  // merged since a worker on an older map pushed them apart): below, a
+  // "range" is a stretch, as the servers count parts.
+  proto::TableMap storage;
+  const proto::TableMap& table = StepStretches(whole, &storage);
+  // A retried part speaks for the stretch it was sent to (a range on the
+  // map it was cut on; stretches only ever get finer). If that stretch has
   // been split since, every piece of it must hear from this rank for the
-  // clock, each with the part's keys it holds (possibly none).
+  // clock, each with the part's keys it holds (possibly none); if its
+  // range was merged with a neighbour, it is still a stretch of its own.
   std::vector<int> pieces;
   if (scope != nullptr) {
     for (int r = 0; r < table.ranges_size(); ++r) {

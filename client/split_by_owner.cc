@@ -155,4 +155,27 @@ absl::StatusOr<std::vector<OwnerGroup>> SplitByOwner(
   return groups;
 }
 
+const proto::TableMap& StepStretches(const proto::TableMap& table,
+                                     proto::TableMap* storage) {
+  const bool any = std::any_of(
+      table.ranges().begin(), table.ranges().end(),
+      [](const proto::RangeAssignment& r) { return r.step_cuts_size() > 0; });
+  if (!any) return table;
+  storage->Clear();
+  *storage->mutable_spec() = table.spec();
+  for (const proto::RangeAssignment& r : table.ranges()) {
+    Key begin = r.begin();
+    for (int i = 0; i <= r.step_cuts_size(); ++i) {
+      const Key end = i < r.step_cuts_size() ? r.step_cuts(i) : r.end();
+      proto::RangeAssignment* s = storage->add_ranges();
+      *s = r;
+      s->clear_step_cuts();
+      s->set_begin(begin);
+      s->set_end(end);
+      begin = end;
+    }
+  }
+  return *storage;
+}
+
 }  // namespace downpour

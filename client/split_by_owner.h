@@ -145,6 +145,14 @@ absl::StatusOr<std::vector<OwnerGroup>> SplitByOwner(
     const proto::TableMap& table, absl::Span<const Key> keys,
     absl::Span<const size_t> positions, const SplitOptions& options = {});
 
+// `table` with its ranges cut at their step cuts (RangeAssignment
+// .step_cuts): each stretch a range of its own, with its range's holders.
+// Synced pushes are routed over these, since their ranges aggregate each
+// stretch apart. Returns `table` itself when no range has cuts (nothing
+// copied), else `*storage`, filled.
+const proto::TableMap& StepStretches(const proto::TableMap& table,
+                                     proto::TableMap* storage);
+
 }  // namespace downpour
 
 #endif  // DOWNPOUR_CLIENT_SPLIT_BY_OWNER_H_

@@ -216,5 +216,39 @@ TEST(PlanSplitTest, ConsecutiveRuns) {
   EXPECT_TRUE(Consecutive(keys.data(), 998));
 }
 
+// A merged range of a BSP table routes synced pushes per stretch.
+TEST(StepStretchesTest, RangesAreCutAtTheirStepCutsWithTheirHolders) {
+  proto::TableMap plain = Table();
+  proto::TableMap storage;
+  EXPECT_EQ(&StepStretches(plain, &storage), &plain);  // nothing to cut
+  proto::TableMap merged = Table();
+  merged.mutable_ranges(1)->set_end(30);
+  merged.mutable_ranges(1)->add_step_cuts(15);
+  merged.mutable_ranges(1)->add_step_cuts(20);
+  merged.mutable_ranges(1)->add_replicas(9);
+  merged.mutable_ranges()->RemoveLast();
+  const proto::TableMap& s = StepStretches(merged, &storage);
+  ASSERT_EQ(s.ranges_size(), 4);
+  const std::vector<std::pair<Key, Key>> want = {
+      {0, 10}, {10, 15}, {15, 20}, {20, 30}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(s.ranges(i).begin(), want[i].first) << i;
+    EXPECT_EQ(s.ranges(i).end(), want[i].second) << i;
+    EXPECT_EQ(s.ranges(i).step_cuts_size(), 0) << i;
+  }
+  EXPECT_EQ(s.ranges(3).primary(), 8u);
+  ASSERT_EQ(s.ranges(3).replicas_size(), 1);
+  EXPECT_EQ(s.ranges(3).replicas(0), 9u);
+  EXPECT_EQ(s.spec().name(), "t");
+  // Keys route to stretches, each stretch's group apart.
+  const std::vector<Key> keys = {12, 17, 25};
+  ASSERT_OK_AND_ASSIGN(std::vector<OwnerGroup> g,
+                       SplitByOwner(s, keys, All(keys.size())));
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0].range, 1);
+  EXPECT_EQ(g[1].range, 2);
+  EXPECT_EQ(g[2].range, 3);
+}
+
 }  // namespace
 }  // namespace downpour

@@ -43,9 +43,8 @@
 //
 // merge joins the key range of TABLE holding KEY with the range after it,
 // in place, when both are held by the same servers; psctl waits until the
-// map lists one range (at most --timeout_s). Tables that aggregate BSP
-// steps and boundaries younger than the scheduler's --merge_min_age_s are
-// refused.
+// map lists one range (at most --timeout_s). Boundaries younger than the
+// scheduler's --merge_min_age_s are refused.
 //
 // retire removes the worker of rank RANK from a running ASP or SSP job for
 // good: it finishes its step, leaves (its rank retires: it gates nobody,

@@ -87,15 +87,6 @@ std::string UnevenCut(const proto::TableSpec& spec,
       kMinBoundedPieceShare);
 }
 
-// Why the table's ranges are never merged (empty: they may be).
-std::string Unmergeable(const proto::TableSpec& spec) {
-  if (spec.sync_workers() > 0) {
-    return "it aggregates BSP steps, whose clocks are kept per pushed part; "
-           "merging such ranges is not built";
-  }
-  return "";
-}
-
 // Why neighbours `lo` and `hi` cannot start a merge now (empty: they can).
 // `unavailable` tells a passing reason (retry later) from a lasting one.
 std::string CannotMerge(const proto::ClusterMap& map,
@@ -190,6 +181,15 @@ absl::Status FinishSplit(proto::ClusterMap* map, TableId table, Key begin,
     r.clear_split_at();
     upper.set_begin(at);
     upper.clear_split_at();
+    // Step cuts go to the piece they lie inside; one at `at` is a range
+    // boundary now.
+    const std::vector<Key> cuts(r.step_cuts().begin(), r.step_cuts().end());
+    r.clear_step_cuts();
+    upper.clear_step_cuts();
+    for (Key cut : cuts) {
+      if (cut < at) r.add_step_cuts(cut);
+      if (cut > at) upper.add_step_cuts(cut);
+    }
     ranges->Add(std::move(upper));
     // Back in key order: the new range goes right after its lower half.
     for (int j = ranges->size() - 1; j > i + 1; --j)
@@ -335,11 +335,6 @@ absl::StatusOr<proto::RangeAssignment> StartMerge(proto::ClusterMap* map,
     return absl::NotFoundError(absl::StrCat("merge: no table ", table));
   }
   const std::string& name = t->spec().name();
-  const std::string never = Unmergeable(t->spec());
-  if (!never.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "merge table '", name, "': ", never, "; its ranges are not merged"));
-  }
   auto* ranges = t->mutable_ranges();
   for (int i = 0; i < ranges->size(); ++i) {
     proto::RangeAssignment& lo = *ranges->Mutable(i);
@@ -409,6 +404,12 @@ absl::Status FinishMerge(proto::ClusterMap* map, TableId table, Key begin) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table ", table, " range from key ", begin, ": not merged: ", why));
     }
+    // A table that aggregates BSP steps keeps each half's steps apart
+    // (proto RangeAssignment.step_cuts).
+    if (t->spec().sync_workers() > 0) {
+      lo.add_step_cuts(lo.end());
+      for (Key cut : hi.step_cuts()) lo.add_step_cuts(cut);
+    }
     lo.set_end(hi.end());
     lo.clear_merge();
     ranges->DeleteSubrange(i + 1, 1);
@@ -448,7 +449,6 @@ std::optional<SplitChoice> PickMerge(
   std::optional<SplitChoice> best;
   uint64_t best_weight = 0;
   for (const proto::TableMap& t : map.tables()) {
-    if (!Unmergeable(t.spec()).empty()) continue;
     const TableId id = t.spec().id();
     for (int i = 0; i + 1 < t.ranges_size(); ++i) {
       const proto::RangeAssignment& lo = t.ranges(i);

@@ -24,10 +24,13 @@
 // marks both ranges (RangeAssignment.merge), each primary fences its range
 // and reports it quiet, and FinishMerge, once both have, lists the one
 // range. Only neighbours held by the same servers, all in sync, are
-// merged, never those of a table that aggregates BSP steps, and the caller
-// merges only across a boundary older than any write a client may still retry
-// (a write cut across it would read as applied in the merged range when only
-// one half applied it; see docs/ARCHITECTURE.md "Merging ranges").
+// merged, and the caller merges only across a boundary older than any
+// write a client may still retry (a write cut across it would read as
+// applied in the merged range when only one half applied it; see
+// docs/ARCHITECTURE.md "Merging ranges"). A table that aggregates BSP
+// steps keeps aggregating the halves apart: the merged range lists their
+// boundary as a step cut (RangeAssignment.step_cuts), which a later split
+// there makes a range boundary again.
 //
 // Thread-compatible; no I/O.
 #ifndef DOWNPOUR_SCHEDULER_SPLITS_H_

@@ -221,19 +221,49 @@ TEST(SplitsTest, RefusesWhatCannotBeMerged) {
   EXPECT_EQ(apart.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(apart.message()),
               ::testing::HasSubstr("different servers"));
-  // Tables whose ranges are never merged.
-  proto::ClusterMap bsp = Cluster(2);
-  bsp.mutable_tables(0)->mutable_spec()->set_sync_workers(2);
-  absl::Status steps = StartMerge(&bsp, 1, 50, &end).status();
-  EXPECT_EQ(steps.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(steps.message()), ::testing::HasSubstr("BSP"));
-  EXPECT_EQ(MergesUnderWay(map) + MergesUnderWay(three) + MergesUnderWay(bsp),
-            0);
+  EXPECT_EQ(MergesUnderWay(map) + MergesUnderWay(three), 0);
   // A bounded sparse table's neighbours merge: their caps add up.
   proto::ClusterMap bounded = Cluster(2);
   bounded.mutable_tables(0)->mutable_spec()->set_kind(proto::SPARSE);
   bounded.mutable_tables(0)->mutable_spec()->mutable_bounds()->set_max_rows(10);
   EXPECT_OK(StartMerge(&bounded, 1, 50, &end).status());
+}
+
+// A table that aggregates BSP steps keeps each merged half's steps apart:
+// the merged range lists where they met; a split there makes it a range
+// boundary again, and other splits share the cuts out.
+TEST(SplitsTest, BspMergesKeepStepCutsThatSplitsShareOut) {
+  proto::ClusterMap map = Cluster(2);
+  map.mutable_tables(0)->mutable_spec()->set_sync_workers(2);
+  auto cuts = [&](int i) {
+    const proto::RangeAssignment& r = Range(map, i);
+    return std::vector<Key>(r.step_cuts().begin(), r.step_cuts().end());
+  };
+  Key end = 0;
+  // [0, 100) + [100, 200), then + [200, 300).
+  ASSERT_OK(StartMerge(&map, 1, 50, &end).status());
+  ASSERT_OK(FinishMerge(&map, 1, 0));
+  EXPECT_EQ(cuts(0), (std::vector<Key>{100}));
+  ASSERT_OK(StartMerge(&map, 1, 50, &end).status());
+  ASSERT_OK(FinishMerge(&map, 1, 0));
+  EXPECT_EQ(Range(map, 0).end(), 300u);
+  EXPECT_EQ(cuts(0), (std::vector<Key>{100, 200}));
+  // A split at a cut: [0, 100) and [100, 300) with the cut at 200.
+  ASSERT_OK(StartSplit(&map, 1, 100).status());
+  ASSERT_OK(FinishSplit(&map, 1, 0, Range(map, 0).primary()));
+  EXPECT_TRUE(cuts(0).empty());
+  EXPECT_EQ(cuts(1), (std::vector<Key>{200}));
+  // Elsewhere: each piece keeps the cuts inside it.
+  ASSERT_OK(StartSplit(&map, 1, 250).status());
+  ASSERT_OK(FinishSplit(&map, 1, 100, Range(map, 1).primary()));
+  EXPECT_EQ(Range(map, 1).end(), 250u);
+  EXPECT_EQ(cuts(1), (std::vector<Key>{200}));
+  EXPECT_TRUE(cuts(2).empty());
+  // Other tables' merges leave no cuts.
+  proto::ClusterMap plain = Cluster(2);
+  ASSERT_OK(StartMerge(&plain, 1, 50, &end).status());
+  ASSERT_OK(FinishMerge(&plain, 1, 0));
+  EXPECT_EQ(plain.tables(0).ranges(0).step_cuts_size(), 0);
 }
 
 TEST(SplitsTest, StaleMergesAreCancelled) {

@@ -7,7 +7,9 @@
 // range at the time (held steps are re-sent after a handover). The same
 // for a job whose ranges are split under it (scheduler/splits.h): the
 // largest table's first range at clock 100, a piece of it at clock 200,
-// each cut off the BSP parts' boundaries.
+// each cut off the BSP parts' boundaries, and the last two pieces merged
+// back at clock 250 (the merged range aggregates its halves' steps apart,
+// RangeAssignment.step_cuts).
 #include <sys/wait.h>
 
 #include <iostream>
@@ -32,6 +34,7 @@ struct JobRun {
   int64_t joined_at = -1;   // gating clock once the new server held ranges
   int64_t drained_at = -1;  // gating clock once the drained one had left
   std::vector<int64_t> split_at;  // gating clocks once each split was done
+  int64_t merged_at = -1;         // gating clock once the merge was done
 };
 
 // What happens to the cluster while the job trains.
@@ -99,6 +102,12 @@ JobRun Train(const std::string& tag, int replicas, Change change) {
   o.cluster.scheduler_flags = {"--consistency=bsp", "--num_workers=2",
                                absl::StrCat("--replicas=", replicas),
                                "--ranges_per_table=4"};
+  // The merge below removes a boundary made a moment before: these
+  // workers' pushes are BSP steps, idempotent by rank and clock, not
+  // writes a young boundary could make count twice.
+  if (change == Change::kSplits) {
+    o.cluster.scheduler_flags.push_back("--merge_min_age_s=0");
+  }
   o.workers.assign(
       2, {"--model=mlp", absl::StrCat("--steps=", kSteps), "--batch=32",
           "--seed=7", "--eval_every=100000", "--lr=0.05", "--warmup_steps=5"});
@@ -126,6 +135,21 @@ JobRun Train(const std::string& tag, int replicas, Change change) {
           const proto::RangeAssignment* r = RangeOf(m, table, key);
           return r != nullptr && r->begin() == key;
         }));
+    if (i < 2) continue;
+    // The second split's pieces merge back, their steps kept apart.
+    EXPECT_GE(AwaitJob(sched, absl::Seconds(120),
+                       [&](const proto::ClusterMap&, int64_t clock) {
+                         return clock >= 5 * kSteps / 6;
+                       }),
+              0);
+    std::cout << "merge '" << table << "' at key " << key << std::endl;
+    EXPECT_OK(MergeAndAwait(sched, table, key, absl::Seconds(120)));
+    run.merged_at = AwaitJob(
+        sched, absl::Seconds(120),
+        [&, table = table, key = key](const proto::ClusterMap& m, int64_t) {
+          const proto::RangeAssignment* r = RangeOf(m, table, key);
+          return r != nullptr && r->begin() < key && r->step_cuts_size() > 0;
+        });
   }
   if (change == Change::kScaleOutAndDrain) {
     EXPECT_GE(AwaitJob(sched, absl::Seconds(120),
@@ -202,10 +226,14 @@ TEST(ElasticTrainingTest, TheSameWithTwoHoldersPerRange) {
   ExpectBitForBit(clean, elastic);
 }
 
-TEST(ElasticTrainingTest, BspThroughTwoSplitsEqualsARunWithout) {
+TEST(ElasticTrainingTest, BspThroughTwoSplitsAndAMergeEqualsARunWithout) {
   const JobRun clean = Train("clean-split", 2, Change::kNone);
   const JobRun split = Train("split", 2, Change::kSplits);
   ASSERT_EQ(split.split_at.size(), 2u);
+  std::cout << "merge done by clock " << split.merged_at << " of " << kSteps
+            << std::endl;
+  EXPECT_GE(split.merged_at, 5 * kSteps / 6);
+  EXPECT_LT(split.merged_at, kSteps);
   for (int64_t clock : split.split_at) {
     std::cout << "split done by clock " << clock << " of " << kSteps
               << std::endl;

@@ -308,6 +308,55 @@ TEST(SparseTrainingTest, AHeldSyncedPushIsSentAgainToBothHalvesOfASplit) {
   EXPECT_OK(c.Stop());
 }
 
+// The same for a merge (scheduler/splits.h): the neighbours of a table that
+// aggregates BSP steps merge into one range that keeps their steps apart
+// (RangeAssignment.step_cuts). Rank 0's push, held in both halves when
+// they merge, is sent again to each stretch; rank 1, on the merged map,
+// pushes each stretch as well; both steps complete with the mean over both
+// ranks, and the next step runs on the merged range.
+TEST(SparseTrainingTest, AHeldSyncedPushGoesToEachStretchOfAMerge) {
+  SyncedCluster c;
+  ASSERT_OK(c.Start("synced-merge", {"--replicas=2", "--merge_min_age_s=0"}));
+  Client* client = c.client.get();
+  const Table table = c.table;
+  SchedulerClient sched(c.cluster->scheduler_address());
+  ASSERT_OK_AND_ASSIGN(proto::ClusterMap map, sched.GetClusterMap());
+  const proto::TableMap* t = TableNamed(map, "synced");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->ranges_size(), 2);
+  const Key boundary = t->ranges(0).end();
+  const Key ka = 5, kb = kKeySpaceEnd - 5;
+  // Read by the held push until it is answered.
+  const std::vector<Key> both = {ka, kb};
+  const std::vector<float> first = {2, 4};
+  client->SetWorkerClock(0, 0);
+  Ticket held = client->Push(table, both, first);
+  EXPECT_THAT(client->Wait(held, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));  // held
+  ASSERT_OK(MergeAndAwait(sched, "synced", boundary, absl::Seconds(30)));
+  ASSERT_OK_AND_ASSIGN(map, sched.GetClusterMap());
+  t = TableNamed(map, "synced");
+  ASSERT_EQ(t->ranges_size(), 1);
+  ASSERT_EQ(t->ranges(0).step_cuts_size(), 1);
+  EXPECT_EQ(t->ranges(0).step_cuts(0), boundary);
+  client->SetWorkerClock(1, 0);
+  ASSERT_OK(client->PushSync(table, both, {6, 8}));
+  ASSERT_OK(client->Wait(held, absl::Seconds(30)));
+  EXPECT_EQ(c.Get(ka), 4.0f);  // (2 + 6) / 2, once
+  EXPECT_EQ(c.Get(kb), 6.0f);  // (4 + 8) / 2
+  // The next step: each rank touches one side.
+  const std::vector<Key> lower = {ka};
+  const std::vector<float> two = {2};
+  client->SetWorkerClock(1, 1);
+  held = client->Push(table, lower, two);
+  client->SetWorkerClock(0, 1);
+  ASSERT_OK(client->PushSync(table, std::vector<Key>{kb}, {2}));
+  ASSERT_OK(client->Wait(held, absl::Seconds(30)));
+  EXPECT_EQ(c.Get(ka), 5.0f);
+  EXPECT_EQ(c.Get(kb), 7.0f);
+  EXPECT_OK(c.Stop());
+}
+
 TEST(SparseTrainingTest, MalformedLibsvmFileIsAClearErrorNamingFileAndLine) {
   const std::string dir = TestTmpDir() + "/bad-libsvm";
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);

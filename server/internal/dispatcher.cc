@@ -520,13 +520,13 @@ absl::Status Dispatcher::ApplySynced(const Validated& v,
   // would let it be lost with this server before the step applies it.
   room_.clear();
   const TableShard::SyncOutcome outcome =
-      v.is_range
-          ? shard.PushSynced(*v.range, v.begin, v.end, h.worker_rank(),
-                             h.worker_clock(), v.values, request.reply_token,
-                             &waiters_, &room_)
-          : shard.PushSyncedKeys(
-                *v.range, v.keys, h.worker_rank(), h.worker_clock(), v.values,
-                request.reply_token, &waiters_, &applied_keys_, &room_);
+      v.is_range ? shard.PushSynced(*v.range, v.begin, v.end, h.worker_rank(),
+                                    h.worker_clock(), v.values,
+                                    request.reply_token, &waiters_, &room_)
+                 : shard.PushSyncedKeys(*v.range, v.stretch, v.keys,
+                                        h.worker_rank(), h.worker_clock(),
+                                        v.values, request.reply_token,
+                                        &waiters_, &applied_keys_, &room_);
   reply->header.set_discarded(outcome.result ==
                               TableShard::SyncResult::kDiscarded);
   if (outcome.result == TableShard::SyncResult::kHeld) {
@@ -545,7 +545,9 @@ absl::Status Dispatcher::ApplySynced(const Validated& v,
       // One rank on a range: the backups get the request's own gradient.
       const bool own =
           outcome.status.ok() && v.is_range && outcome.applied == v.values;
-      forwards->push_back(StepForward(shard, v.range, v.begin, v.end,
+      // The step's part: a key range, or a key batch's stretch.
+      const KeyRange part = v.is_range ? KeyRange{v.begin, v.end} : v.stretch;
+      forwards->push_back(StepForward(shard, v.range, part.begin, part.end,
                                       h.worker_clock(), outcome.applied,
                                       own ? &request : nullptr));
     }
@@ -609,6 +611,8 @@ ForwardedWrite Dispatcher::StepForward(TableShard& shard,
     }
     f.owner = std::move(copy);
   }
+  // A key batch's stretch travels as the range too: the backups mark its
+  // clock applied there.
   fh.set_is_range(is_range);
   fh.set_range_begin(begin);
   fh.set_range_end(end);

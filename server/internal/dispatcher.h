@@ -171,7 +171,10 @@ class Dispatcher {
     // every range it overlaps that this server serves as primary).
     TableShard::Range* range = nullptr;
     bool is_range = false;
-    Key begin = 0, end = 0;      // is_range
+    Key begin = 0, end = 0;  // is_range
+    // A synced key batch: the stretch of `range` it speaks for (its named
+    // range, between step cuts), else the whole range.
+    KeyRange stretch{0, 0};
     absl::Span<const Key> keys;  // !is_range
     uint64_t n = 0;              // keys
     size_t floats = 0;           // n * width

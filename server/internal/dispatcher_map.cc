@@ -382,6 +382,8 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
       range->role = part == Part::kPrimary ? Role::kPrimary : Role::kBackup;
       range->primary = assignment->primary();
       range->lost = assignment->lost();
+      range->step_cuts.assign(assignment->step_cuts().begin(),
+                              assignment->step_cuts().end());
       range->backups =
           assignment->replicas_size() + assignment->catching_up_size();
       // A split or merge fences the range as a handover does, to itself:

@@ -394,6 +394,83 @@ TEST(SyncedSparseTest, KeyBatchesAreAveragedInRankOrderOnceAllRanksPushed) {
   }
 }
 
+// A merged range of a table that aggregates BSP steps keeps its halves'
+// steps apart (RangeAssignment.step_cuts): each stretch counts its ranks
+// on its own, and a synced batch names its stretch.
+TEST(SyncedSparseTest, StretchesBetweenStepCutsAggregateApart) {
+  BufferPool pool;
+  PluginRegistry plugins;
+  Dispatcher d(kSelf, 1 << 20, &pool, &plugins);
+  proto::ClusterMap map = SyncedSparseMap();
+  map.mutable_tables(0)->mutable_spec()->set_sync_workers(2);
+  map.mutable_tables(0)->mutable_spec()->set_num_workers(2);
+  map.mutable_tables(0)->mutable_ranges(0)->add_step_cuts(100);
+  ASSERT_OK(d.ApplyMap(map));
+  auto push = [&](int rank, int64_t clock, std::vector<Key> keys,
+                  std::vector<float> grads, Key begin, Key end,
+                  bool* held = nullptr) {
+    IncomingMessage req;
+    req.header.set_op(proto::PUSH);
+    req.header.set_table_id(3);
+    req.header.set_width(1);
+    req.header.set_num_keys(keys.size());
+    req.header.set_epoch(5);
+    req.header.set_worker_rank(rank);
+    req.header.set_worker_clock(clock);
+    req.header.set_batch_range_begin(begin);
+    req.header.set_batch_range_end(end);
+    req.keys = keys;
+    req.values = grads;
+    req.reply_token = 7;
+    OutgoingReply reply;
+    std::vector<DeferredReply> released;
+    d.Handle(req, &reply, &released);
+    if (held != nullptr) *held = reply.deferred;
+    return reply.header;
+  };
+  bool held = false;
+  // The lower stretch completes clock 0 on its own.
+  ASSERT_EQ(push(0, 0, {7}, {2}, 0, 100, &held).status_code(), 0);
+  EXPECT_TRUE(held);
+  ASSERT_EQ(push(0, 0, {200}, {8}, 100, kKeySpaceEnd, &held).status_code(), 0);
+  EXPECT_TRUE(held);
+  ASSERT_EQ(push(1, 0, {7}, {4}, 0, 100, &held).status_code(), 0);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(GetSynced(d, {7, 200}), (std::vector<float>{3, 0}));
+  // The upper one once rank 1 pushes it (nothing of its own: an empty
+  // batch).
+  ASSERT_EQ(push(1, 0, {}, {}, 100, kKeySpaceEnd, &held).status_code(), 0);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(GetSynced(d, {7, 200}), (std::vector<float>{3, 4}));
+  // A batch that names no stretch, one across the cut, and a key outside
+  // the stretch named.
+  IncomingMessage unnamed;
+  unnamed.header.set_op(proto::PUSH);
+  unnamed.header.set_table_id(3);
+  unnamed.header.set_width(1);
+  unnamed.header.set_num_keys(1);
+  unnamed.header.set_epoch(5);
+  unnamed.header.set_worker_rank(0);
+  unnamed.header.set_worker_clock(1);
+  const std::vector<Key> k7 = {7};
+  const std::vector<float> g1 = {1};
+  unnamed.keys = k7;
+  unnamed.values = g1;
+  OutgoingReply reply;
+  std::vector<DeferredReply> released;
+  d.Handle(unnamed, &reply, &released);
+  EXPECT_EQ(reply.header.status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(reply.header.status_message(), ::testing::HasSubstr("stretch"));
+  EXPECT_EQ(push(0, 1, {7}, {1}, 0, 200).status_code(),
+            static_cast<int>(absl::StatusCode::kAborted));  // not owner
+  // The whole range, named as before the cut: not a stretch of it.
+  EXPECT_EQ(push(0, 1, {7}, {1}, 0, kKeySpaceEnd).status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(push(0, 1, {150}, {1}, 0, 100).status_code(), 0);
+  EXPECT_EQ(GetSynced(d, {7, 150, 200}), (std::vector<float>{3, 0, 4}));
+}
+
 TEST(SyncedSparseTest, RangePushToASyncedSparseTableIsRejected) {
   BufferPool pool;
   PluginRegistry plugins;

@@ -143,6 +143,15 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
         absl::StrCat("key ", key, " is outside the key space [0, ", space.end,
                      ") of table '", spec.name(), "'"));
   };
+  // A synced key batch to a range with step cuts must say which stretch it
+  // speaks for.
+  auto unnamed_stretch = [&](const TableShard::Range& r) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", spec.name(), "' keys [", r.range().begin, ", ",
+        r.range().end,
+        ") aggregate BSP steps apart between step cuts: a synced key batch "
+        "names its stretch (batch_range_begin/end)"));
+  };
   // The range holding `key` if this server serves it as primary.
   auto serving = [&](Key key) -> TableShard::Range* {
     TableShard::Range* r = shard.Find(key);
@@ -189,10 +198,19 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
             absl::StrCat("batch names the range [", named.begin, ", ",
                          named.end, ") of table '", spec.name(), "'"));
       }
+      // A range, or a stretch of one between its step cuts (a merged
+      // range of a table that aggregates BSP steps).
       v.range = shard.FindExact(named);
+      if (v.range == nullptr) {
+        TableShard::Range* holder = shard.Find(named.begin);
+        if (holder != nullptr && holder->IsStretch(named)) v.range = holder;
+      }
       if (v.range == nullptr || v.range->role != Role::kPrimary) {
         return not_owner(named.begin);
       }
+      // A range with step cuts is pushed a stretch at a time.
+      if (!v.range->IsStretch(named)) return unnamed_stretch(*v.range);
+      v.stretch = named;
     }
     if (v.range == nullptr && !v.keys.empty() && v.keys[0] < space.end &&
         h.batch_range_end() == 0) {
@@ -201,12 +219,18 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     // The common case without a branch per key: the first key's range
     // (inside the key space) holds them all. Otherwise the loop below
     // finds the first key at fault.
+    // The keys a named batch may hold: its stretch.
+    auto holds = [&](Key k) {
+      return h.batch_range_end() > 0 ? v.stretch.Contains(k)
+                                     : v.range->range().Contains(k);
+    };
     const bool one_range =
-        v.range != nullptr && AllIn(v.keys, v.range->range());
+        v.range != nullptr &&
+        AllIn(v.keys, h.batch_range_end() > 0 ? v.stretch : v.range->range());
     if (!one_range && h.batch_range_end() == 0) v.range = nullptr;
     for (Key k : one_range ? absl::Span<const Key>() : v.keys) {
       if (k >= space.end) return outside(k);
-      if (v.range != nullptr && v.range->range().Contains(k)) continue;
+      if (v.range != nullptr && holds(k)) continue;
       if (h.batch_range_end() > 0) return not_owner(k);
       TableShard::Range* r = serving(k);
       if (r == nullptr) return not_owner(k);
@@ -302,8 +326,18 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     // names completed, make every honest push look late. A worker pushes
     // clock c only once the step before it is applied everywhere it pushed
     // (BSP), so it is never more than one clock ahead of a part.
-    const KeyRange part =
-        v.is_range ? KeyRange{v.begin, v.end} : v.range->range();
+    if (!v.is_range && v.stretch.end == 0) {
+      if (!v.range->step_cuts.empty()) return unnamed_stretch(*v.range);
+      v.stretch = v.range->range();
+    }
+    if (v.is_range && v.range->CrossesCut({v.begin, v.end})) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec.name(), "': the synced push of keys [", v.begin, ", ",
+          v.end,
+          ") crosses a step cut of its range (RangeAssignment.step_cuts: "
+          "its stretches aggregate apart); cut it there"));
+    }
+    const KeyRange part = v.is_range ? KeyRange{v.begin, v.end} : v.stretch;
     auto steps = v.range->steps.find({part.begin, part.end});
     if (steps == v.range->steps.end() && h.epoch() > epoch) {
       // A part cut where a newer map split this range (the pieces keep
@@ -339,6 +373,8 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
                        self_, " serves ", serving_count));
     }
     v.range = only;
+    if (!only->step_cuts.empty()) return unnamed_stretch(*only);
+    v.stretch = only->range();
   }
   if (v.range != nullptr && v.range->backups > 0 && replicator_ == nullptr &&
       OpWrites(v.op)) {

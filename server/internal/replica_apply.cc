@@ -178,10 +178,14 @@ absl::Status ApplyReplicated(TableShard& shard, TableShard::Range& range,
     shard.RecordApplied(h.worker_rank(), h.worker_clock());
   }
   if (r.step_clock() >= 0) {
-    // The part the primary aggregated: the pushed key range, or the whole
-    // range for a key batch.
+    // The part the primary aggregated: the pushed key range, or a key
+    // batch's stretch (the whole range from a primary that named none).
+    const KeyRange named{h.range_begin(), h.range_end()};
     const KeyRange part =
-        h.is_range() ? KeyRange{h.range_begin(), h.range_end()} : kr;
+        h.is_range() || (named.begin < named.end && named.begin >= kr.begin &&
+                         named.end <= kr.end)
+            ? named
+            : kr;
     range.StepsFor(part).set_next_clock(r.step_clock() + 1);
     for (int rank = 0; rank < shard.tracked_ranks(); ++rank) {
       shard.RecordApplied(rank, r.step_clock());

@@ -151,12 +151,13 @@ TableShard::SyncOutcome TableShard::ApplyRangeStep(
 }
 
 TableShard::SyncOutcome TableShard::PushSyncedKeys(
-    Range& range, absl::Span<const Key> keys, int rank, Clock clock,
-    const float* grads, uint64_t waiter, std::vector<uint64_t>* released,
-    std::vector<Key>* applied_keys, SparseRows::Room* room) {
+    Range& range, KeyRange stretch, absl::Span<const Key> keys, int rank,
+    Clock clock, const float* grads, uint64_t waiter,
+    std::vector<uint64_t>* released, std::vector<Key>* applied_keys,
+    SparseRows::Room* room) {
   // No shortcut for one rank: even one rank's batch is summed per key
   // (repeats included) and applied in ascending key order.
-  StepAggregator& steps = range.StepsFor(range.range());
+  StepAggregator& steps = range.StepsFor(stretch);
   switch (steps.Add(rank, clock, keys,
                     absl::MakeConstSpan(grads, keys.size() * width()),
                     waiter)) {

@@ -61,7 +61,9 @@ class TableShard {
 
     // BSP steps (tables with sync_workers > 0) aggregate per part: a key
     // range as the workers push it (they cut a large table into parts the
-    // same way), or the whole range for sparse key batches.
+    // same way), or, for sparse key batches, the stretch of the range
+    // between its step cuts that the batch names (the whole range without
+    // cuts).
     StepAggregator& StepsFor(KeyRange part) {
       auto it = steps.find({part.begin, part.end});
       if (it == steps.end()) {
@@ -81,6 +83,34 @@ class TableShard {
     std::map<std::pair<Key, Key>, StepAggregator> steps;
     RoundLedger rounds;
     ClientLedger clients;
+    // Where neighbours merged into this range met, for a table that
+    // aggregates BSP steps (RangeAssignment.step_cuts, from the applied
+    // map): ascending, inside the range. Its steps aggregate apart on
+    // either side of each.
+    std::vector<Key> step_cuts;
+    // The stretch between step cuts named [begin, end), if it is one of
+    // the range's (the whole range without cuts).
+    bool IsStretch(KeyRange named) const {
+      const KeyRange r = range();
+      if (named.begin < r.begin || named.end > r.end ||
+          named.begin >= named.end) {
+        return false;
+      }
+      bool begins = named.begin == r.begin, ends = named.end == r.end;
+      for (Key cut : step_cuts) {
+        if (cut > named.begin && cut < named.end) return false;
+        begins |= cut == named.begin;
+        ends |= cut == named.end;
+      }
+      return begins && ends;
+    }
+    // Whether [begin, end) crosses a step cut.
+    bool CrossesCut(KeyRange part) const {
+      for (Key cut : step_cuts) {
+        if (cut > part.begin && cut < part.end) return true;
+      }
+      return false;
+    }
     Role role = Role::kPrimary;
     NodeId primary = kNoNode;  // the range's primary in the applied map
     int backups = 0;           // backups the map lists for it
@@ -169,14 +199,17 @@ class TableShard {
                          std::vector<uint64_t>* released,
                          SparseRows::Room* room = nullptr);
   // The same for a batch of keys (sparse tables): every worker sends each
-  // range one batch per clock, possibly empty, so that the range can count
-  // ranks. When sync_workers ranks have pushed, each key's gradients are
-  // summed in rank order (a rank's repeats in its order), divided by the
-  // number of ranks, and the handler applies the mean once per key, keys
-  // ascending (then `applied_keys` and `applied` describe that batch).
-  // REQUIRES: sparse table; every key in `range`.
-  SyncOutcome PushSyncedKeys(Range& range, absl::Span<const Key> keys, int rank,
-                             Clock clock, const float* grads, uint64_t waiter,
+  // stretch of a range (the whole range, or a stretch between its step
+  // cuts) one batch per clock, possibly empty, so that the stretch can
+  // count ranks. When sync_workers ranks have pushed, each key's gradients
+  // are summed in rank order (a rank's repeats in its order), divided by
+  // the number of ranks, and the handler applies the mean once per key,
+  // keys ascending (then `applied_keys` and `applied` describe that
+  // batch). REQUIRES: sparse table; `stretch` one of range.IsStretch's;
+  // every key in it.
+  SyncOutcome PushSyncedKeys(Range& range, KeyRange stretch,
+                             absl::Span<const Key> keys, int rank, Clock clock,
+                             const float* grads, uint64_t waiter,
                              std::vector<uint64_t>* released,
                              std::vector<Key>* applied_keys,
                              SparseRows::Room* room = nullptr);
