@@ -331,8 +331,10 @@ absl::Status TableRegistry::ReplicaReady(
           if (r.begin() != req.range_begin()) continue;
           boundary_born_[{req.table_id(), r.end()}] = absl::Now();
           if (auto s = sizes_.find(key); s != sizes_.end()) {
-            s->second /= 2;
-            sizes_[{req.table_id(), r.end()}] = s->second;
+            // Read before the upper half's entry is made (which may
+            // rehash the map).
+            const uint64_t half = s->second /= 2;
+            sizes_[{req.table_id(), r.end()}] = half;
           }
         }
       }
@@ -622,8 +624,11 @@ absl::StatusOr<bool> TableRegistry::MergeReported(TableId table, Key begin,
   loads_.erase({table, lower});
   loads_.erase({table, upper});
   if (auto hi = sizes_.find({table, upper}); hi != sizes_.end()) {
-    sizes_[{table, lower}] += hi->second;
+    // Erased before the lower's entry is made: making it may rehash the
+    // map, and `hi` would point nowhere (the scheduler once aborted here).
+    const uint64_t bytes = hi->second;
     sizes_.erase(hi);
+    sizes_[{table, lower}] += bytes;
   }
   DP_LOG(INFO) << "table " << table << " range from key " << lower
                << ": merged with the range from key " << upper << ", epoch "
