@@ -297,12 +297,13 @@ proto::ClusterMap SyncedSparseMap() {
 // A synced push is answered once its step is applied: held ones are
 // deferred, and the push that completes the step releases their replies.
 // `held` (if given) is set to whether this push was held; `released_tokens`
-// gets the reply tokens this push released.
+// gets the reply tokens this push released. A key batch names `stretch` if
+// it is given.
 proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
                              std::vector<Key> keys, std::vector<float> grads,
                              bool range = false, bool* held = nullptr,
                              std::vector<uint64_t>* released_tokens = nullptr,
-                             uint64_t token = 1) {
+                             uint64_t token = 1, KeyRange stretch = {0, 0}) {
   IncomingMessage req;
   req.header.set_op(proto::PUSH);
   req.header.set_table_id(3);
@@ -317,6 +318,10 @@ proto::DataHeader SyncedPush(Dispatcher& d, int rank, int64_t clock,
     req.header.set_range_end(keys.back() + 1);
   } else {
     req.keys = keys;
+    if (stretch.end > 0) {
+      req.header.set_batch_range_begin(stretch.begin);
+      req.header.set_batch_range_end(stretch.end);
+    }
   }
   req.values = grads;
   req.reply_token = token;
@@ -409,24 +414,8 @@ TEST(SyncedSparseTest, StretchesBetweenStepCutsAggregateApart) {
   auto push = [&](int rank, int64_t clock, std::vector<Key> keys,
                   std::vector<float> grads, Key begin, Key end,
                   bool* held = nullptr) {
-    IncomingMessage req;
-    req.header.set_op(proto::PUSH);
-    req.header.set_table_id(3);
-    req.header.set_width(1);
-    req.header.set_num_keys(keys.size());
-    req.header.set_epoch(5);
-    req.header.set_worker_rank(rank);
-    req.header.set_worker_clock(clock);
-    req.header.set_batch_range_begin(begin);
-    req.header.set_batch_range_end(end);
-    req.keys = keys;
-    req.values = grads;
-    req.reply_token = 7;
-    OutgoingReply reply;
-    std::vector<DeferredReply> released;
-    d.Handle(req, &reply, &released);
-    if (held != nullptr) *held = reply.deferred;
-    return reply.header;
+    return SyncedPush(d, rank, clock, std::move(keys), std::move(grads), false,
+                      held, nullptr, 7, KeyRange{begin, end});
   };
   bool held = false;
   // The lower stretch completes clock 0 on its own.
@@ -444,24 +433,10 @@ TEST(SyncedSparseTest, StretchesBetweenStepCutsAggregateApart) {
   EXPECT_EQ(GetSynced(d, {7, 200}), (std::vector<float>{3, 4}));
   // A batch that names no stretch, one across the cut, and a key outside
   // the stretch named.
-  IncomingMessage unnamed;
-  unnamed.header.set_op(proto::PUSH);
-  unnamed.header.set_table_id(3);
-  unnamed.header.set_width(1);
-  unnamed.header.set_num_keys(1);
-  unnamed.header.set_epoch(5);
-  unnamed.header.set_worker_rank(0);
-  unnamed.header.set_worker_clock(1);
-  const std::vector<Key> k7 = {7};
-  const std::vector<float> g1 = {1};
-  unnamed.keys = k7;
-  unnamed.values = g1;
-  OutgoingReply reply;
-  std::vector<DeferredReply> released;
-  d.Handle(unnamed, &reply, &released);
-  EXPECT_EQ(reply.header.status_code(),
+  const proto::DataHeader unnamed = SyncedPush(d, 0, 1, {7}, {1});
+  EXPECT_EQ(unnamed.status_code(),
             static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(reply.header.status_message(), ::testing::HasSubstr("stretch"));
+  EXPECT_THAT(unnamed.status_message(), ::testing::HasSubstr("stretch"));
   EXPECT_EQ(push(0, 1, {7}, {1}, 0, 200).status_code(),
             static_cast<int>(absl::StatusCode::kAborted));  // not owner
   // The whole range, named as before the cut: not a stretch of it.
