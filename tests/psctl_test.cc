@@ -77,25 +77,49 @@ std::string WriteSecret(const std::string& path) {
   return path;
 }
 
-TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
+// A cluster of `servers` in TestTmpDir()/`name` with `flags` for its
+// scheduler, a client of it, and a dense table "w" of 1000 keys of `width`
+// floats.
+struct LiveCluster {
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<Client> client;
+  Table table;
+  std::string scheduler;  // psctl's --scheduler flag for it
+};
+absl::StatusOr<LiveCluster> StartLive(const std::string& name, int servers,
+                                      std::vector<std::string> flags,
+                                      uint32_t width) {
   LocalClusterOptions o;
   o.bin_dir = RunfilePath("");
-  o.work_dir = TestTmpDir() + "/live";
+  o.work_dir = TestTmpDir() + "/" + name;
   std::system(("mkdir -p " + o.work_dir).c_str());
-  o.num_servers = 2;
-  // The default dead_after (3 s): a shorter one declared a live server
-  // dead when two tests starved it of CPU, failing the pushes below.
-  o.scheduler_flags = {"--replicas=2", "--num_workers=2", "--consistency=asp"};
-  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
-  const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
-  ASSERT_OK_AND_ASSIGN(
-      auto client,
-      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
+  o.num_servers = servers;
+  o.scheduler_flags = std::move(flags);
+  LiveCluster c;
+  DP_ASSIGN_OR_RETURN(c.cluster, LocalCluster::Start(o));
+  c.scheduler = "--scheduler=" + c.cluster->scheduler_address();
+  DP_ASSIGN_OR_RETURN(
+      c.client,
+      Client::Connect({.scheduler_address = c.cluster->scheduler_address()}));
   TableOptions t;
   t.name = "w";
-  t.width = 4;
+  t.width = width;
   t.num_keys = 1000;
-  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+  DP_ASSIGN_OR_RETURN(c.table, c.client->CreateTable(t));
+  return c;
+}
+
+TEST(PsctlTest, StatusAndTablesOfALiveCluster) {
+  // The default dead_after (3 s): a shorter one declared a live server
+  // dead when two tests starved it of CPU, failing the pushes below.
+  ASSERT_OK_AND_ASSIGN(
+      LiveCluster started,
+      StartLive("live", 2,
+                {"--replicas=2", "--num_workers=2", "--consistency=asp"}, 4));
+  std::unique_ptr<LocalCluster>& cluster = started.cluster;
+  std::unique_ptr<Client>& client = started.client;
+  const Table table = started.table;
+  const std::string scheduler = started.scheduler;
 
   // Traffic while psctl samples the rates.
   std::atomic<bool> stop{false};
@@ -422,23 +446,15 @@ TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
 // hand, each waited for until the map shows it; a merge of the last range
 // and a merge without a key are refused.
 TEST(PsctlTest, SplitAndMergeByHand) {
-  LocalClusterOptions o;
-  o.bin_dir = RunfilePath("");
-  o.work_dir = TestTmpDir() + "/split_merge";
-  std::system(("mkdir -p " + o.work_dir).c_str());
-  o.num_servers = 2;
-  o.scheduler_flags = {"--replicas=2", "--num_workers=1", "--consistency=asp",
-                       "--ranges_per_table=2", "--merge_min_age_s=0"};
-  ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
-  const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
   ASSERT_OK_AND_ASSIGN(
-      auto client,
-      Client::Connect({.scheduler_address = cluster->scheduler_address()}));
-  TableOptions t;
-  t.name = "w";
-  t.width = 2;
-  t.num_keys = 1000;
-  ASSERT_OK_AND_ASSIGN(Table table, client->CreateTable(t));
+      LiveCluster live,
+      StartLive("split_merge", 2,
+                {"--replicas=2", "--num_workers=1", "--consistency=asp",
+                 "--ranges_per_table=2", "--merge_min_age_s=0"},
+                2));
+  std::unique_ptr<Client>& client = live.client;
+  const Table table = live.table;
+  const std::string scheduler = live.scheduler;
   auto ranges = [&]() -> std::vector<std::pair<uint64_t, uint64_t>> {
     PsctlRun r = Psctl({"tables", scheduler, "--json"});
     EXPECT_EQ(r.exit_code, 0) << r.output;
