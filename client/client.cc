@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/first_seen.h"
 #include "client/internal/open_writes.h"
 #include "client/internal/vector_request.h"
 #include "client/split_by_owner.h"
@@ -75,6 +76,12 @@ struct OpState {
   uint64_t task = 0;
   VectorRequest* vector = nullptr;  // VECTOR: the command, the partials
 
+  // A read's repeated keys, asked for once: pairs (position, position of
+  // its first occurrence), whose rows are copied once every part is in.
+  // Written by the first routing, before the submitter's hold is released.
+  Buffer repeats;
+  size_t num_repeats = 0;
+
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   absl::Mutex mu;
   absl::Status status ABSL_GUARDED_BY(mu);
@@ -106,10 +113,19 @@ struct OpState {
       absl::MutexLock lock(&mu);
       s = status;
     }
+    if (s.ok() && num_repeats > 0) CopyRepeats();
     if (callback) {
       callback(s);
     } else {
       done.Notify();
+    }
+  }
+  void CopyRepeats() {
+    const size_t* pair = reinterpret_cast<const size_t*>(repeats.data());
+    const size_t width = table.width;
+    for (size_t i = 0; i < num_repeats; ++i, pair += 2) {
+      std::memcpy(out + pair[0] * width, out + pair[1] * width,
+                  width * sizeof(float));
     }
   }
 };
@@ -928,7 +944,20 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
   // request (dense ones take ranges only).
   const bool ranges_ok =
       op->clock < 0 || table.spec().sync_workers() == 0 || !OpWrites(op->op);
-  if (split->runs && selection.list == nullptr) {
+  // A read whose keys repeat asks for each key once (the first routing
+  // only: a retried part's keys are already distinct). Folding costs a
+  // gather and a hash lookup a key, so a batch goes this way only when a
+  // sample of it shows repeats; one without goes on as slices.
+  Buffer first;  // with folding: the position of each key's first occurrence
+  if (scope == nullptr && (op->op == proto::PULL || op->op == proto::GET) &&
+      !split->consecutive && selection.size() < (size_t{1} << 32) &&
+      RepeatsWorthFolding(keys, selection)) {
+    first = pool_.Acquire(selection.size() * sizeof(size_t));
+    FirstSeen::ForThisThread(selection.size())
+        .InsertBatch(keys, selection, reinterpret_cast<size_t*>(first.data()));
+    op->repeats = pool_.Acquire(selection.size() * 2 * sizeof(size_t));
+  }
+  if (split->runs && selection.list == nullptr && first.size() == 0) {
     // Each range's keys are one run of the caller's arrays: slices of them,
     // sent without copying.
     for (const BatchSplit::Group& g : split->groups) {
@@ -961,6 +990,17 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
     const size_t pos = selection.at(i);
     const Key k = keys[pos];
     const int r = only >= 0 ? only : ranges.Find(k);
+    if (first.size() > 0) {
+      const size_t f = reinterpret_cast<const size_t*>(first.data())[i];
+      if (f != pos) {
+        size_t* pair = reinterpret_cast<size_t*>(op->repeats.data()) +
+                       2 * op->num_repeats++;
+        pair[0] = pos;
+        pair[1] = f;
+        --left[r];
+        continue;
+      }
+    }
     Open& o = open[r];
     if (o.capacity == 0) {
       o.capacity = std::min(rows, left[r]);
@@ -981,6 +1021,18 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
     Payload value_frame =
         writes ? Payload::Own(std::move(o.values)) : Payload();
     left[r] -= o.n;
+    o = Open();
+    Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
+  }
+  // Parts that folded repeats end short of the size they were opened at.
+  for (size_t r = 0; r < open.size(); ++r) {
+    Open& o = open[r];
+    if (o.n == 0) continue;
+    Part p = part_for(static_cast<int>(r));
+    p.gathered = std::make_shared<Gathered>(std::move(o.positions), o.n);
+    Payload key_frame = Payload::Own(std::move(o.keys));
+    Payload value_frame =
+        writes ? Payload::Own(std::move(o.values)) : Payload();
     o = Open();
     Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
   }

@@ -346,6 +346,64 @@ TEST_F(ClusterTest, SortedBatchesReadTheirRows) {
   }
 }
 
+// A read batch whose keys repeat asks the servers for each key once, and
+// every repeat gets its row; a batch without repeats is sent whole.
+TEST_F(ClusterTest, ReadsAskForRepeatedKeysOnce) {
+  constexpr uint32_t kWidth = 4;
+  constexpr uint64_t kIds = 500;
+  TableOptions o;
+  o.name = "repeated_reads";
+  o.width = kWidth;
+  o.sparse = true;
+  ASSERT_OK_AND_ASSIGN(Table t, suite_.client().CreateTable(o));
+  auto key_of = [](uint64_t id) { return id * 0x9E3779B97F4A7C15ull; };
+  std::vector<Key> ids(kIds);
+  std::vector<float> rows(kIds * kWidth);
+  for (uint64_t i = 0; i < kIds; ++i) {
+    ids[i] = key_of(i);
+    for (uint32_t j = 0; j < kWidth; ++j) rows[i * kWidth + j] = i * 10.0f + j;
+  }
+  ASSERT_OK(suite_.client().PutSync(t, ids, rows));
+  std::mt19937_64 rng(TestSeed(11));
+  for (const bool get : {false, true}) {
+    // 20000 draws of 500 ids, over the three servers.
+    std::vector<Key> keys(20000);
+    std::vector<float> want;
+    for (Key& k : keys) {
+      const uint64_t id = rng() % kIds;
+      k = key_of(id);
+      want.insert(want.end(), rows.begin() + id * kWidth,
+                  rows.begin() + (id + 1) * kWidth);
+    }
+    std::vector<float> got(keys.size() * kWidth, -1);
+    const TrafficStats before = suite_.client().traffic();
+    ASSERT_OK(get ? suite_.client().GetSync(t, keys, absl::MakeSpan(got))
+                  : suite_.client().PullSync(t, keys, absl::MakeSpan(got)));
+    const TrafficStats after = suite_.client().traffic();
+    EXPECT_EQ(got, want) << (get ? "get" : "pull");
+    // At most the 500 distinct keys went out and their rows came back (and
+    // headers): far below the batch's 160 kB of keys and 320 kB of rows.
+    EXPECT_LT(after.bytes_sent - before.bytes_sent, 500 * sizeof(Key) + 4096);
+    EXPECT_LT(after.bytes_received - before.bytes_received,
+              500 * kWidth * sizeof(float) + 4096);
+  }
+  // Distinct keys: every key goes out.
+  std::vector<Key> keys(ids.begin(), ids.end());
+  std::shuffle(keys.begin(), keys.end(), rng);
+  std::vector<float> got(keys.size() * kWidth);
+  const TrafficStats before = suite_.client().traffic();
+  ASSERT_OK(suite_.client().PullSync(t, keys, absl::MakeSpan(got)));
+  const TrafficStats after = suite_.client().traffic();
+  EXPECT_GE(after.bytes_sent - before.bytes_sent, kIds * sizeof(Key));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t id =
+        std::find(ids.begin(), ids.end(), keys[i]) - ids.begin();
+    for (uint32_t j = 0; j < kWidth; ++j) {
+      ASSERT_EQ(got[i * kWidth + j], rows[id * kWidth + j]) << i;
+    }
+  }
+}
+
 // Server-side vector algebra (Sandblaster): every command on vectors spread
 // over the three servers, against the same arithmetic done here.
 TEST_F(ClusterTest, VectorCommandsMatchReference) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
@@ -114,7 +115,7 @@ uint32_t SparseRows::Lookup(Key key) const {
   }
 }
 
-void SparseRows::LookupBatch(absl::Span<const Key> keys,
+void SparseRows::LookupBatch(absl::Span<const Key> keys, size_t row_floats,
                              uint32_t* slots) const {
   const size_t n = keys.size();
   if (index_.empty()) {
@@ -125,6 +126,8 @@ void SparseRows::LookupBatch(absl::Span<const Key> keys,
   // read it and prefetch the slot; probe and prefetch the row. Each miss
   // then overlaps the others' instead of following them.
   constexpr size_t kAhead = 8;
+  constexpr int kProbesAhead = 3;
+  constexpr size_t kMaxRowPrefetch = 1024;  // bytes
   const size_t mask = index_.size() - 1;
   size_t home[kBatchBlock];
   for (size_t i = 0; i < n + 2 * kAhead; ++i) {
@@ -133,8 +136,14 @@ void SparseRows::LookupBatch(absl::Span<const Key> keys,
       __builtin_prefetch(&index_[home[i]]);
     }
     if (i >= kAhead && i - kAhead < n) {
-      const uint32_t s = index_[home[i - kAhead]];
-      if (s != kNone) __builtin_prefetch(&At(s));
+      // The slots of the probe chain, not only its first: a chain of two
+      // or three is common at our loads, and each is a miss of its own.
+      size_t h = home[i - kAhead];
+      for (int p = 0; p < kProbesAhead; ++p, h = (h + 1) & mask) {
+        const uint32_t s = index_[h];
+        if (s == kNone) break;
+        __builtin_prefetch(&At(s));
+      }
     }
     if (i >= 2 * kAhead && i - 2 * kAhead < n) {
       const size_t j = i - 2 * kAhead;
@@ -145,9 +154,14 @@ void SparseRows::LookupBatch(absl::Span<const Key> keys,
       }
       slots[j] = s;
       if (s != kNone) {
-        const Row r = RowAt(s);
-        __builtin_prefetch(r.values, 1);
-        if (r.state != nullptr) __builtin_prefetch(r.state, 1);
+        // Every line of the row (values and state are side by side): a
+        // wide row's later lines would otherwise be misses of their own.
+        const uintptr_t row = reinterpret_cast<uintptr_t>(RowAt(s).values);
+        const uintptr_t end =
+            row + std::min(row_floats * sizeof(float), kMaxRowPrefetch);
+        for (uintptr_t line = row & ~uintptr_t{63}; line < end; line += 64) {
+          __builtin_prefetch(reinterpret_cast<const void*>(line), 1);
+        }
       }
     }
   }
@@ -160,7 +174,7 @@ absl::Status SparseRows::ReadBatch(absl::Span<const Key> keys, float* out) {
   std::vector<size_t> cold_at;
   for (size_t b = 0; b < keys.size(); b += kBatchBlock) {
     const size_t n = std::min(kBatchBlock, keys.size() - b);
-    LookupBatch(keys.subspan(b, n), slots);
+    LookupBatch(keys.subspan(b, n), width_, slots);
     for (size_t i = 0; i < n; ++i) {
       float* dst = out + (b + i) * width_;
       if (slots[i] != kNone) {
@@ -237,10 +251,9 @@ void SparseRows::IndexErase(Key key) {
 // --- Rows and recency --------------------------------------------------
 
 SparseRows::Row SparseRows::RowAt(uint32_t slot) const {
-  const size_t chunk = slot / kChunkRows, off = slot % kChunkRows;
-  return {
-      value_chunks_[chunk].get() + off * width_,
-      state_width_ ? state_chunks_[chunk].get() + off * state_width_ : nullptr};
+  float* row = row_chunks_[slot / kChunkRows].get() +
+               (slot % kChunkRows) * (width_ + state_width_);
+  return {row, state_width_ ? row + width_ : nullptr};
 }
 
 SparseRows::Row SparseRows::Find(Key key) const {
@@ -290,11 +303,13 @@ uint32_t SparseRows::NewSlot(Key key) {
     free_head_ = At(slot).next;
   } else {
     slot = num_slots_++;
-    if (slot / kChunkRows == value_chunks_.size()) {
-      value_chunks_.emplace_back(new float[kChunkRows * width_]);
-      if (state_width_) {
-        state_chunks_.emplace_back(new float[kChunkRows * state_width_]);
-      }
+    if (slot / kChunkRows == row_chunks_.size()) {
+      constexpr size_t kLine = 64;
+      const size_t bytes = kChunkRows * RowFloats() * sizeof(float);
+      auto* chunk = static_cast<float*>(
+          std::aligned_alloc(kLine, (bytes + kLine - 1) / kLine * kLine));
+      if (chunk == nullptr) throw std::bad_alloc();
+      row_chunks_.emplace_back(chunk);
       slot_chunks_.emplace_back(new Slot[kChunkRows]);
       UpdateAccounting();
     }
@@ -813,9 +828,9 @@ absl::Status SparseRows::Import(proto::RowChunkInfo::Kind kind,
 
 void SparseRows::UpdateAccounting() {
   const uint64_t values =
-      value_chunks_.size() * kChunkRows * width_ * sizeof(float);
+      row_chunks_.size() * kChunkRows * width_ * sizeof(float);
   const uint64_t state =
-      state_chunks_.size() * kChunkRows * state_width_ * sizeof(float);
+      row_chunks_.size() * kChunkRows * state_width_ * sizeof(float);
   const uint64_t index = index_.capacity() * sizeof(uint32_t) +
                          slot_chunks_.size() * kChunkRows * sizeof(Slot);
   // Admission counters: a hash slot (key, count, order) and an ordered-map

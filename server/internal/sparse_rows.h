@@ -29,7 +29,8 @@
 // kSparseRowOverheadBytes: its key (8), recency links (8), a stamp and a
 // use count (8), and its index slot (4 bytes at a load of 0.4 to 0.8).
 // Rows, keys and metadata live in chunks of 1024 rows (growth never copies
-// them); freed rows are reused.
+// them); freed rows are reused. A row's values and its handler state lie
+// side by side, so a push's row is one or two adjacent cache lines.
 //
 // Not thread-safe: the range's data thread uses it. The counters are
 // atomics, readable from any thread.
@@ -39,6 +40,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -146,7 +148,7 @@ class SparseRows {
     uint32_t slots[kBatchBlock];
     for (size_t b = 0; b < keys.size(); b += kBatchBlock) {
       const size_t n = std::min(kBatchBlock, keys.size() - b);
-      LookupBatch(keys.subspan(b, n), slots);
+      LookupBatch(keys.subspan(b, n), RowFloats(), slots);
       for (size_t i = 0; i < n; ++i) {
         // A key repeated in the block, or absent when looked up: created by
         // the first Touch, found by the later ones.
@@ -252,10 +254,13 @@ class SparseRows {
   // The index: open addressing over slot numbers, linear probing,
   // backward-shift deletion.
   uint32_t Lookup(Key key) const;  // kNone if absent
-  // Lookup of up to kBatchBlock keys into `slots`, with the index entries
-  // and slots of later keys prefetched while earlier ones are resolved.
+  // Lookup of up to kBatchBlock keys into `slots`, with the index entries,
+  // slots and rows (`row_floats` of each: the values for a read, values and
+  // state for a write) of later keys prefetched while earlier ones are
+  // resolved.
   static constexpr size_t kBatchBlock = 64;
-  void LookupBatch(absl::Span<const Key> keys, uint32_t* slots) const;
+  void LookupBatch(absl::Span<const Key> keys, size_t row_floats,
+                   uint32_t* slots) const;
   void IndexInsert(Key key, uint32_t slot);
   void IndexErase(Key key);
   void Rehash(size_t capacity);
@@ -309,8 +314,13 @@ class SparseRows {
   std::vector<std::unique_ptr<Slot[]>> slot_chunks_;
   uint32_t num_slots_ = 0;      // slots ever used
   uint32_t free_head_ = kNone;  // freed slots, linked through `next`
-  std::vector<std::unique_ptr<float[]>> value_chunks_;
-  std::vector<std::unique_ptr<float[]>> state_chunks_;
+  // A row's values and its handler state side by side (one cache line at
+  // width 8 with Adagrad's state: a push touches both), chunks aligned to
+  // cache lines.
+  struct FreeAligned {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<float[], FreeAligned>> row_chunks_;
   uint32_t head_ = kNone, tail_ = kNone;  // most and least recent
   uint64_t rng_;                          // LFU sampling
 
