@@ -60,6 +60,37 @@ const char* OpName(proto::Op op) {
   }
 }
 
+// Copies rows of `width` floats; fixed widths compile to a few moves
+// instead of a call to memcpy per row.
+using RowCopy = void (*)(float* dst, const float* src, size_t width);
+template <size_t kWidth>
+void CopyFixed(float* dst, const float* src, size_t) {
+  std::memcpy(dst, src, kWidth * sizeof(float));
+}
+void CopyAny(float* dst, const float* src, size_t width) {
+  std::memcpy(dst, src, width * sizeof(float));
+}
+RowCopy RowCopyFor(size_t width) {
+  switch (width) {
+    case 1:
+      return &CopyFixed<1>;
+    case 2:
+      return &CopyFixed<2>;
+    case 4:
+      return &CopyFixed<4>;
+    case 8:
+      return &CopyFixed<8>;
+    case 16:
+      return &CopyFixed<16>;
+    case 32:
+      return &CopyFixed<32>;
+    case 64:
+      return &CopyFixed<64>;
+    default:
+      return &CopyAny;
+  }
+}
+
 // One operation as the caller issued it. Completes when every part has been
 // answered and every borrowed buffer released by the transport.
 struct OpState {
@@ -76,11 +107,11 @@ struct OpState {
   uint64_t task = 0;
   VectorRequest* vector = nullptr;  // VECTOR: the command, the partials
 
-  // A read's repeated keys, asked for once: pairs (position, position of
-  // its first occurrence), whose rows are copied once every part is in.
-  // Written by the first routing, before the submitter's hold is released.
-  Buffer repeats;
-  size_t num_repeats = 0;
+  // A read that folds its repeated keys: the position of each key's first
+  // occurrence (uint32_t per key of the batch); the rows of the others are
+  // copied from there once every part is in. Written by the first routing,
+  // before the submitter's hold is released.
+  Buffer first_seen;
 
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   absl::Mutex mu;
@@ -113,7 +144,7 @@ struct OpState {
       absl::MutexLock lock(&mu);
       s = status;
     }
-    if (s.ok() && num_repeats > 0) CopyRepeats();
+    if (s.ok() && first_seen.size() > 0) CopyRepeats();
     if (callback) {
       callback(s);
     } else {
@@ -121,11 +152,12 @@ struct OpState {
     }
   }
   void CopyRepeats() {
-    const size_t* pair = reinterpret_cast<const size_t*>(repeats.data());
+    const auto* first = reinterpret_cast<const uint32_t*>(first_seen.data());
+    const size_t n = first_seen.size() / sizeof(uint32_t);
     const size_t width = table.width;
-    for (size_t i = 0; i < num_repeats; ++i, pair += 2) {
-      std::memcpy(out + pair[0] * width, out + pair[1] * width,
-                  width * sizeof(float));
+    const RowCopy copy = RowCopyFor(width);
+    for (size_t i = 0; i < n; ++i) {
+      if (first[i] != i) copy(out + i * width, out + first[i] * width, width);
     }
   }
 };
@@ -189,37 +221,6 @@ Selection SelectionOf(const Part* scope, size_t size) {
   if (scope == nullptr) return Selection::Slice(0, size);
   if (scope->gathered) return Selection::List(scope->gathered->positions());
   return Selection::Slice(scope->first, scope->count);
-}
-
-// Copies rows of `width` floats; fixed widths compile to a few moves
-// instead of a call to memcpy per row.
-using RowCopy = void (*)(float* dst, const float* src, size_t width);
-template <size_t kWidth>
-void CopyFixed(float* dst, const float* src, size_t) {
-  std::memcpy(dst, src, kWidth * sizeof(float));
-}
-void CopyAny(float* dst, const float* src, size_t width) {
-  std::memcpy(dst, src, width * sizeof(float));
-}
-RowCopy RowCopyFor(size_t width) {
-  switch (width) {
-    case 1:
-      return &CopyFixed<1>;
-    case 2:
-      return &CopyFixed<2>;
-    case 4:
-      return &CopyFixed<4>;
-    case 8:
-      return &CopyFixed<8>;
-    case 16:
-      return &CopyFixed<16>;
-    case 32:
-      return &CopyFixed<32>;
-    case 64:
-      return &CopyFixed<64>;
-    default:
-      return &CopyAny;
-  }
 }
 
 // Runs closures after a delay on one thread (retries must not block the
@@ -948,16 +949,18 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
   // only: a retried part's keys are already distinct). Folding costs a
   // gather and a hash lookup a key, so a batch goes this way only when a
   // sample of it shows repeats; one without goes on as slices.
-  Buffer first;  // with folding: the position of each key's first occurrence
+  // The first routing's selection is the whole batch, so a key's index in
+  // it is its position.
+  const uint32_t* first = nullptr;
   if (scope == nullptr && (op->op == proto::PULL || op->op == proto::GET) &&
       !split->consecutive && selection.size() < (size_t{1} << 32) &&
       RepeatsWorthFolding(keys, selection)) {
-    first = pool_.Acquire(selection.size() * sizeof(size_t));
-    FirstSeen::ForThisThread(selection.size())
-        .InsertBatch(keys, selection, reinterpret_cast<size_t*>(first.data()));
-    op->repeats = pool_.Acquire(selection.size() * 2 * sizeof(size_t));
+    op->first_seen = pool_.Acquire(selection.size() * sizeof(uint32_t));
+    auto* f = reinterpret_cast<uint32_t*>(op->first_seen.data());
+    FirstSeen::ForThisThread(selection.size()).InsertBatch(keys, selection, f);
+    first = f;
   }
-  if (split->runs && selection.list == nullptr && first.size() == 0) {
+  if (split->runs && selection.list == nullptr && first == nullptr) {
     // Each range's keys are one run of the caller's arrays: slices of them,
     // sent without copying.
     for (const BatchSplit::Group& g : split->groups) {
@@ -990,16 +993,9 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
     const size_t pos = selection.at(i);
     const Key k = keys[pos];
     const int r = only >= 0 ? only : ranges.Find(k);
-    if (first.size() > 0) {
-      const size_t f = reinterpret_cast<const size_t*>(first.data())[i];
-      if (f != pos) {
-        size_t* pair = reinterpret_cast<size_t*>(op->repeats.data()) +
-                       2 * op->num_repeats++;
-        pair[0] = pos;
-        pair[1] = f;
-        --left[r];
-        continue;
-      }
+    if (first != nullptr && first[i] != pos) {
+      --left[r];  // a repeat: its row is copied from its first occurrence
+      continue;
     }
     Open& o = open[r];
     if (o.capacity == 0) {

@@ -36,14 +36,15 @@ bool RepeatsWorthFolding(absl::Span<const Key> keys,
 }
 
 void FirstSeen::InsertBatch(absl::Span<const Key> keys,
-                            const Selection& selection, size_t* first) {
+                            const Selection& selection, uint32_t* first) {
   constexpr size_t kAhead = 16;  // a power of 2
   const size_t n = selection.size(), mask = entries_.size() - 1;
   size_t home[kAhead];
   for (size_t i = 0; i < n + kAhead; ++i) {
     if (i >= kAhead) {
       const size_t j = i - kAhead, pos = selection.at(j);
-      first[j] = InsertAt(home[j % kAhead], keys[pos], pos);
+      first[j] =
+          static_cast<uint32_t>(InsertAt(home[j % kAhead], keys[pos], pos));
     }
     if (i < n) {
       const size_t h = SplitMix64(keys[selection.at(i)]) & mask;

@@ -5,7 +5,7 @@
 //
 //   if (RepeatsWorthFolding(keys, selection)) {
 //     FirstSeen& seen = FirstSeen::ForThisThread(n);
-//     seen.InsertBatch(keys, selection, first);  // first[i] == pos: new
+//     seen.InsertBatch(keys, selection, first);  // first[i] == at(i): new
 //   }
 //
 // Not thread-safe: one table per thread (ForThisThread), reused from batch
@@ -43,8 +43,9 @@ class FirstSeen {
   // Insert over a selection, with the table entries of later keys fetched
   // while earlier ones are resolved (a batch's table outgrows the caches):
   // first[i] = Insert(keys[selection.at(i)], selection.at(i)).
+  // REQUIRES: every position < 2^32.
   void InsertBatch(absl::Span<const Key> keys, const Selection& selection,
-                   size_t* first);
+                   uint32_t* first);
 
   // The position of the first `key` inserted since the last Reset, or
   // `position` itself if it is the first (then recorded, while there is

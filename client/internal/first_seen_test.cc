@@ -54,7 +54,7 @@ TEST(FirstSeenTest, InsertBatchIsInsertKeyByKey) {
   for (size_t i = 0; i < keys.size(); i += 3) positions.push_back(i);
   for (const Selection& s :
        {Selection::Slice(100, 20000), Selection::List(positions)}) {
-    std::vector<size_t> want(s.size()), got(s.size());
+    std::vector<uint32_t> want(s.size()), got(s.size());
     FirstSeen& one = FirstSeen::ForThisThread(s.size());
     for (size_t i = 0; i < s.size(); ++i) {
       want[i] = one.Insert(keys[s.at(i)], s.at(i));
