@@ -989,6 +989,18 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
   const bool writes = OpWrites(op->op);
   const RowCopy copy = RowCopyFor(width);
   const int only = split->groups.size() == 1 ? split->groups[0].range : -1;
+  // Sends range r's open part as it stands.
+  auto send_open = [&](int r) {
+    Open& o = open[r];
+    Part p = part_for(r);
+    p.gathered = std::make_shared<Gathered>(std::move(o.positions), o.n);
+    Payload key_frame = Payload::Own(std::move(o.keys));
+    Payload value_frame =
+        writes ? Payload::Own(std::move(o.values)) : Payload();
+    left[r] -= o.n;
+    o = Open();
+    Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
+  };
   for (size_t i = 0; i < selection.size(); ++i) {
     const size_t pos = selection.at(i);
     const Key k = keys[pos];
@@ -1010,27 +1022,11 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
       copy(reinterpret_cast<float*>(o.values.data()) + o.n * width,
            op->in + pos * width, width);
     }
-    if (++o.n < o.capacity) continue;
-    Part p = part_for(r);
-    p.gathered = std::make_shared<Gathered>(std::move(o.positions), o.n);
-    Payload key_frame = Payload::Own(std::move(o.keys));
-    Payload value_frame =
-        writes ? Payload::Own(std::move(o.values)) : Payload();
-    left[r] -= o.n;
-    o = Open();
-    Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
+    if (++o.n == o.capacity) send_open(r);
   }
   // Parts that folded repeats end short of the size they were opened at.
   for (size_t r = 0; r < open.size(); ++r) {
-    Open& o = open[r];
-    if (o.n == 0) continue;
-    Part p = part_for(static_cast<int>(r));
-    p.gathered = std::make_shared<Gathered>(std::move(o.positions), o.n);
-    Payload key_frame = Payload::Own(std::move(o.keys));
-    Payload value_frame =
-        writes ? Payload::Own(std::move(o.values)) : Payload();
-    o = Open();
-    Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
+    if (open[r].n > 0) send_open(static_cast<int>(r));
   }
 }
 

@@ -96,9 +96,9 @@ class TableShard {
           named.begin >= named.end) {
         return false;
       }
+      if (CrossesCut(named)) return false;
       bool begins = named.begin == r.begin, ends = named.end == r.end;
       for (Key cut : step_cuts) {
-        if (cut > named.begin && cut < named.end) return false;
         begins |= cut == named.begin;
         ends |= cut == named.end;
       }
