@@ -162,8 +162,9 @@ std::unique_ptr<LocalCluster> StartCluster(
   return *std::move(c);
 }
 
-std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
+std::unique_ptr<Client> Connect(const LocalCluster& cluster, bool spin = true) {
   ClientOptions co;
+  if (!spin) co.spin_wait = absl::ZeroDuration();
   co.scheduler_address = cluster.scheduler_address();
   co.max_message_bytes =
       size_t{static_cast<size_t>(absl::GetFlag(FLAGS_client_max_mb))} << 20;
@@ -532,6 +533,9 @@ bench::SectionEnv SectionEnvFromFlags(const std::string& raw_endpoint,
     return StartCluster(servers, tag);
   };
   env.connect = [](const LocalCluster& cluster) { return Connect(cluster); };
+  env.connect_sleeping = [](const LocalCluster& cluster) {
+    return Connect(cluster, /*spin=*/false);
+  };
   return env;
 }
 

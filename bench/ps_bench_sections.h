@@ -34,6 +34,8 @@ struct SectionEnv {
                                               const std::string& tag)>
       start;
   std::function<std::unique_ptr<Client>(const LocalCluster&)> connect;
+  // The same with ClientOptions::spin_wait = 0: a Wait sleeps at once.
+  std::function<std::unique_ptr<Client>(const LocalCluster&)> connect_sleeping;
 };
 
 struct SparseOptions {

@@ -60,6 +60,9 @@ namespace downpour {
 struct VectorRequest;
 class VectorOps;
 
+// Longer spins would burn a core for what a sleep costs anyway.
+inline constexpr absl::Duration kMaxSpinWait = absl::Milliseconds(10);
+
 struct ClientOptions {
   std::string scheduler_address;  // host:port of ps_scheduler
   // Deadline of each operation, retries included.
@@ -73,6 +76,15 @@ struct ClientOptions {
   // alike) nor for a synced sparse push (one part per range).
   size_t part_bytes = size_t{1} << 20;
   absl::Duration connect_timeout = absl::Seconds(30);
+  // A Wait for an operation with nothing else of this client in flight
+  // first spins up to this long before it sleeps: a thread woken from sleep
+  // on an idle core (a halted virtual CPU) starts tens of microseconds
+  // later, a third of a small pull's round trip on a VM. A spin that runs
+  // out makes the next lone waits sleep at once (1, 2, 4, ... up to 64 of
+  // them), so a client whose replies take longer burns little. Zero: never
+  // spin (many client processes sharing few cores with the servers). At
+  // most kMaxSpinWait.
+  absl::Duration spin_wait = absl::Microseconds(200);
   // The cluster's security (common/auth.h): with a secret the data plane
   // uses CURVE and scheduler calls carry its token (a client without it is
   // refused with kUnauthenticated); with TLS, scheduler calls run over TLS.

@@ -874,6 +874,22 @@ TEST_F(ClusterTest, AdminStatsAndHealthService) {
   EXPECT_EQ(checked, 3);
 }
 
+// A spin before a wait sleeps is bounded: a negative one or one above
+// kMaxSpinWait is refused before anything connects.
+TEST(ClientOptionsTest, SpinWaitOutOfRangeIsRefused) {
+  for (absl::Duration spin :
+       {absl::Microseconds(-1), kMaxSpinWait + absl::Nanoseconds(1),
+        absl::InfiniteDuration()}) {
+    ClientOptions co;
+    co.scheduler_address = "127.0.0.1:1";
+    co.spin_wait = spin;
+    auto client = Client::Connect(co);
+    EXPECT_THAT(client.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(std::string(client.status().message()),
+                ::testing::HasSubstr("spin_wait"));
+  }
+}
+
 // A server killed with SIGKILL is declared dead; its keys become unavailable
 // with a clear error, the others keep working.
 TEST(ClusterFailureTest, KilledServerIsDeclaredDead) {

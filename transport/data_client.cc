@@ -1,5 +1,6 @@
 #include "transport/data_client.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -20,7 +21,8 @@ namespace downpour {
 using transport_internal::AlignedView;
 using transport_internal::MultipartMessage;
 
-// Everything here is touched only by the I/O thread.
+// Everything here is touched under the owner's io_mu_: by the I/O thread,
+// or by a caller sending directly (SendNow).
 class DataClient::Loop {
  public:
   Loop(DataClient* owner, void* context) : owner_(owner), context_(context) {}
@@ -32,6 +34,11 @@ class DataClient::Loop {
   }
 
   void Run();
+  // A direct send from the caller's thread (see TrySendNow): false if
+  // `q`'s connection is not open yet. Sets `*wake` when the I/O thread
+  // must look at the sockets (a failure to report, or a reply whose
+  // wake-up this send may have taken).
+  bool SendNow(Queued& q, bool* wake);
 
  private:
   struct Pending {
@@ -41,7 +48,11 @@ class DataClient::Loop {
   };
 
   void* SocketFor(const std::string& endpoint);
+  // Sends `q` on `socket`: OK and `q.done` pending, or why not, with the
+  // payloads released and `q.done` left to the caller.
+  absl::Status SendOn(void* socket, Queued& q);
   void SendOne(Queued q);
+  void RunFailed();
   void ReceiveFrom(void* socket);
   void ExpireDeadlines();
   std::string EndpointOf(void* socket) const;
@@ -60,7 +71,12 @@ class DataClient::Loop {
   std::unordered_map<void*,
                      std::unique_ptr<transport_internal::HandshakeMonitor>>
       monitors_;
+  // Sockets whose monitor has not been read yet: its descriptor signals
+  // only what comes after a first read.
+  std::vector<void*> unread_monitors_;
   std::unordered_map<uint64_t, Pending> pending_;
+  // Per socket: how many of pending_ went out on it.
+  std::unordered_map<void*, size_t> in_flight_;
   // (deadline, id), earliest first; entries whose id is gone are skipped.
   std::priority_queue<std::pair<absl::Time, uint64_t>,
                       std::vector<std::pair<absl::Time, uint64_t>>,
@@ -70,6 +86,8 @@ class DataClient::Loop {
   IncomingMessage reply_;     // reused: a header parsed into, per reply
   std::deque<Queued> batch_;  // the queue taken from Send, being sent
   std::deque<std::pair<size_t, std::pair<std::string, absl::Status>>> resets_;
+  // Direct sends that failed: their callbacks, run by the I/O thread.
+  std::vector<std::pair<ReplyCallback, absl::Status>> failed_;
   Buffer scratch_;
   std::string header_bytes_;
 };
@@ -106,9 +124,32 @@ DataClient::~DataClient() {
   ::close(event_fd_);
 }
 
+bool DataClient::TrySendNow(Queued& q) {
+  // Not waiting for the lock: while the I/O thread holds it (it is
+  // receiving, or running callbacks, one of which may be this caller) the
+  // queue is as quick.
+  if (!io_mu_.TryLock()) return false;
+  bool clear;
+  {
+    absl::MutexLock lock(&mu_);
+    // Nothing queued before this request, so that one thread's requests
+    // leave in the order it sent them, and a Reset fails exactly the
+    // requests sent before it.
+    clear = !stopping_ && queue_.empty() && resets_.empty();
+  }
+  bool wake = false;
+  const bool sent = clear && loop_->SendNow(q, &wake);
+  io_mu_.Unlock();
+  if (wake) Wake();
+  return sent;
+}
+
 void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
                       absl::Time deadline, ReplyCallback done) {
+  Queued q{endpoint, std::move(request), deadline, std::move(done)};
+  if (TrySendNow(q)) return;
   bool wake = false;
+  bool queued = false;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
@@ -117,15 +158,14 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
       // that is not empty goes out with it (a write to the eventfd is a
       // system call per request otherwise).
       wake = queue_.empty() && resets_.empty();
-      queue_.push_back(
-          Queued{endpoint, std::move(request), deadline, std::move(done)});
-      done = nullptr;
+      queue_.push_back(std::move(q));
+      queued = true;
     }
   }
-  if (done) {
-    if (auto r = request.keys.TakeReleaseCallback()) r();
-    if (auto r = request.values.TakeReleaseCallback()) r();
-    done(absl::UnavailableError("data client is shutting down"), nullptr);
+  if (!queued) {
+    if (auto r = q.request.keys.TakeReleaseCallback()) r();
+    if (auto r = q.request.values.TakeReleaseCallback()) r();
+    q.done(absl::UnavailableError("data client is shutting down"), nullptr);
     return;
   }
   if (wake) Wake();
@@ -167,23 +207,50 @@ void* DataClient::Loop::SocketFor(const std::string& endpoint) {
   }
   sockets_[endpoint] = s;
   monitors_[s] = std::move(*monitor);
+  unread_monitors_.push_back(s);
   return s;
 }
 
 void DataClient::Loop::SendOne(Queued q) {
   void* socket = SocketFor(q.endpoint);
+  absl::Status s;
+  if (socket == nullptr) {
+    if (auto r = q.request.keys.TakeReleaseCallback()) r();
+    if (auto r = q.request.values.TakeReleaseCallback()) r();
+    s = WithReason(
+        absl::UnavailableError(absl::StrCat("cannot connect to ", q.endpoint)),
+        ErrorReason::kConnectionLost);
+  } else {
+    s = SendOn(socket, q);
+  }
+  if (!s.ok()) q.done(s, nullptr);
+}
+
+bool DataClient::Loop::SendNow(Queued& q, bool* wake) {
+  auto it = sockets_.find(q.endpoint);
+  if (it == sockets_.end()) return false;  // the I/O thread connects
+  void* socket = it->second;
+  // Only on a connection with nothing in flight. A send may read the
+  // socket's pending signals, and so take the one a reply left on its
+  // descriptor, on which the I/O thread waits: with nothing in flight no
+  // reply can come (a late one follows a timeout, which resets the
+  // connection). A pipeline goes through the queue, where the I/O thread
+  // sends whatever queued up together on one wake-up.
+  auto n = in_flight_.find(socket);
+  if (n != in_flight_.end() && n->second > 0) return false;
+  absl::Status s = SendOn(socket, q);
+  if (!s.ok()) {
+    failed_.emplace_back(std::move(q.done), std::move(s));
+    *wake = true;
+  }
+  return true;
+}
+
+absl::Status DataClient::Loop::SendOn(void* socket, Queued& q) {
   auto release_all = [&q] {
     if (auto r = q.request.keys.TakeReleaseCallback()) r();
     if (auto r = q.request.values.TakeReleaseCallback()) r();
   };
-  if (socket == nullptr) {
-    release_all();
-    q.done(WithReason(absl::UnavailableError(
-                          absl::StrCat("cannot connect to ", q.endpoint)),
-                      ErrorReason::kConnectionLost),
-           nullptr);
-    return;
-  }
   const uint64_t id = next_id_++;
   q.request.header.set_request_id(id);
   q.request.header.SerializeToString(&header_bytes_);
@@ -194,13 +261,12 @@ void DataClient::Loop::SendOne(Queued q) {
   ok = ok && transport_internal::SendPayload(socket, &q.request.values, 0);
   if (!ok) {
     release_all();  // whatever was not handed to ZeroMQ
-    q.done(WithReason(transport_internal::ErrnoStatus(
-                          absl::StrCat("send to ", q.endpoint)),
-                      ErrorReason::kConnectionLost),
-           nullptr);
-    return;
+    return WithReason(
+        transport_internal::ErrnoStatus(absl::StrCat("send to ", q.endpoint)),
+        ErrorReason::kConnectionLost);
   }
   pending_[id] = Pending{std::move(q.done), q.deadline, socket};
+  ++in_flight_[socket];
   deadlines_.emplace(q.deadline, id);
   if (deadlines_.size() > 2 * pending_.size() + 1024) {
     // Answered requests leave their deadline behind until it passes (the
@@ -212,6 +278,12 @@ void DataClient::Loop::SendOne(Queued q) {
     for (const auto& [pid, p] : pending_) live.emplace_back(p.deadline, pid);
     deadlines_ = decltype(deadlines_)(std::greater<>(), std::move(live));
   }
+  return absl::OkStatus();
+}
+
+void DataClient::Loop::RunFailed() {
+  for (auto& [done, status] : failed_) done(status, nullptr);
+  failed_.clear();
 }
 
 void DataClient::Loop::ReceiveFrom(void* socket) {
@@ -227,6 +299,7 @@ void DataClient::Loop::ReceiveFrom(void* socket) {
     auto it = pending_.find(reply.header.request_id());
     if (it == pending_.end()) continue;  // late reply after a timeout
     ReplyCallback done = std::move(it->second.done);
+    --in_flight_[socket];
     pending_.erase(it);
     if (msg_.frame_size(1) % sizeof(float) != 0) {
       done(absl::DataLossError("reply values frame is not whole floats"),
@@ -275,6 +348,7 @@ void DataClient::Loop::ResetSocket(void* socket, const absl::Status& why) {
   }
   sockets_.erase(EndpointOf(socket));
   monitors_.erase(socket);
+  in_flight_.erase(socket);
   zmq_close(socket);
   for (auto& done : failed) done(why, nullptr);
 }
@@ -288,6 +362,7 @@ void DataClient::Loop::ExpireDeadlines() {
     if (it == pending_.end()) continue;
     ReplyCallback done = std::move(it->second.done);
     void* socket = it->second.socket;
+    --in_flight_[socket];
     pending_.erase(it);
     done(absl::DeadlineExceededError("no reply before the deadline"), nullptr);
     ResetSocket(socket, WithReason(absl::UnavailableError(absl::StrCat(
@@ -301,6 +376,7 @@ void DataClient::Loop::ExpireDeadlines() {
 void DataClient::Loop::FailAll(const absl::Status& status) {
   auto pending = std::move(pending_);
   pending_.clear();
+  in_flight_.clear();
   for (auto& [id, p] : pending) p.done(status, nullptr);
 }
 
@@ -334,21 +410,36 @@ bool DataClient::Loop::DrainQueue() {
   return !stopping;
 }
 
+namespace {
+
+int DescriptorOf(void* socket) {
+  int fd = -1;
+  size_t len = sizeof(fd);
+  zmq_getsockopt(socket, ZMQ_FD, &fd, &len);
+  return fd;
+}
+
+}  // namespace
+
 void DataClient::Loop::Run() {
-  std::vector<zmq_pollitem_t> items;
-  std::vector<void*> polled;
+  absl::Mutex& io_mu = owner_->io_mu_;
+  std::vector<pollfd> fds;
+  std::vector<void*> monitored;  // the sockets of the monitors polled
+  io_mu.Lock();
   while (true) {
-    items.clear();
-    polled.clear();
-    items.push_back(zmq_pollitem_t{nullptr, owner_->event_fd_, ZMQ_POLLIN, 0});
+    // Waits on descriptors, not with zmq_poll, which would touch the
+    // sockets: a caller may be sending on one meanwhile. A socket's
+    // descriptor signals only that its state changed; every socket was
+    // read to empty (or looked at) below, after its last use.
+    fds.clear();
+    fds.push_back(pollfd{owner_->event_fd_, POLLIN, 0});
     for (auto& [endpoint, socket] : sockets_) {
-      items.push_back(zmq_pollitem_t{socket, 0, ZMQ_POLLIN, 0});
-      polled.push_back(socket);
+      fds.push_back(pollfd{DescriptorOf(socket), POLLIN, 0});
     }
-    const size_t first_monitor = items.size();
+    monitored.clear();
     for (auto& [socket, monitor] : monitors_) {
-      items.push_back(zmq_pollitem_t{monitor->socket(), 0, ZMQ_POLLIN, 0});
-      polled.push_back(socket);
+      fds.push_back(pollfd{DescriptorOf(monitor->socket()), POLLIN, 0});
+      monitored.push_back(socket);
     }
     long timeout_ms = 100;
     if (!deadlines_.empty()) {
@@ -356,20 +447,31 @@ void DataClient::Loop::Run() {
       timeout_ms = std::max<long>(
           0, std::min<long>(timeout_ms, absl::ToInt64Milliseconds(left) + 1));
     }
-    int n = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
-    if (n > 0) {
-      for (size_t i = 1; i < first_monitor; ++i) {
-        if (items[i].revents & ZMQ_POLLIN) ReceiveFrom(polled[i - 1]);
+    io_mu.Unlock();
+    ::poll(fds.data(), fds.size(), static_cast<int>(timeout_ms));
+    io_mu.Lock();
+    if ((fds[0].revents & POLLIN) && !DrainQueue()) break;
+    RunFailed();
+    // Every socket, whichever descriptor woke us: a direct send may have
+    // taken a reply's signal (SendNow).
+    for (auto& [endpoint, socket] : sockets_) ReceiveFrom(socket);
+    // After the replies: a socket may be closed here. Only this thread
+    // reads the monitors, so their descriptors tell the whole story.
+    const size_t first_monitor = fds.size() - monitored.size();
+    for (size_t i = 0; i < monitored.size(); ++i) {
+      if (fds[first_monitor + i].revents & POLLIN) {
+        CheckHandshakes(monitored[i]);
       }
-      // After the replies: a socket may be closed here.
-      for (size_t i = first_monitor; i < items.size(); ++i) {
-        if (items[i].revents & ZMQ_POLLIN) CheckHandshakes(polled[i - 1]);
-      }
-      if ((items[0].revents & ZMQ_POLLIN) && !DrainQueue()) break;
+    }
+    while (!unread_monitors_.empty()) {
+      CheckHandshakes(unread_monitors_.back());
+      unread_monitors_.pop_back();
     }
     ExpireDeadlines();
   }
   FailAll(absl::UnavailableError("data client is shutting down"));
+  RunFailed();
+  io_mu.Unlock();
 }
 
 }  // namespace downpour

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -94,6 +95,89 @@ TEST_F(TransportTest, ManyRequestsInFlightMatchTheirReplies) {
     }
   }
   EXPECT_EQ(released.load(), kRequests);
+}
+
+// Each thread alternates lone requests (sent on its own thread, the
+// connection idle) with bursts (queued for the I/O thread while the first
+// is in flight): whatever path a request takes, one thread's requests reach
+// the server in the order it sent them, and each gets its own reply.
+TEST_F(TransportTest, EachThreadsRequestsArriveInItsOrder) {
+  constexpr int kThreads = 4, kRounds = 150, kBurst = 5;
+  absl::Mutex mu;
+  std::vector<std::vector<int64_t>> arrived(kThreads);
+  auto server = DataServer::Create(DataServerOptions(), &pool_);
+  ASSERT_OK(server);
+  (*server)->Start([&](const IncomingMessage& req, OutgoingReply* reply) {
+    {
+      absl::MutexLock lock(&mu);
+      arrived[req.header.worker_rank()].push_back(req.header.worker_clock());
+    }
+    reply->header.set_worker_clock(req.header.worker_clock());
+  });
+  const std::string endpoint = (*server)->endpoint();
+  auto send = [&](int thread, int64_t n, Result* r) {
+    OutgoingRequest req;
+    req.header.set_op(proto::GET);
+    req.header.set_worker_rank(thread);
+    req.header.set_worker_clock(n);
+    client_->Send(endpoint, std::move(req), absl::Now() + absl::Seconds(30),
+                  Capture(r));
+  };
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      int64_t n = 0;
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<Result> results(round % 2 ? kBurst : 1);
+        std::vector<int64_t> sent;
+        for (Result& r : results) {
+          sent.push_back(n);
+          send(t, n++, &r);
+        }
+        for (size_t i = 0; i < results.size(); ++i) {
+          if (!results[i].done.WaitForNotificationWithTimeout(
+                  absl::Seconds(30)) ||
+              !results[i].status.ok() ||
+              results[i].header.worker_clock() != sent[i]) {
+            wrong++;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const int64_t per_thread = (kRounds / 2) * (1 + kBurst);
+  absl::MutexLock lock(&mu);
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(arrived[t].size(), static_cast<size_t>(per_thread)) << t;
+    for (int64_t i = 0; i < per_thread; ++i) {
+      ASSERT_EQ(arrived[t][i], i) << "thread " << t;
+    }
+  }
+}
+
+// A callback runs on the I/O thread with the sockets held; a request sent
+// from inside it is queued, not sent on the spot (nor a deadlock).
+TEST_F(TransportTest, ACallbackMaySendTheNextRequest) {
+  constexpr int kChain = 200;
+  std::atomic<int> answered{0};
+  absl::Notification all;
+  std::function<void()> next = [&] {
+    OutgoingRequest req;
+    req.header.set_op(proto::GET);
+    client_->Send(server_->endpoint(), std::move(req),
+                  absl::Now() + absl::Seconds(30),
+                  [&](const absl::Status& s, const IncomingMessage*) {
+                    if (!s.ok()) return all.Notify();
+                    if (++answered == kChain) return all.Notify();
+                    next();
+                  });
+  };
+  next();
+  ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(answered.load(), kChain);
 }
 
 TEST_F(TransportTest, OversizeRequestIsRejectedWithResourceExhausted) {

@@ -106,7 +106,8 @@ def _connect(scheduler_address: Optional[str] = None, *,
              tls_cert_file: Optional[str] = None,
              tls_key_file: Optional[str] = None,
              tls_mutual: Optional[bool] = None,
-             tls_server_name: Optional[str] = None) -> Client:
+             tls_server_name: Optional[str] = None,
+             spin_wait: float = 200e-6) -> Client:
     """Connects to the scheduler at host:port and fetches the cluster map.
 
     Every argument left out (None) comes from the environment
@@ -116,7 +117,10 @@ def _connect(scheduler_address: Optional[str] = None, *,
     included; max_message_bytes: larger parts are cut;
     cluster_secret_file: the cluster's secret when it has one; tls_*: the
     CA, this program's certificate and key (under mutual TLS), as the
-    daemons' --tls_* flags. Raises ValueError without an address,
+    daemons' --tls_* flags; spin_wait: seconds a wait for a lone
+    operation spins before it sleeps (0 to 0.01; 0 never spins: for many
+    client processes on few cores, see ClientOptions::spin_wait). Raises
+    ValueError without an address or with a spin_wait out of range,
     UnavailableError if the scheduler cannot be reached within
     connect_timeout seconds, UnauthenticatedError if it refuses the
     secret, InvalidArgumentError for half a TLS set-up, NotFoundError for
@@ -129,7 +133,8 @@ def _connect(scheduler_address: Optional[str] = None, *,
     return Client._connect(_env.scheduler_address(scheduler_address),
                            op_timeout=op_timeout,
                            connect_timeout=connect_timeout,
-                           max_message_bytes=max_message_bytes, **auth)
+                           max_message_bytes=max_message_bytes,
+                           spin_wait=spin_wait, **auth)
 
 
 def _join(scheduler_address: Optional[str] = None, *,

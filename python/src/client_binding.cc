@@ -146,11 +146,17 @@ std::shared_ptr<PyClient> Connect(
     const std::optional<std::string>& tls_ca_file,
     const std::optional<std::string>& tls_cert_file,
     const std::optional<std::string>& tls_key_file, bool tls_mutual,
-    const std::optional<std::string>& tls_server_name) {
+    const std::optional<std::string>& tls_server_name, double spin_wait) {
   if (op_timeout <= 0 || connect_timeout <= 0) {
     throw py::value_error("op_timeout and connect_timeout must be positive");
   }
+  if (!(spin_wait >= 0 && spin_wait <= absl::ToDoubleSeconds(kMaxSpinWait))) {
+    throw py::value_error(absl::StrCat("spin_wait must lie in [0, ",
+                                       absl::ToDoubleSeconds(kMaxSpinWait),
+                                       "] seconds"));
+  }
   ClientOptions options;
+  options.spin_wait = absl::Seconds(spin_wait);
   options.scheduler_address = scheduler_address;
   options.op_timeout = absl::Seconds(op_timeout);
   options.connect_timeout = absl::Seconds(connect_timeout);
@@ -429,16 +435,16 @@ void RegisterClient(py::module_& m) {
       "context manager (closes on exit).")
       // downpour/__init__.py wraps this as Client.connect, which fills
       // omitted arguments from the environment (downpour/env.py).
-      .def_static("_connect", &Connect, arg("scheduler_address"), py::kw_only(),
-                  arg("op_timeout") = 30.0, arg("connect_timeout") = 30.0,
-                  arg("max_message_bytes") = uint64_t{64} << 20,
-                  arg("cluster_secret_file") = py::none(),
-                  arg("tls_ca_file") = py::none(),
-                  arg("tls_cert_file") = py::none(),
-                  arg("tls_key_file") = py::none(), arg("tls_mutual") = false,
-                  arg("tls_server_name") = py::none(),
-                  "Client.connect without the environment's defaults; see "
-                  "there.")
+      .def_static(
+          "_connect", &Connect, arg("scheduler_address"), py::kw_only(),
+          arg("op_timeout") = 30.0, arg("connect_timeout") = 30.0,
+          arg("max_message_bytes") = uint64_t{64} << 20,
+          arg("cluster_secret_file") = py::none(),
+          arg("tls_ca_file") = py::none(), arg("tls_cert_file") = py::none(),
+          arg("tls_key_file") = py::none(), arg("tls_mutual") = false,
+          arg("tls_server_name") = py::none(), arg("spin_wait") = 200e-6,
+          "Client.connect without the environment's defaults; see "
+          "there.")
       .def("create_table", &CreateTable, arg("name"), py::kw_only(),
            arg("num_keys") = 0, arg("width") = 1, arg("sparse") = false,
            arg("init") = "zeros", arg("init_a") = 0.0f, arg("init_b") = 0.0f,

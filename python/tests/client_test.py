@@ -309,6 +309,9 @@ def test_closed_client_and_unreachable_scheduler(cluster):
     assert "127.0.0.1:1" in e.value.message
     with pytest.raises(ValueError):
         downpour.Client.connect("127.0.0.1:1", op_timeout=0)
+    for spin in (-1e-6, 0.5, float("nan")):
+        with pytest.raises(ValueError, match="spin_wait"):
+            downpour.Client.connect("127.0.0.1:1", spin_wait=spin)
 
 
 def test_dead_server_is_unavailable(tmp_path):
