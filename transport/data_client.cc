@@ -35,9 +35,8 @@ class DataClient::Loop {
 
   void Run();
   // A direct send from the caller's thread (see TrySendNow): false if
-  // `q`'s connection is not open yet. Sets `*wake` when the I/O thread
-  // must look at the sockets (a failure to report, or a reply whose
-  // wake-up this send may have taken).
+  // `q`'s connection is not open yet or has requests in flight. Sets
+  // `*wake` when the I/O thread has a failure to report (failed_).
   bool SendNow(Queued& q, bool* wake);
 
  private:
@@ -299,7 +298,7 @@ void DataClient::Loop::ReceiveFrom(void* socket) {
     auto it = pending_.find(reply.header.request_id());
     if (it == pending_.end()) continue;  // late reply after a timeout
     ReplyCallback done = std::move(it->second.done);
-    --in_flight_[socket];
+    --in_flight_[it->second.socket];
     pending_.erase(it);
     if (msg_.frame_size(1) % sizeof(float) != 0) {
       done(absl::DataLossError("reply values frame is not whole floats"),
