@@ -79,7 +79,7 @@ struct ClientOptions {
   // A Wait for an operation with nothing else of this client in flight
   // first spins up to this long before it sleeps: a thread woken from sleep
   // on an idle core (a halted virtual CPU) starts tens of microseconds
-  // later, a third of a small pull's round trip on a VM. A spin that runs
+  // later: nearly half of a small pull's round trip on a VM. A spin that runs
   // out makes the next lone waits sleep at once (1, 2, 4, ... up to 64 of
   // them), so a client whose replies take longer burns little. Zero: never
   // spin (many client processes sharing few cores with the servers). At
