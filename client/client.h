@@ -223,7 +223,10 @@ using Callback = std::function<void(const absl::Status&)>;
 class Client {
  public:
   // Connects to the scheduler and fetches the cluster map. kUnavailable if
-  // the scheduler cannot be reached within connect_timeout.
+  // the scheduler cannot be reached within connect_timeout. Turns off
+  // Abseil's Mutex deadlock detection for the process: Debian's Abseil runs
+  // it on every lock, under one global lock. A program that wants it calls
+  // absl::SetMutexDeadlockDetectionMode after Connect.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
   virtual ~Client() = default;
