@@ -94,6 +94,11 @@ RowCopy RowCopyFor(size_t width) {
   }
 }
 
+// Runs an operation's callback: at once on the SDK's threads; from a thread
+// that pumps the transport inside Wait (a caller's), later on the retry
+// thread, so that callbacks run on the SDK's threads only.
+void RunCallback(Callback callback, const absl::Status& status);
+
 // One operation as the caller issued it. Completes when every part has been
 // answered and every borrowed buffer released by the transport.
 struct OpState {
@@ -119,6 +124,8 @@ struct OpState {
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   // The client's count of operations not yet complete, this one among them.
   std::shared_ptr<std::atomic<int>> running;
+  // With a callback: the client's count of those not yet complete.
+  std::shared_ptr<std::atomic<int>> with_callback;
   absl::Mutex mu;
   absl::Status status ABSL_GUARDED_BY(mu);
   absl::Notification done;
@@ -151,8 +158,9 @@ struct OpState {
     }
     if (s.ok() && first_seen.size() > 0) CopyRepeats();
     if (running) running->fetch_sub(1, std::memory_order_relaxed);
+    if (with_callback) with_callback->fetch_sub(1, std::memory_order_relaxed);
     if (callback) {
-      callback(s);
+      RunCallback(std::move(callback), s);
     } else {
       done.Notify();
     }
@@ -288,6 +296,15 @@ class DelayQueue {
   std::multimap<absl::Time, std::function<void()>> items_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
+
+// The retry thread of the client whose Wait this thread is pumping in.
+thread_local DelayQueue* pumping_for = nullptr;
+
+void RunCallback(Callback callback, const absl::Status& status) {
+  if (pumping_for == nullptr) return callback(status);
+  pumping_for->After(absl::ZeroDuration(), [callback = std::move(callback),
+                                            status] { callback(status); });
+}
 
 // Whether a failed part is worth sending again, from its typed reason: the
 // map moved, a server is behind the request's map, a range is being handed
@@ -592,6 +609,9 @@ class ClientImpl final : public Client {
   // reply may outlive the client's members during its shutdown).
   const std::shared_ptr<std::atomic<int>> running_ =
       std::make_shared<std::atomic<int>>(0);
+  // Of those, the ones with a callback (Wait pumps only without them).
+  const std::shared_ptr<std::atomic<int>> with_callback_ =
+      std::make_shared<std::atomic<int>>(0);
   client_internal::SpinBackoff spin_backoff_;  // SpinBriefly's
   std::atomic<int> worker_rank_{0};
   std::atomic<int64_t> worker_clock_{-1};
@@ -775,6 +795,13 @@ Ticket ClientImpl::Submit(proto::Op op, const Table& t, Keys keys,
                                          std::move(cb));
   state->running = running_;
   running_->fetch_add(1, std::memory_order_relaxed);
+  if (state->callback) {
+    state->with_callback = with_callback_;
+    with_callback_->fetch_add(1, std::memory_order_relaxed);
+    // No Wait will pump for its reply: the I/O thread must have the
+    // sockets.
+    data_->TakeBackSockets();
+  }
   state->rank = worker_rank_.load();
   state->clock = worker_clock_.load();
   state->round = round;
@@ -1400,8 +1427,30 @@ absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
     }
     op = it->second;
   }
+  const bool pump = running_->load(std::memory_order_relaxed) > 1 &&
+                    with_callback_->load(std::memory_order_relaxed) == 0;
+  // A lone wait leaves its reply to the I/O thread (and spins for it).
+  if (!pump) data_->TakeBackSockets();
   SpinBriefly(*op);
-  if (!op->done.WaitForNotificationWithTimeout(timeout)) {
+  absl::Duration left = timeout;
+  bool waiting = false;
+  // With others in flight, the caller takes the replies itself (receives
+  // them, runs their completions) instead of sleeping until the I/O thread
+  // has: a pipelined small pull then costs the client a quarter less CPU.
+  // Not while operations with callbacks are in flight: once the caller
+  // stops pumping, their replies would wait for the I/O thread to take the
+  // sockets back (DataClient::kPumpLinger).
+  if (pump && !op->done.HasBeenNotified()) {
+    const absl::Time deadline = absl::Now() + timeout;
+    pumping_for = retries_.get();
+    waiting = data_->Pump([&op] { return op->done.HasBeenNotified(); },
+                          deadline) == DataClient::PumpResult::kWaiting;
+    pumping_for = nullptr;
+    left = std::max(absl::ZeroDuration(), deadline - absl::Now());
+  }
+  const bool done = op->done.WaitForNotificationWithTimeout(left);
+  if (waiting) data_->StopWaiting();
+  if (!done) {
     return absl::DeadlineExceededError(
         absl::StrCat("ticket ", ticket, " not complete after ",
                      absl::FormatDuration(timeout)));

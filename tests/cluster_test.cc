@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/notification.h"
 #include "client/client.h"
 #include "client/vector_op.h"
 #include "cluster/scheduler_client.h"
@@ -872,6 +873,62 @@ TEST_F(ClusterTest, AdminStatsAndHealthService) {
     ++checked;
   }
   EXPECT_EQ(checked, 3);
+}
+
+// Threads that each keep many operations in flight and wait for the
+// oldest (the waits take the replies themselves, one thread at a time),
+// beside a thread whose operations have callbacks: every add lands once.
+TEST_F(ClusterTest, PipelinedWaitsBesideCallbacksApplyEveryAdd) {
+  constexpr int kPipelined = 3, kAdds = 3000, kDepth = 16;
+  constexpr uint64_t kKeysPerThread = 1000;
+  TableOptions o;
+  o.name = "pipelined";
+  o.num_keys = (kPipelined + 1) * kKeysPerThread;
+  o.handler = "sum";
+  auto t = suite_.client().CreateTable(o);
+  ASSERT_OK(t);
+  const std::vector<float> one = {1.0f};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kPipelined; ++th) {
+    threads.emplace_back([&, th] {
+      std::vector<std::vector<Key>> keys(kDepth, std::vector<Key>(1));
+      std::vector<Ticket> inflight(kDepth);
+      for (int i = 0; i < kAdds + kDepth; ++i) {
+        const int slot = i % kDepth;
+        if (i >= kDepth && !suite_.client().Wait(inflight[slot]).ok()) {
+          failures++;
+        }
+        if (i >= kAdds) continue;
+        keys[slot][0] = th * kKeysPerThread + i % kKeysPerThread;
+        inflight[slot] = suite_.client().Add(*t, keys[slot], one);
+      }
+    });
+  }
+  // One callback operation at a time: the pipelined waits pump while none
+  // is in flight, and leave the replies to the I/O thread while one is.
+  threads.emplace_back([&] {
+    for (int i = 0; i < kAdds; ++i) {
+      const Key key = kPipelined * kKeysPerThread + i % kKeysPerThread;
+      absl::Notification done;
+      suite_.client().Add(*t, absl::MakeConstSpan(&key, 1), one,
+                          [&](const absl::Status& s) {
+                            if (!s.ok()) failures++;
+                            done.Notify();
+                          });
+      if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+        failures++;
+        return;
+      }
+    }
+  });
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+  std::vector<float> got(o.num_keys);
+  ASSERT_OK(suite_.client().GetSync(*t, Keys::Range(0, o.num_keys),
+                                    absl::MakeSpan(got)));
+  const float per_key = static_cast<float>(kAdds / kKeysPerThread);
+  EXPECT_EQ(got, std::vector<float>(o.num_keys, per_key));
 }
 
 // A spin before a wait sleeps is bounded: a negative one or one above

@@ -8,6 +8,7 @@
 #include <optional>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,9 +36,14 @@ class DataClient::Loop {
 
   void Run();
   // A direct send from the caller's thread (see TrySendNow): false if
-  // `q`'s connection is not open yet or has requests in flight. Sets
-  // `*wake` when the I/O thread has a failure to report (failed_).
-  bool SendNow(Queued& q, bool* wake);
+  // `q`'s connection is not open yet, or has requests in flight and not
+  // `busy_ok`. Sets `*wake` when the I/O thread has a failure to report
+  // (failed_).
+  bool SendNow(Queued& q, bool busy_ok, bool* wake);
+  // The I/O thread's work on a caller's thread (DataClient::Pump).
+  void Pump(const std::function<bool()>& done, absl::Time deadline);
+  // What is queued, sent; failures reported; every socket read to empty.
+  void Flush();
 
  private:
   struct Pending {
@@ -58,7 +64,19 @@ class DataClient::Loop {
   void ResetSocket(void* socket, const absl::Status& why);
   void CheckHandshakes(void* socket);
   void FailAll(const absl::Status& status);
-  bool DrainQueue();  // false once stopping
+  // Sends what is queued (after reading the I/O thread's eventfd if
+  // `read_eventfd`); false once stopping.
+  bool DrainQueue(bool read_eventfd);
+  // The descriptors to sleep on: `wake_fd`, then the sockets' (if
+  // `sockets`), then their monitors' (their sockets in `monitored`).
+  void PollSet(int wake_fd, bool sockets, std::vector<pollfd>* fds,
+               std::vector<void*>* monitored);
+  // The handshake reports whose descriptors signalled in `fds` (PollSet's),
+  // and those of sockets opened since.
+  void CheckMonitors(const std::vector<pollfd>& fds,
+                     const std::vector<void*>& monitored);
+  // Milliseconds until the earliest deadline, at most `most`.
+  long TimeoutMs(long most) const;
 
   DataClient* const owner_;
   void* const context_;
@@ -89,26 +107,35 @@ class DataClient::Loop {
   std::vector<std::pair<ReplyCallback, absl::Status>> failed_;
   Buffer scratch_;
   std::string header_bytes_;
+  std::vector<pollfd> pump_fds_;  // Pump's
+  std::vector<void*> pump_monitored_;
 };
 
 absl::StatusOr<std::unique_ptr<DataClient>> DataClient::Create(
     const DataClientOptions& options, BufferPool* pool) {
   int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) return absl::InternalError("eventfd failed");
+  int pump_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (pump_fd < 0) {
+    ::close(fd);
+    return absl::InternalError("eventfd failed");
+  }
   void* context = zmq_ctx_new();
   if (context == nullptr) {
     ::close(fd);
+    ::close(pump_fd);
     return transport_internal::ErrnoStatus("zmq_ctx_new");
   }
-  std::unique_ptr<DataClient> client(new DataClient(options, pool, fd));
+  std::unique_ptr<DataClient> client(
+      new DataClient(options, pool, fd, pump_fd));
   client->loop_ = std::make_unique<Loop>(client.get(), context);
   client->thread_ = std::thread([c = client.get()] { c->loop_->Run(); });
   return client;
 }
 
 DataClient::DataClient(const DataClientOptions& options, BufferPool* pool,
-                       int event_fd)
-    : options_(options), pool_(pool), event_fd_(event_fd) {}
+                       int event_fd, int pump_fd)
+    : options_(options), pool_(pool), event_fd_(event_fd), pump_fd_(pump_fd) {}
 
 DataClient::~DataClient() {
   {
@@ -121,6 +148,7 @@ DataClient::~DataClient() {
   if (thread_.joinable()) thread_.join();
   loop_.reset();
   ::close(event_fd_);
+  ::close(pump_fd_);
 }
 
 bool DataClient::TrySendNow(Queued& q) {
@@ -129,15 +157,17 @@ bool DataClient::TrySendNow(Queued& q) {
   // queue is as quick.
   if (!io_mu_.TryLock()) return false;
   bool clear;
+  bool busy_ok;
   {
     absl::MutexLock lock(&mu_);
     // Nothing queued before this request, so that one thread's requests
     // leave in the order it sent them, and a Reset fails exactly the
     // requests sent before it.
     clear = !stopping_ && queue_.empty() && resets_.empty();
+    busy_ok = callers_have_sockets_;
   }
   bool wake = false;
-  const bool sent = clear && loop_->SendNow(q, &wake);
+  const bool sent = clear && loop_->SendNow(q, busy_ok, &wake);
   io_mu_.Unlock();
   if (wake) Wake();
   return sent;
@@ -149,6 +179,7 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
   if (TrySendNow(q)) return;
   bool wake = false;
   bool queued = false;
+  int wake_fd = event_fd_;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
@@ -157,6 +188,8 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
       // that is not empty goes out with it (a write to the eventfd is a
       // system call per request otherwise).
       wake = queue_.empty() && resets_.empty();
+      // A pumping caller sends it, before it stops pumping (Pump).
+      if (pumping_) wake_fd = pump_fd_;
       queue_.push_back(std::move(q));
       queued = true;
     }
@@ -167,25 +200,101 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
     q.done(absl::UnavailableError("data client is shutting down"), nullptr);
     return;
   }
-  if (wake) Wake();
+  if (wake) Signal(wake_fd);
 }
 
 void DataClient::Reset(const std::string& endpoint, absl::Status why) {
   bool wake;
+  int wake_fd = event_fd_;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     wake = queue_.empty() && resets_.empty();
+    if (pumping_) wake_fd = pump_fd_;
     // Applied after the sends queued before it, before those queued after.
     resets_.push_back({queue_.size(), {endpoint, std::move(why)}});
   }
-  if (wake) Wake();
+  if (wake) Signal(wake_fd);
 }
 
-void DataClient::Wake() {
+void DataClient::Wake() { Signal(event_fd_); }
+
+void DataClient::Signal(int fd) {
   uint64_t one = 1;
-  ssize_t unused = ::write(event_fd_, &one, sizeof(one));
+  ssize_t unused = ::write(fd, &one, sizeof(one));
   (void)unused;
+}
+
+DataClient::PumpResult DataClient::Pump(const std::function<bool()>& done,
+                                        absl::Time deadline) {
+  bool kick;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return PumpResult::kNo;
+    if (pumping_) {
+      ++waiters_;
+      return PumpResult::kWaiting;
+    }
+    pumping_ = true;
+    kick = !callers_have_sockets_;
+    callers_have_sockets_ = true;
+    callers_have_sockets_hint_.store(true, std::memory_order_relaxed);
+  }
+  // Out of its poll on the sockets, to sleep on its eventfd alone: until it
+  // has, it may wake for a reply this thread takes, and then wait for
+  // io_mu_.
+  if (kick) Wake();
+  io_mu_.Lock();
+  loop_->Pump(done, deadline);
+  bool hand_back;
+  {
+    absl::MutexLock lock(&mu_);
+    pumping_ = false;
+    last_pump_ = absl::Now();
+    // What was queued for this pump goes out below; what is queued from
+    // here on wakes the I/O thread.
+    hand_back = waiters_ > 0 || std::exchange(hand_back_asked_, false);
+    if (hand_back) {
+      callers_have_sockets_ = false;
+      callers_have_sockets_hint_.store(false, std::memory_order_relaxed);
+    }
+  }
+  loop_->Flush();
+  io_mu_.Unlock();
+  // Others wait for replies this thread will not take: the I/O thread
+  // takes the sockets back now, not after kPumpLinger.
+  if (hand_back) Wake();
+  return PumpResult::kPumped;
+}
+
+void DataClient::StopWaiting() {
+  absl::MutexLock lock(&mu_);
+  --waiters_;
+}
+
+void DataClient::TakeBackSockets() {
+  if (!callers_have_sockets_hint_.load(std::memory_order_relaxed)) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!callers_have_sockets_) return;
+    if (pumping_) {
+      hand_back_asked_ = true;  // when that pump ends
+      return;
+    }
+    callers_have_sockets_ = false;
+    callers_have_sockets_hint_.store(false, std::memory_order_relaxed);
+  }
+  Wake();
+}
+
+bool DataClient::ShouldPark() {
+  absl::MutexLock lock(&mu_);
+  if (callers_have_sockets_ && !pumping_ &&
+      (waiters_ > 0 || absl::Now() - last_pump_ >= kPumpLinger)) {
+    callers_have_sockets_ = false;
+    callers_have_sockets_hint_.store(false, std::memory_order_relaxed);
+  }
+  return callers_have_sockets_;
 }
 
 void* DataClient::Loop::SocketFor(const std::string& endpoint) {
@@ -225,7 +334,7 @@ void DataClient::Loop::SendOne(Queued q) {
   if (!s.ok()) q.done(s, nullptr);
 }
 
-bool DataClient::Loop::SendNow(Queued& q, bool* wake) {
+bool DataClient::Loop::SendNow(Queued& q, bool busy_ok, bool* wake) {
   auto it = sockets_.find(q.endpoint);
   if (it == sockets_.end()) return false;  // the I/O thread connects
   void* socket = it->second;
@@ -235,8 +344,10 @@ bool DataClient::Loop::SendNow(Queued& q, bool* wake) {
   // reply can come (a late one follows a timeout, which resets the
   // connection). A pipeline goes through the queue, where the I/O thread
   // sends whatever queued up together on one wake-up.
+  // While callers pump, no thread sleeps on the descriptors without
+  // reading every socket first (DataClient::Pump).
   auto n = in_flight_.find(socket);
-  if (n != in_flight_.end() && n->second > 0) return false;
+  if (!busy_ok && n != in_flight_.end() && n->second > 0) return false;
   absl::Status s = SendOn(socket, q);
   if (!s.ok()) {
     failed_.emplace_back(std::move(q.done), std::move(s));
@@ -379,12 +490,14 @@ void DataClient::Loop::FailAll(const absl::Status& status) {
   for (auto& [id, p] : pending) p.done(status, nullptr);
 }
 
-bool DataClient::Loop::DrainQueue() {
-  // Read before the queue is taken: a request queued after the swap below
-  // finds the queue empty and writes the eventfd again (see Send).
-  uint64_t count;
-  ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
-  (void)unused;
+bool DataClient::Loop::DrainQueue(bool read_eventfd) {
+  if (read_eventfd) {
+    // Read before the queue is taken: a request queued after the swap
+    // below finds the queue empty and writes the eventfd again (see Send).
+    uint64_t count;
+    ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
+    (void)unused;
+  }
   // Swapped with the shared queue, so that neither allocates afresh.
   std::deque<Queued>& batch = batch_;
   auto& resets = resets_;
@@ -420,52 +533,117 @@ int DescriptorOf(void* socket) {
 
 }  // namespace
 
+void DataClient::Loop::PollSet(int wake_fd, bool sockets,
+                               std::vector<pollfd>* fds,
+                               std::vector<void*>* monitored) {
+  fds->clear();
+  monitored->clear();
+  fds->push_back(pollfd{wake_fd, POLLIN, 0});
+  if (!sockets) return;
+  for (auto& [endpoint, socket] : sockets_) {
+    fds->push_back(pollfd{DescriptorOf(socket), POLLIN, 0});
+  }
+  for (auto& [socket, monitor] : monitors_) {
+    fds->push_back(pollfd{DescriptorOf(monitor->socket()), POLLIN, 0});
+    monitored->push_back(socket);
+  }
+}
+
+void DataClient::Loop::CheckMonitors(const std::vector<pollfd>& fds,
+                                     const std::vector<void*>& monitored) {
+  // After the replies: a socket may be closed here. Only the thread that
+  // holds io_mu_ reads the monitors, and it reads each to empty, so their
+  // descriptors tell the whole story.
+  const size_t first_monitor = fds.size() - monitored.size();
+  for (size_t i = 0; i < monitored.size(); ++i) {
+    if ((fds[first_monitor + i].revents & POLLIN) &&
+        monitors_.count(monitored[i]) > 0) {
+      CheckHandshakes(monitored[i]);
+    }
+  }
+  while (!unread_monitors_.empty()) {
+    CheckHandshakes(unread_monitors_.back());
+    unread_monitors_.pop_back();
+  }
+}
+
+long DataClient::Loop::TimeoutMs(long most) const {
+  if (deadlines_.empty()) return most;
+  const absl::Duration left = deadlines_.top().first - absl::Now();
+  return std::max<long>(
+      0, std::min<long>(most, absl::ToInt64Milliseconds(left) + 1));
+}
+
+void DataClient::Loop::Flush() {
+  DrainQueue(/*read_eventfd=*/false);
+  RunFailed();
+  for (auto& [endpoint, socket] : sockets_) ReceiveFrom(socket);
+}
+
+void DataClient::Loop::Pump(const std::function<bool()>& done,
+                            absl::Time deadline) {
+  // Reused: a pipelining caller pumps once per batch of replies. A signal
+  // left on pump_fd_ by a request its last pump sent in its last Flush
+  // costs one turn of the loop below, less than a read here every time.
+  std::vector<pollfd>& fds = pump_fds_;
+  std::vector<void*>& monitored = pump_monitored_;
+  fds.clear();
+  monitored.clear();
+  while (true) {
+    // Sends first, then every socket read to empty: a send may take the
+    // signal a reply left on its descriptor.
+    Flush();
+    CheckMonitors(fds, monitored);
+    ExpireDeadlines();
+    if (done()) break;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    PollSet(owner_->pump_fd_, /*sockets=*/true, &fds, &monitored);
+    const long timeout_ms = TimeoutMs(
+        left >= absl::Milliseconds(100) ? 100
+                                        : absl::ToInt64Milliseconds(left) + 1);
+    ::poll(fds.data(), fds.size(), static_cast<int>(timeout_ms));
+    if (fds[0].revents & POLLIN) {
+      uint64_t count;
+      ssize_t unused = ::read(owner_->pump_fd_, &count, sizeof(count));
+      (void)unused;
+    }
+  }
+}
+
 void DataClient::Loop::Run() {
   absl::Mutex& io_mu = owner_->io_mu_;
   std::vector<pollfd> fds;
-  std::vector<void*> monitored;  // the sockets of the monitors polled
+  std::vector<void*> monitored;
+  bool parked = false;
   io_mu.Lock();
   while (true) {
+    // While callers pump, this thread sleeps on its eventfd alone (for
+    // requests queued while nobody pumps) and looks again after
+    // kPumpLinger; taking the sockets back, it reads each to empty first,
+    // since callers sent on them meanwhile.
+    const bool park = owner_->ShouldPark();
+    if (parked && !park) Flush();
+    parked = park;
     // Waits on descriptors, not with zmq_poll, which would touch the
     // sockets: a caller may be sending on one meanwhile. A socket's
     // descriptor signals only that its state changed; every socket was
     // read to empty (or looked at) below, after its last use.
-    fds.clear();
-    fds.push_back(pollfd{owner_->event_fd_, POLLIN, 0});
-    for (auto& [endpoint, socket] : sockets_) {
-      fds.push_back(pollfd{DescriptorOf(socket), POLLIN, 0});
-    }
-    monitored.clear();
-    for (auto& [socket, monitor] : monitors_) {
-      fds.push_back(pollfd{DescriptorOf(monitor->socket()), POLLIN, 0});
-      monitored.push_back(socket);
-    }
-    long timeout_ms = 100;
-    if (!deadlines_.empty()) {
-      const absl::Duration left = deadlines_.top().first - absl::Now();
-      timeout_ms = std::max<long>(
-          0, std::min<long>(timeout_ms, absl::ToInt64Milliseconds(left) + 1));
-    }
+    PollSet(owner_->event_fd_, /*sockets=*/!park, &fds, &monitored);
+    const long timeout_ms =
+        park ? absl::ToInt64Milliseconds(kPumpLinger) : TimeoutMs(100);
     io_mu.Unlock();
     ::poll(fds.data(), fds.size(), static_cast<int>(timeout_ms));
     io_mu.Lock();
-    if ((fds[0].revents & POLLIN) && !DrainQueue()) break;
+    if ((fds[0].revents & POLLIN) && !DrainQueue(/*read_eventfd=*/true)) {
+      break;
+    }
     RunFailed();
+    if (park) continue;
     // Every socket, whichever descriptor woke us: a direct send may have
     // taken a reply's signal (SendNow).
     for (auto& [endpoint, socket] : sockets_) ReceiveFrom(socket);
-    // After the replies: a socket may be closed here. Only this thread
-    // reads the monitors, so their descriptors tell the whole story.
-    const size_t first_monitor = fds.size() - monitored.size();
-    for (size_t i = 0; i < monitored.size(); ++i) {
-      if (fds[first_monitor + i].revents & POLLIN) {
-        CheckHandshakes(monitored[i]);
-      }
-    }
-    while (!unread_monitors_.empty()) {
-      CheckHandshakes(unread_monitors_.back());
-      unread_monitors_.pop_back();
-    }
+    CheckMonitors(fds, monitored);
     ExpireDeadlines();
   }
   FailAll(absl::UnavailableError("data client is shutting down"));

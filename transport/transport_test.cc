@@ -97,24 +97,53 @@ TEST_F(TransportTest, ManyRequestsInFlightMatchTheirReplies) {
   EXPECT_EQ(released.load(), kRequests);
 }
 
+// A server that records, per sending thread (worker_rank), the numbers
+// (worker_clock) of its requests in the order they arrive, and echoes each
+// number in the reply.
+class ArrivalLog {
+ public:
+  ArrivalLog(BufferPool* pool, int threads) : arrived_(threads) {
+    auto server = DataServer::Create(DataServerOptions(), pool);
+    status_ = server.status();
+    if (!server.ok()) return;
+    server_ = std::move(*server);
+    server_->Start([this](const IncomingMessage& req, OutgoingReply* reply) {
+      {
+        absl::MutexLock lock(&mu_);
+        arrived_[req.header.worker_rank()].push_back(req.header.worker_clock());
+      }
+      reply->header.set_worker_clock(req.header.worker_clock());
+    });
+  }
+  const absl::Status& status() const { return status_; }
+  const std::string& endpoint() const { return server_->endpoint(); }
+  // Every thread's requests numbered 0 to n - 1 arrived, in that order.
+  void ExpectEachInOrder(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    for (size_t t = 0; t < arrived_.size(); ++t) {
+      ASSERT_EQ(arrived_[t].size(), static_cast<size_t>(n)) << t;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(arrived_[t][i], i) << "thread " << t;
+      }
+    }
+  }
+
+ private:
+  absl::Status status_;
+  absl::Mutex mu_;
+  std::vector<std::vector<int64_t>> arrived_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<DataServer> server_;
+};
+
 // Each thread alternates lone requests (sent on its own thread, the
 // connection idle) with bursts (queued for the I/O thread while the first
 // is in flight): whatever path a request takes, one thread's requests reach
 // the server in the order it sent them, and each gets its own reply.
 TEST_F(TransportTest, EachThreadsRequestsArriveInItsOrder) {
   constexpr int kThreads = 4, kRounds = 150, kBurst = 5;
-  absl::Mutex mu;
-  std::vector<std::vector<int64_t>> arrived(kThreads);
-  auto server = DataServer::Create(DataServerOptions(), &pool_);
-  ASSERT_OK(server);
-  (*server)->Start([&](const IncomingMessage& req, OutgoingReply* reply) {
-    {
-      absl::MutexLock lock(&mu);
-      arrived[req.header.worker_rank()].push_back(req.header.worker_clock());
-    }
-    reply->header.set_worker_clock(req.header.worker_clock());
-  });
-  const std::string endpoint = (*server)->endpoint();
+  ArrivalLog log(&pool_, kThreads);
+  ASSERT_OK(log.status());
+  const std::string endpoint = log.endpoint();
   auto send = [&](int thread, int64_t n, Result* r) {
     OutgoingRequest req;
     req.header.set_op(proto::GET);
@@ -148,14 +177,7 @@ TEST_F(TransportTest, EachThreadsRequestsArriveInItsOrder) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
-  const int64_t per_thread = (kRounds / 2) * (1 + kBurst);
-  absl::MutexLock lock(&mu);
-  for (int t = 0; t < kThreads; ++t) {
-    ASSERT_EQ(arrived[t].size(), static_cast<size_t>(per_thread)) << t;
-    for (int64_t i = 0; i < per_thread; ++i) {
-      ASSERT_EQ(arrived[t][i], i) << "thread " << t;
-    }
-  }
+  log.ExpectEachInOrder((kRounds / 2) * (1 + kBurst));
 }
 
 // A callback runs on the I/O thread with the sockets held; a request sent
@@ -178,6 +200,173 @@ TEST_F(TransportTest, ACallbackMaySendTheNextRequest) {
   next();
   ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(answered.load(), kChain);
+}
+
+// A caller that pumps takes the replies of everything in flight, its own
+// and others'; once nobody pumps, the I/O thread takes the sockets back and
+// a request sent after is answered without anyone pumping.
+TEST_F(TransportTest, APumpingCallerTakesRepliesThenTheIOThreadTakesThemBack) {
+  constexpr int kRequests = 64;
+  std::vector<std::vector<float>> inputs(kRequests);
+  std::vector<Result> results(kRequests);
+  std::atomic<int> answered{0};
+  for (int i = 0; i < kRequests; ++i) {
+    inputs[i].assign(1 + i % 7, static_cast<float>(i));
+    OutgoingRequest req;
+    req.header.set_op(proto::PUSH);
+    req.values =
+        Payload::Borrow(inputs[i].data(), inputs[i].size() * sizeof(float));
+    client_->Send(server_->endpoint(), std::move(req),
+                  absl::Now() + absl::Seconds(30),
+                  [&, r = &results[i]](const absl::Status& s,
+                                       const IncomingMessage* reply) {
+                    answered++;
+                    Capture(r)(s, reply);
+                  });
+  }
+  EXPECT_EQ(client_->Pump([&] { return answered.load() == kRequests; },
+                          absl::Now() + absl::Seconds(30)),
+            DataClient::PumpResult::kPumped);
+  ASSERT_EQ(answered.load(), kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(
+        results[i].done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    ASSERT_OK(results[i].status);
+    ASSERT_EQ(results[i].values.size(), inputs[i].size());
+    EXPECT_EQ(results[i].values[0], 2.0f * i);
+  }
+  for (int i = 0; i < 3; ++i) {
+    Result later;
+    OutgoingRequest req;
+    req.header.set_op(proto::GET);
+    client_->Send(server_->endpoint(), std::move(req),
+                  absl::Now() + absl::Seconds(30), Capture(&later));
+    ASSERT_TRUE(later.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    EXPECT_OK(later.status);
+  }
+}
+
+// A second thread that asks to pump while one pumps is told to wait, and
+// its reply reaches it through that pump. A pump stops at its deadline when
+// nothing answers; what answers later is delivered by the I/O thread.
+TEST_F(TransportTest, ASecondPumpWaitsForTheFirstAndAPumpEndsAtItsDeadline) {
+  // PUSHes are held until released; GETs are answered at once.
+  auto server = DataServer::Create(DataServerOptions(), &pool_);
+  ASSERT_OK(server);
+  DataServer* srv = server->get();
+  std::vector<uint64_t> held;
+  absl::Mutex mu;
+  srv->Start([&](const IncomingMessage& req, OutgoingReply* reply) {
+    if (req.header.op() != proto::PUSH) return;
+    absl::MutexLock lock(&mu);
+    held.push_back(req.reply_token);
+    reply->deferred = true;
+  });
+  const std::string endpoint = srv->endpoint();
+  Result stuck;
+  OutgoingRequest push;
+  push.header.set_op(proto::PUSH);
+  client_->Send(endpoint, std::move(push), absl::Now() + absl::Seconds(60),
+                Capture(&stuck));
+  absl::Notification first_pumps;
+  std::atomic<bool> stop_first{false};
+  std::thread first([&] {
+    // Its predicate runs inside the pump, so the notification says the
+    // pump has begun.
+    EXPECT_EQ(client_->Pump(
+                  [&] {
+                    if (!first_pumps.HasBeenNotified()) first_pumps.Notify();
+                    return stop_first.load();
+                  },
+                  absl::Now() + absl::Seconds(60)),
+              DataClient::PumpResult::kPumped);
+  });
+  first_pumps.WaitForNotification();
+  Result get;
+  OutgoingRequest req;
+  req.header.set_op(proto::GET);
+  client_->Send(endpoint, std::move(req), absl::Now() + absl::Seconds(30),
+                Capture(&get));
+  EXPECT_EQ(client_->Pump([&] { return get.done.HasBeenNotified(); },
+                          absl::Now() + absl::Seconds(30)),
+            DataClient::PumpResult::kWaiting);
+  ASSERT_TRUE(get.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  client_->StopWaiting();
+  EXPECT_OK(get.status);
+  stop_first = true;
+  first.join();
+  // Nothing answers the push: this pump ends at its deadline.
+  EXPECT_EQ(client_->Pump([&] { return stuck.done.HasBeenNotified(); },
+                          absl::Now() + absl::Milliseconds(200)),
+            DataClient::PumpResult::kPumped);
+  EXPECT_FALSE(stuck.done.HasBeenNotified());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(held.size(), 1u);
+    srv->Post([srv, token = held[0]] {
+      DeferredReply d;
+      d.reply_token = token;
+      srv->SendDeferred(std::move(d));
+    });
+  }
+  ASSERT_TRUE(stuck.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_OK(stuck.status);
+}
+
+// Threads that pipeline and pump, beside one that only sends and sleeps:
+// every request is answered, in each thread's order, whoever sends and
+// receives it.
+TEST_F(TransportTest, PumpingThreadsAndSleepingOnesAreAllServedInOrder) {
+  constexpr int kThreads = 4, kRounds = 100, kBurst = 8;
+  ArrivalLog log(&pool_, kThreads);
+  ASSERT_OK(log.status());
+  const std::string endpoint = log.endpoint();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const bool pumps = t != 0;
+      int64_t n = 0;
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<Result> results(kBurst);
+        std::atomic<int> answered{0};
+        for (int i = 0; i < kBurst; ++i) {
+          OutgoingRequest req;
+          req.header.set_op(proto::GET);
+          req.header.set_worker_rank(t);
+          req.header.set_worker_clock(n + i);
+          client_->Send(endpoint, std::move(req),
+                        absl::Now() + absl::Seconds(30),
+                        [&, r = &results[i]](const absl::Status& s,
+                                             const IncomingMessage* reply) {
+                          // Before the notification, after which the
+                          // round's state may be gone.
+                          answered++;
+                          Capture(r)(s, reply);
+                        });
+        }
+        bool waiting = false;
+        if (pumps) {
+          waiting = client_->Pump([&] { return answered.load() == kBurst; },
+                                  absl::Now() + absl::Seconds(30)) ==
+                    DataClient::PumpResult::kWaiting;
+        }
+        for (int i = 0; i < kBurst; ++i) {
+          if (!results[i].done.WaitForNotificationWithTimeout(
+                  absl::Seconds(30)) ||
+              !results[i].status.ok() ||
+              results[i].header.worker_clock() != n + i) {
+            wrong++;
+          }
+        }
+        if (waiting) client_->StopWaiting();
+        n += kBurst;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  log.ExpectEachInOrder(kRounds * kBurst);
 }
 
 TEST_F(TransportTest, OversizeRequestIsRejectedWithResourceExhausted) {
