@@ -599,6 +599,9 @@ void DataClient::Loop::Pump(const std::function<bool()>& done,
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) break;
     PollSet(owner_->pump_fd_, /*sockets=*/true, &fds, &monitored);
+    // At most 100 ms between looks at done(): what the caller waits for
+    // may complete without a reply (an operation failed for good on the
+    // SDK's retry thread).
     const long timeout_ms = TimeoutMs(
         left >= absl::Milliseconds(100) ? 100
                                         : absl::ToInt64Milliseconds(left) + 1);
