@@ -1395,8 +1395,8 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
 }
 
 void ClientImpl::SpinBriefly(OpState& op) {
-  // Only for a lone operation: with others in flight the I/O thread has
-  // work for both cores, and the caller would take one from it.
+  // Only for a lone operation: with others in flight Wait pumps instead,
+  // or (callbacks in flight) the I/O thread needs the cores.
   if (options_.spin_wait <= absl::ZeroDuration() ||
       running_->load(std::memory_order_relaxed) > 1 ||
       op.done.HasBeenNotified()) {

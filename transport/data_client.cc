@@ -22,8 +22,34 @@ namespace downpour {
 using transport_internal::AlignedView;
 using transport_internal::MultipartMessage;
 
+namespace {
+
+// Gives back what the request's payloads borrowed, when it is not sent (or
+// only partly handed to ZeroMQ).
+void ReleasePayloads(OutgoingRequest& request) {
+  if (auto r = request.keys.TakeReleaseCallback()) r();
+  if (auto r = request.values.TakeReleaseCallback()) r();
+}
+
+// The descriptor that signals a change of `socket`'s state.
+int DescriptorOf(void* socket) {
+  int fd = -1;
+  size_t len = sizeof(fd);
+  zmq_getsockopt(socket, ZMQ_FD, &fd, &len);
+  return fd;
+}
+
+// Resets an eventfd that Signal wrote.
+void Drain(int event_fd) {
+  uint64_t count;
+  ssize_t unused = ::read(event_fd, &count, sizeof(count));
+  (void)unused;
+}
+
+}  // namespace
+
 // Everything here is touched under the owner's io_mu_: by the I/O thread,
-// or by a caller sending directly (SendNow).
+// by a caller sending directly (SendNow) or by one pumping (Pump).
 class DataClient::Loop {
  public:
   Loop(DataClient* owner, void* context) : owner_(owner), context_(context) {}
@@ -195,8 +221,7 @@ void DataClient::Send(const std::string& endpoint, OutgoingRequest request,
     }
   }
   if (!queued) {
-    if (auto r = q.request.keys.TakeReleaseCallback()) r();
-    if (auto r = q.request.values.TakeReleaseCallback()) r();
+    ReleasePayloads(q.request);
     q.done(absl::UnavailableError("data client is shutting down"), nullptr);
     return;
   }
@@ -237,8 +262,7 @@ DataClient::PumpResult DataClient::Pump(const std::function<bool()>& done,
     }
     pumping_ = true;
     kick = !callers_have_sockets_;
-    callers_have_sockets_ = true;
-    callers_have_sockets_hint_.store(true, std::memory_order_relaxed);
+    SetCallersHaveSockets(true);
   }
   // Out of its poll on the sockets, to sleep on its eventfd alone: until it
   // has, it may wake for a reply this thread takes, and then wait for
@@ -254,10 +278,7 @@ DataClient::PumpResult DataClient::Pump(const std::function<bool()>& done,
     // What was queued for this pump goes out below; what is queued from
     // here on wakes the I/O thread.
     hand_back = waiters_ > 0 || std::exchange(hand_back_asked_, false);
-    if (hand_back) {
-      callers_have_sockets_ = false;
-      callers_have_sockets_hint_.store(false, std::memory_order_relaxed);
-    }
+    if (hand_back) SetCallersHaveSockets(false);
   }
   loop_->Flush();
   io_mu_.Unlock();
@@ -265,6 +286,11 @@ DataClient::PumpResult DataClient::Pump(const std::function<bool()>& done,
   // takes the sockets back now, not after kPumpLinger.
   if (hand_back) Wake();
   return PumpResult::kPumped;
+}
+
+void DataClient::SetCallersHaveSockets(bool callers) {
+  callers_have_sockets_ = callers;
+  callers_have_sockets_hint_.store(callers, std::memory_order_relaxed);
 }
 
 void DataClient::StopWaiting() {
@@ -281,8 +307,7 @@ void DataClient::TakeBackSockets() {
       hand_back_asked_ = true;  // when that pump ends
       return;
     }
-    callers_have_sockets_ = false;
-    callers_have_sockets_hint_.store(false, std::memory_order_relaxed);
+    SetCallersHaveSockets(false);
   }
   Wake();
 }
@@ -291,8 +316,7 @@ bool DataClient::ShouldPark() {
   absl::MutexLock lock(&mu_);
   if (callers_have_sockets_ && !pumping_ &&
       (waiters_ > 0 || absl::Now() - last_pump_ >= kPumpLinger)) {
-    callers_have_sockets_ = false;
-    callers_have_sockets_hint_.store(false, std::memory_order_relaxed);
+    SetCallersHaveSockets(false);
   }
   return callers_have_sockets_;
 }
@@ -323,8 +347,7 @@ void DataClient::Loop::SendOne(Queued q) {
   void* socket = SocketFor(q.endpoint);
   absl::Status s;
   if (socket == nullptr) {
-    if (auto r = q.request.keys.TakeReleaseCallback()) r();
-    if (auto r = q.request.values.TakeReleaseCallback()) r();
+    ReleasePayloads(q.request);
     s = WithReason(
         absl::UnavailableError(absl::StrCat("cannot connect to ", q.endpoint)),
         ErrorReason::kConnectionLost);
@@ -357,10 +380,6 @@ bool DataClient::Loop::SendNow(Queued& q, bool busy_ok, bool* wake) {
 }
 
 absl::Status DataClient::Loop::SendOn(void* socket, Queued& q) {
-  auto release_all = [&q] {
-    if (auto r = q.request.keys.TakeReleaseCallback()) r();
-    if (auto r = q.request.values.TakeReleaseCallback()) r();
-  };
   const uint64_t id = next_id_++;
   q.request.header.set_request_id(id);
   q.request.header.SerializeToString(&header_bytes_);
@@ -370,7 +389,7 @@ absl::Status DataClient::Loop::SendOn(void* socket, Queued& q) {
        transport_internal::SendPayload(socket, &q.request.keys, ZMQ_SNDMORE);
   ok = ok && transport_internal::SendPayload(socket, &q.request.values, 0);
   if (!ok) {
-    release_all();  // whatever was not handed to ZeroMQ
+    ReleasePayloads(q.request);  // whatever was not handed to ZeroMQ
     return WithReason(
         transport_internal::ErrnoStatus(absl::StrCat("send to ", q.endpoint)),
         ErrorReason::kConnectionLost);
@@ -491,13 +510,9 @@ void DataClient::Loop::FailAll(const absl::Status& status) {
 }
 
 bool DataClient::Loop::DrainQueue(bool read_eventfd) {
-  if (read_eventfd) {
-    // Read before the queue is taken: a request queued after the swap
-    // below finds the queue empty and writes the eventfd again (see Send).
-    uint64_t count;
-    ssize_t unused = ::read(owner_->event_fd_, &count, sizeof(count));
-    (void)unused;
-  }
+  // Read before the queue is taken: a request queued after the swap below
+  // finds the queue empty and writes the eventfd again (see Send).
+  if (read_eventfd) Drain(owner_->event_fd_);
   // Swapped with the shared queue, so that neither allocates afresh.
   std::deque<Queued>& batch = batch_;
   auto& resets = resets_;
@@ -522,17 +537,6 @@ bool DataClient::Loop::DrainQueue(bool read_eventfd) {
   return !stopping;
 }
 
-namespace {
-
-int DescriptorOf(void* socket) {
-  int fd = -1;
-  size_t len = sizeof(fd);
-  zmq_getsockopt(socket, ZMQ_FD, &fd, &len);
-  return fd;
-}
-
-}  // namespace
-
 void DataClient::Loop::PollSet(int wake_fd, bool sockets,
                                std::vector<pollfd>* fds,
                                std::vector<void*>* monitored) {
@@ -556,9 +560,8 @@ void DataClient::Loop::CheckMonitors(const std::vector<pollfd>& fds,
   // descriptors tell the whole story.
   const size_t first_monitor = fds.size() - monitored.size();
   for (size_t i = 0; i < monitored.size(); ++i) {
-    if ((fds[first_monitor + i].revents & POLLIN) &&
-        monitors_.count(monitored[i]) > 0) {
-      CheckHandshakes(monitored[i]);
+    if (fds[first_monitor + i].revents & POLLIN) {
+      CheckHandshakes(monitored[i]);  // nothing if its socket was closed
     }
   }
   while (!unread_monitors_.empty()) {
@@ -606,11 +609,7 @@ void DataClient::Loop::Pump(const std::function<bool()>& done,
         left >= absl::Milliseconds(100) ? 100
                                         : absl::ToInt64Milliseconds(left) + 1);
     ::poll(fds.data(), fds.size(), static_cast<int>(timeout_ms));
-    if (fds[0].revents & POLLIN) {
-      uint64_t count;
-      ssize_t unused = ::read(owner_->pump_fd_, &count, sizeof(count));
-      (void)unused;
-    }
+    if (fds[0].revents & POLLIN) Drain(owner_->pump_fd_);
   }
 }
 

@@ -134,6 +134,8 @@ class DataClient {
   // the callers. Takes them back once nobody pumps and either a thread
   // waits for a pump that ended or kPumpLinger has passed.
   bool ShouldPark() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets callers_have_sockets_ and its hint together.
+  void SetCallersHaveSockets(bool callers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `q` on the caller's thread if the I/O thread is not holding the
   // sockets, nothing is queued before it, and its connection is open with
   // nothing in flight (or callers have the sockets); false (and `q`

@@ -117,9 +117,10 @@ def _connect(scheduler_address: Optional[str] = None, *,
     included; max_message_bytes: larger parts are cut;
     cluster_secret_file: the cluster's secret when it has one; tls_*: the
     CA, this program's certificate and key (under mutual TLS), as the
-    daemons' --tls_* flags; spin_wait: seconds a wait for a lone
-    operation spins before it sleeps (0 to 0.01; 0 never spins: for many
-    client processes on few cores, see ClientOptions::spin_wait). Raises
+    daemons' --tls_* flags; spin_wait: the C++ SDK's
+    ClientOptions::spin_wait, in seconds (0 to 0.01), checked and passed
+    on; this module's operations wait on their own completion, which
+    does not spin, so it changes nothing in Python yet. Raises
     ValueError without an address or with a spin_wait out of range,
     UnavailableError if the scheduler cannot be reached within
     connect_timeout seconds, UnauthenticatedError if it refuses the
