@@ -398,12 +398,13 @@ class ClientImpl final : public Client {
     s.requests = requests_.load(std::memory_order_relaxed);
     s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
     s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+    s.spins = spins_.load(std::memory_order_relaxed);
+    s.spins_caught = spins_caught_.load(std::memory_order_relaxed);
     return s;
   }
 
   absl::Status Wait(Ticket ticket, absl::Duration timeout) override;
-  // Before a Wait sleeps: ClientOptions::spin_wait.
-  void SpinBriefly(OpState& op);
+  bool SpinUntil(absl::FunctionRef<bool()> done) override;
 
   Epoch map_epoch() const override { return Map()->epoch(); }
   absl::Status CheckTable(const Table& t) const override {
@@ -612,7 +613,9 @@ class ClientImpl final : public Client {
   // Of those, the ones with a callback (Wait pumps only without them).
   const std::shared_ptr<std::atomic<int>> with_callback_ =
       std::make_shared<std::atomic<int>>(0);
-  client_internal::SpinBackoff spin_backoff_;  // SpinBriefly's
+  client_internal::SpinBackoff spin_backoff_;  // SpinUntil's
+  std::atomic<uint64_t> spins_{0};
+  std::atomic<uint64_t> spins_caught_{0};
   std::atomic<int> worker_rank_{0};
   std::atomic<int64_t> worker_clock_{-1};
   std::atomic<int64_t> max_staleness_{0};
@@ -1394,25 +1397,30 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
   op->Release();
 }
 
-void ClientImpl::SpinBriefly(OpState& op) {
+bool ClientImpl::SpinUntil(absl::FunctionRef<bool()> done) {
   // Only for a lone operation: with others in flight Wait pumps instead,
   // or (callbacks in flight) the I/O thread needs the cores.
   if (options_.spin_wait <= absl::ZeroDuration() ||
-      running_->load(std::memory_order_relaxed) > 1 ||
-      op.done.HasBeenNotified()) {
-    return;
+      running_->load(std::memory_order_relaxed) > 1 || done()) {
+    return done();
   }
-  if (!spin_backoff_.ShouldSpin()) return;
+  if (!spin_backoff_.ShouldSpin()) return false;
+  spins_.fetch_add(1, std::memory_order_relaxed);
   const absl::Time until = absl::Now() + options_.spin_wait;
-  while (!op.done.HasBeenNotified()) {
+  while (!done()) {
     // Yields rather than pauses: the core stays awake, but a thread that
     // the reply is waiting for (the I/O thread, the server's, ZeroMQ's)
     // gets it at once. Pausing instead held a core from them, and the
     // spins that ran out made p99 twice raw ZeroMQ's.
     sched_yield();
-    if (absl::Now() >= until) return spin_backoff_.RanOut();
+    if (absl::Now() >= until) {
+      spin_backoff_.RanOut();
+      return false;
+    }
   }
   spin_backoff_.Succeeded();
+  spins_caught_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
@@ -1431,7 +1439,7 @@ absl::Status ClientImpl::Wait(Ticket ticket, absl::Duration timeout) {
                     with_callback_->load(std::memory_order_relaxed) == 0;
   // A lone wait leaves its reply to the I/O thread (and spins for it).
   if (!pump) data_->TakeBackSockets();
-  SpinBriefly(*op);
+  SpinUntil([&op] { return op->done.HasBeenNotified(); });
   absl::Duration left = timeout;
   bool waiting = false;
   // With others in flight, the caller takes the replies itself (receives

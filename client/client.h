@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -186,11 +187,14 @@ struct Table {
   absl::StatusOr<uint32_t> VectorIndex(const std::string& vector_name) const;
 };
 
-// Bytes this client moved on the data plane (headers, keys and values).
+// Bytes this client moved on the data plane (headers, keys and values),
+// and how its waits for a lone operation went (ClientOptions::spin_wait).
 struct TrafficStats {
   uint64_t requests = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t spins = 0;         // waits that spun before sleeping
+  uint64_t spins_caught = 0;  // of those, the ones whose reply came in time
 };
 
 // Keys of an operation: a batch (implicitly from a span or vector) or a
@@ -274,6 +278,13 @@ class Client {
   // kNotFound for a ticket already waited on or unknown.
   virtual absl::Status Wait(Ticket ticket,
                             absl::Duration timeout = absl::Minutes(5)) = 0;
+
+  // For a caller that waits on a signal of its own for an operation with a
+  // callback (Python's Operation.wait does): spins as Wait does before it
+  // sleeps (up to ClientOptions::spin_wait, only while at most one
+  // operation of this client is in flight) until `done()` is true. Then
+  // the caller sleeps on its signal if it must. Returns done().
+  virtual bool SpinUntil(absl::FunctionRef<bool()> done) = 0;
 
   // Synchronous forms: the operation, then Wait.
   absl::Status PutSync(const Table& t, Keys keys, absl::Span<const float> v) {

@@ -931,6 +931,62 @@ TEST_F(ClusterTest, PipelinedWaitsBesideCallbacksApplyEveryAdd) {
   EXPECT_EQ(got, std::vector<float>(o.num_keys, per_key));
 }
 
+// SpinUntil, which Python's Operation.wait calls before it sleeps, spins as
+// a lone Wait does: only with spin_wait set, and after a spin that ran out
+// the next lone waits sleep at once (1 after the first, 2 after the
+// second, ...), until a spin catches its reply. And a real lone pull
+// through it completes with the right values.
+TEST_F(ClusterTest, SpinUntilSpinsOnlyWhenAskedAndBacksOff) {
+  ClientOptions co;
+  co.scheduler_address = suite_.scheduler_address();
+  auto spinning = Client::Connect(co);
+  ASSERT_OK(spinning);
+  co.spin_wait = absl::ZeroDuration();
+  auto still = Client::Connect(co);
+  ASSERT_OK(still);
+
+  const auto never = [] { return false; };
+  EXPECT_FALSE((*still)->SpinUntil(never));
+  EXPECT_EQ((*still)->traffic().spins, 0u);
+
+  // Spins at calls 1, 3 and 6; each runs out.
+  const std::vector<uint64_t> want = {1, 1, 2, 2, 2, 3, 3, 3, 3, 3};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_FALSE((*spinning)->SpinUntil(never));
+    EXPECT_EQ((*spinning)->traffic().spins, want[i]) << "call " << i + 1;
+  }
+  EXPECT_EQ((*spinning)->traffic().spins_caught, 0u);
+  // The 11th spins and is answered on its third look.
+  int looks = 0;
+  EXPECT_TRUE((*spinning)->SpinUntil([&looks] { return ++looks >= 3; }));
+  EXPECT_EQ((*spinning)->traffic().spins, 4u);
+  EXPECT_EQ((*spinning)->traffic().spins_caught, 1u);
+  // Caught: the next spins again.
+  EXPECT_FALSE((*spinning)->SpinUntil(never));
+  EXPECT_EQ((*spinning)->traffic().spins, 5u);
+
+  TableOptions o;
+  o.name = "spin_until";
+  o.num_keys = 4;
+  o.width = 1;
+  auto t = (*spinning)->CreateTable(o);
+  ASSERT_OK(t);
+  const std::vector<Key> keys = {0, 1, 2, 3};
+  const std::vector<float> ones(4, 1.0f);
+  ASSERT_OK((*spinning)->AddSync(*t, keys, ones));
+  std::vector<float> got(4);
+  absl::Notification done;
+  absl::Status status;
+  (*spinning)->Pull(*t, keys, absl::MakeSpan(got), [&](const absl::Status& s) {
+    status = s;
+    done.Notify();
+  });
+  (*spinning)->SpinUntil([&done] { return done.HasBeenNotified(); });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_OK(status);
+  EXPECT_EQ(got, ones);
+}
+
 // A spin before a wait sleeps is bounded: a negative one or one above
 // kMaxSpinWait is refused before anything connects.
 TEST(ClientOptionsTest, SpinWaitOutOfRangeIsRefused) {

@@ -118,9 +118,10 @@ def _connect(scheduler_address: Optional[str] = None, *,
     cluster_secret_file: the cluster's secret when it has one; tls_*: the
     CA, this program's certificate and key (under mutual TLS), as the
     daemons' --tls_* flags; spin_wait: the C++ SDK's
-    ClientOptions::spin_wait, in seconds (0 to 0.01), checked and passed
-    on; this module's operations wait on their own completion, which
-    does not spin, so it changes nothing in Python yet. Raises
+    ClientOptions::spin_wait, in seconds (0 to 0.01): how long the wait
+    for the client's only operation in flight spins (GIL released) before
+    it sleeps; 0: never (many processes sharing few cores). The client's
+    ``traffic`` counts the waits that spun. Raises
     ValueError without an address or with a spin_wait out of range,
     UnavailableError if the scheduler cannot be reached within
     connect_timeout seconds, UnauthenticatedError if it refuses the

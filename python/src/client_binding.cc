@@ -408,10 +408,16 @@ void RegisterClient(py::module_& m) {
       .def_readonly("requests", &TrafficStats::requests)
       .def_readonly("bytes_sent", &TrafficStats::bytes_sent)
       .def_readonly("bytes_received", &TrafficStats::bytes_received)
+      .def_readonly("spins", &TrafficStats::spins,
+                    "Waits for a lone operation that spun before sleeping "
+                    "(Client.connect's spin_wait).")
+      .def_readonly("spins_caught", &TrafficStats::spins_caught,
+                    "Of those, the ones whose reply came while spinning.")
       .def("__repr__", [](const TrafficStats& s) {
-        return absl::StrCat("TrafficStats(requests=", s.requests,
-                            ", bytes_sent=", s.bytes_sent,
-                            ", bytes_received=", s.bytes_received, ")");
+        return absl::StrCat(
+            "TrafficStats(requests=", s.requests, ", bytes_sent=", s.bytes_sent,
+            ", bytes_received=", s.bytes_received, ", spins=", s.spins,
+            ", spins_caught=", s.spins_caught, ")");
       });
 
   auto op = [](OpKind kind) {

@@ -75,6 +75,22 @@ void Operation::ReleaseResources() {
 }
 
 py::object Operation::Wait(std::optional<double> timeout_s) {
+  // As the C++ SDK's Wait does for a lone operation
+  // (ClientOptions::spin_wait): on a VM a thread woken from sleep starts
+  // tens of microseconds late. Not for a poll (timeout 0).
+  if (!completion_->done.HasBeenNotified() && client_ != nullptr &&
+      !(timeout_s && *timeout_s <= 0)) {
+    // A copy, taken under the GIL: another thread's wait() on this
+    // operation may drop client_ meanwhile.
+    std::shared_ptr<Client> client = client_;
+    const Completion& completion = *completion_;
+    {
+      py::gil_scoped_release release;
+      client->SpinUntil(
+          [&completion] { return completion.done.HasBeenNotified(); });
+    }
+    DropClient(&client);
+  }
   if (!completion_->done.HasBeenNotified()) {
     // Without a timeout: the SDK completes every operation within its
     // op_timeout, and grace_ adds a margin to that.

@@ -314,6 +314,32 @@ def test_closed_client_and_unreachable_scheduler(cluster):
             downpour.Client.connect("127.0.0.1:1", spin_wait=spin)
 
 
+def test_a_lone_wait_spins_only_when_asked(cluster):
+    """Client.connect's spin_wait reaches Operation.wait: a lone operation's
+    wait spins before it sleeps (the first always does, unless its reply is
+    already there), and with spin_wait=0 never."""
+    still = downpour.Client.connect(cluster.scheduler_address, spin_wait=0)
+    spinning = downpour.Client.connect(cluster.scheduler_address)
+    t = dense(spinning, rows=4, width=1)
+    for c in (still, spinning):
+        c.add(t, None, np.ones(4, np.float32))
+    # Pulls until one wait has spun (a reply that beat its wait every time
+    # for 10 s would be a wait that never spins).
+    deadline = time.monotonic() + 10
+    pulls = 0
+    while spinning.traffic.spins == 0 and time.monotonic() < deadline:
+        np.testing.assert_array_equal(spinning.pull(t, None).ravel(), np.full(4, 2))
+        op = spinning.pull(t, None, async_op=True)
+        np.testing.assert_array_equal(op.wait().ravel(), np.full(4, 2))
+        pulls += 2
+    assert spinning.traffic.spins >= 1, spinning.traffic
+    assert spinning.traffic.spins_caught <= spinning.traffic.spins
+    for _ in range(pulls):
+        np.testing.assert_array_equal(still.pull(t, None).ravel(), np.full(4, 2))
+    assert still.traffic.spins == 0, still.traffic
+    assert "spins=" in repr(still.traffic)
+
+
 def test_dead_server_is_unavailable(tmp_path):
     from conftest import bin_dir
     from downpour.local_cluster import LocalCluster
