@@ -1,5 +1,6 @@
 #include "cluster/scheduler_client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -137,6 +138,7 @@ absl::StatusOr<proto::ClusterMap> SchedulerClient::GetClusterMap() {
 
 absl::StatusOr<proto::CreateTableReply> SchedulerClient::CreateTable(
     const proto::TableSpec& spec, absl::Duration timeout) {
+  timeout = std::min(timeout, kMaxSchedulerWait);
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + absl::Seconds(5));
   proto::CreateTableRequest req;
@@ -163,8 +165,42 @@ absl::Status SchedulerClient::AckEpoch(
                         absl::StrCat("ack epoch ", epoch));
 }
 
+namespace {
+
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// `call(slice)` until it succeeds, fails otherwise than by its deadline, or
+// `timeout` has passed, each slice at most kMaxSchedulerWait.
+template <typename Call>
+auto InSlices(absl::Duration timeout, Call call) -> decltype(call(timeout)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const absl::Duration left =
+        std::max(absl::ZeroDuration(), deadline - absl::Now());
+    auto result = call(std::min(left, kMaxSchedulerWait));
+    if (left <= kMaxSchedulerWait ||
+        !absl::IsDeadlineExceeded(StatusOf(result))) {
+      return result;
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status SchedulerClient::Barrier(const std::string& name, NodeId id,
                                       uint32_t count, absl::Duration timeout) {
+  return InSlices(timeout, [&](absl::Duration slice) {
+    return BarrierCall(name, id, count, slice);
+  });
+}
+
+absl::Status SchedulerClient::BarrierCall(const std::string& name, NodeId id,
+                                          uint32_t count,
+                                          absl::Duration timeout) {
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + absl::Seconds(5));
   proto::BarrierRequest req;
@@ -194,6 +230,15 @@ absl::StatusOr<int64_t> SchedulerClient::WaitClock(NodeId id, int rank,
                                                    int64_t clock,
                                                    absl::Duration timeout,
                                                    TableId table) {
+  return InSlices(timeout, [&](absl::Duration slice) {
+    return WaitClockCall(id, rank, clock, slice, table);
+  });
+}
+
+absl::StatusOr<int64_t> SchedulerClient::WaitClockCall(NodeId id, int rank,
+                                                       int64_t clock,
+                                                       absl::Duration timeout,
+                                                       TableId table) {
   grpc::ClientContext ctx;
   Prepare(&ctx, timeout + absl::Seconds(5));
   proto::WaitClockRequest req;

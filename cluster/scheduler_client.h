@@ -27,6 +27,12 @@ class ClientContext;
 
 namespace downpour {
 
+// The longest the scheduler holds one call open: it refuses a longer wait
+// (scheduler/request_checks.h), so that no peer pins its threads. Barrier
+// and WaitClock wait longer as several calls; CreateTable waits at most
+// this long.
+inline constexpr absl::Duration kMaxSchedulerWait = absl::Minutes(10);
+
 class SchedulerClient {
  public:
   // `auth` (off by default): the cluster token on every call, TLS
@@ -67,6 +73,9 @@ class SchedulerClient {
   // hold.
   absl::Status AckEpoch(NodeId id, Epoch epoch,
                         const std::vector<proto::TableFailure>& failed = {});
+  // Any timeout: a wait longer than kMaxSchedulerWait arrives again after
+  // each kMaxSchedulerWait (the scheduler counts a member that timed out as
+  // gone, so the barrier is only passed with every member there).
   absl::Status Barrier(const std::string& name, NodeId id, uint32_t count,
                        absl::Duration timeout);
 
@@ -113,6 +122,11 @@ class SchedulerClient {
  private:
   // The deadline of one call.
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;
+  // One call of each wait, `timeout` at most kMaxSchedulerWait.
+  absl::Status BarrierCall(const std::string& name, NodeId id, uint32_t count,
+                           absl::Duration timeout);
+  absl::StatusOr<int64_t> WaitClockCall(NodeId id, int rank, int64_t clock,
+                                        absl::Duration timeout, TableId table);
 
   const std::string address_;
   const absl::Duration rpc_timeout_;

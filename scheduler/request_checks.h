@@ -44,7 +44,8 @@ inline constexpr int kMaxPluginsPerNode = 32;
 // A server's announced request limit: 0 (unknown) or at least this.
 inline constexpr uint64_t kMinMessageBytes = uint64_t{64} << 10;
 // The longest a peer may ask the scheduler to hold a call open (WaitClock,
-// Barrier, CreateTable).
+// Barrier, CreateTable); the SDK's SchedulerClient cuts longer waits into
+// calls of kMaxSchedulerWait, which scheduler_test checks equals this.
 inline constexpr absl::Duration kMaxWait = absl::Minutes(10);
 // Table failures one AckEpoch may report, and the bytes kept of each
 // message.

@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "cluster/scheduler_client.h"
 #include "common/test_util.h"
+#include "scheduler/request_checks.h"
 
 namespace downpour {
 namespace {
@@ -681,6 +682,28 @@ TEST_F(SchedulerTest, BarrierTimeoutRemovesTheNode) {
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_OK(client_->Barrier("t", 2, 2, absl::Seconds(5)));
   first.join();
+}
+
+// A wait longer than the scheduler holds one call open is not refused: the
+// SchedulerClient waits in calls of at most kMaxSchedulerWait, and the
+// barrier passes when the last member comes.
+TEST_F(SchedulerTest, ABarrierLongerThanOneCallWaits) {
+  static_assert(kMaxSchedulerWait == kMaxWait,
+                "the SDK's slices must be what the scheduler allows");
+  absl::Status long_wait;
+  std::thread first([&] {
+    long_wait =
+        client_->Barrier("long", 1, 2, kMaxSchedulerWait + absl::Minutes(5));
+  });
+  // Until the long wait has arrived, the second times out alone.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  absl::Status second;
+  do {
+    second = client_->Barrier("long", 2, 2, absl::Milliseconds(200));
+  } while (absl::IsDeadlineExceeded(second) && absl::Now() < deadline);
+  first.join();
+  EXPECT_OK(second);
+  EXPECT_OK(long_wait);
 }
 
 TEST_F(SchedulerTest, WatchStartsAfterKnownEpoch) {
