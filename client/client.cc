@@ -887,6 +887,15 @@ Ticket ClientImpl::SubmitVector(const Table& t, VectorRequest* request) {
 void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
   auto map = Map();
   const proto::TableMap* table = map->FindTable(op->table.id);
+  if (table == nullptr && scope == nullptr) {
+    // A handle from another client can name a table newer than this
+    // client's map, whose watch may not have brought it yet: ask the
+    // scheduler once before calling the table unknown. (A part sent again,
+    // scope != nullptr, was routed after a refresh already.)
+    RefreshMap();
+    map = Map();
+    table = map->FindTable(op->table.id);
+  }
   if (table == nullptr) {
     op->Fail(absl::NotFoundError(absl::StrCat(
         OpName(op->op), ": unknown table '", op->table.name, "' (id ",
@@ -1401,9 +1410,10 @@ bool ClientImpl::SpinUntil(absl::FunctionRef<bool()> done) {
   // Only for a lone operation: with others in flight Wait pumps instead,
   // or (callbacks in flight) the I/O thread needs the cores.
   if (options_.spin_wait <= absl::ZeroDuration() ||
-      running_->load(std::memory_order_relaxed) > 1 || done()) {
+      running_->load(std::memory_order_relaxed) > 1) {
     return done();
   }
+  if (done()) return true;
   if (!spin_backoff_.ShouldSpin()) return false;
   spins_.fetch_add(1, std::memory_order_relaxed);
   const absl::Time until = absl::Now() + options_.spin_wait;

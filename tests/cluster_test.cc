@@ -987,6 +987,40 @@ TEST_F(ClusterTest, SpinUntilSpinsOnlyWhenAskedAndBacksOff) {
   EXPECT_EQ(got, ones);
 }
 
+// A table handle made by another client works at once, before this
+// client's map watch has brought the table (Python's client_test saw
+// NOT_FOUND "unknown table" there): routing asks the scheduler once before
+// it calls a table unknown. Many tables, since the watch wins most races.
+TEST_F(ClusterTest, AHandleFromAnotherClientWorksAtOnce) {
+  ClientOptions co;
+  co.scheduler_address = suite_.scheduler_address();
+  auto maker = Client::Connect(co);
+  ASSERT_OK(maker);
+  auto user = Client::Connect(co);
+  ASSERT_OK(user);
+  const std::vector<Key> keys = {0, 1};
+  const std::vector<float> ones(2, 1.0f);
+  for (int i = 0; i < 30; ++i) {
+    TableOptions o;
+    o.name = absl::StrCat("handed_over_", i);
+    o.num_keys = 2;
+    o.width = 1;
+    auto t = (*maker)->CreateTable(o);
+    ASSERT_OK(t);
+    ASSERT_OK((*user)->AddSync(*t, keys, ones)) << o.name;
+    std::vector<float> got(2);
+    ASSERT_OK((*maker)->GetSync(*t, keys, absl::MakeSpan(got)));
+    EXPECT_EQ(got, ones) << o.name;
+  }
+  // A table that no one made is still unknown (after the one refresh).
+  Table ghost = *(*maker)->OpenTable("handed_over_0");
+  ghost.id += 1000;
+  ghost.name = "ghost";
+  const absl::Status s = (*user)->AddSync(ghost, keys, ones);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("unknown table"));
+}
+
 // A spin before a wait sleeps is bounded: a negative one or one above
 // kMaxSpinWait is refused before anything connects.
 TEST(ClientOptionsTest, SpinWaitOutOfRangeIsRefused) {

@@ -255,7 +255,8 @@ def test_errors_carry_code_and_message(cluster, client):
 
     with pytest.raises(downpour.OutOfRangeError) as e:
         client.get(t, [3, 10])
-    assert "key 10" in e.value.message and e.value.code == StatusCode.OUT_OF_RANGE
+    assert "key 10" in e.value.message
+    assert e.value.code == StatusCode.OUT_OF_RANGE
 
     with pytest.raises(downpour.InvalidArgumentError) as e:
         client.create_table(fresh("bad"), num_keys=4, handler="sgd",
@@ -327,15 +328,16 @@ def test_a_lone_wait_spins_only_when_asked(cluster):
     # for 10 s would be a wait that never spins).
     deadline = time.monotonic() + 10
     pulls = 0
+    two = np.full(4, 2)
     while spinning.traffic.spins == 0 and time.monotonic() < deadline:
-        np.testing.assert_array_equal(spinning.pull(t, None).ravel(), np.full(4, 2))
+        np.testing.assert_array_equal(spinning.pull(t, None).ravel(), two)
         op = spinning.pull(t, None, async_op=True)
-        np.testing.assert_array_equal(op.wait().ravel(), np.full(4, 2))
+        np.testing.assert_array_equal(op.wait().ravel(), two)
         pulls += 2
     assert spinning.traffic.spins >= 1, spinning.traffic
     assert spinning.traffic.spins_caught <= spinning.traffic.spins
     for _ in range(pulls):
-        np.testing.assert_array_equal(still.pull(t, None).ravel(), np.full(4, 2))
+        np.testing.assert_array_equal(still.pull(t, None).ravel(), two)
     assert still.traffic.spins == 0, still.traffic
     assert "spins=" in repr(still.traffic)
 
