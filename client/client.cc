@@ -884,14 +884,25 @@ Ticket ClientImpl::SubmitVector(const Table& t, VectorRequest* request) {
   return ticket;
 }
 
+// Whether `t` has a larger id than every table of `map` (the scheduler
+// gives out table ids in increasing order).
+bool NewerThanAll(const ClusterMapView& map, const Table& t) {
+  for (const proto::TableMap& m : map.proto().tables()) {
+    if (m.spec().id() >= t.id) return false;
+  }
+  return true;
+}
+
 void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
   auto map = Map();
   const proto::TableMap* table = map->FindTable(op->table.id);
-  if (table == nullptr && scope == nullptr) {
+  if (table == nullptr && scope == nullptr && NewerThanAll(*map, op->table)) {
     // A handle from another client can name a table newer than this
     // client's map, whose watch may not have brought it yet: ask the
-    // scheduler once before calling the table unknown. (A part sent again,
-    // scope != nullptr, was routed after a refresh already.)
+    // scheduler once before calling the table unknown. Ids only grow, so a
+    // table this map has seen dropped is refused without asking (a loop on
+    // it does not load the scheduler). A part sent again (scope) was routed
+    // after a refresh already.
     RefreshMap();
     map = Map();
     table = map->FindTable(op->table.id);

@@ -346,8 +346,10 @@ TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = 3;
   o.scheduler_flags = {"--ranges_per_table=3", "--max_range_moves=1"};
-  // Slow copies: the drain is seen under way.
-  o.server_flags = {"--inject_copy_delay_ms=700"};
+  // Slow copies: the drain is seen under way. The one move waits this long
+  // before its chunk goes, which must outlast starting psctl for status and
+  // for the refused second drain: 700 ms did not on a loaded 2-core VM.
+  o.server_flags = {"--inject_copy_delay_ms=4000"};
   ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));
   const std::string scheduler = "--scheduler=" + cluster->scheduler_address();
   ASSERT_OK_AND_ASSIGN(
