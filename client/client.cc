@@ -900,9 +900,9 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
     // A handle from another client can name a table newer than this
     // client's map, whose watch may not have brought it yet: ask the
     // scheduler once before calling the table unknown. Ids only grow, so a
-    // table this map has seen dropped is refused without asking (a loop on
-    // it does not load the scheduler). A part sent again (scope) was routed
-    // after a refresh already.
+    // handle whose id this map has passed (another cluster's, a made-up
+    // one) is refused without asking, and a loop on it does not load the
+    // scheduler. A part sent again (scope) was routed after a refresh.
     RefreshMap();
     map = Map();
     table = map->FindTable(op->table.id);
