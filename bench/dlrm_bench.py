@@ -270,6 +270,9 @@ def run_torch(args, kind: str, world: int, out_dir: str,
 
 def run_downpour(args, mode: str, workers: int, out_dir: str,
                  batch: int) -> Dict[str, object]:
+    # A -split step's rows are the single process's batch: the mean of the
+    # workers' gradients is then its gradient, for the tables too.
+    reduce = "mean" if batch != args.batch else args.emb_bsp_reduce
     job = dlrm.parse_args([
         f"--mode={mode}", f"--workers={workers}",
         f"--servers={args.servers}",
@@ -277,6 +280,7 @@ def run_downpour(args, mode: str, workers: int, out_dir: str,
         f"--batch={batch}", f"--scale={args.scale}", f"--lr={args.lr}",
         f"--emb_lr={args.emb_lr}", f"--prefetch={args.prefetch}",
         f"--initial_accumulator={args.initial_accumulator}",
+        f"--emb_bsp_reduce={reduce}",
         f"--eval_every={args.eval_every}", f"--eval_rows={args.eval_rows}",
         f"--threads={args.threads}", f"--seed={args.seed}",
         f"--staleness={args.staleness}", f"--progress={args.progress}",
@@ -345,6 +349,10 @@ def parse_args(argv=None):
     p.add_argument("--emb_lr", type=float, default=0.05)
     p.add_argument("--initial_accumulator", type=float, default=1e-4,
                    help="Adagrad's starting sum of squares, every run")
+    p.add_argument("--emb_bsp_reduce", default="sum", choices=["sum", "mean"],
+                   help="BSP tables: the sum of the workers' gradients of a "
+                        "row (TorchRec's) or their mean (DDP's); -split "
+                        "configs always take the mean")
     p.add_argument("--prefetch", type=int, default=1)
     p.add_argument("--staleness", type=int, default=2)
     p.add_argument("--eval_every", type=int, default=102400)

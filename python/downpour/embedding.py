@@ -43,7 +43,13 @@ acknowledgements before it reports the clock, so the job's policy holds
 for the embedding tables as for the dense ones (BSP: the servers average
 the N workers' gradients of each key per clock and apply them once; a
 worker whose batch did not touch the table still sends an empty push; at
-most one training forward per layer and step). ``consistency="asp"``
+most one training forward per layer and step). ``bsp_reduce="sum"``
+makes that the sum instead of the mean (each worker scales its pushes by
+N, the workers that count): TorchRec's convention, where an embedding row
+takes the sum of the ranks' gradients while the dense parameters take
+their mean, so a row touched by one worker in a step moves as far as in a
+single process taking that worker's batch. It is refused in a job with
+elastic seats, whose N changes at announced steps. ``consistency="asp"``
 (or ``"ssp:N"``, ``"bsp"``) declares the table with its own policy, e.g.
 the hybrid of dense BSP and asynchronous embeddings. Outside a job (no
 DistributedModel) pushes carry no clock and a forward first waits for the
@@ -183,11 +189,15 @@ class _SparseTable:
                  optimizer: Optional[ServerOptimizer], init: str,
                  init_a: float, init_b: float, init_seed: int,
                  follows_job: bool, consistency: Optional[str],
-                 bounds: Optional[Dict[str, Any]]):
+                 bounds: Optional[Dict[str, Any]], bsp_reduce: str):
+        if bsp_reduce not in ("mean", "sum"):
+            raise ValueError(f"bsp_reduce must be 'mean' or 'sum', got "
+                             f"{bsp_reduce!r}")
         self.client = client
         self.width = width
         self.optimizer = optimizer or Adagrad(lr=0.05)
         self.consistency = _parse_consistency(consistency)
+        self.bsp_reduce = bsp_reduce
         kwargs: Dict[str, Any] = dict(
             sparse=True, width=width, init=init, init_a=init_a,
             init_b=init_b, init_seed=init_seed,
@@ -217,6 +227,10 @@ class _SparseTable:
         if self.model is not None and self.model is not model:
             raise RuntimeError("an embedding layer can take part in one "
                                "DistributedModel")
+        if self.bsp_reduce == "sum" and model.policy.elastic_workers > 0:
+            raise ValueError(
+                f"table '{self.table.name}': bsp_reduce='sum' scales pushes "
+                "by the job's N, which elastic seats change; use 'mean'")
         self.model = model
         self._landed = max(self._landed, model.clock)
 
@@ -354,6 +368,9 @@ class _SparseTable:
             g = grad.detach().to(torch.float32)
             if self.optimizer.grad_scale is not None:
                 g = g * self.optimizer.grad_scale(clock)
+            if self.synced and self.bsp_reduce == "sum":
+                # The servers divide the step's sum by N (as many as push).
+                g = g * float(self.model.policy.num_workers)
             g = g.contiguous()
             keys = pulled.keys
             if pulled.skip is not None:  # padding rows take no gradient
@@ -389,7 +406,7 @@ class _Layer(torch.nn.Module):
                  optimizer: Optional[ServerOptimizer], init: str,
                  init_a: float, init_b: float, init_seed: int,
                  follows_job: bool, consistency: Optional[str],
-                 bounds: Optional[Dict[str, Any]]):
+                 bounds: Optional[Dict[str, Any]], bsp_reduce: str):
         super().__init__()
         if embedding_dim < 1:
             raise ValueError(f"embedding_dim must be >= 1, got "
@@ -397,7 +414,8 @@ class _Layer(torch.nn.Module):
         self.embedding_dim = embedding_dim
         self._table = _SparseTable(client, name, embedding_dim, optimizer,
                                    init, init_a, init_b, init_seed,
-                                   follows_job, consistency, bounds)
+                                   follows_job, consistency, bounds,
+                                   bsp_reduce)
 
     @property
     def table(self) -> downpour.Table:
@@ -460,7 +478,7 @@ class _IdLayer(_Layer):
                  optimizer: Optional[ServerOptimizer], init: str,
                  init_a: float, init_b: float, init_seed: int,
                  follows_job: bool, consistency: Optional[str],
-                 bounds: Optional[Dict[str, Any]]):
+                 bounds: Optional[Dict[str, Any]], bsp_reduce: str):
         # Checked before the table is declared.
         if padding_idx is not None and num_embeddings is not None:
             if padding_idx < 0:
@@ -469,7 +487,7 @@ class _IdLayer(_Layer):
                 raise ValueError("padding_idx must be within num_embeddings")
         super().__init__(embedding_dim, client, name, optimizer, init, init_a,
                          init_b, init_seed, follows_job, consistency,
-                         bounds)
+                         bounds, bsp_reduce)
         self.num_embeddings = num_embeddings
         self.padding_idx = padding_idx
         self.feature = feature
@@ -503,8 +521,8 @@ class Embedding(_IdLayer):
     table's; every worker uses the same), optimizer (the servers' rule,
     default Adagrad(0.05)), init / init_a / init_b / init_seed (the rows'
     initial values, a pure function of seed, key and column: torch's
-    N(0, 1) by default), follows_job, consistency, bounds (module
-    docstring)."""
+    N(0, 1) by default), follows_job, consistency, bounds, bsp_reduce
+    (module docstring)."""
 
     def __init__(self, num_embeddings: Optional[int], embedding_dim: int,
                  padding_idx: Optional[int] = None,
@@ -517,11 +535,13 @@ class Embedding(_IdLayer):
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
                  consistency: Optional[str] = None, feature: int = 0,
-                 bounds: Optional[Dict[str, Any]] = None):
+                 bounds: Optional[Dict[str, Any]] = None,
+                 bsp_reduce: str = "mean"):
         _check_torch_args(max_norm, _weight, dtype)
         super().__init__(num_embeddings, embedding_dim, padding_idx, feature,
                          client, name, optimizer, init, init_a, init_b,
-                         init_seed, follows_job, consistency, bounds)
+                         init_seed, follows_job, consistency, bounds,
+                         bsp_reduce)
         self.scale_grad_by_freq = scale_grad_by_freq
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -552,14 +572,16 @@ class EmbeddingBag(_IdLayer):
                  init_b: float = 1.0, init_seed: int = 0,
                  follows_job: bool = True,
                  consistency: Optional[str] = None, feature: int = 0,
-                 bounds: Optional[Dict[str, Any]] = None):
+                 bounds: Optional[Dict[str, Any]] = None,
+                 bsp_reduce: str = "mean"):
         _check_torch_args(max_norm, _weight, dtype)
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode has to be one of sum, mean or max, got "
                              f"{mode!r}")
         super().__init__(num_embeddings, embedding_dim, padding_idx, feature,
                          client, name, optimizer, init, init_a, init_b,
-                         init_seed, follows_job, consistency, bounds)
+                         init_seed, follows_job, consistency, bounds,
+                         bsp_reduce)
         self.mode = mode
         self.scale_grad_by_freq = scale_grad_by_freq
         self.include_last_offset = include_last_offset
@@ -601,10 +623,11 @@ class FieldEmbedding(_Layer):
                  consistency: Optional[str] = None,
                  bounds: Optional[Dict[str, Any]] = None,
                  fields: Optional[Sequence[int]] = None,
-                 cardinalities: Optional[Sequence[int]] = None):
+                 cardinalities: Optional[Sequence[int]] = None,
+                 bsp_reduce: str = "mean"):
         super().__init__(embedding_dim, client, name, optimizer, init, init_a,
                          init_b, init_seed, follows_job, consistency,
-                         bounds)
+                         bounds, bsp_reduce)
         self.num_fields = num_fields
         self.fields = list(fields) if fields is not None else \
             list(range(num_fields))

@@ -228,7 +228,8 @@ def run_worker(args) -> None:
         FIELDS, DIM, client=client, name="dlrm/emb",
         optimizer=emb_optimizer(args), init="uniform", init_a=-INIT_RANGE,
         init_b=INIT_RANGE, init_seed=args.seed,
-        consistency="asp" if args.mode == "hybrid" else None)
+        consistency="asp" if args.mode == "hybrid" else None,
+        bsp_reduce=args.emb_bsp_reduce)
     net = build(emb, args.seed)  # rank 0's MLPs are the ones used
     model = dpt.DistributedModel(
         net, client, member, name="dlrm",
@@ -465,6 +466,11 @@ def parse_args(argv: Optional[List[str]] = None):
     p.add_argument("--initial_accumulator", type=float, default=1e-4,
                    help="Adagrad's starting sum of squares (MLPs and "
                         "tables)")
+    p.add_argument("--emb_bsp_reduce", default="sum",
+                   choices=["sum", "mean"],
+                   help="BSP: a table row takes the sum of the workers' "
+                        "gradients (TorchRec's convention) or their mean "
+                        "(DDP's); the MLPs take the mean")
     p.add_argument("--prefetch", type=int, default=1,
                    help="1: pull the next batch's rows during this step")
     p.add_argument("--eval_every", type=int, default=100000,

@@ -348,13 +348,15 @@ def click_data(seed, n=512):
     return ids, y
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_bsp_beside_distributed_model_equals_one_process(prefetch):
+@pytest.mark.parametrize("prefetch,reduce", [(False, "mean"), (True, "mean"),
+                                             (False, "sum")])
+def test_bsp_beside_distributed_model_equals_one_process(prefetch, reduce):
     """2 workers under BSP, SGD on the servers for both kinds of table: the
     embedding rows and the dense layer equal a single process that averages
-    the same gradients, bit for bit (with prefetch: computing each step on
-    the rows of one step before). Rank 1 skips the embedding in step 2 (its
-    empty push keeps the step going)."""
+    the same gradients (bsp_reduce="sum": sums them for the rows), bit for
+    bit (with prefetch: computing each step on the rows of one step
+    before). Rank 1 skips the embedding in step 2 (its empty push keeps the
+    step going)."""
     workers, steps, batch = 2, 8, 16
     sgd = dpt.SGD(lr=0.5)
     ids_all, y_all = click_data(5)
@@ -368,12 +370,12 @@ def test_bsp_beside_distributed_model_equals_one_process(prefetch):
     def skips(rank, step):
         return rank == 1 and step == 2
 
-    name = f"bsp-emb-{prefetch}"
+    name = f"bsp-emb-{prefetch}-{reduce}"
 
     def body(i, member, client):
         emb = dpt.FieldEmbedding(3, 4, client=client, name=f"{name}/emb",
                                  optimizer=sgd, init="uniform", init_a=-0.1,
-                                 init_b=0.1)
+                                 init_b=0.1, bsp_reduce=reduce)
         net = ClickNet(emb)
         if member.rank == 0:
             net.fc.load_state_dict(initial_fc)
@@ -441,7 +443,10 @@ def test_bsp_beside_distributed_model_equals_one_process(prefetch):
             by_rank = dict(parts)
             for rank in range(workers):
                 total = total + by_rank.get(rank, torch.zeros(4))
-            table[u] = table[u] - 1.0 * (total / workers)
+            # Under "sum" each worker pushes 2g and the servers halve the
+            # sum: exactly g_0 + g_1 (a factor of 2 rounds nothing).
+            table[u] = table[u] - 1.0 * (total / workers if reduce == "mean"
+                                         else total)
         with torch.no_grad():
             for j, p in enumerate(fc.parameters()):
                 total = dense[0][j].clone()
@@ -455,6 +460,29 @@ def test_bsp_beside_distributed_model_equals_one_process(prefetch):
         for k, v in fc.state_dict().items():
             assert torch.equal(fc_state[k], v), (rank, k)
         assert stats["max_lag"] == (1 if prefetch else 0)
+
+
+def test_bsp_reduce_is_checked(client):
+    """An unknown bsp_reduce is refused before a table is declared; "sum"
+    is refused in a job with elastic seats (its N changes)."""
+    name = fresh("reduce")
+    with pytest.raises(ValueError, match="bsp_reduce"):
+        dpt.Embedding(4, 2, client=client, name=name, bsp_reduce="avg")
+    with pytest.raises(downpour.NotFoundError):
+        client.open_table(name)
+    with LocalCluster(bin_dir(), work_dir("elastic-reduce"), num_servers=1,
+                      scheduler_flags=["--consistency=bsp", "--num_workers=1",
+                                       "--elastic_workers=1"]) as cluster:
+
+        def body(i, member, c):
+            emb = dpt.Embedding(4, 2, client=c, name="elastic/emb",
+                                bsp_reduce="sum")
+            with pytest.raises(ValueError, match="elastic"):
+                net = torch.nn.ModuleList([emb, torch.nn.Linear(2, 1)])
+                dpt.DistributedModel(net, c, member, name="elastic")
+            return True
+
+        assert run_workers(cluster, 1, body) == {0: True}
 
 
 @pytest.mark.parametrize("mode", ["ssp", "asp"])
