@@ -47,8 +47,9 @@ most one training forward per layer and step). ``bsp_reduce="sum"``
 makes that the sum instead of the mean (each worker scales its pushes by
 N, the workers that count): TorchRec's convention, where an embedding row
 takes the sum of the ranks' gradients while the dense parameters take
-their mean, so a row touched by one worker in a step moves as far as in a
-single process taking that worker's batch. It is refused in a job with
+their mean, so a row touched by one worker in a step gets that worker's
+whole gradient, as one process on that batch would, where the mean gives
+it 1/N of it. It is refused in a job with
 elastic seats, whose N changes at announced steps. ``consistency="asp"``
 (or ``"ssp:N"``, ``"bsp"``) declares the table with its own policy, e.g.
 the hybrid of dense BSP and asynchronous embeddings. Outside a job (no
