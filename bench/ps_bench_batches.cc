@@ -105,14 +105,17 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
       "\n## %s batches (%llu distinct %s keys, %zu keys a batch with "
       "repeats, handler adagrad, one batch at a time; raw ZeroMQ moves the "
       "same bytes in one message: keys + values for a push, keys out and "
-      "values back for a pull; alternated %d times)\n\n",
+      "values back for a pull; 'summed': the same pushes to a table that "
+      "sums repeats (TableOptions::sum_repeats), in keys of the batch; "
+      "alternated %d times)\n\n",
       o.dense ? "Dense-table key" : "Sparse",
       static_cast<unsigned long long>(o.distinct), o.dense ? "dense" : "hashed",
       o.batch, env.rounds);
   std::printf(
       "| keys | width | servers | push keys/s | raw push | push/raw | pull "
-      "keys/s | raw pull | pull/raw | push/ref | pull/ref |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "keys/s | raw pull | pull/raw | summed push keys/s | summed/raw | "
+      "push/ref | pull/ref | summed/ref |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<Key> all(o.distinct);
   for (uint64_t i = 0; i < o.distinct; ++i) {
     all[i] = o.dense ? i : i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
@@ -129,13 +132,17 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
       to.handler = "adagrad";
       auto t = client->CreateTable(to);
       Check(t.status(), "create sparse table");
-      {
+      to.name += "_summed";
+      to.sum_repeats = true;
+      auto summed = client->CreateTable(to);
+      Check(summed.status(), "create sparse table that sums repeats");
+      for (const Table* table : {&*t, &*summed}) {
         // Every distinct key once, so that the table holds all its rows.
         const size_t chunk = 100'000;
         std::vector<float> init(chunk * width, 0.0f);
         for (size_t b = 0; b < all.size(); b += chunk) {
           const size_t n = std::min(chunk, all.size() - b);
-          Check(client->PutSync(*t, absl::MakeConstSpan(all.data() + b, n),
+          Check(client->PutSync(*table, absl::MakeConstSpan(all.data() + b, n),
                                 absl::MakeConstSpan(init.data(), n * width)),
                 "fill");
         }
@@ -147,12 +154,16 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
       for (const std::string& dist : o.dists) {
         const auto batches = MakeBatches(dist, all, o.batch, 8);
         Check(client->PushSync(*t, batches[0], vals), "warm-up push");
+        Check(client->PushSync(*summed, batches[0], vals), "warm-up push");
         Check(client->PullSync(*t, batches[0], absl::MakeSpan(out)),
               "warm-up pull");
-        double ps_s[2] = {0, 0}, raw_s[2] = {0, 0};
-        int ps_n[2] = {0, 0}, raw_n[2] = {0, 0};
+        // Modes: 0 push, 1 pull, 2 push to the table that sums repeats.
+        constexpr int kModes = 3;
+        double ps_s[kModes] = {}, raw_s[kModes] = {};
+        int ps_n[kModes] = {}, raw_n[kModes] = {};
         for (int round = 0; round < env.rounds; ++round) {
-          for (int pull = 0; pull < 2; ++pull) {
+          for (int mode = 0; mode < kModes; ++mode) {
+            const bool pull = mode == 1;
             // Downpour: whole batches until the budget or the count is
             // spent; then raw ZeroMQ for as many messages.
             int n = 0;
@@ -160,45 +171,49 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
             const absl::Time stop = start + absl::Seconds(env.seconds);
             while (n < o.max_batches && (n < 2 || absl::Now() < stop)) {
               const auto& keys = batches[n % batches.size()];
-              Check(pull ? client->PullSync(*t, keys, absl::MakeSpan(out))
-                         : client->PushSync(*t, keys, vals),
-                    pull ? "sparse pull" : "sparse push");
+              Check(
+                  pull ? client->PullSync(*t, keys, absl::MakeSpan(out))
+                       : client->PushSync(mode == 2 ? *summed : *t, keys, vals),
+                  pull ? "sparse pull" : "sparse push");
               ++n;
             }
-            ps_s[pull] += absl::ToDoubleSeconds(absl::Now() - start);
-            ps_n[pull] += n;
+            ps_s[mode] += absl::ToDoubleSeconds(absl::Now() - start);
+            ps_n[mode] += n;
             const double per_s =
                 pull ? raw.Messages(key_bytes, value_bytes, 1, n)
                      : raw.Messages(push_bytes, 1, 1, n);
-            raw_s[pull] += n / per_s;
-            raw_n[pull] += n;
+            raw_s[mode] += n / per_s;
+            raw_n[mode] += n;
           }
         }
-        double keys_s[2], raw_keys_s[2];
-        for (int pull = 0; pull < 2; ++pull) {
-          keys_s[pull] = ps_n[pull] * static_cast<double>(o.batch) / ps_s[pull];
-          raw_keys_s[pull] =
-              raw_n[pull] * static_cast<double>(o.batch) / raw_s[pull];
+        double keys_s[kModes], raw_keys_s[kModes];
+        for (int mode = 0; mode < kModes; ++mode) {
+          keys_s[mode] = ps_n[mode] * static_cast<double>(o.batch) / ps_s[mode];
+          raw_keys_s[mode] =
+              raw_n[mode] * static_cast<double>(o.batch) / raw_s[mode];
         }
         const Reference* ref =
             o.dense ? nullptr : ReferenceFor(dist, width, servers);
-        auto vs_ref = [&](int pull) {
+        auto vs_ref = [&](int mode) {
           if (ref == nullptr) return std::string("-");
-          return absl::StrFormat("%.2fx",
-                                 keys_s[pull] / (pull ? ref->pull : ref->push));
+          return absl::StrFormat(
+              "%.2fx", keys_s[mode] / (mode == 1 ? ref->pull : ref->push));
         };
         std::printf(
-            "| %s | %d | %d | %.2fM | %.2fM | %.2f | %.2fM | %.2fM | %.2f | %s "
-            "| %s |\n",
+            "| %s | %d | %d | %.2fM | %.2fM | %.2f | %.2fM | %.2fM | %.2f | "
+            "%.2fM | %.2f | %s | %s | %s |\n",
             dist.c_str(), width, servers, keys_s[0] / 1e6, raw_keys_s[0] / 1e6,
             keys_s[0] / raw_keys_s[0], keys_s[1] / 1e6, raw_keys_s[1] / 1e6,
-            keys_s[1] / raw_keys_s[1], vs_ref(0).c_str(), vs_ref(1).c_str());
+            keys_s[1] / raw_keys_s[1], keys_s[2] / 1e6,
+            keys_s[2] / raw_keys_s[2], vs_ref(0).c_str(), vs_ref(1).c_str(),
+            vs_ref(2).c_str());
         std::fflush(stdout);
         std::fprintf(stderr,
                      "  sparse, %s, width %d, %d server(s): done (%d push "
-                     "batches in %.3f s, %d pull batches in %.3f s)\n",
+                     "batches in %.3f s, %d pull batches in %.3f s, %d "
+                     "summed push batches in %.3f s)\n",
                      dist.c_str(), width, servers, ps_n[0], ps_s[0], ps_n[1],
-                     ps_s[1]);
+                     ps_s[1], ps_n[2], ps_s[2]);
       }
     }
     client.reset();

@@ -22,6 +22,7 @@
 #include "client/internal/first_seen.h"
 #include "client/internal/open_writes.h"
 #include "client/internal/spin_backoff.h"
+#include "client/internal/sum_repeats.h"
 #include "client/internal/vector_request.h"
 #include "client/split_by_owner.h"
 #include "cluster/cluster_map.h"
@@ -120,6 +121,11 @@ struct OpState {
   // copied from there once every part is in. Written by the first routing,
   // before the submitter's hold is released.
   Buffer first_seen;
+  // A write to a table that sums repeats: the batch's distinct keys and
+  // their summed rows, which `keys` and `in` then point into (set by the
+  // first routing, before any part is sent; parts and retries address
+  // positions in them).
+  Buffer summed_keys, summed_values;
 
   std::atomic<int> outstanding{1};  // 1 held by the submitter until all sent
   // The client's count of operations not yet complete, this one among them.
@@ -696,6 +702,7 @@ Table TableFromSpec(const proto::TableSpec& spec) {
   t.num_keys = spec.num_keys();
   t.vectors.assign(spec.vectors().begin(), spec.vectors().end());
   t.allow_non_finite = spec.allow_non_finite();
+  t.sum_repeats = spec.sum_repeats();
   return t;
 }
 
@@ -728,6 +735,7 @@ absl::StatusOr<Table> ClientImpl::CreateTable(const TableOptions& o) {
   for (const std::string& v : o.vectors) spec.add_vectors(v);
   spec.set_sync_workers(o.sync_workers);
   spec.set_allow_non_finite(o.allow_non_finite);
+  spec.set_sum_repeats(o.sum_repeats);
   spec.set_num_workers(o.tracked_workers);
   spec.set_follows_job(o.follows_job);
   DP_RETURN_IF_ERROR(ParseTableConsistency(o.consistency, &spec));
@@ -966,6 +974,26 @@ void ClientImpl::Route(const std::shared_ptr<OpState>& op, const Part* scope) {
     return;
   }
 
+  // A write that names a key more than once, to a table that sums repeats,
+  // goes on as its distinct keys with summed rows (AddOnce rounds, Put and
+  // PushPull apply each occurrence).
+  if (scope == nullptr && table->spec().sum_repeats() && op->round == 0 &&
+      (op->op == proto::PUSH || op->op == proto::ADD)) {
+    absl::Span<const Key> keys = op->keys.batch();
+    absl::StatusOr<size_t> distinct = SumRepeats(
+        keys, op->in, width, pool_, &op->summed_keys, &op->summed_values);
+    if (!distinct.ok()) {
+      op->Fail(Annotate(
+          distinct.status(),
+          absl::StrCat(OpName(op->op), " table '", op->table.name, "'")));
+      return;
+    }
+    if (*distinct < keys.size()) {
+      op->keys = Keys(absl::MakeConstSpan(
+          reinterpret_cast<const Key*>(op->summed_keys.data()), *distinct));
+      op->in = reinterpret_cast<const float*>(op->summed_values.data());
+    }
+  }
   // Batch: split by owning range, in the caller's order.
   if (op->op == proto::PUSH && op->clock >= 0 &&
       table->spec().sync_workers() > 0 &&

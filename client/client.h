@@ -11,13 +11,14 @@
 //   s = (*client)->PullSync(*w, keys, absl::MakeSpan(params));
 //
 // Operations take a batch of keys (any order, repeats allowed: an add or
-// push of a key that appears twice is applied twice, in order) or a key
-// range. The client splits a batch by owning server, sends the parts in
-// parallel (several requests in flight per connection) and reassembles
-// replies in the caller's key order. A Get or Pull whose keys repeat (at
-// least one in eight of its first 2048) asks for each key once and copies
-// its row to the repeats' places: ids drawn from a power law repeat a lot,
-// and the bytes and row lookups shrink by the batch's repetition factor.
+// push of a key that appears twice is applied twice, in order, unless the
+// table sums repeats: TableOptions::sum_repeats) or a key range. The client
+// splits a batch by owning server, sends the parts in parallel (several
+// requests in flight per connection) and reassembles replies in the caller's
+// key order. A Get or Pull whose keys repeat (at least one in eight of its
+// first 2048) asks for each key once and copies its row to the repeats' places:
+// ids drawn from a power law repeat a lot, and the bytes and row lookups shrink
+// by the batch's repetition factor.
 //
 // Zero-copy: keys, values and output buffers are referenced, not copied,
 // whenever a part is contiguous in the caller's arrays. They must stay alive
@@ -134,6 +135,13 @@ struct TableOptions {
   // of JobMember::WaitClock for the table); servers measure each table's
   // staleness. kInvalidArgument without follows_job or for another name.
   std::string consistency;
+  // A Push or Add naming a key more than once sums the key's values (in
+  // batch order) and applies them once: the gradient of a minibatch, as
+  // TorchRec applies it, instead of the handler once per occurrence (the
+  // default). The SDK sums before sending, so power-law ids move a
+  // fraction of the bytes and handler work. Put, PushPull and AddOnce
+  // apply each occurrence as before.
+  bool sum_repeats = false;
   // Sparse tables: bounded memory (docs/ARCHITECTURE.md, "Bounded sparse
   // tables"). Absent: rows are created on first write and kept for ever.
   struct Bounds {
@@ -175,6 +183,7 @@ struct Table {
   std::vector<std::string> vectors;  // TableOptions::vectors
   uint32_t vector = 0;
   bool allow_non_finite = false;  // TableOptions::allow_non_finite
+  bool sum_repeats = false;       // TableOptions::sum_repeats
   // The policy the table enforces ("bsp", "ssp:N", "asp"; "" for a table
   // that does not follow the job) and whether its memory is bounded.
   std::string consistency;

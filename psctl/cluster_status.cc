@@ -502,7 +502,7 @@ std::string FormatTables(const psctl::ClusterStatus& s, bool wide) {
     rows[0].insert(rows[0].end(),
                    {"VALUE_BYTES", "STATE_BYTES", "INIT", "AGGREGATED_STEPS",
                     "ROW_CAP", "EVICTED", "EXPIRED", "ADMITTED", "PENDING_IDS",
-                    "COLD_ROWS", "REFUSED"});
+                    "COLD_ROWS", "REFUSED", "REPEATS"});
   }
   for (const psctl::TableSummary& t : s.tables()) {
     const proto::TableSpec& spec = t.spec();
@@ -535,7 +535,8 @@ std::string FormatTables(const psctl::ClusterStatus& s, bool wide) {
            absl::StrCat(t.aggregated_steps()), absl::StrCat(t.row_cap()),
            absl::StrCat(t.evicted_rows()), absl::StrCat(t.expired_rows()),
            absl::StrCat(t.admitted_rows()), absl::StrCat(t.pending_ids()),
-           absl::StrCat(t.cold_rows()), absl::StrCat(t.refused_writes())});
+           absl::StrCat(t.cold_rows()), absl::StrCat(t.refused_writes()),
+           spec.sum_repeats() ? "summed" : "each"});
     }
   }
   return TextTable(rows);

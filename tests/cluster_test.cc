@@ -405,6 +405,92 @@ TEST_F(ClusterTest, ReadsAskForRepeatedKeysOnce) {
   }
 }
 
+// A table that sums repeats applies each distinct key of a push or add once,
+// with the sum of its rows in batch order: the same, bit for bit, as a push
+// of the distinct keys with those sums, and not what applying Adagrad to
+// each occurrence gives. Only the distinct keys go on the wire.
+TEST_F(ClusterTest, PushesToATableThatSumsRepeatsApplyEachKeyOnce) {
+  constexpr uint32_t kWidth = 4;
+  constexpr uint64_t kIds = 500;
+  auto declare = [&](const std::string& name, bool sum,
+                     const std::string& handler) {
+    TableOptions o;
+    o.name = name;
+    o.width = kWidth;
+    o.sparse = true;
+    o.handler = handler;
+    if (handler == "adagrad") o.handler_params = {{"learning_rate", 0.5}};
+    o.sum_repeats = sum;
+    return suite_.client().CreateTable(o);
+  };
+  std::mt19937_64 rng(TestSeed(12));
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto key_of = [](uint64_t id) { return id * 0x9E3779B97F4A7C15ull; };
+  // 20000 draws of 500 ids (over the three servers) and their gradients;
+  // then the distinct keys in first-seen order and their sums.
+  std::vector<Key> keys(20000);
+  std::vector<float> grads(keys.size() * kWidth);
+  for (Key& k : keys) k = key_of(rng() % kIds);
+  for (float& g : grads) g = u(rng) + u(rng) * 1e-4f;
+  std::vector<Key> distinct;
+  std::vector<float> sums;
+  absl::flat_hash_map<Key, size_t> place;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, fresh] = place.emplace(keys[i], distinct.size());
+    if (fresh) {
+      distinct.push_back(keys[i]);
+      sums.insert(sums.end(), grads.begin() + i * kWidth,
+                  grads.begin() + (i + 1) * kWidth);
+    } else {
+      for (uint32_t c = 0; c < kWidth; ++c) {
+        sums[it->second * kWidth + c] += grads[i * kWidth + c];
+      }
+    }
+  }
+  ASSERT_LT(distinct.size(), keys.size());
+  auto pull = [&](const Table& t) {
+    std::vector<float> out(distinct.size() * kWidth);
+    EXPECT_OK(suite_.client().PullSync(t, distinct, absl::MakeSpan(out)));
+    return out;
+  };
+  for (const std::string handler : {"adagrad", "sum"}) {
+    SCOPED_TRACE(handler);
+    ASSERT_OK_AND_ASSIGN(Table summed,
+                         declare("summed_" + handler, true, handler));
+    ASSERT_OK_AND_ASSIGN(Table by_hand,
+                         declare("by_hand_" + handler, false, handler));
+    ASSERT_OK_AND_ASSIGN(Table each,
+                         declare("each_" + handler, false, handler));
+    EXPECT_TRUE(summed.sum_repeats);
+    EXPECT_FALSE(each.sum_repeats);
+    const TrafficStats before = suite_.client().traffic();
+    ASSERT_OK(suite_.client().PushSync(summed, keys, grads));
+    const TrafficStats after = suite_.client().traffic();
+    EXPECT_LT(after.bytes_sent - before.bytes_sent,
+              kIds * (sizeof(Key) + kWidth * sizeof(float)) + 4096);
+    ASSERT_OK(suite_.client().PushSync(by_hand, distinct, sums));
+    ASSERT_OK(suite_.client().PushSync(each, keys, grads));
+    const std::vector<float> got = pull(summed);
+    EXPECT_EQ(got, pull(by_hand));
+    if (handler == "adagrad") EXPECT_NE(got, pull(each));
+    // An Add sums alike; a Put still applies each occurrence in turn.
+    ASSERT_OK(suite_.client().AddSync(summed, keys, grads));
+    ASSERT_OK(suite_.client().AddSync(by_hand, distinct, sums));
+    EXPECT_EQ(pull(summed), pull(by_hand));
+  }
+  ASSERT_OK_AND_ASSIGN(Table put, declare("summed_put", true, "sgd"));
+  const std::vector<Key> twice = {key_of(1), key_of(2), key_of(1)};
+  const std::vector<float> rows = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+  ASSERT_OK(suite_.client().PutSync(put, twice, rows));
+  std::vector<float> out(2 * kWidth);
+  const std::vector<Key> once = {key_of(1), key_of(2)};
+  ASSERT_OK(suite_.client().GetSync(put, once, absl::MakeSpan(out)));
+  EXPECT_EQ(out, std::vector<float>({3, 3, 3, 3, 2, 2, 2, 2}));
+  // Declaring it again without the flag is another table.
+  EXPECT_THAT(declare("summed_put", false, "sgd").status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
 // Server-side vector algebra (Sandblaster): every command on vectors spread
 // over the three servers, against the same arithmetic done here.
 TEST_F(ClusterTest, VectorCommandsMatchReference) {

@@ -184,7 +184,7 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
                   const py::object& eviction, const py::object& ttl_clocks,
                   const py::object& ttl_seconds, const py::object& admit_after,
                   const py::object& max_pending_ids,
-                  const py::object& cold_tier) {
+                  const py::object& cold_tier, bool sum_repeats) {
   TableOptions o;
   o.consistency = consistency;
   // Any bound given makes the table bounded (TableOptions::Bounds).
@@ -225,6 +225,7 @@ Table CreateTable(PyClient& self, const std::string& name, uint64_t num_keys,
   o.vectors = vectors;
   o.follows_job = follows_job;
   o.allow_non_finite = allow_non_finite;
+  o.sum_repeats = sum_repeats;
   std::shared_ptr<Client> client = self.Get();
   absl::StatusOr<Table> table;
   {
@@ -367,6 +368,9 @@ void RegisterClient(py::module_& m) {
                     "the named vector operations address (0: parameters)")
       .def_readonly("allow_non_finite", &Table::allow_non_finite,
                     "pushes may hold NaN or infinity")
+      .def_readonly("sum_repeats", &Table::sum_repeats,
+                    "a push or add sums a repeated key's rows and applies "
+                    "them once")
       .def_readonly("consistency", &Table::consistency,
                     "the table's own policy ('bsp', 'ssp:N', 'asp'; '' for "
                     "a table that follows the job's, or no job)")
@@ -463,7 +467,7 @@ void RegisterClient(py::module_& m) {
            arg("max_bytes") = py::none(), arg("eviction") = py::none(),
            arg("ttl_clocks") = py::none(), arg("ttl_seconds") = py::none(),
            arg("admit_after") = py::none(), arg("max_pending_ids") = py::none(),
-           arg("cold_tier") = py::none(),
+           arg("cold_tier") = py::none(), arg("sum_repeats") = false,
            "Declares a table and waits until every server serves it; "
            "declaring an identical one again returns it "
            "(AlreadyExistsError for a different one of the same name).\n\n"
@@ -487,7 +491,11 @@ void RegisterClient(py::module_& m) {
            "they cannot poison a row and its handler state). "
            "consistency: a table that follows the job may keep a policy of "
            "its own, 'bsp', 'ssp:N' or 'asp' (the hybrid: dense layers "
-           "under the job's BSP, embeddings asynchronous).\n\n"
+           "under the job's BSP, embeddings asynchronous). "
+           "sum_repeats: a push or add naming a key more than once sums "
+           "that key's rows (in batch order) and applies them once, a "
+           "minibatch's gradient as TorchRec applies it; by default each "
+           "occurrence is applied in turn.\n\n"
            "Bounded sparse tables (any of these makes the table bounded): "
            "max_rows or max_bytes (the table's cap, split over its ranges), "
            "eviction ('none': writes beyond the cap are ResourceExhausted; "

@@ -106,6 +106,28 @@ def test_non_finite_pushes_are_refused_unless_allowed(client):
     assert np.isnan(got[2, 1]) and np.count_nonzero(np.isnan(got)) == 1
 
 
+def test_a_table_that_sums_repeats_applies_each_key_once(client):
+    def table(sum_repeats):
+        return client.create_table(
+            fresh("summed"), sparse=True, width=2, handler="adagrad",
+            handler_params={"learning_rate": 0.5}, sum_repeats=sum_repeats)
+    summed, by_hand, each = table(True), table(False), table(False)
+    assert summed.sum_repeats and not each.sum_repeats
+    keys = np.array([7, 9, 7, 7, 2**63], dtype=np.uint64)
+    grads = np.array([[1, 2], [3, 4], [0.5, 0.25], [2, 1], [1, 1]],
+                     np.float32)
+    client.push(summed, keys, grads)
+    # Rows summed in batch order: 7's is 1 + 0.5 + 2, 2 + 0.25 + 1.
+    sums = np.array([[(1 + 0.5) + 2, (2 + 0.25) + 1], [3, 4], [1, 1]],
+                    np.float32)
+    distinct = np.array([7, 9, 2**63], dtype=np.uint64)
+    client.push(by_hand, distinct, sums)
+    client.push(each, keys, grads)
+    got = client.pull(summed, distinct)
+    np.testing.assert_array_equal(got, client.pull(by_hand, distinct))
+    assert not np.array_equal(got, client.pull(each, distinct))
+
+
 def test_sparse_table(client):
     t = client.create_table(fresh("sparse"), sparse=True, width=2,
                             handler="sum")
