@@ -79,6 +79,11 @@ ABSL_FLAG(std::vector<std::string>, sparse_widths,
           std::vector<std::string>({"8", "64"}), "sparse: table widths");
 ABSL_FLAG(int, sparse_batch, 100000, "sparse: keys a batch");
 ABSL_FLAG(int, sparse_max_batches, 40, "sparse: batches per measurement");
+ABSL_FLAG(std::vector<std::string>, sparse_modes,
+          std::vector<std::string>({"push", "pull", "summed"}),
+          "sparse: what to measure (push, pull, summed: a push to a table "
+          "that sums repeats); leaving some out serves a profile of the "
+          "others");
 ABSL_FLAG(bool, sparse_on_dense, false,
           "sparse: the same batches to a dense table (a row store that "
           "costs an array index), to see the rest of the path");
@@ -583,6 +588,7 @@ int main(int argc, char** argv) {
     o.batch = std::max(1, absl::GetFlag(FLAGS_sparse_batch));
     o.max_batches = std::max(2, absl::GetFlag(FLAGS_sparse_max_batches));
     o.dense = absl::GetFlag(FLAGS_sparse_on_dense);
+    o.modes = absl::GetFlag(FLAGS_sparse_modes);
     downpour::bench::SparseSection(env, o);
   }
   if (wants("keyed")) {

@@ -163,6 +163,12 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
         int ps_n[kModes] = {}, raw_n[kModes] = {};
         for (int round = 0; round < env.rounds; ++round) {
           for (int mode = 0; mode < kModes; ++mode) {
+            static constexpr const char* kNames[kModes] = {"push", "pull",
+                                                           "summed"};
+            if (std::find(o.modes.begin(), o.modes.end(), kNames[mode]) ==
+                o.modes.end()) {
+              continue;
+            }
             const bool pull = mode == 1;
             // Downpour: whole batches until the budget or the count is
             // spent; then raw ZeroMQ for as many messages.
@@ -188,6 +194,7 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
         }
         double keys_s[kModes], raw_keys_s[kModes];
         for (int mode = 0; mode < kModes; ++mode) {
+          // NaN for a mode left out.
           keys_s[mode] = ps_n[mode] * static_cast<double>(o.batch) / ps_s[mode];
           raw_keys_s[mode] =
               raw_n[mode] * static_cast<double>(o.batch) / raw_s[mode];

@@ -47,6 +47,8 @@ struct SparseOptions {
   // The same batches to a dense table of `distinct` rows (keys 0, 1, ...):
   // the path around the row store with a store that costs an array index.
   bool dense = false;
+  // Of "push", "pull" and "summed" (a push to a table that sums repeats).
+  std::vector<std::string> modes = {"push", "pull", "summed"};
 };
 void SparseSection(const SectionEnv& env, const SparseOptions& options);
 
