@@ -54,9 +54,8 @@ RowFn RowFnFor(size_t width) {
 void FirstBySorting(absl::Span<const Key> keys, uint32_t* first) {
   std::vector<uint32_t> order(keys.size());
   std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return keys[a] < keys[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
   for (size_t i = 0; i < order.size();) {
     size_t j = i;
     while (j < order.size() && keys[order[j]] == keys[order[i]]) {
@@ -76,7 +75,8 @@ absl::StatusOr<size_t> SumRepeats(absl::Span<const Key> keys,
   if (n < 2) return n;
   if (n >= (size_t{1} << 32)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        n, " keys in one batch of a table that sums repeats: at most 2^32 - 1"));
+        n,
+        " keys in one batch of a table that sums repeats: at most 2^32 - 1"));
   }
   Buffer first_buffer = pool.Acquire(n * sizeof(uint32_t));
   auto* first = reinterpret_cast<uint32_t*>(first_buffer.data());
