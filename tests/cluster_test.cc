@@ -659,6 +659,76 @@ TEST_F(ClusterTest, BspPushPullWaitsForTheRound) {
   EXPECT_EQ(now, want);
 }
 
+// Under BSP a synced sparse table that sums repeats averages, per key, the
+// workers' summed rows: the same as each worker pushing its distinct keys
+// with the sums made by hand.
+TEST_F(ClusterTest, BspPushesSumTheirRepeatsBeforeTheRound) {
+  constexpr uint32_t kWidth = 2;
+  constexpr uint64_t kIds = 50;
+  auto declare = [&](const std::string& name, bool sum) {
+    TableOptions o;
+    o.name = name;
+    o.width = kWidth;
+    o.sparse = true;
+    o.init = "constant";
+    o.init_a = 1;
+    o.handler = "sgd";
+    o.handler_params = {{"learning_rate", 1.0}};
+    o.sync_workers = 2;
+    o.tracked_workers = 2;
+    o.sum_repeats = sum;
+    return suite_.client().CreateTable(o);
+  };
+  ASSERT_OK_AND_ASSIGN(Table summed, declare("bsp_summed", true));
+  ASSERT_OK_AND_ASSIGN(Table by_hand, declare("bsp_by_hand", false));
+  std::mt19937_64 rng(TestSeed(13));
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto key_of = [](uint64_t id) { return id * 0x9E3779B97F4A7C15ull; };
+  std::vector<Key> ids(kIds);
+  for (uint64_t i = 0; i < kIds; ++i) ids[i] = key_of(i);
+  std::vector<std::unique_ptr<Client>> ranks;
+  // Each rank's batch holds every id at least once, repeats and all.
+  std::vector<std::vector<Key>> keys(2), distinct(2);
+  std::vector<std::vector<float>> grads(2), sums(2);
+  for (int r = 0; r < 2; ++r) {
+    ClientOptions co;
+    co.scheduler_address = suite_.cluster().scheduler_address();
+    co.op_timeout = absl::Seconds(20);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> c, Client::Connect(co));
+    c->SetWorkerClock(r, 0);
+    ranks.push_back(std::move(c));
+    keys[r] = ids;
+    for (int i = 0; i < 200; ++i) keys[r].push_back(ids[rng() % kIds]);
+    std::shuffle(keys[r].begin(), keys[r].end(), rng);
+    grads[r].resize(keys[r].size() * kWidth);
+    for (float& g : grads[r]) g = u(rng);
+    absl::flat_hash_map<Key, size_t> place;
+    for (size_t i = 0; i < keys[r].size(); ++i) {
+      auto [it, fresh] = place.emplace(keys[r][i], distinct[r].size());
+      if (fresh) distinct[r].push_back(keys[r][i]);
+      sums[r].resize(distinct[r].size() * kWidth);
+      for (uint32_t c = 0; c < kWidth; ++c) {
+        float& sum = sums[r][it->second * kWidth + c];
+        sum = fresh ? grads[r][i * kWidth + c] : sum + grads[r][i * kWidth + c];
+      }
+    }
+  }
+  // Both ranks' pushes of clock 0, then the round applies.
+  std::vector<Ticket> tickets;
+  for (int r = 0; r < 2; ++r) {
+    tickets.push_back(ranks[r]->Push(summed, keys[r], grads[r]));
+    tickets.push_back(ranks[r]->Push(by_hand, distinct[r], sums[r]));
+  }
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    ASSERT_OK(ranks[i / 2]->Wait(tickets[i], absl::Seconds(20)));
+  }
+  std::vector<float> got(kIds * kWidth), want(kIds * kWidth);
+  ASSERT_OK(suite_.client().GetSync(summed, ids, absl::MakeSpan(got)));
+  ASSERT_OK(suite_.client().GetSync(by_hand, ids, absl::MakeSpan(want)));
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got, std::vector<float>(kIds * kWidth, 1.0f)) << "not applied";
+}
+
 TEST_F(ClusterTest, TaskAddsCountOncePerRound) {
   TableOptions o;
   o.name = "accumulate";
