@@ -14,6 +14,7 @@
 #include "client/vector_op.h"
 #include "cluster/scheduler_client.h"
 #include "common/grpc_channel.h"
+#include "common/status_macros.h"
 #include "common/test_util.h"
 #include "grpcpp/grpcpp.h"
 #include "launch/local_cluster.h"
@@ -42,6 +43,20 @@ class ClusterTest : public ::testing::Test {
     ASSERT_OK(suite_.Start(ClusterOptions(3, TestTmpDir())));
   }
   static void TearDownTestSuite() { EXPECT_OK(suite_.Stop()); }
+  // Clients of their own for worker ranks 0 .. n-1, at clock 0.
+  static absl::StatusOr<std::vector<std::unique_ptr<Client>>> RankClients(
+      int n) {
+    std::vector<std::unique_ptr<Client>> ranks;
+    for (int r = 0; r < n; ++r) {
+      ClientOptions co;
+      co.scheduler_address = suite_.cluster().scheduler_address();
+      co.op_timeout = absl::Seconds(20);
+      DP_ASSIGN_OR_RETURN(std::unique_ptr<Client> c, Client::Connect(co));
+      c->SetWorkerClock(r, 0);
+      ranks.push_back(std::move(c));
+    }
+    return ranks;
+  }
   static SuiteCluster suite_;
 };
 SuiteCluster ClusterTest::suite_;
@@ -619,15 +634,8 @@ TEST_F(ClusterTest, BspPushPullWaitsForTheRound) {
   o.sync_workers = 2;
   o.tracked_workers = 3;
   ASSERT_OK_AND_ASSIGN(Table table, suite_.client().CreateTable(o));
-  std::vector<std::unique_ptr<Client>> ranks;
-  for (int r = 0; r < 3; ++r) {
-    ClientOptions co;
-    co.scheduler_address = suite_.cluster().scheduler_address();
-    co.op_timeout = absl::Seconds(20);
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> c, Client::Connect(co));
-    c->SetWorkerClock(r, 0);
-    ranks.push_back(std::move(c));
-  }
+  ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Client>> ranks,
+                       RankClients(3));
   const size_t n = 30 * 4;
   std::vector<float> g0(n), g1(n), g2(n, 100.0f);
   for (size_t i = 0; i < n; ++i) {
@@ -686,17 +694,12 @@ TEST_F(ClusterTest, BspPushesSumTheirRepeatsBeforeTheRound) {
   auto key_of = [](uint64_t id) { return id * 0x9E3779B97F4A7C15ull; };
   std::vector<Key> ids(kIds);
   for (uint64_t i = 0; i < kIds; ++i) ids[i] = key_of(i);
-  std::vector<std::unique_ptr<Client>> ranks;
+  ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Client>> ranks,
+                       RankClients(2));
   // Each rank's batch holds every id at least once, repeats and all.
   std::vector<std::vector<Key>> keys(2), distinct(2);
   std::vector<std::vector<float>> grads(2), sums(2);
   for (int r = 0; r < 2; ++r) {
-    ClientOptions co;
-    co.scheduler_address = suite_.cluster().scheduler_address();
-    co.op_timeout = absl::Seconds(20);
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> c, Client::Connect(co));
-    c->SetWorkerClock(r, 0);
-    ranks.push_back(std::move(c));
     keys[r] = ids;
     for (int i = 0; i < 200; ++i) keys[r].push_back(ids[rng() % kIds]);
     std::shuffle(keys[r].begin(), keys[r].end(), rng);
