@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/internal/first_seen.h"
 #include "client/internal/open_writes.h"
+#include "client/internal/row_ops.h"
 #include "client/internal/spin_backoff.h"
 #include "client/internal/sum_repeats.h"
 #include "client/internal/vector_request.h"
@@ -61,37 +62,6 @@ const char* OpName(proto::Op op) {
       return "vector command";
     default:
       return "unknown op";
-  }
-}
-
-// Copies rows of `width` floats; fixed widths compile to a few moves
-// instead of a call to memcpy per row.
-using RowCopy = void (*)(float* dst, const float* src, size_t width);
-template <size_t kWidth>
-void CopyFixed(float* dst, const float* src, size_t) {
-  std::memcpy(dst, src, kWidth * sizeof(float));
-}
-void CopyAny(float* dst, const float* src, size_t width) {
-  std::memcpy(dst, src, width * sizeof(float));
-}
-RowCopy RowCopyFor(size_t width) {
-  switch (width) {
-    case 1:
-      return &CopyFixed<1>;
-    case 2:
-      return &CopyFixed<2>;
-    case 4:
-      return &CopyFixed<4>;
-    case 8:
-      return &CopyFixed<8>;
-    case 16:
-      return &CopyFixed<16>;
-    case 32:
-      return &CopyFixed<32>;
-    case 64:
-      return &CopyFixed<64>;
-    default:
-      return &CopyAny;
   }
 }
 
@@ -175,7 +145,7 @@ struct OpState {
     const auto* first = reinterpret_cast<const uint32_t*>(first_seen.data());
     const size_t n = first_seen.size() / sizeof(uint32_t);
     const size_t width = table.width;
-    const RowCopy copy = RowCopyFor(width);
+    const RowOp copy = RowCopyFor(width);
     for (size_t i = 0; i < n; ++i) {
       if (first[i] != i) copy(out + i * width, out + first[i] * width, width);
     }
@@ -1082,7 +1052,7 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
   for (const BatchSplit::Group& g : split->groups) left[g.range] = g.count;
   absl::InlinedVector<Open, 4> open(ranges.size());
   const bool writes = OpWrites(op->op);
-  const RowCopy copy = RowCopyFor(width);
+  const RowOp copy = RowCopyFor(width);
   const int only = split->groups.size() == 1 ? split->groups[0].range : -1;
   // Sends range r's open part as it stands.
   auto send_open = [&](int r) {
@@ -1313,7 +1283,7 @@ void ClientImpl::Send(const std::shared_ptr<OpState>& op, Part part,
     for (size_t j = 0; j < n; ++j) kd[j] = op->keys.batch()[pos[j]];
     req.keys = Payload::Own(std::move(kb));
     if (writes) {
-      const RowCopy copy = RowCopyFor(width);
+      const RowOp copy = RowCopyFor(width);
       Buffer vb = pool_.Acquire(n * width * sizeof(float));
       float* vd = reinterpret_cast<float*>(vb.data());
       for (size_t j = 0; j < n; ++j) {
@@ -1435,7 +1405,7 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
                   n * width * sizeof(float));
     } else {
       absl::Span<const size_t> pos = part.gathered->positions();
-      const RowCopy copy = RowCopyFor(width);
+      const RowOp copy = RowCopyFor(width);
       const float* v = reply->values.data();
       for (size_t j = 0; j < n; ++j) {
         copy(op->out + pos[j] * width, v + j * width, width);

@@ -37,6 +37,26 @@ LocalClusterOptions ClusterOptions(int servers, const std::string& dir) {
   return o;
 }
 
+// The distinct keys of `keys` in first-seen order, and each one's rows of
+// `width` summed in batch order: what a table that sums repeats applies.
+void SumByHand(const std::vector<Key>& keys, const std::vector<float>& rows,
+               uint32_t width, std::vector<Key>* distinct,
+               std::vector<float>* sums) {
+  absl::flat_hash_map<Key, size_t> place;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, fresh] = place.emplace(keys[i], distinct->size());
+    if (fresh) {
+      distinct->push_back(keys[i]);
+      sums->insert(sums->end(), rows.begin() + i * width,
+                   rows.begin() + (i + 1) * width);
+    } else {
+      for (uint32_t c = 0; c < width; ++c) {
+        (*sums)[it->second * width + c] += rows[i * width + c];
+      }
+    }
+  }
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -449,19 +469,7 @@ TEST_F(ClusterTest, PushesToATableThatSumsRepeatsApplyEachKeyOnce) {
   for (float& g : grads) g = u(rng) + u(rng) * 1e-4f;
   std::vector<Key> distinct;
   std::vector<float> sums;
-  absl::flat_hash_map<Key, size_t> place;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, fresh] = place.emplace(keys[i], distinct.size());
-    if (fresh) {
-      distinct.push_back(keys[i]);
-      sums.insert(sums.end(), grads.begin() + i * kWidth,
-                  grads.begin() + (i + 1) * kWidth);
-    } else {
-      for (uint32_t c = 0; c < kWidth; ++c) {
-        sums[it->second * kWidth + c] += grads[i * kWidth + c];
-      }
-    }
-  }
+  SumByHand(keys, grads, kWidth, &distinct, &sums);
   ASSERT_LT(distinct.size(), keys.size());
   auto pull = [&](const Table& t) {
     std::vector<float> out(distinct.size() * kWidth);
@@ -705,16 +713,7 @@ TEST_F(ClusterTest, BspPushesSumTheirRepeatsBeforeTheRound) {
     std::shuffle(keys[r].begin(), keys[r].end(), rng);
     grads[r].resize(keys[r].size() * kWidth);
     for (float& g : grads[r]) g = u(rng);
-    absl::flat_hash_map<Key, size_t> place;
-    for (size_t i = 0; i < keys[r].size(); ++i) {
-      auto [it, fresh] = place.emplace(keys[r][i], distinct[r].size());
-      if (fresh) distinct[r].push_back(keys[r][i]);
-      sums[r].resize(distinct[r].size() * kWidth);
-      for (uint32_t c = 0; c < kWidth; ++c) {
-        float& sum = sums[r][it->second * kWidth + c];
-        sum = fresh ? grads[r][i * kWidth + c] : sum + grads[r][i * kWidth + c];
-      }
-    }
+    SumByHand(keys[r], grads[r], kWidth, &distinct[r], &sums[r]);
   }
   // Both ranks' pushes of clock 0, then the round applies.
   std::vector<Ticket> tickets;

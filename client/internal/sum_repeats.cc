@@ -8,45 +8,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/internal/first_seen.h"
+#include "client/internal/row_ops.h"
 #include "client/split_by_owner.h"
 
 namespace downpour {
 namespace {
-
-// dst += src (kAdd) or dst = src, a row of kWidth floats (0: `width`).
-// Fixed widths compile to a few vector moves instead of a loop with a count
-// or a call to memcpy a row.
-template <size_t kWidth, bool kAdd>
-void RowOp(float* dst, const float* src, size_t width) {
-  const size_t w = kWidth > 0 ? kWidth : width;
-  for (size_t c = 0; c < w; ++c) {
-    if constexpr (kAdd) {
-      dst[c] += src[c];
-    } else {
-      dst[c] = src[c];
-    }
-  }
-}
-using RowFn = void (*)(float*, const float*, size_t);
-template <bool kAdd>
-RowFn RowFnFor(size_t width) {
-  switch (width) {
-    case 1:
-      return &RowOp<1, kAdd>;
-    case 4:
-      return &RowOp<4, kAdd>;
-    case 8:
-      return &RowOp<8, kAdd>;
-    case 16:
-      return &RowOp<16, kAdd>;
-    case 32:
-      return &RowOp<32, kAdd>;
-    case 64:
-      return &RowOp<64, kAdd>;
-    default:
-      return &RowOp<0, kAdd>;
-  }
-}
 
 // first[i] = the position of keys[i]'s first occurrence, for a batch too
 // large for the thread's FirstSeen table: positions sorted by key (stable,
@@ -92,24 +58,24 @@ absl::StatusOr<size_t> SumRepeats(absl::Span<const Key> keys,
   for (size_t i = 0; i < n; ++i) distinct += first[i] == i;
   if (distinct == n) return n;
 
-  // slot[p]: where the distinct key first seen at position p went.
-  Buffer slot_buffer = pool.Acquire(n * sizeof(uint32_t));
-  auto* slot = reinterpret_cast<uint32_t*>(slot_buffer.data());
   *keys_out = pool.Acquire(distinct * sizeof(Key));
   *values_out = pool.Acquire(distinct * width * sizeof(float));
   auto* out_keys = reinterpret_cast<Key*>(keys_out->data());
   auto* out = reinterpret_cast<float*>(values_out->data());
-  const RowFn copy = RowFnFor<false>(width), add = RowFnFor<true>(width);
+  const RowOp copy = RowCopyFor(width), add = RowAddFor(width);
+  // A first occurrence's entry (first[p] == p) is not read as such after
+  // the loop passes p, so it takes the key's place among the distinct
+  // ones, which its repeats (first[i] == p) then read.
   uint32_t next = 0;
   for (size_t i = 0; i < n; ++i) {
     const float* row = values + i * width;
     if (first[i] == i) {
-      slot[i] = next;
+      first[i] = next;
       out_keys[next] = keys[i];
       copy(out + size_t{next} * width, row, width);
       ++next;
     } else {
-      add(out + size_t{slot[first[i]]} * width, row, width);
+      add(out + size_t{first[first[i]]} * width, row, width);
     }
   }
   return distinct;
