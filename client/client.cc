@@ -1047,6 +1047,10 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
   struct Open {
     size_t capacity = 0, n = 0;
     Buffer keys, values, positions;
+    // Their data, read once per part instead of once per key.
+    Key* key_at = nullptr;
+    size_t* position_at = nullptr;
+    float* value_at = nullptr;
   };
   absl::InlinedVector<size_t, 4> left(ranges.size(), 0);
   for (const BatchSplit::Group& g : split->groups) left[g.range] = g.count;
@@ -1079,14 +1083,16 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
       o.capacity = std::min(rows, left[r]);
       o.keys = pool_.Acquire(o.capacity * sizeof(Key));
       o.positions = pool_.Acquire(o.capacity * sizeof(size_t));
-      if (writes) o.values = pool_.Acquire(o.capacity * width * sizeof(float));
+      o.key_at = reinterpret_cast<Key*>(o.keys.data());
+      o.position_at = reinterpret_cast<size_t*>(o.positions.data());
+      if (writes) {
+        o.values = pool_.Acquire(o.capacity * width * sizeof(float));
+        o.value_at = reinterpret_cast<float*>(o.values.data());
+      }
     }
-    reinterpret_cast<Key*>(o.keys.data())[o.n] = k;
-    reinterpret_cast<size_t*>(o.positions.data())[o.n] = pos;
-    if (writes) {
-      copy(reinterpret_cast<float*>(o.values.data()) + o.n * width,
-           op->in + pos * width, width);
-    }
+    o.key_at[o.n] = k;
+    o.position_at[o.n] = pos;
+    if (writes) copy(o.value_at + o.n * width, op->in + pos * width, width);
     if (++o.n == o.capacity) send_open(r);
   }
   // Parts that folded repeats end short of the size they were opened at.

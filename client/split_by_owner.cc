@@ -112,19 +112,23 @@ absl::StatusOr<BatchSplit> PlanSplit(const RangeLocator& ranges,
     }
   }
   // Key by key: a list of positions (a retried part), or scattered keys.
+  // No branch on the key's range: scattered keys change range at random,
+  // and a mispredicted branch a key cost as much as the rest of the loop.
+  bool backwards = false;
+  uint64_t gaps = 0;
   for (; i < n; ++i) {
     const Key k = keys[selection.at(i)];
     const int r = ranges.Find(k);
     if (r < 0) return Outside(k);
-    if (r != last_range) {
-      if (r < last_range) out.runs = false;
-      if (counts[r] == 0) starts[r] = i;
-      last_range = r;
-    }
+    backwards |= r < last_range;
+    starts[r] = counts[r] == 0 ? i : starts[r];
     ++counts[r];
-    out.consecutive = out.consecutive && k == prev + 1;
+    last_range = r;
+    gaps |= (k - prev) ^ 1;
     prev = k;
   }
+  if (backwards) out.runs = false;
+  if (gaps != 0) out.consecutive = false;
   for (int r = 0; r < ranges.size(); ++r) {
     if (counts[r] > 0) out.groups.push_back({r, counts[r], starts[r]});
   }

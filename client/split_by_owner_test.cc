@@ -2,6 +2,7 @@
 #include "client/split_by_owner.h"
 
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "common/test_util.h"
@@ -203,6 +204,76 @@ TEST(PlanSplitTest, TheFirstKeyOutsideIsOutOfRange) {
   ASSERT_OK_AND_ASSIGN(BatchSplit empty,
                        PlanSplit(ranges, keys, Selection::Slice(0, 0)));
   EXPECT_TRUE(empty.groups.empty());
+}
+
+// PlanSplit against the plan made key by key in the plainest way, over
+// batches of runs, scattered stretches and long one-range stretches, each
+// as a slice and as a list of positions: the fast paths and the key-by-key
+// one must agree on every group, its start, and both flags.
+TEST(PlanSplitTest, AgreesWithAPlanMadeKeyByKey) {
+  const uint32_t seed = TestSeed(5);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const RangeLocator ranges(Table());  // [0, 10), [10, 20), [20, 30)
+  for (int round = 0; round < 400; ++round) {
+    std::vector<Key> keys;
+    const int stretches = 1 + static_cast<int>(rng() % 40);
+    for (int t = 0; t < stretches; ++t) {
+      const size_t n = 1 + rng() % (rng() % 4 == 0 ? 700 : 12);
+      switch (rng() % 4) {
+        case 0:  // one range's keys
+          for (size_t i = 0, r = rng() % 3; i < n; ++i) {
+            keys.push_back(r * 10 + rng() % 10);
+          }
+          break;
+        case 1:  // consecutive keys from wherever they start
+          for (Key k = rng() % 30; n > 0 && k < 30 && keys.size() < 100000;
+               ++k) {
+            keys.push_back(k);
+            if (k % 10 == 9 && rng() % 2) break;
+          }
+          break;
+        default:  // scattered
+          for (size_t i = 0; i < n; ++i) keys.push_back(rng() % 30);
+      }
+    }
+    std::vector<size_t> list;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (rng() % 3 != 0) list.push_back(i);
+    }
+    const size_t first = rng() % keys.size();
+    const std::vector<Selection> selections = {
+        Selection::Slice(0, keys.size()),
+        Selection::Slice(first, rng() % (keys.size() - first + 1)),
+        Selection::List(list)};
+    for (const Selection& sel : selections) {
+      // The plan made key by key.
+      size_t counts[3] = {0, 0, 0}, starts[3] = {0, 0, 0};
+      bool runs = true, consecutive = true;
+      int last = -1;
+      for (size_t i = 0; i < sel.size(); ++i) {
+        const Key k = keys[sel.at(i)];
+        const int r = static_cast<int>(k / 10);
+        if (r < last) runs = false;
+        if (counts[r]++ == 0) starts[r] = i;
+        if (i > 0 && k != keys[sel.at(i - 1)] + 1) consecutive = false;
+        last = r;
+      }
+      ASSERT_OK_AND_ASSIGN(BatchSplit s, PlanSplit(ranges, keys, sel));
+      size_t g = 0;
+      for (int r = 0; r < 3; ++r) {
+        if (counts[r] == 0) continue;
+        ASSERT_LT(g, s.groups.size());
+        EXPECT_EQ(s.groups[g].range, r);
+        EXPECT_EQ(s.groups[g].count, counts[r]);
+        if (runs) EXPECT_EQ(s.groups[g].start, starts[r]) << "range " << r;
+        ++g;
+      }
+      EXPECT_EQ(g, s.groups.size());
+      EXPECT_EQ(s.runs, runs) << keys.size() << " keys, round " << round;
+      EXPECT_EQ(s.consecutive, consecutive) << "round " << round;
+    }
+  }
 }
 
 TEST(PlanSplitTest, ConsecutiveRuns) {

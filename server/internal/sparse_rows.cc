@@ -108,10 +108,14 @@ bool SparseRows::Idle(const Slot& m) const {
 uint32_t SparseRows::Lookup(Key key) const {
   if (index_.empty()) return kNone;
   const size_t mask = index_.size() - 1;
-  for (size_t h = Mix(key) & mask;; h = (h + 1) & mask) {
-    const uint32_t s = index_[h];
-    if (s == kNone) return kNone;
-    if (At(s).key == key) return s;
+  const uint64_t hash = Mix(key);
+  const uint32_t tag = TagOf(hash);
+  for (size_t h = hash & mask;; h = (h + 1) & mask) {
+    const uint32_t e = index_[h];
+    if (e == kNone) return kNone;
+    if ((e & tag_mask_) == tag && At(e & slot_mask_).key == key) {
+      return e & slot_mask_;
+    }
   }
 }
 
@@ -123,37 +127,40 @@ void SparseRows::LookupBatch(absl::Span<const Key> keys, size_t row_floats,
     return;
   }
   // Three stages, kAhead keys apart: hash and prefetch the index entry;
-  // read it and prefetch the slot; probe and prefetch the row. Each miss
-  // then overlaps the others' instead of following them.
+  // find the chain's entry whose tag matches and prefetch its slot and row
+  // together (a row's place follows from its slot number alone); check the
+  // slot's key. A lookup then waits for two misses in turn, not three, and
+  // each overlaps the other keys' instead of following them.
   constexpr size_t kAhead = 8;
-  constexpr int kProbesAhead = 3;
   constexpr size_t kMaxRowPrefetch = 1024;  // bytes
   const size_t mask = index_.size() - 1;
   size_t home[kBatchBlock];
+  uint32_t tag[kBatchBlock];
+  uint32_t candidate[kBatchBlock];
   for (size_t i = 0; i < n + 2 * kAhead; ++i) {
     if (i < n) {
-      home[i] = Mix(keys[i]) & mask;
+      const uint64_t hash = Mix(keys[i]);
+      home[i] = hash & mask;
+      tag[i] = TagOf(hash);
       __builtin_prefetch(&index_[home[i]]);
     }
     if (i >= kAhead && i - kAhead < n) {
-      // The slots of the probe chain, not only its first: a chain of two
-      // or three is common at our loads, and each is a miss of its own.
-      size_t h = home[i - kAhead];
-      for (int p = 0; p < kProbesAhead; ++p, h = (h + 1) & mask) {
-        const uint32_t s = index_[h];
-        if (s == kNone) break;
-        __builtin_prefetch(&At(s));
-      }
-    }
-    if (i >= 2 * kAhead && i - 2 * kAhead < n) {
-      const size_t j = i - 2 * kAhead;
-      uint32_t s;
+      // Other keys' entries in the chain are passed over by their tags
+      // without reading their slots (one in 256 matches by chance; the
+      // check below catches it).
+      const size_t j = i - kAhead;
+      uint32_t s = kNone;
       for (size_t h = home[j];; h = (h + 1) & mask) {
-        s = index_[h];
-        if (s == kNone || At(s).key == keys[j]) break;
+        const uint32_t e = index_[h];
+        if (e == kNone) break;
+        if ((e & tag_mask_) == tag[j]) {
+          s = e & slot_mask_;
+          break;
+        }
       }
-      slots[j] = s;
+      candidate[j] = s;
       if (s != kNone) {
+        __builtin_prefetch(&At(s));
         // Every line of the row (values and state are side by side): a
         // wide row's later lines would otherwise be misses of their own.
         const uintptr_t row = reinterpret_cast<uintptr_t>(RowAt(s).values);
@@ -163,6 +170,13 @@ void SparseRows::LookupBatch(absl::Span<const Key> keys, size_t row_floats,
           __builtin_prefetch(reinterpret_cast<const void*>(line), 1);
         }
       }
+    }
+    if (i >= 2 * kAhead && i - 2 * kAhead < n) {
+      const size_t j = i - 2 * kAhead;
+      const uint32_t s = candidate[j];
+      // No entry with the key's tag: absent. A tag matched by another key:
+      // the whole chain, key by key.
+      slots[j] = s == kNone || At(s).key == keys[j] ? s : Lookup(keys[j]);
     }
   }
 }
@@ -210,9 +224,10 @@ void SparseRows::Rehash(size_t capacity) {
   const size_t mask = capacity - 1;
   for (uint32_t s = 0; s < num_slots_; ++s) {
     if (At(s).uses == 0) continue;
-    size_t h = Mix(At(s).key) & mask;
+    const uint64_t hash = Mix(At(s).key);
+    size_t h = hash & mask;
     while (index_[h] != kNone) h = (h + 1) & mask;
-    index_[h] = s;
+    index_[h] = s | TagOf(hash);
   }
 }
 
@@ -223,21 +238,24 @@ void SparseRows::IndexInsert(Key key, uint32_t slot) {
     UpdateAccounting();
   }
   const size_t mask = index_.size() - 1;
-  size_t h = Mix(key) & mask;
+  const uint64_t hash = Mix(key);
+  size_t h = hash & mask;
   while (index_[h] != kNone) h = (h + 1) & mask;
-  index_[h] = slot;
+  index_[h] = slot | TagOf(hash);
   ++index_used_;
 }
 
 void SparseRows::IndexErase(Key key) {
   const size_t mask = index_.size() - 1;
   size_t i = Mix(key) & mask;
-  while (index_[i] != kNone && At(index_[i]).key != key) i = (i + 1) & mask;
+  while (index_[i] != kNone && At(index_[i] & slot_mask_).key != key) {
+    i = (i + 1) & mask;
+  }
   if (index_[i] == kNone) return;
   // Backward-shift deletion: later entries of the probe chain move up, so
   // that no lookup stops early at the hole (no tombstones).
   for (size_t j = (i + 1) & mask; index_[j] != kNone; j = (j + 1) & mask) {
-    const size_t home = Mix(At(index_[j]).key) & mask;
+    const size_t home = Mix(At(index_[j] & slot_mask_).key) & mask;
     const bool stays =
         (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
     if (stays) continue;
@@ -316,6 +334,13 @@ uint32_t SparseRows::NewSlot(Key key) {
   }
   Slot& m = At(slot);
   m = Slot();
+  if (tag_mask_ != 0 && slot >= untag_at_) {
+    // Slot numbers need the entries' top byte now: the index goes on
+    // without tags (the new slot is not in use yet, so not indexed twice).
+    tag_mask_ = 0;
+    slot_mask_ = kNone;
+    Rehash(index_.size());
+  }
   m.key = key;
   m.stamp = Stamp();
   // Indexed before it counts as used (uses > 0): a rehash on the way must

@@ -230,6 +230,11 @@ class SparseRows {
   bool IsCold(Key key) const {
     return cold_ != nullptr && cold_->Contains(key);
   }
+  // The index drops its tags when a slot number reaches `slots` instead of
+  // 2^24 - 1 (a test cannot make sixteen million rows); for tests.
+  void UntagAtForTesting(uint32_t slots) {
+    untag_at_ = std::min(slots, untag_at_);
+  }
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
@@ -252,8 +257,13 @@ class SparseRows {
   bool Idle(const Slot& m) const;
 
   // The index: open addressing over slot numbers, linear probing,
-  // backward-shift deletion.
+  // backward-shift deletion. While the range has fewer than 2^24 - 1
+  // slots, an entry's top byte holds 8 bits of its key's hash (a tag): a
+  // probe passes over other keys' entries without reading their slots.
   uint32_t Lookup(Key key) const;  // kNone if absent
+  uint32_t TagOf(uint64_t hash) const {
+    return static_cast<uint32_t>(hash >> 32) & tag_mask_;
+  }
   // Lookup of up to kBatchBlock keys into `slots`, with the index entries,
   // slots and rows (`row_floats` of each: the values for a read, values and
   // state for a write) of later keys prefetched while earlier ones are
@@ -305,6 +315,9 @@ class SparseRows {
 
   std::vector<uint32_t> index_;  // power-of-2 capacity; kNone: empty
   size_t index_used_ = 0;
+  uint32_t tag_mask_ = 0xff000000u;  // 0 once slot numbers need 32 bits
+  uint32_t slot_mask_ = 0x00ffffffu;
+  uint32_t untag_at_ = 0x00ffffffu;  // the first slot number without room
   Slot& At(uint32_t slot) {
     return slot_chunks_[slot / kChunkRows][slot % kChunkRows];
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <list>
 #include <map>
 #include <random>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "common/test_util.h"
 #include "handlers/handler.h"
@@ -89,17 +91,34 @@ RangeBounds Cap(uint64_t rows, proto::SparseBounds::Eviction e) {
 
 // The index against a model: random inserts, reads and evictions of keys
 // that collide on purpose (many share their low bits), with the range
-// unbounded but rows removed through Evict.
-TEST(SparseRowsTest, TheIndexAgreesWithAModel) {
+// unbounded but rows removed through Evict; reads one key at a time and in
+// batches (the pipelined lookup). Run with the index's tags, and with the
+// tags dropped part way (as a range of 2^24 slots drops them).
+void IndexAgreesWithAModel(uint32_t untag_at) {
   const uint32_t seed = TestSeed(11);
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   RangeBounds b;
   Fixture f(b);
+  f.rows->UntagAtForTesting(untag_at);
   std::map<Key, float> model;
+  std::vector<Key> batch;
+  std::vector<float> out;
   for (int i = 0; i < 20000; ++i) {
     const Key k = (rng() % 4000) << 20;  // low bits equal
-    const int op = static_cast<int>(rng() % 10);
+    const int op = static_cast<int>(rng() % 11);
+    if (op == 10) {
+      batch.resize(1 + rng() % 200);
+      for (Key& key : batch) key = (rng() % 4200) << 20;
+      out.assign(batch.size() * kWidth, -1);
+      ASSERT_OK(f.rows->ReadBatch(batch, out.data()));
+      for (size_t j = 0; j < batch.size(); ++j) {
+        auto it = model.find(batch[j]);
+        ASSERT_EQ(out[j * kWidth], it == model.end() ? 0.5f : it->second)
+            << "key " << batch[j];
+      }
+      continue;
+    }
     if (op < 6) {
       ASSERT_OK(f.Add({k}, 1.0f));
       model.emplace(k, 0.5f).first->second += 1.0f;
@@ -122,6 +141,50 @@ TEST(SparseRowsTest, TheIndexAgreesWithAModel) {
     ASSERT_EQ(f.rows->rows(), model.size());
   }
   for (const auto& [k, v] : model) ASSERT_EQ(f.Value(k), v);
+}
+
+TEST(SparseRowsTest, TheIndexAgreesWithAModel) {
+  IndexAgreesWithAModel(std::numeric_limits<uint32_t>::max());
+}
+
+TEST(SparseRowsTest, TheIndexAgreesWithAModelWhenItDropsItsTags) {
+  IndexAgreesWithAModel(700);
+}
+
+// Keys whose index entries share their home and their tag (8 bits of the
+// hash): a lookup must look past a matching tag to the key. The index
+// starts with 16 entries, so equal low 4 bits of the hash share a home.
+TEST(SparseRowsTest, KeysWhoseTagsCollideStayApart) {
+  std::vector<Key> same;
+  const uint64_t first = SplitMix64(1);
+  for (Key k = 1; same.size() < 5; ++k) {
+    const uint64_t h = SplitMix64(k);
+    if ((h & 15) == (first & 15) && (h >> 56) == (first >> 56)) {
+      same.push_back(k);
+    }
+  }
+  Fixture f(RangeBounds{});
+  for (size_t i = 0; i < 4; ++i) ASSERT_OK(f.Add({same[i]}, i + 1.0f));
+  // Every order, and the fifth (absent) key among them.
+  const std::vector<Key> batch = {same[3], same[0], same[4],
+                                  same[2], same[1], same[3]};
+  std::vector<float> out(batch.size() * kWidth);
+  ASSERT_OK(f.rows->ReadBatch(batch, out.data()));
+  const std::vector<float> want = {4.5f, 1.5f, 0.5f, 3.5f, 2.5f, 4.5f};
+  for (size_t j = 0; j < batch.size(); ++j) {
+    EXPECT_EQ(out[j * kWidth], want[j]) << "key " << batch[j];
+  }
+  EXPECT_FALSE(f.rows->Find(same[4]));
+  // Removing the first of the chain moves the others up.
+  ASSERT_OK(f.rows->Evict(std::vector<Key>{same[0]}));
+  EXPECT_EQ(f.Value(same[0]), 0.5f);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(f.Value(same[i]), i + 1.5f);
+  ASSERT_OK(f.Add({same[1], same[4]}, 10.0f));
+  ASSERT_OK(f.rows->ReadBatch(batch, out.data()));
+  const std::vector<float> later = {4.5f, 0.5f, 10.5f, 3.5f, 12.5f, 4.5f};
+  for (size_t j = 0; j < batch.size(); ++j) {
+    EXPECT_EQ(out[j * kWidth], later[j]) << "key " << batch[j];
+  }
 }
 
 // LRU against an exact model: the row count never passes the cap, the
