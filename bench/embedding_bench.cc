@@ -23,6 +23,13 @@
 //    store's own cost per key, in memory and capped (the capped read's
 //    preparation, which evicts and brings rows back, apart), steadier than
 //    the cold section on a shared machine.
+//  - lookups: ps_bench's sparse batches (bench/sparse_draws.h: 1M hashed
+//    ids, 100k draws a batch, uniform, Zipf(1.1), and uniform over the
+//    1000 most frequent ids) on the row store of the first of two servers'
+//    ranges, in this process: nanoseconds a key for a push (the batch's
+//    lookups and Adagrad) and a read, widths 8 and 64, the best of
+//    --lookup_passes passes; the server's share of a sparse batch, without
+//    the network and the other processes that share the cores.
 // Every loop is bounded; progress lines go to stderr.
 #include <unistd.h>
 
@@ -39,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/sparse_draws.h"
 #include "clicklog/zipf.h"
 #include "client/client.h"
 #include "cluster/scheduler_client.h"
@@ -63,6 +71,7 @@ ABSL_FLAG(double, seconds, 10,
           "cold, store: training time per table and round");
 ABSL_FLAG(int, rounds, 2, "cold, store: in-memory and capped, alternated");
 ABSL_FLAG(int, servers, 2, "servers");
+ABSL_FLAG(int, lookup_passes, 5, "lookups: passes over the batches");
 
 namespace downpour {
 namespace {
@@ -268,6 +277,24 @@ void ColdSection() {
   }
 }
 
+// An initializer of `kind` and Adagrad: the rows of the store sections.
+struct RowParts {
+  Initializer init;
+  std::unique_ptr<UpdateHandler> handler;
+};
+RowParts AdagradRows(proto::InitializerSpec::Kind kind) {
+  proto::InitializerSpec init_spec;
+  init_spec.set_kind(kind);
+  absl::StatusOr<Initializer> init = Initializer::Create(init_spec);
+  Check(init.status(), "initializer");
+  proto::HandlerSpec h;
+  h.set_name("adagrad");
+  absl::StatusOr<std::unique_ptr<UpdateHandler>> handler =
+      CreateHandler(h, nullptr);
+  Check(handler.status(), "handler");
+  return {*std::move(init), *std::move(handler)};
+}
+
 // The cold section's stream against one range's rows, in this process.
 void StoreSection() {
   using server_internal::RangeBounds;
@@ -284,14 +311,7 @@ void StoreSection() {
       "| round | in memory (keys/s) | capped (keys/s) | capped / in memory | "
       "capped ns/key: read's preparation | the rest | in memory ns/key "
       "|\n|---|---|---|---|---|---|---|\n");
-  proto::InitializerSpec init_spec;
-  init_spec.set_kind(proto::InitializerSpec::UNIFORM);
-  auto init = Initializer::Create(init_spec);
-  Check(init.status(), "initializer");
-  proto::HandlerSpec h;
-  h.set_name("adagrad");
-  auto handler = CreateHandler(h, nullptr);
-  Check(handler.status(), "handler");
+  const RowParts parts = AdagradRows(proto::InitializerSpec::UNIFORM);
   const clicklog::ZipfSampler zipf(ids, absl::GetFlag(FLAGS_zipf));
   const std::string dir = absl::GetFlag(FLAGS_work_dir) + "/store";
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
@@ -308,10 +328,10 @@ void StoreSection() {
         Check(s.status(), "cold store");
         store = std::move(*s);
         cold = std::make_unique<storage::ColdRange>(
-            store.get(), 1, 0, kWidth + (*handler)->StateWidth(kWidth));
+            store.get(), 1, 0, kWidth + parts.handler->StateWidth(kWidth));
       }
-      SparseRows rows(&*init, handler->get(), kWidth, 0, kKeySpaceEnd, b,
-                      std::move(cold));
+      SparseRows rows(&parts.init, parts.handler.get(), kWidth, 0, kKeySpaceEnd,
+                      b, std::move(cold));
       std::vector<Key> keys;
       std::vector<float> values, grads;
       SparseRows::Room room;
@@ -323,8 +343,8 @@ void StoreSection() {
         grads.assign(keys.size() * kWidth, 0.01f);
         rows.TouchBatch(
             keys, SparseRows::Write::kPush, [&](size_t i, SparseRows::Row r) {
-              (*handler)->Apply(r.values, r.state, grads.data() + i * kWidth, 1,
-                                kWidth);
+              parts.handler->Apply(r.values, r.state, grads.data() + i * kWidth,
+                                   1, kWidth);
             });
       };
       for (int64_t r = 0; r < ids; r += 10000) {  // every id once
@@ -372,6 +392,77 @@ void StoreSection() {
   }
 }
 
+// ps_bench's sparse batches on one range's rows, in this process.
+void LookupsSection() {
+  using server_internal::RangeBounds;
+  using server_internal::SparseRows;
+  constexpr int kBatches = 8;
+  const int passes = std::max(1, absl::GetFlag(FLAGS_lookup_passes));
+  std::printf(
+      "\n## ps_bench's sparse batches on one range's row store (the first "
+      "half of 1M hashed ids, as the first of two servers holds them; 100k "
+      "draws a batch, %d batches; Adagrad; no network; best of %d "
+      "passes)\n\n| keys | width | keys a batch in the range | push ns/key "
+      "| read ns/key |\n|---|---|---|---|---|\n",
+      kBatches, passes);
+  const RowParts parts = AdagradRows(proto::InitializerSpec::CONSTANT);
+  const UpdateHandler& apply = *parts.handler;
+  const Key half = kKeySpaceEnd / 2;
+  const std::vector<Key> all = bench::HashedIds(1000000);
+  const std::vector<Key> hot(all.begin(), all.begin() + 1000);
+  std::vector<Key> owned;
+  for (Key k : all) {
+    if (k < half) owned.push_back(k);
+  }
+  for (const char* dist : {"uniform", "zipf", "hot"}) {
+    std::vector<std::vector<Key>> batches = bench::DrawBatches(
+        std::string(dist) == "hot" ? "uniform" : dist,
+        std::string(dist) == "hot" ? hot : all, 100000, kBatches);
+    size_t keys = 0;
+    for (auto& b : batches) {
+      b.erase(
+          std::remove_if(b.begin(), b.end(), [&](Key k) { return k >= half; }),
+          b.end());
+      keys += b.size();
+    }
+    for (size_t width : {size_t{8}, size_t{64}}) {
+      SparseRows rows(&parts.init, &apply, width, 0, half, RangeBounds{},
+                      nullptr);
+      std::vector<float> grads(100000 * width, 0.01f), out(100000 * width);
+      auto push = [&](const std::vector<Key>& b) {
+        rows.TouchBatch(b, SparseRows::Write::kPush,
+                        [&](size_t i, SparseRows::Row r) {
+                          apply.Apply(r.values, r.state,
+                                      grads.data() + i * width, 1, width);
+                        });
+      };
+      for (size_t i = 0; i < owned.size(); i += 100000) {  // every row once
+        push(std::vector<Key>(
+            owned.begin() + i,
+            owned.begin() + std::min(owned.size(), i + 100000)));
+      }
+      double push_ns = 0, read_ns = 0;
+      for (int p = 0; p < passes; ++p) {
+        const absl::Time t0 = absl::Now();
+        for (const auto& b : batches) push(b);
+        const absl::Time t1 = absl::Now();
+        for (const auto& b : batches) {
+          Check(rows.ReadBatch(b, out.data()), "read");
+        }
+        const absl::Time t2 = absl::Now();
+        const double pn = absl::ToDoubleNanoseconds(t1 - t0) / keys;
+        const double rn = absl::ToDoubleNanoseconds(t2 - t1) / keys;
+        push_ns = p == 0 ? pn : std::min(push_ns, pn);
+        read_ns = p == 0 ? rn : std::min(read_ns, rn);
+      }
+      std::fprintf(stderr, "  lookups: %s, width %zu done\n", dist, width);
+      std::printf("| %s | %zu | %zu | %.1f | %.1f |\n", dist, width,
+                  keys / kBatches, push_ns, read_ns);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace downpour
 
@@ -386,5 +477,8 @@ int main(int argc, char** argv) {
   }
   if (sections.find("cold") != std::string::npos) downpour::ColdSection();
   if (sections.find("store") != std::string::npos) downpour::StoreSection();
+  if (sections.find("lookups") != std::string::npos) {
+    downpour::LookupsSection();
+  }
   return 0;
 }

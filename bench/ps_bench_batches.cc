@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "bench/ps_bench_sections.h"
 #include "bench/raw_zmq.h"
+#include "bench/sparse_draws.h"
 
 namespace downpour {
 namespace bench {
@@ -67,36 +68,6 @@ const Reference* ReferenceFor(const std::string& dist, int width, int servers) {
   return nullptr;
 }
 
-// Batches of `batch` keys drawn from `all` (repeats allowed): uniformly, or
-// by a Zipf law of exponent 1.1 over the ranks of `all`.
-std::vector<std::vector<Key>> MakeBatches(const std::string& dist,
-                                          const std::vector<Key>& all,
-                                          size_t batch, int count) {
-  std::mt19937_64 rng(42);
-  std::vector<std::vector<Key>> out(count, std::vector<Key>(batch));
-  if (dist == "zipf") {
-    std::vector<double> cdf(all.size());
-    double sum = 0;
-    for (size_t i = 0; i < all.size(); ++i) {
-      cdf[i] = (sum += 1.0 / std::pow(i + 1.0, 1.1));
-    }
-    std::uniform_real_distribution<double> u(0, sum);
-    for (auto& b : out) {
-      for (Key& k : b) {
-        const size_t rank =
-            std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-        k = all[std::min(rank, all.size() - 1)];
-      }
-    }
-  } else {
-    std::uniform_int_distribution<size_t> u(0, all.size() - 1);
-    for (auto& b : out) {
-      for (Key& k : b) k = all[u(rng)];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 void SparseSection(const SectionEnv& env, const SparseOptions& o) {
@@ -116,10 +87,8 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
       "keys/s | raw pull | pull/raw | summed push keys/s | summed/raw | "
       "push/ref | pull/ref | summed/ref |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  std::vector<Key> all(o.distinct);
-  for (uint64_t i = 0; i < o.distinct; ++i) {
-    all[i] = o.dense ? i : i * 0x9E3779B97F4A7C15ull % kKeySpaceEnd;
-  }
+  std::vector<Key> all = HashedIds(o.distinct);
+  if (o.dense) std::iota(all.begin(), all.end(), Key{0});
   for (int servers : env.servers) {
     auto cluster = env.start(servers, absl::StrCat("sparse", servers));
     auto client = env.connect(*cluster);
@@ -152,7 +121,7 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
       const size_t key_bytes = o.batch * sizeof(Key);
       const size_t value_bytes = o.batch * width * sizeof(float);
       for (const std::string& dist : o.dists) {
-        const auto batches = MakeBatches(dist, all, o.batch, 8);
+        const auto batches = DrawBatches(dist, all, o.batch, 8);
         Check(client->PushSync(*t, batches[0], vals), "warm-up push");
         Check(client->PushSync(*summed, batches[0], vals), "warm-up push");
         Check(client->PullSync(*t, batches[0], absl::MakeSpan(out)),
