@@ -386,6 +386,49 @@ TEST(HandlersTest, AdagradInitialAccumulator) {
   EXPECT_EQ(state, std::vector<float>(6, 0.25f));
 }
 
+// Adagrad's kernel runs in the widest vectors the CPU has: every width
+// (vector tails too) must give the bits of one float operation at a time,
+// in the formula's order, as on a CPU without those vectors.
+TEST(HandlersTest, AdagradEqualsScalarFloatsBitwise) {
+  const float lr = 0.05f, eps = 1e-6f;
+  auto handler = CreateHandler(
+      Spec("adagrad", {{"learning_rate", lr}, {"epsilon", eps}}), nullptr);
+  ASSERT_OK(handler);
+  std::mt19937 rng(TestSeed(3));
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (size_t width = 1; width <= 100; ++width) {
+    std::vector<float> w(width), h(width), g(width);
+    for (size_t i = 0; i < width; ++i) {
+      w[i] = normal(rng);
+      h[i] = std::abs(normal(rng));
+    }
+    std::vector<float> want_w = w, want_h = h;
+    for (int step = 0; step < 3; ++step) {
+      for (float& x : g) x = normal(rng);
+      (*handler)->Apply(w.data(), h.data(), g.data(), 1, width);
+      for (size_t i = 0; i < width; ++i) {
+        // Each operation stored as a float, so that nothing is fused or
+        // kept wider.
+        volatile float sq = g[i] * g[i];
+        volatile float acc = want_h[i] + sq;
+        volatile float root = std::sqrt(static_cast<float>(acc));
+        volatile float den = root + eps;
+        volatile float num = lr * g[i];
+        volatile float step_size = num / den;
+        want_h[i] = acc;
+        want_w[i] = want_w[i] - step_size;
+      }
+    }
+    for (size_t i = 0; i < width; ++i) {
+      ASSERT_EQ(std::memcmp(&w[i], &want_w[i], sizeof(float)), 0)
+          << "width " << width << ", element " << i << ": " << w[i]
+          << " != " << want_w[i];
+      ASSERT_EQ(std::memcmp(&h[i], &want_h[i], sizeof(float)), 0)
+          << "width " << width << ", element " << i;
+    }
+  }
+}
+
 TEST(HandlersTest, ZeroRowsIsANoOp) {
   for (const Case& c : AllCases()) {
     auto handler = CreateHandler(Spec(c.name, c.params), nullptr);

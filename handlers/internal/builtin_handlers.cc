@@ -37,14 +37,49 @@ void MomentumKernel(float* __restrict w, float* __restrict v,
   }
 }
 
-void AdagradKernel(float* __restrict w, float* __restrict h,
-                   const float* __restrict g, size_t n, float lr, float eps) {
+// Adagrad in the widest vectors the server's CPU has: a width-64 row's
+// square roots and divisions are most of its push when the row is in
+// cache. One body, compiled for each target; the handler picks one when it
+// is made (an explicit choice, not an ifunc: ThreadSanitizer's runtime is
+// not up yet when the loader runs ifunc resolvers). Every version rounds
+// alike (IEEE add, multiply, divide and square root, no fused multiply-add:
+// -ffp-contract=off in BUILD), so that replicas on different CPUs hold the
+// same bits.
+using AdagradFn = void (*)(float*, float*, const float*, size_t, float, float);
+
+inline __attribute__((always_inline)) void AdagradBody(
+    float* __restrict w, float* __restrict h, const float* __restrict g,
+    size_t n, float lr, float eps) {
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float hi = h[i] + gi * gi;
     h[i] = hi;
     w[i] -= lr * gi / (std::sqrt(hi) + eps);
   }
+}
+
+void AdagradKernel(float* __restrict w, float* __restrict h,
+                   const float* __restrict g, size_t n, float lr, float eps) {
+  AdagradBody(w, h, g, n, lr, eps);
+}
+
+__attribute__((target("avx2"))) void AdagradKernelAvx2(
+    float* __restrict w, float* __restrict h, const float* __restrict g,
+    size_t n, float lr, float eps) {
+  AdagradBody(w, h, g, n, lr, eps);
+}
+
+__attribute__((target("avx512f"))) void AdagradKernelAvx512(
+    float* __restrict w, float* __restrict h, const float* __restrict g,
+    size_t n, float lr, float eps) {
+  AdagradBody(w, h, g, n, lr, eps);
+}
+
+AdagradFn WidestAdagradKernel() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return AdagradKernelAvx512;
+  if (__builtin_cpu_supports("avx2")) return AdagradKernelAvx2;
+  return AdagradKernel;
 }
 
 // What every built-in rule shares: a keyed push to a dense range calls the
@@ -142,7 +177,10 @@ class MomentumHandler final : public BuiltinHandler<MomentumHandler> {
 class AdagradHandler final : public BuiltinHandler<AdagradHandler> {
  public:
   AdagradHandler(float learning_rate, float initial_accumulator, float epsilon)
-      : lr_(learning_rate), init_(initial_accumulator), eps_(epsilon) {}
+      : lr_(learning_rate),
+        init_(initial_accumulator),
+        eps_(epsilon),
+        kernel_(WidestAdagradKernel()) {}
   const std::string& name() const override { return name_; }
   size_t StateWidth(size_t width) const override { return width; }
   void InitState(float* state, size_t rows, size_t width) const override {
@@ -150,12 +188,13 @@ class AdagradHandler final : public BuiltinHandler<AdagradHandler> {
   }
   void Apply(float* values, float* state, const float* grads, size_t rows,
              size_t width) const override {
-    AdagradKernel(values, state, grads, rows * width, lr_, eps_);
+    kernel_(values, state, grads, rows * width, lr_, eps_);
   }
 
  private:
   const std::string name_ = "adagrad";
   const float lr_, init_, eps_;
+  const AdagradFn kernel_;
 };
 
 // State: one float per row, the running sum of the row's mean squared
