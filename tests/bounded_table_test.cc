@@ -578,12 +578,17 @@ TEST(BoundedTableCheckpointTest, ACappedTableWithAColdTierRestoresBitForBit) {
   // Other writes, then back to the checkpoint.
   ASSERT_OK(push(all, 1.5f));
   ASSERT_OK(push(all, -2.0f));
-  ASSERT_OK(sched.RestoreCheckpoint(m.id(), absl::Seconds(60)).status());
-  // The client learns the restored map (its watch) before it reads.
+  ASSERT_OK_AND_ASSIGN(proto::RestoreCheckpointReply restore,
+                       sched.RestoreCheckpoint(m.id(), absl::Seconds(60)));
+  // The client learns the restored map (its watch) before it reads: the
+  // map of before the restore names the same table, so only the epoch
+  // tells them apart.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!client.CheckTable(t).ok() && absl::Now() < deadline) {
+  while ((client.map_epoch() < restore.epoch() || !client.CheckTable(t).ok()) &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));
   }
+  ASSERT_GE(client.map_epoch(), restore.epoch());
   ASSERT_OK(client.CheckTable(t));
   EXPECT_EQ(read(), at_checkpoint);
   ASSERT_OK_AND_ASSIGN(proto::TableStats restored, suite.TableStats("cold"));

@@ -63,6 +63,7 @@ void AdagradKernel(float* __restrict w, float* __restrict h,
   AdagradBody(w, h, g, n, lr, eps);
 }
 
+#if defined(__x86_64__)
 __attribute__((target("avx2"))) void AdagradKernelAvx2(
     float* __restrict w, float* __restrict h, const float* __restrict g,
     size_t n, float lr, float eps) {
@@ -81,6 +82,9 @@ AdagradFn WidestAdagradKernel() {
   if (__builtin_cpu_supports("avx2")) return AdagradKernelAvx2;
   return AdagradKernel;
 }
+#else
+AdagradFn WidestAdagradKernel() { return AdagradKernel; }
+#endif
 
 // What every built-in rule shares: a keyed push to a dense range calls the
 // rule's own Apply per row directly (inlined, not through the vtable), with

@@ -252,6 +252,10 @@ absl::StatusOr<Dispatcher::Validated> Dispatcher::Validate(
     }
   }
   if (v.range != nullptr && v.range->lost) {
+    // A range is lost on a map newer maps can undo (a restore's ranges are
+    // lost until their servers have loaded them): a request from a newer
+    // map than this server's is asked again once the server has that map.
+    if (h.epoch() > epoch) return Behind(self_, epoch, h.epoch());
     const KeyRange r = v.range->range();
     return absl::DataLossError(absl::StrCat(
         "table '", spec.name(), "' keys [", r.begin, ", ", r.end,

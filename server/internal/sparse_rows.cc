@@ -339,7 +339,7 @@ uint32_t SparseRows::NewSlot(Key key) {
     // without tags (the new slot is not in use yet, so not indexed twice).
     tag_mask_ = 0;
     slot_mask_ = kNone;
-    Rehash(index_.size());
+    if (!index_.empty()) Rehash(index_.size());
   }
   m.key = key;
   m.stamp = Stamp();
