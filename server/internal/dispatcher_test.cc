@@ -92,6 +92,38 @@ absl::StatusCode Code(const proto::DataHeader& h) {
   return static_cast<absl::StatusCode>(h.status_code());
 }
 
+// A range the map says is lost: DATA_LOSS for a request of that map or an
+// older one; a request from a newer map is asked again (UNAVAILABLE), since
+// a newer map can serve the range again, as a restore's does once loaded.
+TEST_F(DispatcherTest, ALostRangeIsDataLossUnlessTheRequestsMapIsNewer) {
+  proto::ClusterMap map = MakeMap();
+  map.set_epoch(6);
+  map.mutable_tables(1)->mutable_ranges(0)->set_lost(true);
+  ASSERT_OK(dispatcher_.ApplyMap(map));
+  auto get = [&](Epoch epoch) {
+    IncomingMessage req;
+    req.header.set_op(proto::GET);
+    req.header.set_table_id(2);
+    req.header.set_width(3);
+    req.header.set_num_keys(1);
+    req.header.set_epoch(epoch);
+    const std::vector<Key> k = {42};
+    req.keys = k;
+    OutgoingReply reply;
+    dispatcher_.Handle(req, &reply, &released_);
+    return reply.header;
+  };
+  EXPECT_EQ(Code(get(6)), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Code(get(5)), absl::StatusCode::kDataLoss);
+  const proto::DataHeader newer = get(7);
+  EXPECT_EQ(Code(newer), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(newer.server_epoch(), 6u);
+  map.set_epoch(7);
+  map.mutable_tables(1)->mutable_ranges(0)->set_lost(false);
+  ASSERT_OK(dispatcher_.ApplyMap(map));
+  EXPECT_EQ(Code(get(7)), absl::StatusCode::kOk);
+}
+
 TEST_F(DispatcherTest, PutAddGetPushOnDenseKeys) {
   EXPECT_EQ(Run(proto::PUT, 1, 2, {60, 51}, {1, 2, 3, 4}).status_code(), 0);
   EXPECT_EQ(Run(proto::ADD, 1, 2, {60, 60}, {1, 1, 10, 10}).status_code(), 0);
