@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
 #include "client/vector_op.h"
@@ -25,12 +28,17 @@
 namespace downpour {
 namespace {
 
-LocalClusterOptions ClusterOptions(int servers, const std::string& dir) {
+// `dead_after_ms`: how long a silent server lives on. Only the failure
+// test kills one; the others' servers must not be declared dead when a
+// loaded machine (TSan, two runs at a time) stalls them for a second.
+LocalClusterOptions ClusterOptions(int servers, const std::string& dir,
+                                   int dead_after_ms) {
   LocalClusterOptions o;
   o.bin_dir = RunfilePath("");
   o.work_dir = dir;
   o.num_servers = servers;
-  o.scheduler_flags = {"--heartbeat_interval_ms=100", "--dead_after_ms=1000"};
+  o.scheduler_flags = {"--heartbeat_interval_ms=100",
+                       absl::StrCat("--dead_after_ms=", dead_after_ms)};
   o.server_flags = {
       "--max_message_mb=8",
       "--handler_plugins=" + RunfilePath("handlers/libclipped_sgd.so")};
@@ -60,7 +68,7 @@ void SumByHand(const std::vector<Key>& keys, const std::vector<float>& rows,
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ASSERT_OK(suite_.Start(ClusterOptions(3, TestTmpDir())));
+    ASSERT_OK(suite_.Start(ClusterOptions(3, TestTmpDir(), 30000)));
   }
   static void TearDownTestSuite() { EXPECT_OK(suite_.Stop()); }
   // Clients of their own for worker ranks 0 .. n-1, at clock 0.
@@ -1047,6 +1055,14 @@ TEST_F(ClusterTest, PipelinedWaitsBesideCallbacksApplyEveryAdd) {
   ASSERT_OK(t);
   const std::vector<float> one = {1.0f};
   std::atomic<int> failures{0};
+  absl::Mutex first_mu;
+  std::string first_failure;  // the first failure's status, for the report
+  auto fail = [&](const absl::Status& s) {
+    if (failures++ == 0) {
+      absl::MutexLock lock(&first_mu);
+      first_failure = s.ToString();
+    }
+  };
   std::vector<std::thread> threads;
   for (int th = 0; th < kPipelined; ++th) {
     threads.emplace_back([&, th] {
@@ -1054,8 +1070,9 @@ TEST_F(ClusterTest, PipelinedWaitsBesideCallbacksApplyEveryAdd) {
       std::vector<Ticket> inflight(kDepth);
       for (int i = 0; i < kAdds + kDepth; ++i) {
         const int slot = i % kDepth;
-        if (i >= kDepth && !suite_.client().Wait(inflight[slot]).ok()) {
-          failures++;
+        if (i >= kDepth) {
+          const absl::Status s = suite_.client().Wait(inflight[slot]);
+          if (!s.ok()) fail(s);
         }
         if (i >= kAdds) continue;
         keys[slot][0] = th * kKeysPerThread + i % kKeysPerThread;
@@ -1071,17 +1088,20 @@ TEST_F(ClusterTest, PipelinedWaitsBesideCallbacksApplyEveryAdd) {
       absl::Notification done;
       suite_.client().Add(*t, absl::MakeConstSpan(&key, 1), one,
                           [&](const absl::Status& s) {
-                            if (!s.ok()) failures++;
+                            if (!s.ok()) fail(s);
                             done.Notify();
                           });
       if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
-        failures++;
+        fail(absl::DeadlineExceededError("a callback not run in 60 s"));
         return;
       }
     }
   });
   for (auto& th : threads) th.join();
-  ASSERT_EQ(failures.load(), 0);
+  {
+    absl::MutexLock lock(&first_mu);
+    ASSERT_EQ(failures.load(), 0) << "the first: " << first_failure;
+  }
   std::vector<float> got(o.num_keys);
   ASSERT_OK(suite_.client().GetSync(*t, Keys::Range(0, o.num_keys),
                                     absl::MakeSpan(got)));
@@ -1200,7 +1220,7 @@ TEST(ClientOptionsTest, SpinWaitOutOfRangeIsRefused) {
 TEST(ClusterFailureTest, KilledServerIsDeclaredDead) {
   const std::string dir = TestTmpDir() + "/failure";
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  auto cluster = LocalCluster::Start(ClusterOptions(2, dir));
+  auto cluster = LocalCluster::Start(ClusterOptions(2, dir, 1000));
   ASSERT_OK(cluster);
   ClientOptions co;
   co.scheduler_address = (*cluster)->scheduler_address();
