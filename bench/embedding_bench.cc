@@ -30,11 +30,15 @@
 //    lookups and Adagrad) and a read, widths 8 and 64, the best of
 //    --lookup_passes passes; the server's share of a sparse batch, without
 //    the network and the other processes that share the cores.
+//  - sums: the SDK's summing of a batch's repeats (SumRepeats, for tables
+//    with sum_repeats) on the same batches, nanoseconds a key against
+//    memcpy of the batch's rows.
 // Every loop is bounded; progress lines go to stderr.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -49,6 +53,7 @@
 #include "bench/sparse_draws.h"
 #include "clicklog/zipf.h"
 #include "client/client.h"
+#include "client/internal/sum_repeats.h"
 #include "cluster/scheduler_client.h"
 #include "cluster/server_admin_client.h"
 #include "common/malloc_tuning.h"
@@ -463,6 +468,57 @@ void LookupsSection() {
   }
 }
 
+// The SDK's summing of a batch's repeats (tables with sum_repeats) on
+// ps_bench's batches, against memcpy of the batch's rows in the same run.
+void SumsSection() {
+  constexpr int kBatches = 8;
+  const int passes = std::max(1, absl::GetFlag(FLAGS_lookup_passes));
+  std::printf(
+      "\n## Summing repeats in the SDK (ps_bench's sparse batches: 100k draws "
+      "of 1M hashed ids, %d batches; best of %d passes)\n\n| keys | width | "
+      "distinct keys a batch | sum ns/key | memcpy of the rows ns/key | "
+      "sum / memcpy |\n|---|---|---|---|---|---|\n",
+      kBatches, passes);
+  const std::vector<Key> all = bench::HashedIds(1000000);
+  BufferPool pool;
+  for (const char* dist : {"uniform", "zipf"}) {
+    const std::vector<std::vector<Key>> batches =
+        bench::DrawBatches(dist, all, 100000, kBatches);
+    for (size_t width : {size_t{8}, size_t{64}}) {
+      std::vector<float> grads(100000 * width), copy(100000 * width);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = (i % 97) * 0.01f;
+      double sum_ns = 0, copy_ns = 0;
+      size_t distinct = 0;
+      for (int p = 0; p <= passes; ++p) {  // pass 0 warms the pool
+        distinct = 0;
+        const absl::Time t0 = absl::Now();
+        for (const auto& b : batches) {
+          Buffer keys, values;
+          absl::StatusOr<size_t> d =
+              SumRepeats(b, grads.data(), width, pool, &keys, &values);
+          Check(d.status(), "sum");
+          distinct += *d;
+        }
+        const absl::Time t1 = absl::Now();
+        for (const auto& b : batches) {
+          std::memcpy(copy.data(), grads.data(), b.size() * width * 4);
+        }
+        const absl::Time t2 = absl::Now();
+        const double sn =
+            absl::ToDoubleNanoseconds(t1 - t0) / (kBatches * 100000.0);
+        const double cn =
+            absl::ToDoubleNanoseconds(t2 - t1) / (kBatches * 100000.0);
+        if (p == 1 || (p > 1 && sn < sum_ns)) sum_ns = sn;
+        if (p == 1 || (p > 1 && cn < copy_ns)) copy_ns = cn;
+      }
+      std::fprintf(stderr, "  sums: %s, width %zu done\n", dist, width);
+      std::printf("| %s | %zu | %zu | %.1f | %.1f | %.1f |\n", dist, width,
+                  distinct / kBatches, sum_ns, copy_ns, sum_ns / copy_ns);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace downpour
 
@@ -480,5 +536,6 @@ int main(int argc, char** argv) {
   if (sections.find("lookups") != std::string::npos) {
     downpour::LookupsSection();
   }
+  if (sections.find("sums") != std::string::npos) downpour::SumsSection();
   return 0;
 }

@@ -47,6 +47,39 @@ class FirstSeen {
   void InsertBatch(absl::Span<const Key> keys, const Selection& selection,
                    uint32_t* first);
 
+  // Numbers the distinct keys of `keys` 0, 1, ... in the order of their
+  // first occurrence, calling first(i, d) at the first occurrence of each
+  // and repeat(i, d) at every later one (d: the key's number), in batch
+  // order, with the entries of later keys fetched while earlier ones are
+  // resolved. Returns how many distinct keys there are. REQUIRES: the table
+  // is ForThisThread(n) with n >= keys.size() and n <= kMaxEntries / 2
+  // (then every key has room).
+  template <typename First, typename Repeat>
+  size_t NumberBatch(absl::Span<const Key> keys, First first, Repeat repeat) {
+    constexpr size_t kAhead = 16;  // a power of 2
+    const size_t n = keys.size(), mask = entries_.size() - 1;
+    size_t home[kAhead];
+    size_t next = 0;
+    for (size_t i = 0; i < n + kAhead; ++i) {
+      if (i >= kAhead) {
+        const size_t j = i - kAhead;
+        const size_t d = InsertAt(home[j % kAhead], keys[j], next);
+        if (d == next) {
+          first(j, d);
+          ++next;
+        } else {
+          repeat(j, d);
+        }
+      }
+      if (i < n) {
+        const size_t h = SplitMix64(keys[i]) & mask;
+        __builtin_prefetch(&entries_[h]);
+        home[i % kAhead] = h;
+      }
+    }
+    return next;
+  }
+
   // The position of the first `key` inserted since the last Reset, or
   // `position` itself if it is the first (then recorded, while there is
   // room). REQUIRES: position < 2^32.

@@ -1,6 +1,9 @@
 #include "client/internal/first_seen.h"
 
+#include <map>
+#include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -61,6 +64,39 @@ TEST(FirstSeenTest, InsertBatchIsInsertKeyByKey) {
     }
     FirstSeen::ForThisThread(s.size()).InsertBatch(keys, s, got.data());
     EXPECT_EQ(got, want);
+  }
+}
+
+TEST(FirstSeenTest, NumberBatchNumbersKeysInTheOrderTheyFirstCome) {
+  std::mt19937_64 rng(7);
+  for (size_t n : {0, 1, 15, 16, 17, 30000}) {
+    std::vector<Key> keys(n);
+    for (Key& k : keys) k = rng() % (n / 3 + 2);
+    // Reference: a key's number is how many distinct keys came before its
+    // first occurrence.
+    std::map<Key, size_t> number;
+    std::vector<std::pair<size_t, bool>> want;  // (number, first)
+    for (Key k : keys) {
+      const bool first = number.emplace(k, number.size()).second;
+      want.emplace_back(number[k], first);
+    }
+    std::vector<std::pair<size_t, bool>> got;
+    std::vector<size_t> order;  // positions in the order of the calls
+    const size_t distinct = FirstSeen::ForThisThread(n).NumberBatch(
+        keys,
+        [&](size_t i, size_t d) {
+          got.emplace_back(d, true);
+          order.push_back(i);
+        },
+        [&](size_t i, size_t d) {
+          got.emplace_back(d, false);
+          order.push_back(i);
+        });
+    EXPECT_EQ(distinct, number.size()) << n;
+    EXPECT_EQ(got, want) << n;
+    std::vector<size_t> in_order(n);
+    std::iota(in_order.begin(), in_order.end(), 0);
+    EXPECT_EQ(order, in_order) << n;
   }
 }
 

@@ -14,45 +14,60 @@
 namespace downpour {
 namespace {
 
-// first[i] = the position of keys[i]'s first occurrence, for a batch too
-// large for the thread's FirstSeen table: positions sorted by key (stable,
-// so each key's run starts at its first occurrence).
-void FirstBySorting(absl::Span<const Key> keys, uint32_t* first) {
-  std::vector<uint32_t> order(keys.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
-  for (size_t i = 0; i < order.size();) {
-    size_t j = i;
-    while (j < order.size() && keys[order[j]] == keys[order[i]]) {
-      first[order[j++]] = order[i];
-    }
-    i = j;
+// One pass for a batch that the thread's FirstSeen table holds: each
+// key's first occurrence copies its row to the next place among the
+// distinct ones, and each repeat adds to its key's place, while that key's
+// table entry is in the cache (the rows of `width`, kWidth if not 0, are
+// copied and added in line, not through a call a row). Written in full
+// before it is known whether the batch repeats any key: a batch that does
+// not is rare in a table declared to sum repeats.
+template <size_t kWidth>
+size_t SumInOnePass(absl::Span<const Key> keys, const float* values,
+                    size_t width, BufferPool& pool, Buffer* keys_out,
+                    Buffer* values_out) {
+  using row_ops_internal::Add;
+  using row_ops_internal::Copy;
+  const size_t n = keys.size();
+  Buffer out_keys_buffer = pool.Acquire(n * sizeof(Key));
+  Buffer out_buffer = pool.Acquire(n * width * sizeof(float));
+  auto* out_keys = reinterpret_cast<Key*>(out_keys_buffer.data());
+  auto* out = reinterpret_cast<float*>(out_buffer.data());
+  const size_t distinct = FirstSeen::ForThisThread(n).NumberBatch(
+      keys,
+      [&](size_t i, size_t d) {
+        out_keys[d] = keys[i];
+        Copy::Apply<kWidth>(out + d * width, values + i * width, width);
+      },
+      [&](size_t i, size_t d) {
+        Add::Apply<kWidth>(out + d * width, values + i * width, width);
+      });
+  if (distinct < n) {
+    *keys_out = std::move(out_keys_buffer);
+    *values_out = std::move(out_buffer);
   }
+  return distinct;
 }
 
-}  // namespace
-
-absl::StatusOr<size_t> SumRepeats(absl::Span<const Key> keys,
-                                  const float* values, size_t width,
-                                  BufferPool& pool, Buffer* keys_out,
-                                  Buffer* values_out) {
+// A batch too large for the thread's FirstSeen table: positions sorted by
+// key (stable, so each key's run starts at its first occurrence), then the
+// sums in batch order.
+size_t SumBySorting(absl::Span<const Key> keys, const float* values,
+                    size_t width, BufferPool& pool, Buffer* keys_out,
+                    Buffer* values_out) {
   const size_t n = keys.size();
-  if (n < 2) return n;
-  if (n >= (size_t{1} << 32)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        n,
-        " keys in one batch of a table that sums repeats: at most 2^32 - 1"));
-  }
-  Buffer first_buffer = pool.Acquire(n * sizeof(uint32_t));
-  auto* first = reinterpret_cast<uint32_t*>(first_buffer.data());
-  // FirstSeen records every key of a batch of at most half its entries;
-  // past that it would miss repeats, which here change the result.
-  if (n <= FirstSeen::kMaxEntries / 2) {
-    FirstSeen::ForThisThread(n).InsertBatch(keys, Selection::Slice(0, n),
-                                            first);
-  } else {
-    FirstBySorting(keys, first);
+  std::vector<uint32_t> first(n);
+  {
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+    for (size_t i = 0; i < n;) {
+      size_t j = i;
+      while (j < n && keys[order[j]] == keys[order[i]]) {
+        first[order[j++]] = order[i];
+      }
+      i = j;
+    }
   }
   size_t distinct = 0;
   for (size_t i = 0; i < n; ++i) distinct += first[i] == i;
@@ -79,6 +94,38 @@ absl::StatusOr<size_t> SumRepeats(absl::Span<const Key> keys,
     }
   }
   return distinct;
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> SumRepeats(absl::Span<const Key> keys,
+                                  const float* values, size_t width,
+                                  BufferPool& pool, Buffer* keys_out,
+                                  Buffer* values_out) {
+  const size_t n = keys.size();
+  if (n < 2) return n;
+  if (n >= (size_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        n,
+        " keys in one batch of a table that sums repeats: at most 2^32 - 1"));
+  }
+  // FirstSeen records every key of a batch of at most half its entries;
+  // past that it would miss repeats, which here change the result.
+  if (n > FirstSeen::kMaxEntries / 2) {
+    return SumBySorting(keys, values, width, pool, keys_out, values_out);
+  }
+  switch (width) {
+    case 8:
+      return SumInOnePass<8>(keys, values, width, pool, keys_out, values_out);
+    case 16:
+      return SumInOnePass<16>(keys, values, width, pool, keys_out, values_out);
+    case 32:
+      return SumInOnePass<32>(keys, values, width, pool, keys_out, values_out);
+    case 64:
+      return SumInOnePass<64>(keys, values, width, pool, keys_out, values_out);
+    default:
+      return SumInOnePass<0>(keys, values, width, pool, keys_out, values_out);
+  }
 }
 
 }  // namespace downpour
