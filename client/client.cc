@@ -145,10 +145,13 @@ struct OpState {
     const auto* first = reinterpret_cast<const uint32_t*>(first_seen.data());
     const size_t n = first_seen.size() / sizeof(uint32_t);
     const size_t width = table.width;
-    const RowOp copy = RowCopyFor(width);
-    for (size_t i = 0; i < n; ++i) {
-      if (first[i] != i) copy(out + i * width, out + first[i] * width, width);
-    }
+    WithFixedWidth(width, [&](auto fixed) {
+      for (size_t i = 0; i < n; ++i) {
+        if (first[i] == i) continue;
+        row_ops_internal::Copy::Apply<decltype(fixed)::value>(
+            out + i * width, out + first[i] * width, width);
+      }
+    });
   }
 };
 
@@ -1016,16 +1019,11 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
   // sample of it shows repeats; one without goes on as slices.
   // The first routing's selection is the whole batch, so a key's index in
   // it is its position.
-  const uint32_t* first = nullptr;
-  if (scope == nullptr && (op->op == proto::PULL || op->op == proto::GET) &&
+  const bool fold =
+      scope == nullptr && (op->op == proto::PULL || op->op == proto::GET) &&
       !split->consecutive && selection.size() < (size_t{1} << 32) &&
-      RepeatsWorthFolding(keys, selection)) {
-    op->first_seen = pool_.Acquire(selection.size() * sizeof(uint32_t));
-    auto* f = reinterpret_cast<uint32_t*>(op->first_seen.data());
-    FirstSeen::ForThisThread(selection.size()).InsertBatch(keys, selection, f);
-    first = f;
-  }
-  if (split->runs && selection.list == nullptr && first == nullptr) {
+      RepeatsWorthFolding(keys, selection);
+  if (split->runs && selection.list == nullptr && !fold) {
     // Each range's keys are one run of the caller's arrays: slices of them,
     // sent without copying.
     for (const BatchSplit::Group& g : split->groups) {
@@ -1070,14 +1068,10 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
     o = Open();
     Send(op, std::move(p), map, std::move(key_frame), std::move(value_frame));
   };
-  for (size_t i = 0; i < selection.size(); ++i) {
-    const size_t pos = selection.at(i);
+  // Gathers the key at `pos` into its range's open part.
+  auto gather = [&](size_t pos) {
     const Key k = keys[pos];
     const int r = only >= 0 ? only : ranges.Find(k);
-    if (first != nullptr && first[i] != pos) {
-      --left[r];  // a repeat: its row is copied from its first occurrence
-      continue;
-    }
     Open& o = open[r];
     if (o.capacity == 0) {
       o.capacity = std::min(rows, left[r]);
@@ -1094,6 +1088,19 @@ void ClientImpl::RouteBatch(const std::shared_ptr<OpState>& op,
     o.position_at[o.n] = pos;
     if (writes) copy(o.value_at + o.n * width, op->in + pos * width, width);
     if (++o.n == o.capacity) send_open(r);
+  };
+  if (fold) {
+    // Each key's first occurrence is gathered as the table finds it; a
+    // repeat is not (its row is copied from its first occurrence's when
+    // the reply is in, OpState::CopyRepeats) and is not looked up in the
+    // ranges either, so a range's `left` counts its repeats to the end.
+    op->first_seen = pool_.Acquire(selection.size() * sizeof(uint32_t));
+    FirstSeen::ForThisThread(selection.size())
+        .InsertBatch(keys, selection,
+                     reinterpret_cast<uint32_t*>(op->first_seen.data()),
+                     gather);
+  } else {
+    for (size_t i = 0; i < selection.size(); ++i) gather(selection.at(i));
   }
   // Parts that folded repeats end short of the size they were opened at.
   for (size_t r = 0; r < open.size(); ++r) {
@@ -1411,11 +1418,13 @@ void ClientImpl::OnReply(const std::shared_ptr<OpState>& op, const Part& part,
                   n * width * sizeof(float));
     } else {
       absl::Span<const size_t> pos = part.gathered->positions();
-      const RowOp copy = RowCopyFor(width);
       const float* v = reply->values.data();
-      for (size_t j = 0; j < n; ++j) {
-        copy(op->out + pos[j] * width, v + j * width, width);
-      }
+      WithFixedWidth(width, [&](auto fixed) {
+        for (size_t j = 0; j < n; ++j) {
+          row_ops_internal::Copy::Apply<decltype(fixed)::value>(
+              op->out + pos[j] * width, v + j * width, width);
+        }
+      });
     }
   }
   op->Release();

@@ -35,25 +35,6 @@ bool RepeatsWorthFolding(absl::Span<const Key> keys,
   return repeats * 8 >= n;
 }
 
-void FirstSeen::InsertBatch(absl::Span<const Key> keys,
-                            const Selection& selection, uint32_t* first) {
-  constexpr size_t kAhead = 16;  // a power of 2
-  const size_t n = selection.size(), mask = entries_.size() - 1;
-  size_t home[kAhead];
-  for (size_t i = 0; i < n + kAhead; ++i) {
-    if (i >= kAhead) {
-      const size_t j = i - kAhead, pos = selection.at(j);
-      first[j] =
-          static_cast<uint32_t>(InsertAt(home[j % kAhead], keys[pos], pos));
-    }
-    if (i < n) {
-      const size_t h = SplitMix64(keys[selection.at(i)]) & mask;
-      __builtin_prefetch(&entries_[h]);
-      home[i % kAhead] = h;
-    }
-  }
-}
-
 FirstSeen& FirstSeen::ForThisThread(size_t keys) {
   thread_local FirstSeen seen;
   seen.Reset(keys);

@@ -42,10 +42,34 @@ class FirstSeen {
 
   // Insert over a selection, with the table entries of later keys fetched
   // while earlier ones are resolved (a batch's table outgrows the caches):
-  // first[i] = Insert(keys[selection.at(i)], selection.at(i)).
+  // first[i] = Insert(keys[selection.at(i)], selection.at(i)), and, in
+  // order, on_first(selection.at(i)) for each i that is its key's first
+  // occurrence (first[i] == selection.at(i)), while its key is at hand.
   // REQUIRES: every position < 2^32.
+  template <typename OnFirst>
   void InsertBatch(absl::Span<const Key> keys, const Selection& selection,
-                   uint32_t* first);
+                   uint32_t* first, OnFirst on_first) {
+    constexpr size_t kAhead = 16;  // a power of 2
+    const size_t n = selection.size(), mask = entries_.size() - 1;
+    size_t home[kAhead];
+    for (size_t i = 0; i < n + kAhead; ++i) {
+      if (i >= kAhead) {
+        const size_t j = i - kAhead, pos = selection.at(j);
+        const size_t f = InsertAt(home[j % kAhead], keys[pos], pos);
+        first[j] = static_cast<uint32_t>(f);
+        if (f == pos) on_first(pos);
+      }
+      if (i < n) {
+        const size_t h = SplitMix64(keys[selection.at(i)]) & mask;
+        __builtin_prefetch(&entries_[h]);
+        home[i % kAhead] = h;
+      }
+    }
+  }
+  void InsertBatch(absl::Span<const Key> keys, const Selection& selection,
+                   uint32_t* first) {
+    InsertBatch(keys, selection, first, [](size_t) {});
+  }
 
   // Numbers the distinct keys of `keys` 0, 1, ... in the order of their
   // first occurrence, calling first(i, d) at the first occurrence of each

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 namespace downpour {
 
@@ -57,6 +58,33 @@ RowOp For(size_t width) {
 }
 
 }  // namespace row_ops_internal
+
+// Returns fn(std::integral_constant<size_t, kWidth>()) with kWidth = width
+// for the widths RowCopyFor has a version of, 0 for the others: a loop over
+// rows in fn, compiled once for each, then copies and adds its rows with
+// Copy::Apply<kWidth> and Add::Apply<kWidth> inline instead of through a
+// call a row.
+template <typename F>
+decltype(auto) WithFixedWidth(size_t width, F fn) {
+  switch (width) {
+    case 1:
+      return fn(std::integral_constant<size_t, 1>());
+    case 2:
+      return fn(std::integral_constant<size_t, 2>());
+    case 4:
+      return fn(std::integral_constant<size_t, 4>());
+    case 8:
+      return fn(std::integral_constant<size_t, 8>());
+    case 16:
+      return fn(std::integral_constant<size_t, 16>());
+    case 32:
+      return fn(std::integral_constant<size_t, 32>());
+    case 64:
+      return fn(std::integral_constant<size_t, 64>());
+    default:
+      return fn(std::integral_constant<size_t, 0>());
+  }
+}
 
 inline RowOp RowCopyFor(size_t width) {
   return row_ops_internal::For<row_ops_internal::Copy>(width);

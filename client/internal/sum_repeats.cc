@@ -18,9 +18,9 @@ namespace {
 // key's first occurrence copies its row to the next place among the
 // distinct ones, and each repeat adds to its key's place, while that key's
 // table entry is in the cache (the rows of `width`, kWidth if not 0, are
-// copied and added in line, not through a call a row). Written in full
-// before it is known whether the batch repeats any key: a batch that does
-// not is rare in a table declared to sum repeats.
+// copied and added in line, not through a call a row: WithFixedWidth). Written
+// in full before it is known whether the batch repeats any key: a batch that
+// does not is rare in a table declared to sum repeats.
 template <size_t kWidth>
 size_t SumInOnePass(absl::Span<const Key> keys, const float* values,
                     size_t width, BufferPool& pool, Buffer* keys_out,
@@ -114,18 +114,10 @@ absl::StatusOr<size_t> SumRepeats(absl::Span<const Key> keys,
   if (n > FirstSeen::kMaxEntries / 2) {
     return SumBySorting(keys, values, width, pool, keys_out, values_out);
   }
-  switch (width) {
-    case 8:
-      return SumInOnePass<8>(keys, values, width, pool, keys_out, values_out);
-    case 16:
-      return SumInOnePass<16>(keys, values, width, pool, keys_out, values_out);
-    case 32:
-      return SumInOnePass<32>(keys, values, width, pool, keys_out, values_out);
-    case 64:
-      return SumInOnePass<64>(keys, values, width, pool, keys_out, values_out);
-    default:
-      return SumInOnePass<0>(keys, values, width, pool, keys_out, values_out);
-  }
+  return WithFixedWidth(width, [&](auto fixed) {
+    return SumInOnePass<decltype(fixed)::value>(keys, values, width, pool,
+                                                keys_out, values_out);
+  });
 }
 
 }  // namespace downpour

@@ -66,8 +66,8 @@ TEST(SumRepeatsTest, SumsEachKeysRowsInBatchOrder) {
   const uint32_t seed = TestSeed(5);
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
-  // Each width that has a pass of its own (8, 16, 32, 64), and others.
-  for (size_t width : {1, 3, 8, 16, 32, 64, 65}) {
+  // Each width that has a pass of its own (WithFixedWidth), and others.
+  for (size_t width : {1, 2, 3, 4, 8, 16, 32, 64, 65}) {
     for (size_t n : {2, 17, 1000, 100000}) {
       std::vector<Key> keys(n);
       for (Key& k : keys) k = (rng() % (n / 4 + 2)) * 0x9E3779B97F4A7C15ull;
