@@ -76,7 +76,7 @@ ABSL_FLAG(double, seconds, 10,
           "cold, store: training time per table and round");
 ABSL_FLAG(int, rounds, 2, "cold, store: in-memory and capped, alternated");
 ABSL_FLAG(int, servers, 2, "servers");
-ABSL_FLAG(int, lookup_passes, 5, "lookups: passes over the batches");
+ABSL_FLAG(int, lookup_passes, 5, "lookups, sums: passes over the batches");
 
 namespace downpour {
 namespace {
