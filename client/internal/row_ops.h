@@ -35,35 +35,13 @@ struct Add {
   }
 };
 
-template <class Op>
-RowOp For(size_t width) {
-  switch (width) {
-    case 1:
-      return &Op::template Apply<1>;
-    case 2:
-      return &Op::template Apply<2>;
-    case 4:
-      return &Op::template Apply<4>;
-    case 8:
-      return &Op::template Apply<8>;
-    case 16:
-      return &Op::template Apply<16>;
-    case 32:
-      return &Op::template Apply<32>;
-    case 64:
-      return &Op::template Apply<64>;
-    default:
-      return &Op::template Apply<0>;
-  }
-}
-
 }  // namespace row_ops_internal
 
 // Returns fn(std::integral_constant<size_t, kWidth>()) with kWidth = width
-// for the widths RowCopyFor has a version of, 0 for the others: a loop over
-// rows in fn, compiled once for each, then copies and adds its rows with
-// Copy::Apply<kWidth> and Add::Apply<kWidth> inline instead of through a
-// call a row.
+// for the widths with a version of their own (1, 2, 4, ..., 64), 0 for the
+// others: a loop over rows in fn, compiled once for each, then copies and
+// adds its rows with Copy::Apply<kWidth> and Add::Apply<kWidth> inline
+// instead of through a call a row.
 template <typename F>
 decltype(auto) WithFixedWidth(size_t width, F fn) {
   switch (width) {
@@ -85,6 +63,15 @@ decltype(auto) WithFixedWidth(size_t width, F fn) {
       return fn(std::integral_constant<size_t, 0>());
   }
 }
+
+namespace row_ops_internal {
+template <class Op>
+RowOp For(size_t width) {
+  return WithFixedWidth(width, [](auto fixed) -> RowOp {
+    return &Op::template Apply<decltype(fixed)::value>;
+  });
+}
+}  // namespace row_ops_internal
 
 inline RowOp RowCopyFor(size_t width) {
   return row_ops_internal::For<row_ops_internal::Copy>(width);
