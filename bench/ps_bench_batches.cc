@@ -163,26 +163,34 @@ void SparseSection(const SectionEnv& env, const SparseOptions& o) {
         }
         double keys_s[kModes], raw_keys_s[kModes];
         for (int mode = 0; mode < kModes; ++mode) {
-          // NaN for a mode left out.
           keys_s[mode] = ps_n[mode] * static_cast<double>(o.batch) / ps_s[mode];
           raw_keys_s[mode] =
               raw_n[mode] * static_cast<double>(o.batch) / raw_s[mode];
         }
         const Reference* ref =
             o.dense ? nullptr : ReferenceFor(dist, width, servers);
+        // A mode left out shows "-" in each of its columns.
+        auto rate = [&](int mode, const double* per_s) {
+          if (ps_n[mode] == 0) return std::string("-");
+          return absl::StrFormat("%.2fM", per_s[mode] / 1e6);
+        };
+        auto vs_raw = [&](int mode) {
+          if (ps_n[mode] == 0) return std::string("-");
+          return absl::StrFormat("%.2f", keys_s[mode] / raw_keys_s[mode]);
+        };
         auto vs_ref = [&](int mode) {
-          if (ref == nullptr) return std::string("-");
+          if (ref == nullptr || ps_n[mode] == 0) return std::string("-");
           return absl::StrFormat(
               "%.2fx", keys_s[mode] / (mode == 1 ? ref->pull : ref->push));
         };
         std::printf(
-            "| %s | %d | %d | %.2fM | %.2fM | %.2f | %.2fM | %.2fM | %.2f | "
-            "%.2fM | %.2f | %s | %s | %s |\n",
-            dist.c_str(), width, servers, keys_s[0] / 1e6, raw_keys_s[0] / 1e6,
-            keys_s[0] / raw_keys_s[0], keys_s[1] / 1e6, raw_keys_s[1] / 1e6,
-            keys_s[1] / raw_keys_s[1], keys_s[2] / 1e6,
-            keys_s[2] / raw_keys_s[2], vs_ref(0).c_str(), vs_ref(1).c_str(),
-            vs_ref(2).c_str());
+            "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | "
+            "%s | %s | %s |\n",
+            dist.c_str(), width, servers, rate(0, keys_s).c_str(),
+            rate(0, raw_keys_s).c_str(), vs_raw(0).c_str(),
+            rate(1, keys_s).c_str(), rate(1, raw_keys_s).c_str(),
+            vs_raw(1).c_str(), rate(2, keys_s).c_str(), vs_raw(2).c_str(),
+            vs_ref(0).c_str(), vs_ref(1).c_str(), vs_ref(2).c_str());
         std::fflush(stdout);
         std::fprintf(stderr,
                      "  sparse, %s, width %d, %d server(s): done (%d push "

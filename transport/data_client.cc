@@ -20,6 +20,7 @@
 namespace downpour {
 
 using transport_internal::AlignedView;
+using transport_internal::DescriptorOf;
 using transport_internal::MultipartMessage;
 
 namespace {
@@ -29,14 +30,6 @@ namespace {
 void ReleasePayloads(OutgoingRequest& request) {
   if (auto r = request.keys.TakeReleaseCallback()) r();
   if (auto r = request.values.TakeReleaseCallback()) r();
-}
-
-// The descriptor that signals a change of `socket`'s state.
-int DescriptorOf(void* socket) {
-  int fd = -1;
-  size_t len = sizeof(fd);
-  zmq_getsockopt(socket, ZMQ_FD, &fd, &len);
-  return fd;
 }
 
 // Resets an eventfd that Signal wrote.

@@ -107,6 +107,13 @@ void* OpenSocket(void* context, int type, size_t max_message_bytes) {
   return s;
 }
 
+int DescriptorOf(void* socket) {
+  int fd = -1;
+  size_t len = sizeof(fd);
+  zmq_getsockopt(socket, ZMQ_FD, &fd, &len);
+  return fd;
+}
+
 absl::Status ErrnoStatus(absl::string_view what) {
   return absl::UnavailableError(
       absl::StrCat(what, ": ", zmq_strerror(zmq_errno())));

@@ -50,6 +50,11 @@ bool SendPayload(void* socket, Payload* payload, int flags);
 // Opens a socket with the options every data-plane socket uses.
 void* OpenSocket(void* context, int type, size_t max_message_bytes);
 
+// The descriptor that signals a change of `socket`'s state (ZMQ_FD). It
+// signals only what happens after the socket's last use, so a thread sleeps
+// on it only after a receive found the socket empty.
+int DescriptorOf(void* socket);
+
 absl::Status ErrnoStatus(absl::string_view what);
 
 }  // namespace transport_internal
