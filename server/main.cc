@@ -1,14 +1,15 @@
 // ps_server: serves key ranges of tables. See server/server.h.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/auth.h"
 #include "common/host_memory.h"
@@ -149,13 +150,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   // The handler runs on its own thread; main() destroys the server only
-  // once the handler is done with it.
-  auto handler_done = std::make_shared<absl::Notification>();
-  auto signalled = std::make_shared<std::atomic<bool>>(false);
+  // once the handler is done with it. A signal that comes after main() has
+  // shut the server down itself (a drained server's Wait returned) is
+  // ignored: the handler would otherwise run on a server being destroyed.
+  struct SignalState {
+    absl::Mutex mu;
+    bool exiting ABSL_GUARDED_BY(mu) = false;
+    bool handling ABSL_GUARDED_BY(mu) = false;
+    absl::Notification handler_done;
+  };
+  auto state = std::make_shared<SignalState>();
   downpour::OnTerminationSignal([s = server->get(), grace, start_wait,
-                                 drain_on_sigterm, drain_timeout, handler_done,
-                                 signalled] {
-    signalled->store(true);
+                                 drain_on_sigterm, drain_timeout, state] {
+    {
+      absl::MutexLock lock(&state->mu);
+      if (state->exiting) return;
+      state->handling = true;
+    }
     const absl::Time since = absl::Now();
     // A scale-down: the ranges go to the other servers first, then Wait()
     // returns. (When the whole job stops, the scheduler refuses or calls
@@ -166,12 +177,18 @@ int main(int argc, char** argv) {
       s->AwaitLastCheckpoint(start_wait, grace, since);
       s->Shutdown();
     }
-    handler_done->Notify();
+    state->handler_done.Notify();
   });
   absl::Status status = (*server)->Wait();
   (*server)->Shutdown();
-  if (signalled->load()) {
-    handler_done->WaitForNotificationWithTimeout(absl::Seconds(10));
+  bool handling;
+  {
+    absl::MutexLock lock(&state->mu);
+    state->exiting = true;
+    handling = state->handling;
+  }
+  if (handling) {
+    state->handler_done.WaitForNotificationWithTimeout(absl::Seconds(10));
   }
   if (!status.ok()) {
     DP_LOG(ERROR) << status;
