@@ -184,7 +184,9 @@ int Main() {
         return 1;
       }
     }
-    OnTerminationSignal([c = coordinator.get()] { c->Shutdown(); });
+    // Destroyed (disarmed) before `coordinator`.
+    TerminationHandler on_signal =
+        OnTerminationSignal([c = coordinator.get()] { c->Shutdown(); });
     result = coordinator->Run(on_iteration);
     iteration_traffic = coordinator->traffic();  // before the final pull
     if (result.ok()) held_out = coordinator->EvaluateHeldOut();

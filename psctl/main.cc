@@ -260,7 +260,7 @@ int Local(const CommandContext& ctx) {
   }
   o.cluster_secret_file = SecretFile();
   absl::Notification stop;
-  OnTerminationSignal([&stop] {
+  TerminationHandler on_signal = OnTerminationSignal([&stop] {
     if (!stop.HasBeenNotified()) stop.Notify();
   });
   auto cluster = LocalCluster::Start(o);
@@ -371,7 +371,7 @@ int Job(const CommandContext& ctx) {
                workers, dir.c_str());
   std::fflush(progress);
   absl::Notification stop;
-  OnTerminationSignal([&stop] {
+  TerminationHandler on_signal = OnTerminationSignal([&stop] {
     if (!stop.HasBeenNotified()) stop.Notify();
   });
   const absl::Time deadline =

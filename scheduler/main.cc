@@ -264,26 +264,29 @@ int main(int argc, char** argv) {
   }
   DP_LOG(INFO) << "serving on " << (*scheduler)->address() << " (listen "
                << options.listen_address << ")";
-  downpour::OnTerminationSignal([s = scheduler->get(), last_checkpoint] {
-    // The servers stopping with it must not be drained meanwhile.
-    s->StopMoving();
-    if (last_checkpoint > absl::ZeroDuration()) {
-      // Kubernetes stops every pod of the job at once: the servers wait
-      // (bounded) for this checkpoint before they exit; the workers finish
-      // their step first (docs/OPERATIONS.md, "Stopping a job").
-      DP_LOG(INFO) << "SIGTERM: a last checkpoint before stopping";
-      auto m = s->Checkpoint(last_checkpoint, downpour::proto::LbfgsState());
-      if (m.ok()) {
-        DP_LOG(INFO) << "last checkpoint " << m->id() << " at clock "
-                     << m->clock();
-      } else {
-        DP_LOG(WARNING) << "no last checkpoint: " << m.status();
-      }
-    }
-    s->Shutdown();
-  });
+  downpour::TerminationHandler on_signal =
+      downpour::OnTerminationSignal([s = scheduler->get(), last_checkpoint] {
+        // The servers stopping with it must not be drained meanwhile.
+        s->StopMoving();
+        if (last_checkpoint > absl::ZeroDuration()) {
+          // Kubernetes stops every pod of the job at once: the servers wait
+          // (bounded) for this checkpoint before they exit; the workers finish
+          // their step first (docs/OPERATIONS.md, "Stopping a job").
+          DP_LOG(INFO) << "SIGTERM: a last checkpoint before stopping";
+          auto m =
+              s->Checkpoint(last_checkpoint, downpour::proto::LbfgsState());
+          if (m.ok()) {
+            DP_LOG(INFO) << "last checkpoint " << m->id() << " at clock "
+                         << m->clock();
+          } else {
+            DP_LOG(WARNING) << "no last checkpoint: " << m.status();
+          }
+        }
+        s->Shutdown();
+      });
   (*scheduler)->Wait();
   (*scheduler)->Shutdown();
+  on_signal.Disarm();  // a checkpoint under way ends before the scheduler goes
   DP_LOG(INFO) << "stopped";
   return 0;
 }

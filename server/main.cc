@@ -5,12 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "common/auth.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
@@ -149,47 +146,25 @@ int main(int argc, char** argv) {
     DP_LOG(ERROR) << "cannot start: " << server.status();
     return 1;
   }
-  // The handler runs on its own thread; main() destroys the server only
-  // once the handler is done with it. A signal that comes after main() has
-  // shut the server down itself (a drained server's Wait returned) is
-  // ignored: the handler would otherwise run on a server being destroyed.
-  struct SignalState {
-    absl::Mutex mu;
-    bool exiting ABSL_GUARDED_BY(mu) = false;
-    bool handling ABSL_GUARDED_BY(mu) = false;
-    absl::Notification handler_done;
-  };
-  auto state = std::make_shared<SignalState>();
-  downpour::OnTerminationSignal([s = server->get(), grace, start_wait,
-                                 drain_on_sigterm, drain_timeout, state] {
-    {
-      absl::MutexLock lock(&state->mu);
-      if (state->exiting) return;
-      state->handling = true;
-    }
-    const absl::Time since = absl::Now();
-    // A scale-down: the ranges go to the other servers first, then Wait()
-    // returns. (When the whole job stops, the scheduler refuses or calls
-    // the drain off.)
-    if (!drain_on_sigterm || !s->DrainAndLeave(drain_timeout)) {
-      // Kubernetes stops every pod of the job at once; the scheduler then
-      // takes a last checkpoint, which needs this server's data.
-      s->AwaitLastCheckpoint(start_wait, grace, since);
-      s->Shutdown();
-    }
-    state->handler_done.Notify();
-  });
+  // The handler runs on its own thread while main() may be finishing on
+  // its own (a drained server's Wait returned): Disarm() waits for it before
+  // the server is destroyed, and a signal after that is ignored.
+  downpour::TerminationHandler on_signal = downpour::OnTerminationSignal(
+      [s = server->get(), grace, start_wait, drain_on_sigterm, drain_timeout] {
+        const absl::Time since = absl::Now();
+        // A scale-down: the ranges go to the other servers first, then
+        // Wait() returns. (When the whole job stops, the scheduler refuses
+        // or calls the drain off.)
+        if (!drain_on_sigterm || !s->DrainAndLeave(drain_timeout)) {
+          // Kubernetes stops every pod of the job at once; the scheduler
+          // then takes a last checkpoint, which needs this server's data.
+          s->AwaitLastCheckpoint(start_wait, grace, since);
+          s->Shutdown();
+        }
+      });
   absl::Status status = (*server)->Wait();
   (*server)->Shutdown();
-  bool handling;
-  {
-    absl::MutexLock lock(&state->mu);
-    state->exiting = true;
-    handling = state->handling;
-  }
-  if (handling) {
-    state->handler_done.WaitForNotificationWithTimeout(absl::Seconds(10));
-  }
+  on_signal.Disarm();
   if (!status.ok()) {
     DP_LOG(ERROR) << status;
     return 1;

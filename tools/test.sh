@@ -77,6 +77,7 @@ TSAN_TARGETS=(
   //client:job_member_test
   //consistency:consistency_test
   //common:buffer_pool_test
+  //common:signals_test
   //lbfgs:task_pool_test
   //tools/sanitizers:tsan_absl_test
   //tests:cluster_test

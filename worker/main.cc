@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/auth.h"
 #include "common/logging.h"
 #include "common/program.h"
@@ -96,7 +97,8 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_job) == "lbfgs") {
     // A Sandblaster worker holds no state: SIGTERM ends it at once.
-    downpour::OnTerminationSignal([] { std::_Exit(143); });
+    downpour::TerminationHandler on_signal =
+        downpour::OnTerminationSignal([] { std::_Exit(143); });
     downpour::SandblasterWorkerOptions so;
     so.scheduler_address = absl::GetFlag(FLAGS_scheduler);
     so.auth = *auth;
@@ -127,21 +129,25 @@ int main(int argc, char** argv) {
   // exit with 143. A step that cannot finish (its peers are gone) is given
   // 15 s, then abandoned: the worker leaves from here. (The signals were
   // blocked at the start, so that only the waiter sees them.)
-  static std::atomic<downpour::Worker*> running{nullptr};
-  downpour::OnTerminationSignal([] {
-    downpour::Worker* w = running.load();
-    if (w == nullptr) {
-      DP_LOG(INFO) << "SIGTERM before training started: exiting";
-      std::_Exit(143);
-    }
-    DP_LOG(INFO) << "SIGTERM: stopping after the current step";
-    w->RequestStop();
-    absl::SleepFor(absl::Seconds(15));
-    absl::Status left = w->Leave(
-        "SIGTERM (the current step did not end in 15 s)", absl::Seconds(5));
-    if (!left.ok()) DP_LOG(ERROR) << "leaving the job: " << left;
-    std::_Exit(143);  // 128 + SIGTERM, as if killed by it
-  });
+  std::atomic<downpour::Worker*> running{nullptr};
+  absl::Notification run_ended;
+  downpour::TerminationHandler on_signal =
+      downpour::OnTerminationSignal([&running, &run_ended] {
+        downpour::Worker* w = running.load();
+        if (w == nullptr) {
+          DP_LOG(INFO) << "SIGTERM before training started: exiting";
+          std::_Exit(143);
+        }
+        DP_LOG(INFO) << "SIGTERM: stopping after the current step";
+        w->RequestStop();
+        if (run_ended.WaitForNotificationWithTimeout(absl::Seconds(15))) {
+          return;  // main() reports the stop and exits with 143
+        }
+        absl::Status left = w->Leave(
+            "SIGTERM (the current step did not end in 15 s)", absl::Seconds(5));
+        if (!left.ok()) DP_LOG(ERROR) << "leaving the job: " << left;
+        std::_Exit(143);  // 128 + SIGTERM, as if killed by it
+      });
   downpour::WorkerOptions o;
   o.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   o.auth = *auth;
@@ -195,7 +201,8 @@ int main(int argc, char** argv) {
   }
   running.store(worker->get());
   absl::Status s = (*worker)->Run();
-  running.store(nullptr);
+  run_ended.Notify();
+  on_signal.Disarm();  // before the worker goes
   if (s.code() == absl::StatusCode::kCancelled) {
     DP_LOG(INFO) << "stopped on SIGTERM: " << s.message();
     return 143;
