@@ -92,7 +92,8 @@ TEST(SignalsTest, AHandlerMovedFromIsDisarmedOnce) {
 }  // namespace downpour
 
 int main(int argc, char** argv) {
-  downpour::BlockTerminationSignals();  // before gtest or a test starts a thread
+  // Before gtest or a test starts a thread.
+  downpour::BlockTerminationSignals();
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -503,7 +503,9 @@ TEST_F(ClusterTest, PushesToATableThatSumsRepeatsApplyEachKeyOnce) {
     ASSERT_OK(suite_.client().PushSync(each, keys, grads));
     const std::vector<float> got = pull(summed);
     EXPECT_EQ(got, pull(by_hand));
-    if (handler == "adagrad") EXPECT_NE(got, pull(each));
+    if (handler == "adagrad") {
+      EXPECT_NE(got, pull(each));
+    }
     // An Add sums alike; a Put still applies each occurrence in turn.
     ASSERT_OK(suite_.client().AddSync(summed, keys, grads));
     ASSERT_OK(suite_.client().AddSync(by_hand, distinct, sums));
