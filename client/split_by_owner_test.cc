@@ -266,7 +266,9 @@ TEST(PlanSplitTest, AgreesWithAPlanMadeKeyByKey) {
         ASSERT_LT(g, s.groups.size());
         EXPECT_EQ(s.groups[g].range, r);
         EXPECT_EQ(s.groups[g].count, counts[r]);
-        if (runs) EXPECT_EQ(s.groups[g].start, starts[r]) << "range " << r;
+        if (runs) {
+          EXPECT_EQ(s.groups[g].start, starts[r]) << "range " << r;
+        }
         ++g;
       }
       EXPECT_EQ(g, s.groups.size());
