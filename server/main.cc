@@ -63,6 +63,9 @@ ABSL_FLAG(int64_t, drain_timeout_s, 45,
 ABSL_FLAG(int64_t, inject_copy_delay_ms, 0,
           "fault injection (tests, drills): send copies of ranges to new "
           "backups one 4 MiB chunk per this many ms at most");
+ABSL_FLAG(std::string, inject_copy_gate, "",
+          "fault injection (tests): copies of ranges to new backups send "
+          "nothing until a file of this path exists");
 ABSL_FLAG(int64_t, inject_handover_delay_ms, 0,
           "fault injection (tests, drills): report a handover to the "
           "scheduler this many ms late");
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   options.inject_copy_delay = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_copy_delay_ms)));
+  options.inject_copy_gate = absl::GetFlag(FLAGS_inject_copy_gate);
   options.inject_handover_delay = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_handover_delay_ms)));
   downpour::MetricsRegistry metrics;

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <functional>
 #include <random>
@@ -449,6 +451,11 @@ absl::Status ServerImpl::Init() {
       id_, options_.max_message_bytes, &pool_, &plugins_, pins, env_.get(),
       options_.max_table_bytes, cold_.get());
   dispatcher_->InjectCopyDelay(options_.inject_copy_delay);
+  if (!options_.inject_copy_gate.empty()) {
+    dispatcher_->InjectCopyGate([path = options_.inject_copy_gate] {
+      return access(path.c_str(), F_OK) == 0;
+    });
+  }
   server_internal::DataThread thread;
   thread.post = [data = data_.get()](std::function<void()> fn) {
     data->Post(std::move(fn));

@@ -75,6 +75,10 @@ struct ServerOptions {
   // refused meanwhile).
   absl::Duration inject_copy_delay = absl::ZeroDuration();
   absl::Duration inject_handover_delay = absl::ZeroDuration();
+  // Fault injection (tests): if set, copies of ranges send nothing until
+  // a file of this path exists, so that a test holds a move under way for
+  // as long as it needs.
+  std::string inject_copy_gate;
 };
 
 class Server {

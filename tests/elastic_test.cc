@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -317,11 +319,16 @@ TEST_F(ElasticTest, TheLastServerCannotBeDrained) {
 }
 
 TEST_F(ElasticTest, OneDrainAtATimeAndADrainCalledOff) {
-  // Slow copies: the first drain is still under way when the second comes.
+  // Copies wait for this file: the first drain is still under way when
+  // the second comes, and nothing has moved when it is called off.
+  const std::string copies_may_go = TestTmpDir() + "/copies-may-go";
+  std::remove(copies_may_go.c_str());
   Start(3, {"--ranges_per_table=6", "--max_range_moves=1"},
-        {"--inject_copy_delay_ms=300"});
+        {"--inject_copy_gate=" + copies_may_go});
   writes_->Start(4, 4);
   AwaitWrites(2000);
+  const int held = RangesHeldBy(Map(), IdOf(0));
+  ASSERT_GT(held, 0);
   ASSERT_OK(Drain("server-0").status());
   auto second = Drain("server-1");
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -337,9 +344,10 @@ TEST_F(ElasticTest, OneDrainAtATimeAndADrainCalledOff) {
                 [](const proto::ClusterMap& m) { return Settled(m, 1); },
                 absl::Seconds(60))
                 .status());
-  EXPECT_GT(RangesHeldBy(Map(), IdOf(0)), 0);
+  EXPECT_EQ(RangesHeldBy(Map(), IdOf(0)), held);
   EXPECT_TRUE(cluster_->server(0).running());
   // Now the other one may go.
+  std::ofstream(copies_may_go) << "go\n";
   ASSERT_OK(Drain("server-1").status());
   AwaitLeft(1);
   AwaitWrites(2000);

@@ -53,6 +53,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -150,6 +151,11 @@ class Dispatcher {
   // one chunk per `delay` (Replicator::set_copy_delay). Before serving.
   void InjectCopyDelay(absl::Duration delay) {
     if (replicator_ != nullptr) replicator_->set_copy_delay(delay);
+  }
+  // Fault injection (tests): copies send nothing while `open` returns
+  // false (Replicator::set_copy_gate). Before serving.
+  void InjectCopyGate(std::function<bool()> open) {
+    if (replicator_ != nullptr) replicator_->set_copy_gate(std::move(open));
   }
   // Each range served as primary: its size and what it served
   // (proto::RangeLoad). REQUIRES: called on the data thread.

@@ -454,30 +454,38 @@ std::shared_ptr<Replicator::Message> Replicator::CopyBegin(
   return m;
 }
 
+void Replicator::SchedulePump(PrimaryRange& pr, Link& link,
+                              absl::Duration after) {
+  if (link.pump_scheduled) return;
+  link.pump_scheduled = true;
+  const RangeKey key{pr.table, pr.range->range().begin};
+  const NodeId backup = link.backup;
+  const uint64_t stream = link.stream_id;
+  env_->PostAfter(after, [this, key, backup, stream] {
+    auto p = primaries_.find(key);
+    if (p == primaries_.end()) return;
+    auto l = p->second->links.find(backup);
+    if (l == p->second->links.end() || l->second->stream_id != stream) {
+      return;
+    }
+    l->second->pump_scheduled = false;
+    PumpCopy(*p->second, *l->second);
+  });
+}
+
 void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
   while (link.copying && link.chunks_in_flight < kCopyChunksInFlight &&
          !link.resend_scheduled) {
     if (link.copy_end_sent) return;  // waiting for its acknowledgement
+    if (copy_gate_ && !copy_gate_()) {
+      // Polled: the gate is a test's file, not an event of this thread.
+      SchedulePump(pr, link, absl::Milliseconds(20));
+      return;
+    }
     if (copy_delay_ > absl::ZeroDuration()) {
       const absl::Time now = absl::Now();
       if (now < link.next_chunk_at) {
-        if (!link.pump_scheduled) {
-          link.pump_scheduled = true;
-          const RangeKey key{pr.table, pr.range->range().begin};
-          const NodeId backup = link.backup;
-          const uint64_t stream = link.stream_id;
-          env_->PostAfter(link.next_chunk_at - now, [this, key, backup,
-                                                     stream] {
-            auto p = primaries_.find(key);
-            if (p == primaries_.end()) return;
-            auto l = p->second->links.find(backup);
-            if (l == p->second->links.end() || l->second->stream_id != stream) {
-              return;
-            }
-            l->second->pump_scheduled = false;
-            PumpCopy(*p->second, *l->second);
-          });
-        }
+        SchedulePump(pr, link, link.next_chunk_at - now);
         return;
       }
       link.next_chunk_at = now + copy_delay_;

@@ -185,6 +185,12 @@ class Replicator {
   // Fault injection (tests, drills): at most one copy chunk per `delay`
   // per backup, so that a copy lasts long enough to be interrupted.
   void set_copy_delay(absl::Duration delay) { copy_delay_ = delay; }
+  // Fault injection (tests): copies send nothing while `open` returns
+  // false (asked on the data thread every 20 ms), so that a test sees a
+  // move under way for as long as it needs, whatever the machine's speed.
+  void set_copy_gate(std::function<bool()> open) {
+    copy_gate_ = std::move(open);
+  }
 
   // Figures for ServerStats.
   uint64_t forwarded() const { return forwarded_; }
@@ -211,6 +217,9 @@ class Replicator {
                       uint64_t stream_id);
   // Sends copy messages while the link's copy window allows.
   void PumpCopy(PrimaryRange& pr, Link& link);
+  // Calls PumpCopy for `link` again `after` from now (once, however often
+  // asked meanwhile), unless the link has gone.
+  void SchedulePump(PrimaryRange& pr, Link& link, absl::Duration after);
   void Release(uint64_t held_id);
   std::shared_ptr<Message> CopyBegin(const PrimaryRange& pr);
   // Reports a handover of `pr` whose in-sync backups are up to date.
@@ -220,6 +229,7 @@ class Replicator {
   ReplicationEnv* const env_;
   const size_t copy_chunk_bytes_;
   absl::Duration copy_delay_ = absl::ZeroDuration();
+  std::function<bool()> copy_gate_;
   absl::flat_hash_map<RangeKey, std::unique_ptr<PrimaryRange>> primaries_;
   // Backup side: (stream id, last applied seq) per range.
   absl::flat_hash_map<RangeKey, std::pair<uint64_t, uint64_t>> streams_;
