@@ -152,6 +152,22 @@ void Membership::Suspect(NodeId id, const std::string& why, absl::Time now) {
 }
 
 std::vector<NodeId> Membership::SweepDead(absl::Time now) {
+  if (last_sweep_ != absl::InfinitePast() &&
+      now - last_sweep_ > options_.sweep_stall) {
+    // Heartbeats could not be heard meanwhile: a loaded machine's stall
+    // would otherwise declare every node dead at once (and, with a broken
+    // stream reported just before, within a 400 ms grace).
+    const absl::Duration gap = now - last_sweep_;
+    for (auto& [id, seen] : last_seen_) seen = std::min(seen + gap, now);
+    for (auto& [id, since] : suspect_since_) {
+      since.first = std::min(since.first + gap, now);
+    }
+    DP_LOG(WARNING) << "the scheduler did not sweep for "
+                    << absl::FormatDuration(gap)
+                    << " (starved of CPU or stopped): that long is not "
+                    << "counted as any node's silence";
+  }
+  last_sweep_ = now;
   std::vector<NodeId> dead;
   for (auto& n : *map_->mutable_nodes()) {
     if (n.state() != proto::ALIVE) continue;

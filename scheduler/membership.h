@@ -15,8 +15,12 @@
 // unreachable and silent for `suspect_grace` since the report, is marked
 // DEAD. A CLIENT silent for `dead_after` is forgotten (removed from the map)
 // at once: it holds no data and no rank; a DEAD or LEFT node once silent for
-// `forget_dead_after` and named by no range. Time is an argument
-// everywhere, so that the rules can be tested with a fake clock.
+// `forget_dead_after` and named by no range. Silence counts only while
+// the scheduler runs: sweeps further apart than `sweep_stall` mean that it
+// did not (starved of CPU, stopped, its lock held), and could hear nobody,
+// so the gap is credited to every node (its silence and its grace resume
+// where they were). Time is an argument everywhere, so that the rules can
+// be tested with a fake clock.
 //
 // Thread-compatible: the scheduler's mutex guards it and the map.
 #ifndef DOWNPOUR_SCHEDULER_MEMBERSHIP_H_
@@ -43,6 +47,9 @@ struct MembershipOptions {
   // Caps on the map a registration may grow: nodes listed, serialized size.
   int max_nodes = 4096;
   size_t max_map_bytes = size_t{1} << 20;
+  // Sweeps further apart than this are a stall of the scheduler's own (see
+  // above). Infinite: no credit (callers that sweep irregularly, tests).
+  absl::Duration sweep_stall = absl::InfiniteDuration();
 };
 
 class Membership {
@@ -124,6 +131,7 @@ class Membership {
       suspect_since_;
   absl::flat_hash_map<NodeId, Epoch> applied_;
   std::set<NodeId> unconfirmed_;
+  absl::Time last_sweep_ = absl::InfinitePast();
   uint64_t servers_declared_dead_ = 0;
   uint64_t workers_declared_dead_ = 0;
 };

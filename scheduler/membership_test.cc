@@ -85,6 +85,50 @@ TEST_F(MembershipTest, ASecondReportDoesNotRestartTheGrace) {
               ElementsAre(a));
 }
 
+// A scheduler that stops sweeping (starved of CPU, SIGSTOP) heard nobody
+// meanwhile: the gap is nobody's silence, and silence and graces resume
+// where they were. Sweeps 50 ms apart are no stall.
+TEST(MembershipStallTest, AStallOfTheSchedulerIsNobodysSilence) {
+  proto::ClusterMap map;
+  MembershipOptions o = Options();
+  o.sweep_stall = absl::Milliseconds(200);
+  Membership members(o, &map);
+  auto join = [&](const std::string& name) {
+    proto::NodeInfo* n = members.Add(kNoNode);
+    members.Admit(n, Request(name, proto::SERVER), kT0);
+    return n->id();
+  };
+  const NodeId quiet = join("quiet");
+  const NodeId suspect = join("suspect");
+  const NodeId live = join("live");
+  absl::Time t = kT0;
+  auto sweep_until = [&](absl::Time until) {
+    std::vector<NodeId> dead;
+    for (; t < until; t += absl::Milliseconds(50)) {
+      members.Heard(live, t);
+      for (NodeId id : members.SweepDead(t)) dead.push_back(id);
+    }
+    return dead;
+  };
+  EXPECT_THAT(sweep_until(kT0 + absl::Seconds(1)), IsEmpty());
+  members.Suspect(suspect, "its stream broke", t);  // 300 ms of grace left
+  EXPECT_THAT(sweep_until(t + absl::Milliseconds(100)), IsEmpty());
+  // Ten seconds without a sweep: without the credit, all three die here.
+  t += absl::Seconds(10);
+  EXPECT_THAT(members.SweepDead(t), IsEmpty());
+  members.Heard(live, t);
+  const absl::Time resumed = t;
+  // The suspect's grace resumes: 300 ms left (a slice more, at most).
+  EXPECT_THAT(sweep_until(resumed + absl::Milliseconds(250)), IsEmpty());
+  EXPECT_THAT(sweep_until(resumed + absl::Milliseconds(500)),
+              ElementsAre(suspect));
+  // The quiet one had been silent 1.1 s: 1.9 s more.
+  EXPECT_THAT(sweep_until(resumed + absl::Milliseconds(1800)), IsEmpty());
+  EXPECT_THAT(sweep_until(resumed + absl::Milliseconds(2200)),
+              ElementsAre(quiet));
+  EXPECT_EQ(members.Find(live)->state(), proto::ALIVE);
+}
+
 TEST_F(MembershipTest, ClientsAreForgottenNotDeclaredDead) {
   const NodeId c = Join("c", proto::CLIENT, kT0);
   members_.Suspect(c, "ignored for clients", kT0);

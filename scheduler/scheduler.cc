@@ -55,8 +55,12 @@ constexpr absl::Duration kRecoveryGrace = absl::Seconds(30);
 
 // Each part's share of the options.
 MembershipOptions MembershipOptionsOf(const SchedulerOptions& o) {
-  return {o.dead_after, o.suspect_grace, o.forget_dead_after, o.max_nodes,
-          o.max_map_bytes};
+  MembershipOptions m{o.dead_after, o.suspect_grace, o.forget_dead_after,
+                      o.max_nodes, o.max_map_bytes};
+  // SweepLoop sweeps every 50 ms at most: four missed sweeps, or a
+  // heartbeat interval, whichever is longer, is a stall.
+  m.sweep_stall = std::max(o.heartbeat_interval, absl::Milliseconds(200));
+  return m;
 }
 JobOptions JobOptionsOf(const SchedulerOptions& o) {
   return {o.policy, o.worker_loss, o.clock_report_slack};
