@@ -65,7 +65,7 @@ ABSL_FLAG(int64_t, inject_copy_delay_ms, 0,
           "backups one 4 MiB chunk per this many ms at most");
 ABSL_FLAG(std::string, inject_copy_gate, "",
           "fault injection (tests): copies of ranges to new backups send "
-          "nothing until a file of this path exists");
+          "their rows but do not end until a file of this path exists");
 ABSL_FLAG(int64_t, inject_handover_delay_ms, 0,
           "fault injection (tests, drills): report a handover to the "
           "scheduler this many ms late");

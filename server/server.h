@@ -75,9 +75,9 @@ struct ServerOptions {
   // refused meanwhile).
   absl::Duration inject_copy_delay = absl::ZeroDuration();
   absl::Duration inject_handover_delay = absl::ZeroDuration();
-  // Fault injection (tests): if set, copies of ranges send nothing until
-  // a file of this path exists, so that a test holds a move under way for
-  // as long as it needs.
+  // Fault injection (tests): if set, copies of ranges send their rows but
+  // do not end (COPY_END) until a file of this path exists, so that a test
+  // holds a copy, and its move, under way for as long as it needs.
   std::string inject_copy_gate;
 };
 

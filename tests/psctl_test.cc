@@ -346,7 +346,8 @@ TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
   std::system(("mkdir -p " + o.work_dir).c_str());
   o.num_servers = 3;
   o.scheduler_flags = {"--ranges_per_table=3", "--max_range_moves=1"};
-  // Copies wait for this file: the drain is seen under way (psctl status,
+  // Copies do not end before this file exists: the drain is seen under way
+  // (psctl status,
   // a refused second drain) for as long as starting psctl takes. A fixed
   // delay of 4 s did not outlast it under ASan with four tests at once.
   const std::string copies_may_go = o.work_dir + "/copies-may-go";

@@ -152,8 +152,8 @@ class Dispatcher {
   void InjectCopyDelay(absl::Duration delay) {
     if (replicator_ != nullptr) replicator_->set_copy_delay(delay);
   }
-  // Fault injection (tests): copies send nothing while `open` returns
-  // false (Replicator::set_copy_gate). Before serving.
+  // Fault injection (tests): copies do not end while `open` returns false
+  // (Replicator::set_copy_gate). Before serving.
   void InjectCopyGate(std::function<bool()> open) {
     if (replicator_ != nullptr) replicator_->set_copy_gate(std::move(open));
   }

@@ -477,11 +477,6 @@ void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
   while (link.copying && link.chunks_in_flight < kCopyChunksInFlight &&
          !link.resend_scheduled) {
     if (link.copy_end_sent) return;  // waiting for its acknowledgement
-    if (copy_gate_ && !copy_gate_()) {
-      // Polled: the gate is a test's file, not an event of this thread.
-      SchedulePump(pr, link, absl::Milliseconds(20));
-      return;
-    }
     if (copy_delay_ > absl::ZeroDuration()) {
       const absl::Time now = absl::Now();
       if (now < link.next_chunk_at) {
@@ -489,6 +484,11 @@ void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
         return;
       }
       link.next_chunk_at = now + copy_delay_;
+    }
+    if (link.rows_done && copy_gate_ && !copy_gate_()) {
+      // Polled: the gate is a test's file, not an event of this thread.
+      SchedulePump(pr, link, absl::Milliseconds(20));
+      return;
     }
     if (link.rows_done) {
       link.copy_end_sent = true;

@@ -185,9 +185,10 @@ class Replicator {
   // Fault injection (tests, drills): at most one copy chunk per `delay`
   // per backup, so that a copy lasts long enough to be interrupted.
   void set_copy_delay(absl::Duration delay) { copy_delay_ = delay; }
-  // Fault injection (tests): copies send nothing while `open` returns
-  // false (asked on the data thread every 20 ms), so that a test sees a
-  // move under way for as long as it needs, whatever the machine's speed.
+  // Fault injection (tests): copies send their rows but not their end
+  // (COPY_END) while `open` returns false (asked on the data thread every
+  // 20 ms), so that a test sees a copy, and the move it belongs to, under
+  // way for as long as it needs, whatever the machine's speed.
   void set_copy_gate(std::function<bool()> open) {
     copy_gate_ = std::move(open);
   }
