@@ -347,9 +347,9 @@ TEST(PsctlTest, DrainMovesAServersRangesAwayAndItLeaves) {
   o.num_servers = 3;
   o.scheduler_flags = {"--ranges_per_table=3", "--max_range_moves=1"};
   // Copies do not end before this file exists: the drain is seen under way
-  // (psctl status,
-  // a refused second drain) for as long as starting psctl takes. A fixed
-  // delay of 4 s did not outlast it under ASan with four tests at once.
+  // (psctl status, a refused second drain) for as long as starting psctl
+  // takes. A fixed delay of 4 s did not outlast it under ASan with four
+  // tests at once.
   const std::string copies_may_go = o.work_dir + "/copies-may-go";
   o.server_flags = {"--inject_copy_gate=" + copies_may_go};
   ASSERT_OK_AND_ASSIGN(auto cluster, LocalCluster::Start(o));

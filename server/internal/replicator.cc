@@ -485,12 +485,12 @@ void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
       }
       link.next_chunk_at = now + copy_delay_;
     }
-    if (link.rows_done && copy_gate_ && !copy_gate_()) {
-      // Polled: the gate is a test's file, not an event of this thread.
-      SchedulePump(pr, link, absl::Milliseconds(20));
-      return;
-    }
     if (link.rows_done) {
+      if (copy_gate_ && !copy_gate_()) {
+        // Polled: the gate is a test's file, not an event of this thread.
+        SchedulePump(pr, link, absl::Milliseconds(20));
+        return;
+      }
       link.copy_end_sent = true;
       auto m = std::make_shared<Message>();
       m->header.set_table_id(pr.table);
