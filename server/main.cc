@@ -66,6 +66,13 @@ ABSL_FLAG(int64_t, inject_copy_delay_ms, 0,
 ABSL_FLAG(std::string, inject_copy_gate, "",
           "fault injection (tests): copies of ranges to new backups send "
           "their rows but do not end until a file of this path exists");
+ABSL_FLAG(std::string, inject_handover_gate, "",
+          "fault injection (tests): a primary handing a range over does not "
+          "report it ready until a file of this path exists");
+ABSL_FLAG(std::string, inject_gate_node, "",
+          "fault injection (tests): --inject_copy_gate and "
+          "--inject_handover_gate hold only the moves from or to the server "
+          "of this name (empty: every copy and handover)");
 ABSL_FLAG(int64_t, inject_handover_delay_ms, 0,
           "fault injection (tests, drills): report a handover to the "
           "scheduler this many ms late");
@@ -135,6 +142,8 @@ int main(int argc, char** argv) {
   options.inject_copy_delay = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_copy_delay_ms)));
   options.inject_copy_gate = absl::GetFlag(FLAGS_inject_copy_gate);
+  options.inject_handover_gate = absl::GetFlag(FLAGS_inject_handover_gate);
+  options.inject_gate_node = absl::GetFlag(FLAGS_inject_gate_node);
   options.inject_handover_delay = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_inject_handover_delay_ms)));
   downpour::MetricsRegistry metrics;

@@ -77,8 +77,13 @@ struct ServerOptions {
   absl::Duration inject_handover_delay = absl::ZeroDuration();
   // Fault injection (tests): if set, copies of ranges send their rows but
   // do not end (COPY_END) until a file of this path exists, so that a test
-  // holds a copy, and its move, under way for as long as it needs.
+  // holds a copy, and its move, under way for as long as it needs; and a
+  // primary handing a range over does not report it ready until a file of
+  // `inject_handover_gate` exists. With `inject_gate_node`, only the moves
+  // from or to the server of that name are held.
   std::string inject_copy_gate;
+  std::string inject_handover_gate;
+  std::string inject_gate_node;
 };
 
 class Server {

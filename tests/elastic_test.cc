@@ -356,8 +356,9 @@ TEST_F(ElasticTest, OneDrainAtATimeAndADrainCalledOff) {
 }
 
 // kill -9 at each step of a move. Steps are held open by the servers'
-// fault injection: copies send a message every 1 or 3 s, handovers are
-// reported 700 ms late.
+// fault injection: the gates hold the test's move (the drained server's,
+// or the one to the joining server) at its copy's end or its handover
+// report until the kill is done.
 enum class Step { kCopying, kHandingOver, kMoved };
 enum class Victim { kTarget, kSource, kScheduler };
 struct KillCase {
@@ -395,21 +396,26 @@ const proto::RangeAssignment* AtStep(const proto::ClusterMap& map, Step step,
 TEST_P(KillDuringAMoveTest, NothingIsLostAndTheOldHoldersServe) {
   const KillCase& c = GetParam();
   const int servers = c.drain ? 3 : c.replicas + 1;
-  // A copy sends its COPY_END this long after its rows at the earliest:
-  // three seconds when the kill comes while copying (one ran out under
-  // ASan on a loaded machine before the test saw the copy again). Not a
-  // gate that holds every copy: with two replicas a join's first move can
-  // be another server's, which must end before the move to the new one.
-  std::vector<std::string> server_flags = {c.step == Step::kCopying
-                                               ? "--inject_copy_delay_ms=3000"
-                                               : "--inject_copy_delay_ms=1000"};
-  if (c.step == Step::kHandingOver) {
-    server_flags.push_back("--inject_handover_delay_ms=700");
+  const std::string mover = absl::StrCat("server-", c.drain ? 1 : servers);
+  // The gates hold only the moves from or to `mover`: with two replicas a
+  // join's first move can be between two old servers, and it must end
+  // before the move to the new one starts.
+  const std::string gate = TestTmpDir() + "/moves-may-go";
+  std::remove(gate.c_str());
+  std::vector<std::string> server_flags = {"--inject_gate_node=" + mover};
+  if (c.step == Step::kCopying) {
+    server_flags.push_back("--inject_copy_gate=" + gate);
   }
-  Start(servers,
-        {absl::StrCat("--replicas=", c.replicas), "--ranges_per_table=4",
-         "--max_range_moves=1"},
-        server_flags, /*durable=*/c.victim == Victim::kScheduler);
+  if (c.step == Step::kHandingOver) {
+    server_flags.push_back("--inject_handover_gate=" + gate);
+  }
+  // The scheduler still times a held handover out (2 s): the kill of its
+  // target ends a handover that way. The test kills within that window.
+  const std::vector<std::string> scheduler_flags = {
+      absl::StrCat("--replicas=", c.replicas), "--ranges_per_table=4",
+      "--max_range_moves=1"};
+  Start(servers, scheduler_flags, server_flags,
+        /*durable=*/c.victim == Victim::kScheduler);
   writes_->Start(4, 5);
   AwaitWrites(2000);
   if (c.drain) {
@@ -434,8 +440,7 @@ TEST_P(KillDuringAMoveTest, NothingIsLostAndTheOldHoldersServe) {
   } else {
     // The move of the test: off the drained server, or to the new one.
     auto ours = [&](const proto::ClusterMap& m) {
-      const proto::NodeInfo* n =
-          NodeNamed(m, absl::StrCat("server-", c.drain ? 1 : servers));
+      const proto::NodeInfo* n = NodeNamed(m, mover);
       if (n == nullptr) return static_cast<const proto::RangeAssignment*>(0);
       return c.drain ? AtStep(m, c.step, n->id())
                      : AtStep(m, c.step, 0, n->id());
@@ -449,12 +454,8 @@ TEST_P(KillDuringAMoveTest, NothingIsLostAndTheOldHoldersServe) {
     const proto::RangeAssignment* r = ours(map);
     std::cout << "range [" << r->begin() << ", " << r->end() << ") moving "
               << r->move_from() << " -> " << r->move_to() << std::endl;
-    if (c.step == Step::kCopying) {
-      // In the middle of the copy: the target has applied the map and the
-      // rows (at once), its COPY_END is seconds away.
-      absl::SleepFor(absl::Milliseconds(200));
-      ASSERT_NE(ours(Map()), nullptr) << "the copy ended too soon";
-    }
+    // Held at the step by the gate until after the kill.
+    ASSERT_NE(ours(Map()), nullptr) << "the move left its step";
     if (c.victim == Victim::kTarget) victim = IndexOf(r->move_to());
     if (c.victim == Victim::kSource) victim = IndexOf(r->move_from());
   }
@@ -466,7 +467,23 @@ TEST_P(KillDuringAMoveTest, NothingIsLostAndTheOldHoldersServe) {
   } else {
     ASSERT_GE(victim, 0);
     Kill(victim);
+    // Once the scheduler knows: a handover reported for a target killed a
+    // moment before, and accepted before its death is noticed, leaves a
+    // range of one replica on a dead server (not handled: see
+    // ARCHITECTURE, "Moving ranges: elastic clusters").
+    ASSERT_OK(AwaitMap(
+                  "the victim not alive",
+                  [&](const proto::ClusterMap& m) {
+                    const proto::NodeInfo* n =
+                        NodeNamed(m, absl::StrCat("server-", victim));
+                    return n != nullptr && n->state() != proto::ALIVE;
+                  },
+                  absl::Seconds(60))
+                  .status());
   }
+  // The moves may end now: the one held, if it goes on, and those that
+  // spread the cluster again.
+  std::ofstream(gate) << "go\n";
   // The writers go on, on the old holders or the promoted backups.
   AwaitWrites(2000);
   if (c.victim != Victim::kScheduler) {

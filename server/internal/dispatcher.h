@@ -152,10 +152,13 @@ class Dispatcher {
   void InjectCopyDelay(absl::Duration delay) {
     if (replicator_ != nullptr) replicator_->set_copy_delay(delay);
   }
-  // Fault injection (tests): copies do not end while `open` returns false
-  // (Replicator::set_copy_gate). Before serving.
-  void InjectCopyGate(std::function<bool()> open) {
-    if (replicator_ != nullptr) replicator_->set_copy_gate(std::move(open));
+  // Fault injection (tests): the replicator's gates (Replicator::Gates)
+  // hold the moves from or to the server named `node`, or every copy and
+  // handover if it is empty. Before serving.
+  void InjectGates(Replicator::Gates gates, std::string node) {
+    if (replicator_ == nullptr) return;
+    replicator_->set_gates(std::move(gates));
+    gated_node_ = std::move(node);
   }
   // Each range served as primary: its size and what it served
   // (proto::RangeLoad). REQUIRES: called on the data thread.
@@ -293,6 +296,7 @@ class Dispatcher {
   const uint64_t max_table_bytes_;          // 0: no limit
   storage::ColdStore* const cold_store_;    // null: no cold tiers
   std::unique_ptr<Replicator> replicator_;  // null without env
+  std::string gated_node_;                  // InjectGates
 
   mutable absl::Mutex mu_;
   Epoch epoch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -55,6 +55,22 @@ Part PartOf(const proto::RangeAssignment& r, NodeId self) {
   return Part::kNone;
 }
 
+// Whether the fault-injection gates hold range `r`'s copies and handover
+// (Dispatcher::InjectGates): every range's if `node` is empty, else those
+// of a move from or to the server named `node`.
+bool HeldByGates(
+    const proto::RangeAssignment& r,
+    const absl::flat_hash_map<NodeId, const proto::NodeInfo*>& nodes,
+    const std::string& node) {
+  if (node.empty()) return true;
+  if (r.move_to() == kNoNode) return false;
+  for (NodeId n : {r.move_from(), r.move_to()}) {
+    auto it = nodes.find(n);
+    if (it != nodes.end() && it->second->name() == node) return true;
+  }
+  return false;
+}
+
 // The ranges held here, none lost, that lie end to end over exactly
 // `range`, if there are two or more (a merge's pieces); else none.
 std::vector<TableShard::Range*> HeldPiecesOf(TableShard& shard,
@@ -409,7 +425,8 @@ absl::Status Dispatcher::InstallMap(std::unique_ptr<PreparedMap> prepared) {
         };
         for (NodeId n : assignment->replicas()) add(n, true);
         for (NodeId n : assignment->catching_up()) add(n, false);
-        replicator_->SetBackups(id, range, backups, epoch);
+        replicator_->SetBackups(id, range, backups, epoch,
+                                HeldByGates(*assignment, nodes, gated_node_));
         replicator_->HandOver(id, begin, epoch);
       } else {
         replicator_->DropPrimary(id, begin, moved);

@@ -72,6 +72,10 @@ struct Replicator::PrimaryRange {
   // to be.
   Epoch handover_epoch = 0;
   bool handover_reported = false;
+  // Fault injection: the gates hold this range (SetBackups), and a held
+  // handover's next check is scheduled.
+  bool gated = false;
+  bool handover_check_scheduled = false;
 };
 
 // Replies waiting for acknowledgements.
@@ -118,6 +122,10 @@ void Replicator::CheckHandOver(PrimaryRange& pr) {
   for (const auto& [node, link] : pr.links) {
     if (!link->copying && !link->unacked.empty()) return;
   }
+  if (pr.gated && gates_.handover && !gates_.handover()) {
+    ScheduleHandOverCheck(pr);
+    return;
+  }
   pr.handover_reported = true;
   DP_LOG(INFO) << "table " << pr.table << " keys [" << pr.range->range().begin
                << ", " << pr.range->range().end << "): ready to hand to " << to
@@ -125,9 +133,22 @@ void Replicator::CheckHandOver(PrimaryRange& pr) {
   env_->HandedOver(pr.table, pr.range->range().begin, to, pr.handover_epoch);
 }
 
+void Replicator::ScheduleHandOverCheck(PrimaryRange& pr) {
+  if (pr.handover_check_scheduled) return;
+  pr.handover_check_scheduled = true;
+  const RangeKey key{pr.table, pr.range->range().begin};
+  // Polled: the gate is a test's file, not an event of this thread.
+  env_->PostAfter(absl::Milliseconds(20), [this, key] {
+    auto p = primaries_.find(key);
+    if (p == primaries_.end()) return;
+    p->second->handover_check_scheduled = false;
+    CheckHandOver(*p->second);
+  });
+}
+
 void Replicator::SetBackups(TableId table, TableShard::Range* range,
-                            const std::vector<BackupInfo>& backups,
-                            Epoch epoch) {
+                            const std::vector<BackupInfo>& backups, Epoch epoch,
+                            bool gated) {
   const RangeKey key{table, range->range().begin};
   std::unique_ptr<PrimaryRange>& slot = primaries_[key];
   if (slot == nullptr) {
@@ -136,6 +157,7 @@ void Replicator::SetBackups(TableId table, TableShard::Range* range,
   }
   PrimaryRange& pr = *slot;
   pr.range = range;
+  pr.gated = gated;
   // Backups no longer listed: what they owe counts as acknowledged.
   for (auto it = pr.links.begin(); it != pr.links.end();) {
     const bool listed =
@@ -486,7 +508,7 @@ void Replicator::PumpCopy(PrimaryRange& pr, Link& link) {
       link.next_chunk_at = now + copy_delay_;
     }
     if (link.rows_done) {
-      if (copy_gate_ && !copy_gate_()) {
+      if (pr.gated && gates_.copy_end && !gates_.copy_end()) {
         // Polled: the gate is a test's file, not an event of this thread.
         SchedulePump(pr, link, absl::Milliseconds(20));
         return;

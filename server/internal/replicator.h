@@ -137,8 +137,11 @@ class Replicator {
   // is catching up; one already in sync (a range created with backups)
   // starts with the next write. A backup no longer listed is dropped, and
   // what was outstanding on its stream counts as acknowledged.
+  // `gated`: the fault-injection gates (set_gates) hold this range's
+  // copies and handover.
   void SetBackups(TableId table, TableShard::Range* range,
-                  const std::vector<BackupInfo>& backups, Epoch epoch);
+                  const std::vector<BackupInfo>& backups, Epoch epoch,
+                  bool gated = false);
   // This server no longer serves the range beginning at `begin` as primary:
   // its held writes are answered with `why` (kAborted), its streams closed.
   void DropPrimary(TableId table, Key begin, const absl::Status& why);
@@ -185,13 +188,17 @@ class Replicator {
   // Fault injection (tests, drills): at most one copy chunk per `delay`
   // per backup, so that a copy lasts long enough to be interrupted.
   void set_copy_delay(absl::Duration delay) { copy_delay_ = delay; }
-  // Fault injection (tests): copies send their rows but not their end
-  // (COPY_END) while `open` returns false (asked on the data thread every
-  // 20 ms), so that a test sees a copy, and the move it belongs to, under
-  // way for as long as it needs, whatever the machine's speed.
-  void set_copy_gate(std::function<bool()> open) {
-    copy_gate_ = std::move(open);
-  }
+  // Fault injection (tests): in the ranges SetBackups calls gated, copies
+  // send their rows but not their end (COPY_END) while `copy_end` returns
+  // false, and a primary does not report its handover while `handover`
+  // returns false (each asked on the data thread every 20 ms), so that a
+  // test sees a move at either step for as long as it needs, whatever the
+  // machine's speed. An empty function is an open gate.
+  struct Gates {
+    std::function<bool()> copy_end;
+    std::function<bool()> handover;
+  };
+  void set_gates(Gates gates) { gates_ = std::move(gates); }
 
   // Figures for ServerStats.
   uint64_t forwarded() const { return forwarded_; }
@@ -225,12 +232,15 @@ class Replicator {
   std::shared_ptr<Message> CopyBegin(const PrimaryRange& pr);
   // Reports a handover of `pr` whose in-sync backups are up to date.
   void CheckHandOver(PrimaryRange& pr);
+  // Calls CheckHandOver for `pr` again in 20 ms
+  // (once, however often asked meanwhile), unless it is no longer served.
+  void ScheduleHandOverCheck(PrimaryRange& pr);
 
   const NodeId self_;
   ReplicationEnv* const env_;
   const size_t copy_chunk_bytes_;
   absl::Duration copy_delay_ = absl::ZeroDuration();
-  std::function<bool()> copy_gate_;
+  Gates gates_;
   absl::flat_hash_map<RangeKey, std::unique_ptr<PrimaryRange>> primaries_;
   // Backup side: (stream id, last applied seq) per range.
   absl::flat_hash_map<RangeKey, std::pair<uint64_t, uint64_t>> streams_;
