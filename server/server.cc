@@ -451,17 +451,14 @@ absl::Status ServerImpl::Init() {
       id_, options_.max_message_bytes, &pool_, &plugins_, pins, env_.get(),
       options_.max_table_bytes, cold_.get());
   dispatcher_->InjectCopyDelay(options_.inject_copy_delay);
-  if (!options_.inject_copy_gate.empty() ||
-      !options_.inject_handover_gate.empty()) {
-    // An empty path: that gate stays open.
-    auto file_gate = [](const std::string& path) -> std::function<bool()> {
-      if (path.empty()) return nullptr;
-      return [path] { return access(path.c_str(), F_OK) == 0; };
-    };
-    dispatcher_->InjectGates({file_gate(options_.inject_copy_gate),
-                              file_gate(options_.inject_handover_gate)},
-                             options_.inject_gate_node);
-  }
+  // An empty path: that gate stays open.
+  auto file_gate = [](const std::string& path) -> std::function<bool()> {
+    if (path.empty()) return nullptr;
+    return [path] { return access(path.c_str(), F_OK) == 0; };
+  };
+  dispatcher_->InjectGates({file_gate(options_.inject_copy_gate),
+                            file_gate(options_.inject_handover_gate)},
+                           options_.inject_gate_node);
   server_internal::DataThread thread;
   thread.post = [data = data_.get()](std::function<void()> fn) {
     data->Post(std::move(fn));

@@ -411,11 +411,10 @@ TEST_P(KillDuringAMoveTest, NothingIsLostAndTheOldHoldersServe) {
   }
   // The scheduler still times a held handover out (2 s): the kill of its
   // target ends a handover that way. The test kills within that window.
-  const std::vector<std::string> scheduler_flags = {
-      absl::StrCat("--replicas=", c.replicas), "--ranges_per_table=4",
-      "--max_range_moves=1"};
-  Start(servers, scheduler_flags, server_flags,
-        /*durable=*/c.victim == Victim::kScheduler);
+  Start(servers,
+        {absl::StrCat("--replicas=", c.replicas), "--ranges_per_table=4",
+         "--max_range_moves=1"},
+        server_flags, /*durable=*/c.victim == Victim::kScheduler);
   writes_->Start(4, 5);
   AwaitWrites(2000);
   if (c.drain) {
